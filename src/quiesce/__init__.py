@@ -1,0 +1,48 @@
+"""quiesce: concurrency control for an AI agent's mutable context buffer.
+
+Readers pin versions; marking never blocks; pruning waits for each entry's
+grace point; every removal leaves a tombstone and an append-only log record;
+unsafe edits are refused and escalated. See DESIGN.md for the contract.
+"""
+
+from ._core.buffer import Buffer as Buffer
+from ._core.buffer import Snapshot as Snapshot
+from ._core.entry import Entry as Entry
+from ._core.entry import Kind as Kind
+from ._core.errors import BufferClosed as BufferClosed
+from ._core.errors import DanglingReference as DanglingReference
+from ._core.errors import DuplicateEntry as DuplicateEntry
+from ._core.errors import EntryPruned as EntryPruned
+from ._core.errors import InvalidArgument as InvalidArgument
+from ._core.errors import InvalidType as InvalidType
+from ._core.errors import LogFormatError as LogFormatError
+from ._core.errors import LogWriteError as LogWriteError
+from ._core.errors import ProtectedEntry as ProtectedEntry
+from ._core.errors import QuiesceError as QuiesceError
+from ._core.errors import ReadmissionRefused as ReadmissionRefused
+from ._core.errors import SnapshotReleased as SnapshotReleased
+from ._core.errors import UnknownEntry as UnknownEntry
+from ._core.log import EditLog as EditLog
+from ._core.log import LogSink as LogSink
+from ._core.plan import EditPlan as EditPlan
+from ._core.plan import Move as Move
+from ._core.plan import Prune as Prune
+from ._core.plan import Rewrite as Rewrite
+from ._core.plan import Summarize as Summarize
+from ._core.policy import Policy as Policy
+from ._core.policy import default_negative_classifier as default_negative_classifier
+from ._core.records import EditReport as EditReport
+from ._core.records import Escalation as Escalation
+from ._core.records import EscalationKind as EscalationKind
+from ._core.records import LogRecord as LogRecord
+from ._core.records import Mark as Mark
+from ._core.records import Outcome as Outcome
+from ._core.records import Override as Override
+from ._core.records import PruneReport as PruneReport
+from ._core.records import ReaderInfo as ReaderInfo
+from ._core.records import Refusal as Refusal
+from ._core.records import Stats as Stats
+from ._core.records import Status as Status
+from ._core.records import Tombstone as Tombstone
+
+__version__ = "0.1.0"

@@ -1,0 +1,101 @@
+"""The quiesce exception hierarchy.
+
+Every error quiesce raises derives from :class:`QuiesceError`. Where a lookup
+fails the error also derives from :class:`KeyError`, and where an argument has
+the wrong type or value it also derives from :class:`TypeError` or
+:class:`ValueError`, so callers may catch either the precise quiesce name or
+the builtin they would expect.
+
+Invariant: a call that raises any of these (except :class:`LogWriteError`
+raised *after* a version was published, which each call documents) leaves the
+buffer's head version unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .records import Tombstone
+
+
+class QuiesceError(Exception):
+    """Base class of every error raised by quiesce."""
+
+    def __str__(self) -> str:
+        # KeyError's str() repr-quotes its argument; every quiesce error reads as
+        # the plain message instead.
+        return str(self.args[0]) if self.args else ""
+
+
+class InvalidArgument(QuiesceError, ValueError):
+    """An argument has the right type but an invalid value (empty id, a ref to
+    itself, a negative turn, an empty reason)."""
+
+
+class InvalidType(QuiesceError, TypeError):
+    """An argument has the wrong type (a bare ``str`` where a collection of ids
+    is expected, a non-``Entry`` appended, ...)."""
+
+
+class UnknownEntry(QuiesceError, KeyError):
+    """The id was never seen by this buffer (neither live nor tombstoned)."""
+
+
+class EntryPruned(QuiesceError, KeyError):
+    """The id names an entry that was removed; :attr:`tombstone` says when and why."""
+
+    def __init__(self, message: str, tombstone: Tombstone) -> None:
+        super().__init__(message)
+        self.tombstone = tombstone
+
+
+class DuplicateEntry(QuiesceError, ValueError):
+    """An entry with this id is live or tombstoned already."""
+
+
+class DanglingReference(QuiesceError, ValueError):
+    """A ref names an unknown or tombstoned entry.
+
+    :attr:`tombstone` is the tombstone when the target was removed, ``None``
+    when it never existed: "deleted" and "never existed" stay distinguishable.
+    """
+
+    def __init__(self, message: str, ref: str, tombstone: Tombstone | None) -> None:
+        super().__init__(message)
+        self.ref = ref
+        self.tombstone = tombstone
+
+
+class ReadmissionRefused(QuiesceError):
+    """Content (by hash) or key matches a tombstone and no ``Override`` was given."""
+
+    def __init__(self, message: str, tombstone: Tombstone) -> None:
+        super().__init__(message)
+        self.tombstone = tombstone
+
+
+class ProtectedEntry(QuiesceError):
+    """The operation is not allowed on this entry's kind (e.g. marking a
+    ``CONSTRAINT`` or ``INSTRUCTION``)."""
+
+
+class SnapshotReleased(QuiesceError, RuntimeError):
+    """The snapshot is not pinned: used after its ``with`` block, or before it."""
+
+
+class BufferClosed(QuiesceError, RuntimeError):
+    """The buffer (or its runtime) is closed."""
+
+
+class LogWriteError(QuiesceError, OSError):
+    """The edit-log sink failed to make records durable.
+
+    The records stay pending in memory; a later successful ``flush()`` resumes.
+    No removal is published without its tombstone being durable.
+    """
+
+
+class LogFormatError(QuiesceError, ValueError):
+    """A log file is not a quiesce log, is corrupt beyond a torn tail, or was
+    written by a newer format. Nothing is written to it."""

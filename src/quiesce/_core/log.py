@@ -1,0 +1,78 @@
+"""The append-only edit log: the in-memory view and the sink protocol.
+
+Seed 002, condition 1: the log of prunings lives outside the prunable window
+and the editor cannot delete from it. :class:`EditLog` is a read-only
+``Sequence``: it has no method that removes or replaces a record, and the
+buffer only ever appends. Durable sinks (``quiesce._log``) implement
+:class:`LogSink`; the core never imports them.
+
+Group commit: records are appended in memory on every change (the mark fast
+path never touches a disk) and handed to the sink in batches by
+``Buffer.flush()`` and before every removal is published.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Protocol, overload, runtime_checkable
+
+from .records import LogRecord
+
+__all__ = ["EditLog", "LogSink"]
+
+
+@runtime_checkable
+class LogSink(Protocol):
+    """Where log records become durable.
+
+    ``write`` must be atomic: either every record in the batch is durable when
+    it returns, or it raises and none of them will be recovered (a torn tail
+    is detected and dropped on ``load``). ``load`` returns the records already
+    in the store, in ``seq`` order, for recovery.
+    """
+
+    def load(self) -> Sequence[LogRecord]: ...
+
+    def write(self, records: Sequence[LogRecord]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class EditLog(Sequence[LogRecord]):
+    """A read-only view of a buffer's log; it grows as the buffer appends.
+
+    Indexing and ``len`` are O(1); the view holds the buffer's own list, so it
+    never copies.
+    """
+
+    __slots__ = ("_records",)
+
+    def __init__(self, records: list[LogRecord]) -> None:
+        self._records = records
+
+    @overload
+    def __getitem__(self, index: int) -> LogRecord: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[LogRecord]: ...
+
+    def __getitem__(self, index: int | slice) -> LogRecord | Sequence[LogRecord]:
+        if isinstance(index, slice):
+            return tuple(self._records[index])
+        return self._records[index]
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __iter__(self) -> Iterator[LogRecord]:
+        # Iterate over a stable prefix: records appended meanwhile are not seen.
+        records = self._records
+        for i in range(len(records)):
+            yield records[i]
+
+    def for_id(self, entry_id: str) -> tuple[LogRecord, ...]:
+        """Every record that names ``entry_id``. O(len(log))."""
+        return tuple(r for r in self if entry_id in r.ids)
+
+    def __repr__(self) -> str:
+        return f"<EditLog: {len(self._records)} records>"

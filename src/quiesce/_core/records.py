@@ -1,0 +1,268 @@
+"""Result and record shapes: frozen values the buffer returns and logs.
+
+The engine-made records (:class:`Mark`, :class:`Tombstone`, :class:`Outcome`,
+:class:`LogRecord`) are ``NamedTuple``s: frozen, and cheap enough to build on
+the mark fast path (a tuple allocation, no per-field ``object.__setattr__``).
+Caller-made values (:class:`Override`) validate their fields.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from .entry import Kind, check_text, check_turn
+from .errors import InvalidType
+
+if TYPE_CHECKING:
+    from .plan import EditPlan
+
+__all__ = [
+    "FORMAT",
+    "EditReport",
+    "Escalation",
+    "EscalationKind",
+    "LogRecord",
+    "Mark",
+    "Outcome",
+    "Override",
+    "PruneReport",
+    "ReaderInfo",
+    "Refusal",
+    "Stats",
+    "Status",
+    "Tombstone",
+]
+
+#: Version of the edit-log record format. Every record carries it; a sink
+#: refuses to open a log whose records are newer than this.
+FORMAT = 1
+
+
+class Status(enum.Enum):
+    """What a prune request did to one id (seed 000)."""
+
+    PRUNED = "pruned"  #: removed now; the tombstone is written
+    DEFERRED = "deferred"  #: marked now; removed at its grace point
+    MARKED = "marked"  #: refused, and marked instead
+    UNCHANGED = "unchanged"  #: immutable kind, unknown id, or already removed
+
+
+class Refusal(enum.Enum):
+    """Why a request (or part of one) was refused."""
+
+    PROTECTED = "protected"  #: a protected kind would be removed or paraphrased
+    NEGATIVE = "negative"  #: the classifier flags a negative result
+    IMMUTABLE = "immutable"  #: constraints and instructions are never changed
+    REFERENCED = "referenced"  #: a surviving entry still cites it
+    RATIONALE = "rationale"  #: the plan touches its own rationale
+    READMISSION = "readmission"  #: content or key matches a tombstone
+    CONFLICT = "conflict"  #: changed since the plan's base version
+    UNKNOWN = "unknown"  #: no such live entry
+
+
+class Outcome(NamedTuple):
+    """One id's result in a :class:`PruneReport`; ``refusal`` is ``None`` unless refused."""
+
+    status: Status
+    refusal: Refusal | None = None
+
+
+class PruneReport(Mapping[str, Outcome]):
+    """Read-only mapping id → :class:`Outcome`, in request order."""
+
+    __slots__ = ("_outcomes", "version")
+
+    def __init__(self, outcomes: Mapping[str, Outcome], version: int) -> None:
+        self._outcomes = dict(outcomes)
+        #: the head version after the request
+        self.version = version
+
+    def __getitem__(self, key: str) -> Outcome:
+        return self._outcomes[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._outcomes)
+
+    def __len__(self) -> int:
+        return len(self._outcomes)
+
+    def ids(self, status: Status) -> tuple[str, ...]:
+        """The ids whose outcome has ``status``, in request order."""
+        return tuple(i for i, o in self._outcomes.items() if o.status is status)
+
+    def __repr__(self) -> str:
+        inner = ", ".join(
+            f"{k!r}: {o.status.name}" + (f"/{o.refusal.name}" if o.refusal else "")
+            for k, o in self._outcomes.items()
+        )
+        return f"PruneReport({{{inner}}}, version={self.version})"
+
+
+class Mark(NamedTuple):
+    """A stale annotation: the bytes stay, the annotation is monotone (seed 000)."""
+
+    id: str
+    reason: str
+    turn: int | None
+    version: int  #: the first version in which the entry is marked
+
+
+class Tombstone(NamedTuple):
+    """What remains of a removed entry, in the window and in the log (seed 002)."""
+
+    id: str
+    content_hash: str
+    reason: str
+    turn: int | None
+    actor: str | None
+    version: int  #: the version that removed the entry
+    kind: Kind | None = None
+    key: str | None = None
+
+    def note(self) -> str:
+        """A one-line, human-readable tombstone note for rendering into a prompt."""
+        when = f"turn {self.turn}" if self.turn is not None else f"version {self.version}"
+        return f"[{self.id} pruned at {when}: {self.reason}]"
+
+
+@dataclass(frozen=True, slots=True)
+class Override:
+    """An explicit, logged permission to re-admit content that matches a tombstone."""
+
+    reason: str
+    turn: int
+
+    def __post_init__(self) -> None:
+        check_text(self.reason, "override reason")
+        if check_turn(self.turn, "override turn") is None:
+            raise InvalidType("override turn must be an int, not None")
+
+
+class EscalationKind(enum.Enum):
+    """What a supervisor is told about."""
+
+    REFUSED_EDIT = "refused_edit"
+    READER_PINNED = "reader_pinned"
+    BACKLOG = "backlog"
+
+
+@dataclass(frozen=True, slots=True)
+class Escalation:
+    """A condition the buffer will not resolve silently; sent to the supervisor
+    and written to the log."""
+
+    kind: EscalationKind
+    detail: str
+    plan: EditPlan | None = None
+    refusals: tuple[Refusal, ...] = ()
+    version: int = 0
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class EditReport:
+    """Result of :meth:`Buffer.edit`: all or nothing."""
+
+    applied: bool
+    refusals: tuple[Refusal, ...] = ()
+    escalation: Escalation | None = None
+    version: int = 0
+    #: ids removed by this call (their tombstones are written)
+    removed: tuple[str, ...] = ()
+    #: ids marked now and removed at their grace point
+    deferred: tuple[str, ...] = ()
+
+
+class ReaderInfo(NamedTuple):
+    """One pinned reader, as :meth:`Buffer.stats` reports it."""
+
+    task: str
+    version: int
+    age: float  #: seconds since the pin
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """A frozen picture of a buffer (like trio's ``statistics()``)."""
+
+    version: int
+    entries: int
+    retained_versions: int
+    pinned: int
+    readers: tuple[ReaderInfo, ...]
+    oldest_pin_age: float | None
+    oldest_pin_version: int | None
+    deferred: int
+    marks: int
+    tombstones: int
+    refusals: Mapping[Refusal, int]
+    escalations: int
+    escalations_dropped: int
+    #: tombstones written per entry removed; 1.0 means every removal left one
+    #: (seed 002's alarm is this ratio falling to zero)
+    tombstone_to_edit_ratio: float
+    readmissions_refused: int
+    readmissions_overridden: int
+    log_records: int
+    log_pending: int
+    log_failing: bool
+    #: seconds from a removal's last blocking unpin to its application (last, max)
+    reclamation_latency_last: float | None = None
+    reclamation_latency_max: float | None = None
+
+
+class LogRecord(NamedTuple):
+    """One record of the append-only edit log.
+
+    ``version`` is the version the operation published, or ``None`` when it
+    changed nothing (a refusal, an escalation). ``detail`` is JSON-ready and
+    carries everything recovery needs (full entries, positions, tombstones).
+    """
+
+    seq: int
+    time: float
+    op: str
+    version: int | None
+    ids: tuple[str, ...]
+    actor: str | None
+    reason: str | None
+    turn: int | None
+    outcome: str
+    detail: Mapping[str, Any]
+    format: int = FORMAT
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (the on-disk shape of both durable sinks)."""
+        return {
+            "format": self.format,
+            "seq": self.seq,
+            "time": self.time,
+            "op": self.op,
+            "version": self.version,
+            "ids": list(self.ids),
+            "actor": self.actor,
+            "reason": self.reason,
+            "turn": self.turn,
+            "outcome": self.outcome,
+            "detail": dict(self.detail),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LogRecord:
+        """Invert :meth:`to_dict`."""
+        return cls(
+            seq=int(data["seq"]),
+            time=float(data["time"]),
+            op=str(data["op"]),
+            version=None if data["version"] is None else int(data["version"]),
+            ids=tuple(data["ids"]),
+            actor=data["actor"],
+            reason=data["reason"],
+            turn=data["turn"],
+            outcome=str(data["outcome"]),
+            detail=data["detail"],
+            format=int(data["format"]),
+        )
