@@ -44,5 +44,7 @@ from ._core.records import Refusal as Refusal
 from ._core.records import Stats as Stats
 from ._core.records import Status as Status
 from ._core.records import Tombstone as Tombstone
+from ._runtime import RuntimeBuffer as RuntimeBuffer
+from ._runtime import open_buffer as open_buffer
 
 __version__ = "0.1.0"

@@ -1,0 +1,334 @@
+"""The barrier scheduler: an anyio runtime around the sans-IO core.
+
+``open_buffer()`` starts, in one task group, on asyncio or trio unchanged:
+
+* the **barrier scheduler**, which sleeps on an event and is woken — never by
+  polling — when an unpin makes a staged removal due, when a removal is
+  staged, or by :meth:`RuntimeBuffer.quiesce`. Each wake-up applies *every*
+  due removal as one batch (one new version with all its tombstones),
+  re-validated against the head at that moment. Due-ness is the core's grace
+  rule: only readers pinned below an entry's mark version hold it back, so a
+  steady stream of overlapping readers never starves a removal (an RCU grace
+  period, not a "zero readers" moment);
+* the **reader-age alarm**: readers pinned longer than ``max_pin_age`` are
+  escalated once each (``READER_PINNED``: task, version, age, and how many
+  staged removals they hold back — like RCU stall warnings or PostgreSQL's
+  ``backend_xmin``);
+* **group commit** of a durable log: pending records are flushed every
+  ``flush_interval`` seconds in a worker thread, so no coroutine waits for a
+  disk on the mark or append path.
+
+Wake-ups may come from worker threads (``anyio.to_thread``): they are handed
+to the loop with the backend's non-blocking thread-safe call
+(``loop.call_soon_threadsafe`` / ``TrioToken.run_sync_soon``), so a thread
+that holds the buffer's write lock never waits for the loop.
+
+Cancellation: applying a batch is one synchronous call (or a worker thread
+that is not abandoned on cancel), so cancelling the scheduler or leaving
+``open_buffer`` by an exception never half-applies a batch. On a normal exit
+``open_buffer`` applies what is due, flushes the log, and leaves removals
+that are not yet due *staged* (they are in the log, and recovery brings them
+back staged); afterwards the buffer keeps working in sync mode (a due removal
+is applied when its last blocking pin is released). On an exceptional exit it
+only flushes (shielded, best effort) and re-raises.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+import anyio
+import anyio.abc
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from ._core.buffer import Buffer
+from ._core.errors import BufferClosed, LogWriteError
+from ._core.log import LogSink
+from ._core.policy import Policy
+from ._core.records import Escalation, EscalationKind
+from ._core.tasks import task_name
+
+__all__ = ["RuntimeBuffer", "open_buffer"]
+
+
+def _threadsafe_caller() -> Callable[[Callable[[], None]], None]:
+    """A non-blocking 'run this in the loop soon' for the running backend."""
+    import asyncio
+
+    loop = asyncio._get_running_loop()
+    if loop is not None:
+        return lambda fn: loop.call_soon_threadsafe(fn) and None
+    import trio
+
+    token = trio.lowlevel.current_trio_token()
+    return lambda fn: token.run_sync_soon(fn)
+
+
+class RuntimeBuffer(Buffer):
+    """A :class:`Buffer` whose removals are applied by a barrier scheduler.
+
+    Made by :func:`open_buffer`; every sync method of :class:`Buffer` works
+    unchanged (and stays sync: ``mark_stale`` and ``snapshot()`` never await).
+    """
+
+    def __init__(
+        self,
+        log: LogSink | None = None,
+        policy: Policy | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        max_pin_age: float | None = None,
+        escalation_buffer: int = 1000,
+        flush_interval: float = 0.05,
+    ) -> None:
+        super().__init__(log, policy, clock=clock)
+        if max_pin_age is not None and not max_pin_age > 0:
+            raise ValueError(f"max_pin_age must be > 0 or None, got {max_pin_age!r}")
+        if not flush_interval > 0:
+            raise ValueError(f"flush_interval must be > 0, got {flush_interval!r}")
+        self.max_pin_age = max_pin_age
+        self.flush_interval = flush_interval
+        self._escalation_buffer = escalation_buffer
+        self._running = False
+        self._wake: anyio.Event | None = None
+        self._loop_thread = 0
+        self._call_soon: Callable[[Callable[[], None]], None] | None = None
+        self._esc_send: MemoryObjectSendStream[Escalation] | None = None
+        self._esc_receive: MemoryObjectReceiveStream[Escalation] | None = None
+        self._alarmed: set[int] = set()
+        self.wakeups = 0  #: scheduler wake-ups so far (for latency benchmarks)
+        self.batches = 0  #: batches applied by the scheduler
+
+    # -- waking ------------------------------------------------------------
+
+    def _set_wake(self) -> None:
+        wake = self._wake
+        if wake is not None:
+            wake.set()
+
+    def _wake_scheduler(self) -> None:
+        """Installed as the core's due hook: wake the scheduler, from any thread."""
+        if threading.get_ident() == self._loop_thread:
+            self._set_wake()
+        elif self._call_soon is not None:
+            try:
+                self._call_soon(self._set_wake)
+            except RuntimeError:  # the loop is closing; exit applies what is due
+                pass
+
+    def _deliver(self, esc: Escalation) -> bool:
+        """Installed as the core's escalation hook: never blocks."""
+        if threading.get_ident() == self._loop_thread:
+            return self._send(esc)
+        if self._call_soon is None:
+            return False
+        try:
+            self._call_soon(lambda: None if self._send(esc) else self._count_dropped())
+        except RuntimeError:
+            return False
+        return True
+
+    def _count_dropped(self) -> None:
+        self._escalations_dropped += 1
+
+    def _send(self, esc: Escalation) -> bool:
+        send = self._esc_send
+        if send is None:
+            return False
+        try:
+            send.send_nowait(esc)
+        except (anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            return False
+        return True
+
+    # -- the scheduler ---------------------------------------------------------
+
+    async def _apply_due_async(self) -> tuple[str, ...]:
+        if self._sink is None:
+            return self.apply_due()
+        # Disk I/O in a worker thread; not abandoned on cancel, so a batch is
+        # either applied whole or not at all.
+        return await anyio.to_thread.run_sync(self.apply_due)
+
+    async def _scheduler(self, task_status: anyio.abc.TaskStatus[None]) -> None:
+        self._wake = anyio.Event()
+        task_status.started()
+        while True:
+            await self._wake.wait()
+            self._wake = anyio.Event()
+            self.wakeups += 1
+            if self.has_due():
+                try:
+                    removed = await self._apply_due_async()
+                except LogWriteError:
+                    # Stays staged and logged; stats() shows log_failing. The
+                    # next wake-up (or a flush that succeeds) retries.
+                    continue
+                if removed:
+                    self.batches += 1
+
+    async def _alarm(self, max_age: float) -> None:
+        interval = max_age / 2
+        while True:
+            await anyio.sleep(interval)
+            self._check_reader_ages(max_age)
+
+    def _check_reader_ages(self, max_age: float) -> list[Escalation]:
+        """Escalate (once each) readers pinned longer than ``max_age``."""
+        now = self._clock()
+        with self._pin_lock:
+            readers = [s for s in self._readers if s._version is not None]
+        staged = [(g.grace, len(g.ids)) for _, _, g in self._staged]
+        live_keys = {id(s) for s in readers}
+        self._alarmed &= live_keys
+        out = []
+        for snap in readers:
+            v = snap._version
+            if v is None or id(snap) in self._alarmed:
+                continue
+            age = now - snap._since
+            if age <= max_age:
+                continue
+            self._alarmed.add(id(snap))
+            held = sum(n for grace, n in staged if grace > v.number)
+            name = task_name(snap._task)
+            detail = (
+                f"reader {name!r} has pinned version {v.number} for {age:.1f}s "
+                f"(alarm at {max_age:g}s), holding back {held} removal(s)"
+            )
+            out.append(
+                self.escalate(
+                    EscalationKind.READER_PINNED,
+                    detail,
+                    data={"task": name, "version": v.number, "age": age, "holding_back": held},
+                )
+            )
+        return out
+
+    async def _flusher(self) -> None:
+        while True:
+            await anyio.sleep(self.flush_interval)
+            if self.pending_records:
+                try:
+                    await anyio.to_thread.run_sync(self.flush)
+                except LogWriteError:
+                    pass  # stats().log_failing; retried next interval
+
+    # -- public async API --------------------------------------------------
+
+    async def quiesce(self) -> None:
+        """Return once every removal whose blocking readers have left is
+        applied. Always a checkpoint, even when nothing is due; does not wait
+        for readers still in flight. Raises :class:`LogWriteError` if the
+        tombstones cannot be made durable (the removals stay staged)."""
+        await anyio.lowlevel.checkpoint()
+        while self.has_due():
+            await self._apply_due_async()
+
+    async def aflush(self) -> None:
+        """:meth:`flush` in a worker thread (a checkpoint; shielded so a
+        cancelled caller still leaves the log consistent)."""
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(self.flush)
+
+    async def escalations(self) -> AsyncIterator[Escalation]:
+        """Refused edits, readers pinned past ``max_pin_age``, backlog over its
+        bound — as they happen. Several consumers share one stream (each
+        escalation goes to one of them). Ends when ``open_buffer`` exits.
+        Escalations that arrive while the stream is full are counted in
+        ``stats().escalations_dropped``; all of them are in the log."""
+        receive = self._esc_receive
+        if receive is None:
+            raise BufferClosed("escalations() needs a running buffer (inside open_buffer)")
+        async with receive.clone() as stream:
+            async for esc in stream:
+                yield esc
+
+    def check_reader_ages(self) -> list[Escalation]:
+        """Run the reader-age alarm now (what the alarm task does each tick)."""
+        if self.max_pin_age is None:
+            return []
+        return self._check_reader_ages(self.max_pin_age)
+
+    # -- lifecycle -----------------------------------------------------------
+
+    def _start(self) -> None:
+        self._loop_thread = threading.get_ident()
+        self._call_soon = _threadsafe_caller()
+        self._esc_send, self._esc_receive = anyio.create_memory_object_stream[Escalation](
+            self._escalation_buffer
+        )
+        # Escalations queued before the runtime started are delivered first.
+        for esc in self.drain_escalations():
+            if not self._send(esc):
+                self._escalations_dropped += 1
+        self._due_hook = self._wake_scheduler
+        self._escalation_hook = self._deliver
+        self._running = True
+
+    def _stop(self) -> None:
+        self._running = False
+        self._due_hook = None
+        self._escalation_hook = None
+        self._call_soon = None
+        self._wake = None
+        if self._esc_send is not None:
+            self._esc_send.close()
+        if self._esc_receive is not None:
+            self._esc_receive.close()
+        self._esc_send = self._esc_receive = None
+
+    @property
+    def running(self) -> bool:
+        """Whether the scheduler is running (inside ``open_buffer``)."""
+        return self._running
+
+
+@asynccontextmanager
+async def open_buffer(
+    log: LogSink | None = None,
+    policy: Policy | None = None,
+    *,
+    max_pin_age: float | None = 30.0,
+    escalation_buffer: int = 1000,
+    flush_interval: float = 0.05,
+    clock: Callable[[], float] = time.monotonic,
+) -> AsyncIterator[RuntimeBuffer]:
+    """A :class:`RuntimeBuffer` with its barrier scheduler running.
+
+    ``max_pin_age`` (seconds, ``None`` to disable) arms the reader-age alarm;
+    ``escalation_buffer`` bounds the escalation stream; ``flush_interval`` is
+    the group-commit period of a durable ``log``; ``clock`` measures pin ages
+    (inject a fake one in tests). See the module docstring for what exit does.
+    """
+    buf = RuntimeBuffer(
+        log,
+        policy,
+        clock=clock,
+        max_pin_age=max_pin_age,
+        escalation_buffer=escalation_buffer,
+        flush_interval=flush_interval,
+    )
+    async with anyio.create_task_group() as tg:
+        buf._start()
+        await tg.start(buf._scheduler)
+        if max_pin_age is not None:
+            tg.start_soon(buf._alarm, max_pin_age)
+        if log is not None:
+            tg.start_soon(buf._flusher)
+        try:
+            if buf.has_due():
+                await buf.quiesce()
+            yield buf
+            await buf.quiesce()
+        finally:
+            tg.cancel_scope.cancel()
+            buf._stop()
+            if log is not None:
+                with anyio.CancelScope(shield=True):
+                    try:
+                        await anyio.to_thread.run_sync(buf.flush)
+                    except LogWriteError:
+                        pass  # stats().log_failing tells; the records stay pending
