@@ -39,6 +39,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+
 import anyio
 import anyio.abc
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -59,7 +60,11 @@ def _threadsafe_caller() -> Callable[[Callable[[], None]], None]:
 
     loop = asyncio._get_running_loop()
     if loop is not None:
-        return lambda fn: loop.call_soon_threadsafe(fn) and None
+
+        def call_soon(fn: Callable[[], None]) -> None:
+            loop.call_soon_threadsafe(fn)
+
+        return call_soon
     import trio
 
     token = trio.lowlevel.current_trio_token()
