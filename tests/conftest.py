@@ -1,11 +1,77 @@
-"""Shared fixtures: every async test runs on asyncio and on trio."""
+"""Shared fixtures: every async test runs on asyncio and on trio; entry builders
+for the sync-core tests.
+
+The sync-core tests need no event loop: the core is sans-IO. Every ``buf`` fixture is
+checked with ``Buffer._check(expect_no_pins=True)`` when its test ends, so
+each test also asserts every invariant of DESIGN.md on its final state.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from typing import Any
+
 import pytest
+
+from quiesce import Buffer, Entry, Kind, LogRecord
 
 
 @pytest.fixture(params=["asyncio", "trio"])
 def anyio_backend(request: pytest.FixtureRequest) -> str:
     """anyio's pytest plugin runs each ``@pytest.mark.anyio`` test once per backend."""
     return str(request.param)
+
+
+def entry(
+    entry_id: str,
+    kind: Kind = Kind.REASONING,
+    body: str | None = None,
+    refs: tuple[str, ...] | list[str] = (),
+    **kwargs: Any,
+) -> Entry:
+    """An entry with a body unique to its id unless one is given."""
+    text = f"step {entry_id}" if body is None else body
+    return Entry(entry_id, kind, text, tuple(refs), **kwargs)
+
+
+def reasoning(entry_id: str, *refs: str, body: str | None = None) -> Entry:
+    """A plain (prunable) reasoning entry citing ``refs``."""
+    return entry(entry_id, Kind.REASONING, body, refs)
+
+
+def fill(buf: Buffer, *entries: Entry) -> int:
+    """Append every entry; return the head version."""
+    for e in entries:
+        buf.append(e)
+    return buf.version
+
+
+def window(buf: Buffer) -> list[str]:
+    """The live ids of the head in window order (through a snapshot)."""
+    with buf.snapshot() as snap:
+        return [e.id for e in snap]
+
+
+class ListSink:
+    """An in-memory LogSink preloaded with records: ``Buffer(log=ListSink(buf.log))``
+    recovers a copy of ``buf`` from its log."""
+
+    def __init__(self, records: Sequence[LogRecord] = ()) -> None:
+        self.records = list(records)
+
+    def load(self) -> Sequence[LogRecord]:
+        return self.records
+
+    def write(self, records: Sequence[LogRecord]) -> None:
+        self.records.extend(records)
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def buf() -> Iterator[Buffer]:
+    """A fresh in-memory buffer, invariant-checked when the test ends."""
+    b = Buffer()
+    yield b
+    b._check(expect_no_pins=True)

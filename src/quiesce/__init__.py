@@ -44,7 +44,12 @@ from ._core.records import Refusal as Refusal
 from ._core.records import Stats as Stats
 from ._core.records import Status as Status
 from ._core.records import Tombstone as Tombstone
+from ._log.jsonl import JsonlLog as JsonlLog
+from ._log.sqlite import SQLiteLog as SQLiteLog
 from ._runtime import RuntimeBuffer as RuntimeBuffer
 from ._runtime import open_buffer as open_buffer
+from .pruner import HeuristicPruner as HeuristicPruner
+from .pruner import Pruner as Pruner
+from .pruner import run_pruner as run_pruner
 
 __version__ = "0.1.0"

@@ -9,11 +9,16 @@
   re-validated against the head at that moment. Due-ness is the core's grace
   rule: only readers pinned below an entry's mark version hold it back, so a
   steady stream of overlapping readers never starves a removal (an RCU grace
-  period, not a "zero readers" moment);
+  period, not a "zero readers" moment). If the log cannot take the batch's
+  tombstones, nothing is published, the removals stay staged, and the
+  scheduler retries every ``flush_interval`` until the log recovers (no
+  unpin may come to wake it again);
 * the **reader-age alarm**: readers pinned longer than ``max_pin_age`` are
   escalated once each (``READER_PINNED``: task, version, age, and how many
   staged removals they hold back — like RCU stall warnings or PostgreSQL's
-  ``backend_xmin``);
+  ``backend_xmin``). Ages are measured on the running loop's clock by
+  default, the clock the alarm sleeps on (so trio's ``MockClock`` drives
+  both);
 * **group commit** of a durable log: pending records are flushed every
   ``flush_interval`` seconds in a worker thread, so no coroutine waits for a
   disk on the mark or append path.
@@ -30,7 +35,12 @@ that is not abandoned on cancel), so cancelling the scheduler or leaving
 that are not yet due *staged* (they are in the log, and recovery brings them
 back staged); afterwards the buffer keeps working in sync mode (a due removal
 is applied when its last blocking pin is released). On an exceptional exit it
-only flushes (shielded, best effort) and re-raises.
+only flushes (shielded, best effort) and re-raises the body's exception as
+itself (not wrapped in an exception group).
+
+``quiesce()`` waits for a batch the scheduler is still making durable: its
+groups have left the staged queue but are not published yet, so ``has_due()``
+alone would let ``quiesce()`` return too early.
 """
 
 from __future__ import annotations
@@ -71,6 +81,21 @@ def _threadsafe_caller() -> Callable[[Callable[[], None]], None]:
     return lambda fn: token.run_sync_soon(fn)
 
 
+def _loop_clock() -> Callable[[], float]:
+    """The running backend's clock, readable from any thread: asyncio's
+    ``loop.time`` (``time.monotonic``), or trio's current clock (a test's
+    ``MockClock`` included). Pin ages measured on it agree with the alarm's
+    ``anyio.sleep``."""
+    import asyncio
+
+    loop = asyncio._get_running_loop()
+    if loop is not None:
+        return loop.time
+    import trio
+
+    return trio.lowlevel.current_clock().current_time
+
+
 class RuntimeBuffer(Buffer):
     """A :class:`Buffer` whose removals are applied by a barrier scheduler.
 
@@ -103,6 +128,7 @@ class RuntimeBuffer(Buffer):
         self._esc_send: MemoryObjectSendStream[Escalation] | None = None
         self._esc_receive: MemoryObjectReceiveStream[Escalation] | None = None
         self._alarmed: set[int] = set()
+        self._in_flight: list[anyio.Event] = []
         self.wakeups = 0  #: scheduler wake-ups so far (for latency benchmarks)
         self.batches = 0  #: batches applied by the scheduler
 
@@ -117,9 +143,11 @@ class RuntimeBuffer(Buffer):
         """Installed as the core's due hook: wake the scheduler, from any thread."""
         if threading.get_ident() == self._loop_thread:
             self._set_wake()
-        elif self._call_soon is not None:
+            return
+        call_soon = self._call_soon  # read once: _stop() may clear it meanwhile
+        if call_soon is not None:
             try:
-                self._call_soon(self._set_wake)
+                call_soon(self._set_wake)
             except RuntimeError:  # the loop is closing; exit applies what is due
                 pass
 
@@ -127,10 +155,11 @@ class RuntimeBuffer(Buffer):
         """Installed as the core's escalation hook: never blocks."""
         if threading.get_ident() == self._loop_thread:
             return self._send(esc)
-        if self._call_soon is None:
+        call_soon = self._call_soon  # read once: _stop() may clear it meanwhile
+        if call_soon is None:
             return False
         try:
-            self._call_soon(lambda: None if self._send(esc) else self._count_dropped())
+            call_soon(lambda: None if self._send(esc) else self._count_dropped())
         except RuntimeError:
             return False
         return True
@@ -154,22 +183,43 @@ class RuntimeBuffer(Buffer):
         if self._sink is None:
             return self.apply_due()
         # Disk I/O in a worker thread; not abandoned on cancel, so a batch is
-        # either applied whole or not at all.
-        return await anyio.to_thread.run_sync(self.apply_due)
+        # either applied whole or not at all. While it runs its groups are
+        # off the staged queue but not yet published: ``quiesce()`` waits for
+        # the in-flight batches instead of trusting ``has_due()``.
+        done = anyio.Event()
+        self._in_flight.append(done)
+        try:
+            return await anyio.to_thread.run_sync(self.apply_due)
+        finally:
+            self._in_flight.remove(done)
+            done.set()
 
     async def _scheduler(self, task_status: anyio.abc.TaskStatus[None]) -> None:
         self._wake = anyio.Event()
         task_status.started()
+        retry = False
         while True:
-            await self._wake.wait()
+            wake = self._wake
+            if wake is None:
+                return  # stopped while a batch ran in its worker thread
+            if retry:
+                # The log failed: nothing may wake us again (the readers have
+                # left), so retry after a group-commit interval.
+                with anyio.move_on_after(self.flush_interval):
+                    await wake.wait()
+            else:
+                await wake.wait()
+            if self._wake is None:
+                return
             self._wake = anyio.Event()
             self.wakeups += 1
+            retry = False
             if self.has_due():
                 try:
                     removed = await self._apply_due_async()
                 except LogWriteError:
-                    # Stays staged and logged; stats() shows log_failing. The
-                    # next wake-up (or a flush that succeeds) retries.
+                    # Stays staged and logged; stats() shows log_failing.
+                    retry = True
                     continue
                 if removed:
                     self.batches += 1
@@ -229,8 +279,15 @@ class RuntimeBuffer(Buffer):
         for readers still in flight. Raises :class:`LogWriteError` if the
         tombstones cannot be made durable (the removals stay staged)."""
         await anyio.lowlevel.checkpoint()
-        while self.has_due():
-            await self._apply_due_async()
+        while True:
+            if self._in_flight:
+                # A batch popped off the queue by the scheduler is still being
+                # made durable; it counts as due until it is published.
+                await self._in_flight[0].wait()
+            elif self.has_due():
+                await self._apply_due_async()
+            else:
+                return
 
     async def aflush(self) -> None:
         """:meth:`flush` in a worker thread (a checkpoint; shielded so a
@@ -299,15 +356,22 @@ async def open_buffer(
     max_pin_age: float | None = 30.0,
     escalation_buffer: int = 1000,
     flush_interval: float = 0.05,
-    clock: Callable[[], float] = time.monotonic,
+    clock: Callable[[], float] | None = None,
 ) -> AsyncIterator[RuntimeBuffer]:
     """A :class:`RuntimeBuffer` with its barrier scheduler running.
 
     ``max_pin_age`` (seconds, ``None`` to disable) arms the reader-age alarm;
     ``escalation_buffer`` bounds the escalation stream; ``flush_interval`` is
     the group-commit period of a durable ``log``; ``clock`` measures pin ages
-    (inject a fake one in tests). See the module docstring for what exit does.
+    and reclamation latency (default: the running event loop's clock, so pin
+    ages agree with the alarm's sleeps — also under trio's ``MockClock``;
+    inject a fake one in tests). See the module docstring for what exit does.
+
+    An exception raised by the body propagates as itself, not wrapped in an
+    exception group: the task group inside is an implementation detail.
     """
+    if clock is None:
+        clock = _loop_clock()
     buf = RuntimeBuffer(
         log,
         policy,
@@ -316,18 +380,25 @@ async def open_buffer(
         escalation_buffer=escalation_buffer,
         flush_interval=flush_interval,
     )
+    body_error: Exception | None = None
     async with anyio.create_task_group() as tg:
         buf._start()
-        await tg.start(buf._scheduler)
-        if max_pin_age is not None:
-            tg.start_soon(buf._alarm, max_pin_age)
-        if log is not None:
-            tg.start_soon(buf._flusher)
         try:
+            await tg.start(buf._scheduler)
+            if max_pin_age is not None:
+                tg.start_soon(buf._alarm, max_pin_age)
+            if log is not None:
+                tg.start_soon(buf._flusher)
             if buf.has_due():
                 await buf.quiesce()
-            yield buf
-            await buf.quiesce()
+            try:
+                yield buf
+            except Exception as exc:
+                # Re-raised below, outside the task group, so it is not
+                # wrapped. Cancellation (a BaseException) goes through it.
+                body_error = exc
+            else:
+                await buf.quiesce()
         finally:
             tg.cancel_scope.cancel()
             buf._stop()
@@ -337,3 +408,5 @@ async def open_buffer(
                         await anyio.to_thread.run_sync(buf.flush)
                     except LogWriteError:
                         pass  # stats().log_failing tells; the records stay pending
+    if body_error is not None:
+        raise body_error

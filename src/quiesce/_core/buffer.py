@@ -47,6 +47,7 @@ Prior art: RCU grace periods (liburcu), crossbeam-epoch, PostgreSQL's
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import threading
@@ -56,8 +57,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType, TracebackType
 from typing import Any
-
-from immutables import Map
 
 from .entry import Entry, check_id, check_text, check_turn
 from .errors import (
@@ -76,6 +75,7 @@ from .log import EditLog, LogSink
 from .plan import EditPlan, Move, Prune, Rewrite, Summarize
 from .policy import Policy
 from .records import (
+    FORMAT,
     EditReport,
     Escalation,
     EscalationKind,
@@ -91,7 +91,7 @@ from .records import (
     Tombstone,
 )
 from .tasks import current_task, task_name
-from .version import EMPTY_MAP, Slot, Tombs, Version
+from .version import EMPTY_MAP, Slot, Version
 
 __all__ = ["Buffer", "Snapshot"]
 
@@ -166,9 +166,11 @@ class _Draft:
         for ref in entry.refs:
             self.referrers[ref] = self.referrers.get(ref, EMPTY_MAP).set(entry.id, None)
 
-    def set_key(self, entry_id: str, key: float, number: int) -> None:
+    def set_key(self, entry_id: str, key: float, number: int, *, touch: bool = True) -> None:
+        """Give ``entry_id`` a new order key; ``touch`` records the change as
+        made at ``number`` (a renumbering alone is not a change to the entry)."""
         old: Slot = self.live[entry_id]
-        self.live[entry_id] = Slot(old.entry, key, number)
+        self.live[entry_id] = Slot(old.entry, key, number if touch else old.changed)
         if key >= self.next_key:
             self.next_key = float(int(key) + 1)
 
@@ -228,11 +230,43 @@ class Snapshot:
         self._task: object = None
         self._since = 0.0
 
+    # Pin and unpin are the readers' fast path (a goal: <= 0.2x an aiorwlock
+    # reader acquire + release), so they are written out here rather than
+    # delegated to Buffer methods, and take the pin lock with acquire/release
+    # rather than ``with`` (half the cost); the critical sections cannot
+    # raise. See "Pins" in the module docstring.
+
     def __enter__(self) -> Snapshot:
+        """Pin the head version to the calling task. O(1)."""
         if self._entered:
             raise SnapshotReleased("a snapshot is pinned once; take a new buffer.snapshot()")
         self._entered = True
-        self._buffer._pin(self)
+        buf = self._buffer
+        task = current_task()
+        now = buf._clock()
+        lock = buf._pin_lock
+        lock.acquire()
+        try:
+            v = buf._head
+            n = v.number
+            counts = buf._pin_counts
+            c = counts.get(n)
+            if c is None:
+                counts[n] = 1
+                order = buf._pin_order
+                if not order or order[-1] != n:
+                    order.append(n)
+            else:
+                counts[n] = c + 1
+            # Registered and pinned in one critical section: whoever reads the
+            # readers under the pin lock (stats, _check) never sees a reader
+            # without its version.
+            self._version = v
+            self._task = task
+            self._since = now
+            buf._readers[self] = None
+        finally:
+            lock.release()
         return self
 
     def __exit__(
@@ -241,8 +275,36 @@ class Snapshot:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._version is not None:
-            self._buffer._unpin(self)
+        """Unpin; signals the barrier if that makes a staged removal due. O(1)
+        amortized."""
+        v = self._version
+        if v is None:
+            return
+        n = v.number
+        buf = self._buffer
+        lock = buf._pin_lock
+        lock.acquire()
+        try:
+            self._version = None
+            del buf._readers[self]
+            counts = buf._pin_counts
+            c = counts[n] - 1
+            if c:
+                counts[n] = c
+                return
+            del counts[n]
+            order = buf._pin_order
+            if order[0] != n:
+                return
+            order.popleft()
+            while order and order[0] not in counts:
+                order.popleft()
+            oldest = order[0] if order else None
+        finally:
+            lock.release()
+        staged = buf._staged
+        if staged and (oldest is None or staged[0][0] <= oldest):
+            buf._signal_due()
 
     def _v(self) -> Version:
         v = self._version
@@ -281,6 +343,8 @@ class Snapshot:
         """The live entry; :class:`EntryPruned` (with the tombstone) if it was
         removed in this version; :class:`UnknownEntry` if never seen."""
         v = self._v()
+        if type(entry_id) is not str or not entry_id:
+            check_id(entry_id)
         slot = v.live.get(entry_id)
         if slot is not None:
             return slot.entry
@@ -288,13 +352,18 @@ class Snapshot:
 
     def get(self, entry_id: str, default: Any = None) -> Any:
         """The live entry or ``default``."""
-        slot = self._v().live.get(entry_id)
+        v = self._v()
+        if type(entry_id) is not str or not entry_id:
+            check_id(entry_id)
+        slot = v.live.get(entry_id)
         return default if slot is None else slot.entry
 
     def resolve(self, entry_id: str) -> Entry | Tombstone:
         """The entry, or its tombstone if removed; :class:`UnknownEntry` if it
         never existed. "Deleted" and "never existed" stay distinguishable."""
         v = self._v()
+        if type(entry_id) is not str or not entry_id:
+            check_id(entry_id)
         slot = v.live.get(entry_id)
         if slot is not None:
             return slot.entry
@@ -305,11 +374,17 @@ class Snapshot:
 
     def mark(self, entry_id: str) -> Mark | None:
         """The entry's mark as of the pinned version, or ``None``."""
-        return self._v().marks.get(entry_id)
+        v = self._v()
+        if type(entry_id) is not str or not entry_id:
+            check_id(entry_id)
+        return v.marks.get(entry_id)
 
     def is_stale(self, entry_id: str) -> bool:
         """Whether the entry is marked in the pinned version."""
-        return entry_id in self._v().marks
+        v = self._v()
+        if type(entry_id) is not str or not entry_id:
+            check_id(entry_id)
+        return entry_id in v.marks
 
     @property
     def marks(self) -> Mapping[str, Mark]:
@@ -453,49 +528,7 @@ class Buffer:
 
     # -- pins -------------------------------------------------------------
 
-    def _pin(self, snap: Snapshot) -> None:
-        task = current_task()
-        now = self._clock()
-        with self._pin_lock:
-            v = self._head
-            n = v.number
-            counts = self._pin_counts
-            c = counts.get(n)
-            if c is None:
-                counts[n] = 1
-                order = self._pin_order
-                if not order or order[-1] != n:
-                    order.append(n)
-            else:
-                counts[n] = c + 1
-            self._readers[snap] = None
-        snap._version = v
-        snap._task = task
-        snap._since = now
-
-    def _unpin(self, snap: Snapshot) -> None:
-        v = snap._version
-        assert v is not None
-        snap._version = None
-        n = v.number
-        with self._pin_lock:
-            del self._readers[snap]
-            counts = self._pin_counts
-            c = counts[n] - 1
-            if c:
-                counts[n] = c
-                return
-            del counts[n]
-            order = self._pin_order
-            if order[0] != n:
-                return
-            order.popleft()
-            while order and order[0] not in counts:
-                order.popleft()
-            oldest = order[0] if order else None
-        staged = self._staged
-        if staged and (oldest is None or staged[0][0] <= oldest):
-            self._signal_due()
+    # Pinning and unpinning are Snapshot.__enter__ and Snapshot.__exit__.
 
     def _oldest_pin(self) -> int | None:
         """The oldest pinned version (call under ``_pin_lock``)."""
@@ -530,10 +563,8 @@ class Buffer:
                 return
             try:
                 self._due_flag = False
-                try:
+                with contextlib.suppress(LogWriteError):  # stays staged; stats() tells
                     self._apply_due_locked()
-                except LogWriteError:
-                    pass  # stays staged; stats() shows log_failing
             finally:
                 self._write_lock.release()
 
@@ -841,6 +872,7 @@ class Buffer:
                             tomb,
                         )
                     raise DanglingReference(f"entry {eid!r} cites unknown entry {ref!r}", ref, None)
+            overridden = False
             if head.tombs.by_id:
                 tomb = head.tombs.matching(entry.content_hash, entry.key)
                 if tomb is not None:
@@ -866,10 +898,10 @@ class Buffer:
                             f"{tomb.version}: {tomb.reason}); re-admission needs an Override",
                             tomb,
                         )
-                    self._counts["readmit_overridden"] += 1
+                    overridden = True
             n = head.number + 1
             key = head.next_key
-            new_live = live.set(eid, Slot(entry, key, n))
+            new_live = live.set(eid, _new_tuple(Slot, (entry, key, n)))
             referrers = head.referrers
             for ref in entry.refs:
                 referrers = referrers.set(ref, referrers.get(ref, EMPTY_MAP).set(eid, None))
@@ -880,23 +912,31 @@ class Buffer:
             if override is not None:
                 detail["override"] = {"reason": override.reason, "turn": override.turn}
             self._append_record(
-                LogRecord(
-                    len(self._records),
-                    time.time(),
-                    "append",
-                    n,
-                    (eid,),
-                    None,
-                    None if override is None else override.reason,
-                    entry.turn,
-                    "applied" if override is None else "overridden",
-                    detail,
+                _new_tuple(
+                    LogRecord,
+                    (
+                        len(self._records),
+                        _wall_clock(),
+                        "append",
+                        n,
+                        (eid,),
+                        None,
+                        None if override is None else override.reason,
+                        entry.turn,
+                        # "overridden" only when the override let matching content in
+                        # (_count derives readmissions_overridden from it, also on replay)
+                        "overridden" if overridden else "applied",
+                        detail,
+                        _LOG_FORMAT,
+                    ),
                 )
             )
             self._head = new
             return n
         finally:
-            self._release()
+            self._write_lock.release()  # _release(), written out
+            if self._due_flag and self._due_hook is None:
+                self._drain_due()
 
     # -- mark ----------------------------------------------------------------
 
@@ -915,39 +955,52 @@ class Buffer:
             check_text(reason, "reason")
         if turn is not None and (type(turn) is not int or turn < 0):
             check_turn(turn)
-        self._write_lock.acquire()
+        # The hot path: records are built with tuple.__new__ (see _new_tuple),
+        # and _release() is written out.
+        lock = self._write_lock
+        lock.acquire()
         try:
             head = self._head
-            existing = head.marks.get(entry_id)
+            marks = head.marks
+            existing = marks.get(entry_id)
             if existing is not None:
                 return existing
             slot = head.live.get(entry_id)
             if slot is None:
                 raise _missing(head, entry_id)
-            if slot.entry.kind in _IMMUTABLE:
+            # Every live immutable entry is in _immutable_hashes (checked by
+            # _check); asking it spares a visit to the entry itself.
+            if entry_id in self._immutable_hashes:
                 raise ProtectedEntry(
                     f"entry {entry_id!r} is a {slot.entry.kind.name}: immutable, never marked"
                 )
             n = head.number + 1
-            mark = Mark(entry_id, reason, turn, n)
-            self._records.append(
-                LogRecord(
-                    len(self._records),
-                    time.time(),
-                    "mark",
-                    n,
-                    (entry_id,),
-                    None,
-                    reason,
-                    turn,
-                    "applied",
-                    _EMPTY_DETAIL,
+            mark: Mark = _new_tuple(Mark, (entry_id, reason, turn, n))
+            records = self._records
+            records.append(
+                _new_tuple(
+                    LogRecord,
+                    (
+                        len(records),
+                        _wall_clock(),
+                        "mark",
+                        n,
+                        (entry_id,),
+                        None,
+                        reason,
+                        turn,
+                        "applied",
+                        _EMPTY_DETAIL,
+                        _LOG_FORMAT,
+                    ),
                 )
             )
-            self._head = head.with_marks(n, head.marks.set(entry_id, mark))
+            self._head = head.with_marks(n, marks.set(entry_id, mark))
             return mark
         finally:
-            self._release()
+            lock.release()
+            if self._due_flag and self._due_hook is None:
+                self._drain_due()
 
     # -- prune ---------------------------------------------------------------
 
@@ -978,9 +1031,10 @@ class Buffer:
             raise InvalidType("prune takes a collection of ids, not a bare str")
         if not hasattr(ids, "__iter__"):
             raise InvalidType(f"prune takes a collection of ids, not {type(ids).__name__}")
-        id_list = list(dict.fromkeys(ids))
-        for i in id_list:
+        raw = list(ids)
+        for i in raw:
             check_id(i)
+        id_list = list(dict.fromkeys(raw))
         check_text(reason, "reason")
         if actor is not None:
             check_id(actor, "actor")
@@ -1076,10 +1130,8 @@ class Buffer:
         if groups:
             self._after_stage()
             if self.has_due():
-                try:
+                with contextlib.suppress(LogWriteError):  # stays DEFERRED; stats() tells
                     self._apply_due_locked()
-                except LogWriteError:
-                    pass  # stays DEFERRED; stats() shows log_failing
         tombs = self._head.tombs.by_id
         for i in candidates:
             outcomes[i] = Outcome(Status.PRUNED if i in tombs else Status.DEFERRED)
@@ -1160,13 +1212,21 @@ class Buffer:
                 return
             prot = policy.protection(e)
             if prot == "protected":
-                refuse(Refusal.PROTECTED, f"{e.id!r} is a {e.kind.name}: protected from being {verb}")
+                refuse(
+                    Refusal.PROTECTED, f"{e.id!r} is a {e.kind.name}: protected from being {verb}"
+                )
             elif prot == "negative":
                 refuse(Refusal.NEGATIVE, f"{e.id!r} records a negative result: cannot be {verb}")
 
-        def check_content(e: Entry) -> None:
-            tomb = head.tombs.matching(e.content_hash, e.key)
-            if tomb is not None and plan.override is None:
+        overridden: list[str] = []
+
+        def check_content(e: Entry, key: str | None) -> None:
+            # A rewrite keeps its entry's key, which was admitted already: only
+            # its new bytes can re-admit anything. A summary is new on both.
+            tomb = head.tombs.matching(e.content_hash, key)
+            if tomb is not None and plan.override is not None:
+                overridden.append(e.id)
+            elif tomb is not None:
                 refuse(
                     Refusal.READMISSION,
                     f"new content for {e.id!r} matches the tombstone of {tomb.id!r}",
@@ -1182,7 +1242,9 @@ class Buffer:
                             ref,
                             tomb,
                         )
-                    raise DanglingReference(f"{owner!r} would cite unknown entry {ref!r}", ref, None)
+                    raise DanglingReference(
+                        f"{owner!r} would cite unknown entry {ref!r}", ref, None
+                    )
 
         rewrites: list[tuple[Entry, Entry]] = []
         summaries: list[tuple[Summarize, tuple[str, ...]]] = []
@@ -1201,7 +1263,7 @@ class Buffer:
                 refs = e.refs if op.refs is None else op.refs
                 check_new_refs(op.id, refs)
                 new_entry = e.replace(body=op.body, refs=refs)
-                check_content(new_entry)
+                check_content(new_entry, None)
                 new_refs[op.id] = refs
                 rewrites.append((e, new_entry))
             elif isinstance(op, Summarize):
@@ -1214,7 +1276,7 @@ class Buffer:
                     if e is not None:
                         check_removable(e, "summarized")
                         removed[i] = None
-                check_content(into)
+                check_content(into, into.key)
                 summaries.append((op, op.ids))
             else:
                 live_entry(op.id)
@@ -1244,9 +1306,13 @@ class Buffer:
                     refuse(Refusal.CONFLICT, f"{i!r} changed at version {slot.changed} > base")
         if refusals:
             return self._refuse_edit(plan, tuple(refusals), why)
-        return self._apply_edit(plan, head, rewrites, summaries, moves, tuple(removed))
+        return self._apply_edit(
+            plan, head, rewrites, summaries, moves, tuple(removed), bool(overridden)
+        )
 
-    def _refuse_edit(self, plan: EditPlan, refusals: tuple[Refusal, ...], why: list[str]) -> EditReport:
+    def _refuse_edit(
+        self, plan: EditPlan, refusals: tuple[Refusal, ...], why: list[str]
+    ) -> EditReport:
         head = self._head
         detail = "; ".join(dict.fromkeys(why))
         esc = Escalation(EscalationKind.REFUSED_EDIT, detail, plan, refusals, head.number)
@@ -1273,7 +1339,7 @@ class Buffer:
 
     def _rationale_copy(self, plan: EditPlan) -> list[dict[str, Any]]:
         # Provenance separation (seed 002): the log keeps the rationale's bytes.
-        out = []
+        out: list[dict[str, Any]] = []
         for i in plan.rationale:
             slot = self._head.live.get(i)
             if slot is not None:
@@ -1290,6 +1356,7 @@ class Buffer:
         summaries: list[tuple[Summarize, tuple[str, ...]]],
         moves: list[Move],
         removed: tuple[str, ...],
+        overridden: bool = False,
     ) -> EditReport:
         if self._sink is not None and self._records[self._synced :]:
             self.flush()  # a failing disk refuses before anything changes
@@ -1300,7 +1367,7 @@ class Buffer:
             if new_entry.kind in _IMMUTABLE:  # pragma: no cover - immutables refused above
                 self._immutable_hashes[new_entry.id] = new_entry.content_hash
         keys: dict[str, float] = {}
-        renumbered = False
+        renumbered: set[str] | None = None
         if summaries or moves:
             renumbered = _place(head, draft, summaries, moves, keys, n)
         inserted = []
@@ -1320,8 +1387,6 @@ class Buffer:
             group = _Group(
                 next(self._gids), tuple(staged_ids), grace, n, plan.reason, plan.actor, plan.turn
             )
-        if plan.override is not None:
-            self._counts["readmit_overridden"] += 1
         self._append_record(
             self._record(
                 "edit",
@@ -1335,15 +1400,18 @@ class Buffer:
                     "plan": plan.to_dict(),
                     "rewrites": [new.to_dict() for _old, new in rewrites],
                     "inserted": inserted,
-                    "keys": {i: draft.live[i].key for i in keys}
-                    if not renumbered
-                    else {i: s.key for i, s in draft.live.items()},
+                    # after a renumbering ``keys`` holds every live id, and
+                    # only the ``placed`` ones changed (for base checks)
+                    "keys": {i: draft.live[i].key for i in keys},
+                    **({} if renumbered is None else {"placed": sorted(renumbered)}),
                     "marks": new_marks,
                     "staged": []
                     if group is None
                     else [[group.gid, list(group.ids), group.grace, group.staged]],
                     "rationale": self._rationale_copy(plan),
                     "refusals": [],
+                    # the override let content matching a tombstone back in
+                    **({"readmission_overridden": True} if overridden else {}),
                 },
             )
         )
@@ -1352,10 +1420,8 @@ class Buffer:
             self._stage(group)
             self._after_stage()
             if self.has_due():
-                try:
+                with contextlib.suppress(LogWriteError):  # stays deferred; stats() tells
                     self._apply_due_locked()
-                except LogWriteError:
-                    pass
         tombs = self._head.tombs.by_id
         return EditReport(
             True,
@@ -1393,7 +1459,7 @@ class Buffer:
             deferred=len(self._staged_ids),
             marks=len(head.marks),
             tombstones=len(head.tombs.by_id),
-            refusals=dict(self._refusals),
+            refusals=MappingProxyType(dict(self._refusals)),
             escalations=self._counts["escalations"],
             escalations_dropped=self._escalations_dropped,
             tombstone_to_edit_ratio=(len(head.tombs.by_id) / removed) if removed else 1.0,
@@ -1427,6 +1493,22 @@ class Buffer:
 # helpers
 
 _EMPTY_DETAIL: Mapping[str, Any] = MappingProxyType({})
+
+# The fast paths (mark_stale, append) build their Mark, Slot and LogRecord with
+# tuple.__new__, skipping the NamedTuple's Python-level __new__ (~0.1 µs
+# each); that passes every field positionally, so the field lists are pinned
+# here and a change to them fails at import instead of building short tuples.
+_new_tuple: Callable[..., Any] = tuple.__new__
+_wall_clock = time.time
+_LOG_FORMAT = FORMAT
+_FAST_PATH_FIELDS: dict[Any, str] = {
+    Mark: "id reason turn version",
+    Slot: "entry key changed",
+    LogRecord: "seq time op version ids actor reason turn outcome detail format",
+}
+for _cls, _fields in _FAST_PATH_FIELDS.items():
+    if _cls._fields != tuple(_fields.split()):  # pragma: no cover - guards edits to records.py
+        raise ImportError(f"{_cls.__name__} fields changed: update the fast paths in buffer.py")
 
 from .policy import IMMUTABLE_KINDS as _IMMUTABLE  # noqa: E402
 
@@ -1507,48 +1589,54 @@ def _place(
     moves: Sequence[Move],
     keys: dict[str, float],
     n: int,
-) -> bool:
-    """Insert summaries and apply moves in window order. Returns whether every
-    key was renumbered (float gap exhausted). O(n)."""
+) -> set[str] | None:
+    """Insert summaries and apply moves in window order, filling ``keys`` with
+    every new order key. Returns ``None``, or the ids the plan placed when the
+    float gap was exhausted and every key was renumbered. O(n)."""
     order = head.ordered_ids()
     key_of: dict[str, float] = {}
+    placed: set[str] = set()
+    ok = True
 
     def k(i: str) -> float:
         got = key_of.get(i)
         return got if got is not None else head.live[i].key
 
-    def put(i: str, index: int) -> bool:
+    def put(i: str, index: int) -> None:
+        nonlocal ok
         order.insert(index, i)
+        placed.add(i)
+        if not ok:
+            return  # every key is renumbered below; only the order matters now
         lo = k(order[index - 1]) if index > 0 else None
         hi = k(order[index + 1]) if index + 1 < len(order) else None
         key = _key_between(lo, hi)
         if key is None:
-            return False
-        key_of[i] = key
-        return True
+            ok = False
+        else:
+            key_of[i] = key
 
-    ok = True
     for op, covered in summaries:
         cover = set(covered)
         first = next(idx for idx, i in enumerate(order) if i in cover)
-        ok = put(op.into.id, first) and ok
+        put(op.into.id, first)
         draft.add(op.into, key_of.get(op.into.id, 0.0), n)
     for mv in moves:
         order.remove(mv.id)
         index = len(order) if mv.before is None else order.index(mv.before)
-        ok = put(mv.id, index) and ok
+        put(mv.id, index)
     if ok:
         for i, key in key_of.items():
             draft.set_key(i, key, n)
             keys[i] = key
-        return False
+        return None
     # Renumber every key in the new order (rare: ~50 halvings of one gap).
     for idx, i in enumerate(order):
-        slot = draft.live[i]
-        draft.live[i] = Slot(slot.entry, float(idx), n if i in key_of else slot.changed)
+        slot: Slot = draft.live[i]
+        draft.live[i] = Slot(slot.entry, float(idx), n if i in placed else slot.changed)
         keys[i] = float(idx)
     draft.next_key = float(len(order))
-    return True
+    return placed
 
 
 def _count(buf: Buffer, record: LogRecord) -> None:
@@ -1562,6 +1650,10 @@ def _count(buf: Buffer, record: LogRecord) -> None:
         counts["removed"] += len(detail.get("tombstones", ()))
     elif op == "refuse" and record.outcome == Refusal.READMISSION.value:
         counts["readmit_refused"] += 1
+    elif (op == "append" and record.outcome == "overridden") or (
+        op == "edit" and detail.get("readmission_overridden")
+    ):
+        counts["readmit_overridden"] += 1
     if op == "escalate" or (op == "edit" and record.outcome == "refused"):
         counts["escalations"] += 1
 
@@ -1606,11 +1698,15 @@ def _check_buffer(buf: Buffer, expect_no_pins: bool) -> None:
             from .policy import PROTECTED_KINDS
 
             assert t.kind not in PROTECTED_KINDS, f"protected {t.id!r} was removed (invariant 4)"
-    # (4) no immutable entry's bytes ever change.
+    # (4) no immutable entry's bytes ever change; every live one is tracked
+    # (mark_stale relies on it).
+    for i, slot in live.items():
+        if slot.entry.kind in _IMMUTABLE:
+            assert i in buf._immutable_hashes, f"immutable {i!r} is not tracked"
     for i, h in buf._immutable_hashes.items():
-        slot = live.get(i)
-        assert slot is not None, f"immutable {i!r} is gone (invariant 4)"
-        assert slot.entry.content_hash == h, f"immutable {i!r} changed (invariant 4)"
+        islot = live.get(i)
+        assert islot is not None, f"immutable {i!r} is gone (invariant 4)"
+        assert islot.entry.content_hash == h, f"immutable {i!r} changed (invariant 4)"
     # staged removals: live, marked, in the heap.
     heap_ids = {i for _, _, g in buf._staged for i in g.ids}
     for i, g in buf._staged_ids.items():

@@ -79,7 +79,7 @@ def check_refs(refs: object, own_id: str | None) -> tuple[str, ...]:
     none equal to ``own_id``. Returns them as a tuple, order kept."""
     if isinstance(refs, str | bytes) or not hasattr(refs, "__iter__"):
         raise InvalidType(f"refs must be a collection of str ids, not {type(refs).__name__}")
-    out = tuple(refs)  # type: ignore[call-overload]
+    out = tuple(refs)
     seen: set[str] = set()
     for ref in out:
         check_id(ref, "each ref")

@@ -21,7 +21,7 @@ __all__ = ["EditPlan", "Move", "Op", "Prune", "Rewrite", "Summarize"]
 def _ids(values: object, what: str) -> tuple[str, ...]:
     if isinstance(values, str | bytes) or not hasattr(values, "__iter__"):
         raise InvalidType(f"{what} must be a collection of str ids, not {type(values).__name__}")
-    out = tuple(values)  # type: ignore[call-overload]
+    out = tuple(values)
     for v in out:
         check_id(v, f"each id in {what}")
     if len(set(out)) != len(out):

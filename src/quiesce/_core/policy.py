@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .entry import Entry, Kind
+from .errors import InvalidArgument, InvalidType
 
 __all__ = ["IMMUTABLE_KINDS", "PROTECTED_KINDS", "Policy", "default_negative_classifier"]
 
@@ -60,6 +61,16 @@ class Policy:
 
     negative: Callable[[Entry], bool] = default_negative_classifier
     max_backlog: int = 1000
+
+    def __post_init__(self) -> None:
+        if not callable(self.negative):
+            raise InvalidType(
+                f"negative must be a callable classifier, not {type(self.negative).__name__}"
+            )
+        if type(self.max_backlog) is not int:
+            raise InvalidType(f"max_backlog must be an int, not {type(self.max_backlog).__name__}")
+        if self.max_backlog < 0:
+            raise InvalidArgument(f"max_backlog must be >= 0, got {self.max_backlog}")
 
     def is_immutable(self, entry: Entry) -> bool:
         return entry.kind in IMMUTABLE_KINDS

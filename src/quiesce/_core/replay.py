@@ -42,7 +42,7 @@ def _tomb(d: dict[str, Any]) -> Tombstone:
 def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
     """Load ``records`` into the (new, empty) ``buf``. Raises
     :class:`LogFormatError` for a record from a newer format or out of order."""
-    from .buffer import _Draft, _Group, _count
+    from .buffer import _count, _Draft, _Group
     from .policy import IMMUTABLE_KINDS
 
     draft = _Draft(Version.empty())
@@ -80,8 +80,10 @@ def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
                         draft.add(entry, float(ins["key"]), v if v is not None else number)
                         if entry.kind in IMMUTABLE_KINDS:
                             buf._immutable_hashes[entry.id] = entry.content_hash
+                    placed = det.get("placed")  # present after a renumbering
                     for i, key in det.get("keys", {}).items():
-                        draft.set_key(i, float(key), v if v is not None else number)
+                        touch = placed is None or i in placed
+                        draft.set_key(i, float(key), v if v is not None else number, touch=touch)
                     for i, reason, turn in det.get("marks", ()):
                         draft.marks[i] = Mark(i, reason, turn, v if v is not None else number)
                     for gid, ids, grace, staged in det.get("staged", ()):

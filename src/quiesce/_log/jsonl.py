@@ -1,0 +1,386 @@
+"""``JsonlLog``: a durable edit-log sink in a plain text file, one record a line.
+
+Format (version :data:`~quiesce._core.records.FORMAT`), ASCII JSON lines:
+
+* line 1, the header: ``{"quiesce":"edit-log","format":1,"created":<UNIX time>}``;
+* then batches: one line per record (:meth:`LogRecord.to_dict`, see
+  ``_format``), followed by one **commit line**
+  ``{"commit":<seq of the batch's last record>,"n":<records>,"crc":<CRC-32>}``
+  where the CRC-32 covers the batch's record lines, newlines included.
+
+A batch is one ``write`` call of the buffer (a ``flush()`` or a removal):
+its bytes are written with one ``pwrite`` at the end of the committed data
+and then ``fsync``-ed, and only then does ``write`` return. Recovery trusts a
+record only if a matching commit line follows it, so a batch is atomic.
+
+What holds after a crash (SIGKILL, or power loss) at any moment: the file
+holds every batch whose ``write`` returned, and possibly a **torn tail** — a
+partial batch, a half line, zeroed blocks, or a last batch whose commit line
+reached the disk before one of its records did (no ordering inside one write
+before ``fsync``; the CRC catches it). The torn tail is ignored on load, never
+misread, and it is truncated before the next batch is written, so later
+records are never stored behind garbage. Damage followed by a *second*
+commit line cannot come from a crash (the writer never writes past a batch
+it has not synced): opening raises :class:`LogFormatError` instead. The one
+case that cannot be told apart — bit rot inside the very last batch — is
+treated as a torn tail (that batch is dropped and ``torn_bytes`` says so).
+
+Faults. If writing or syncing a batch fails (``EIO``, ``ENOSPC``, a file
+that became read-only), the sink truncates the file back to its committed
+end and raises; the buffer turns that into :class:`LogWriteError`, keeps the
+records pending and retries them on the next ``flush()``. If even the
+truncation fails, the next write truncates first. A read-only file opens
+(it can be recovered and inspected); writes to it raise until it becomes
+writable again.
+
+Invariants: the committed part of the file only grows; records are stored in
+``seq`` order with no gap (``write`` refuses a batch that does not continue
+the log); only one ``JsonlLog`` object writes a file at a time (an exclusive
+``flock`` for the object's life; a second opener gets ``BlockingIOError``).
+
+Opening a file that is not a quiesce log, or a log from a newer format,
+raises :class:`LogFormatError` and writes nothing. A missing or empty file is
+created as a new log (built beside it and moved into place, so a log file is
+never half-initialized).
+
+Prior art: write-ahead logs with commit records (ARIES, SQLite's WAL frames
+with their commit markers), and ``git``'s lock-then-rename creation.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import threading
+import time
+import zlib
+from collections.abc import Sequence
+from types import TracebackType
+from typing import NamedTuple
+
+from .._core.errors import LogFormatError
+from .._core.records import FORMAT, LogRecord
+from ._format import JSONL_TAG, decode_record, encode_record, install, sniff, temp_name
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no advisory locks
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["JsonlContents", "JsonlLog", "read_jsonl"]
+
+_READ_ONLY_ERRNOS = frozenset((errno.EACCES, errno.EPERM, errno.EROFS))
+
+
+class JsonlContents(NamedTuple):
+    """What a JSONL log holds: its committed records, where the committed
+    data ends, and how many bytes of torn tail follow it (ignored)."""
+
+    format: int
+    records: list[LogRecord]
+    committed_size: int
+    torn_bytes: int
+
+
+def _scan(data: bytes, path: str) -> JsonlContents:
+    """Parse a whole JSONL log. O(size). Raises :class:`LogFormatError` for a
+    file that is not a quiesce log, is from a newer format, or is damaged
+    before its last commit line."""
+    end = data.find(b"\n")
+    try:
+        header = json.loads(data[:end] if end >= 0 else data)
+    except ValueError:
+        header = None
+    if not isinstance(header, dict) or header.get("quiesce") != JSONL_TAG or end < 0:
+        raise LogFormatError(f"{path} is not a quiesce JSONL edit log (no header line)")
+    fmt = header.get("format")
+    if type(fmt) is not int or fmt < 1:
+        raise LogFormatError(f"{path}: the header has no valid format field")
+    if fmt > FORMAT:
+        raise LogFormatError(
+            f"{path} is a format {fmt} log; this quiesce reads formats up to {FORMAT} "
+            f"(upgrade quiesce to read it)"
+        )
+    committed: list[LogRecord] = []
+    pending: list[LogRecord] = []
+    committed_size = batch_start = pos = end + 1
+    # The first unreadable line or failed commit, and how many commit lines
+    # were seen from it on: the torn batch may own one; a second means that
+    # committed data follows the damage, which no crash can produce.
+    damaged: LogFormatError | None = None
+    commits_since_damage = 0
+    line_no = 1
+    while True:
+        end = data.find(b"\n", pos)
+        if end < 0:
+            break  # what is left has no newline: torn, whatever it looks like
+        line_no += 1
+        line_start, line = pos, data[pos:end]
+        pos = end + 1
+        where = f"{path}: line {line_no}"
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            obj = None
+        if isinstance(obj, dict) and "commit" in obj:
+            if damaged is None:
+                last = pending[-1].seq if pending else None
+                crc = zlib.crc32(data[batch_start:line_start])
+                if obj["commit"] == last and obj.get("n") == len(pending) and obj.get("crc") == crc:
+                    committed.extend(pending)
+                    pending = []
+                    committed_size = batch_start = pos
+                    continue
+                damaged = LogFormatError(
+                    f"{where}: the commit does not match the {len(pending)} record(s) before it"
+                )
+            commits_since_damage += 1
+            if commits_since_damage > 1:
+                raise LogFormatError(f"{damaged}; committed data follows (not a torn tail)")
+            continue
+        if damaged is not None:
+            continue
+        if isinstance(obj, dict) and type(obj.get("format")) is int and obj["format"] > FORMAT:
+            decode_record(obj, where)  # a newer writer's record: raises, never skipped
+        try:
+            if obj is None:
+                raise LogFormatError(f"{where} is not valid JSON")
+            rec = decode_record(obj, where)
+            expected = len(committed) + len(pending)
+            if rec.seq != expected:
+                raise LogFormatError(f"{where} has seq {rec.seq}, expected {expected}")
+        except LogFormatError as exc:
+            damaged = exc  # a torn tail, unless committed data follows
+            continue
+        pending.append(rec)
+    return JsonlContents(fmt, committed, committed_size, len(data) - committed_size)
+
+
+def read_jsonl(path: str | os.PathLike[str]) -> JsonlContents:
+    """Read a JSONL log without opening it for writing (for ``quiesce
+    inspect``). Raises :class:`LogFormatError` like :class:`JsonlLog`."""
+    p = os.fspath(path)
+    with open(p, "rb") as f:
+        data = f.read()
+    return _scan(data, p)
+
+
+def _header() -> bytes:
+    obj = {"quiesce": JSONL_TAG, "format": FORMAT, "created": time.time()}
+    return (json.dumps(obj, separators=(",", ":")) + "\n").encode("ascii")
+
+
+def _create(path: str) -> None:
+    tmp = temp_name(path)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        os.write(fd, _header())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    install(tmp, path)
+
+
+def _pread_all(fd: int, size: int) -> bytes:
+    chunks = []
+    offset = 0
+    while offset < size:
+        chunk = os.pread(fd, min(size - offset, 1 << 30), offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)
+
+
+def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, offset)
+        view = view[n:]
+        offset += n
+
+
+class JsonlLog:
+    """A durable, append-only edit-log sink in a JSONL file (see the module
+    docstring for the format and what holds after a crash).
+
+    ``JsonlLog(path)`` opens or creates the log; ``Buffer(log=JsonlLog(path))``
+    recovers the buffer from it. Opening reads and validates the whole file,
+    O(size). ``write`` is one ``pwrite`` + one ``fsync`` per batch, however
+    many records. Thread-safe. Use it as a context manager or call
+    :meth:`close`.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self._path = os.fspath(path)
+        self._lock = threading.Lock()
+        self._fd = -1
+        self._commits = 0
+        kind = sniff(self._path) if os.path.exists(self._path) else "empty"
+        if kind == "sqlite":
+            raise LogFormatError(f"{self._path} is a SQLite database; open it with SQLiteLog")
+        if kind == "empty":
+            _create(self._path)
+        self._read_only = False
+        try:
+            fd = os.open(self._path, os.O_RDWR)
+        except OSError as exc:
+            if not _is_read_only(exc):
+                raise
+            fd = os.open(self._path, os.O_RDONLY)
+            self._read_only = True
+        try:
+            if fcntl is not None:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    raise BlockingIOError(
+                        f"{self._path} is open by another JsonlLog (in this or another process)"
+                    ) from None
+            size = os.fstat(fd).st_size
+            contents = _scan(_pread_all(fd, size), self._path)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        self._records: list[LogRecord] | None = contents.records
+        self._next_seq = len(contents.records)
+        self._size = contents.committed_size
+        # bytes after the committed end (a torn tail) are truncated before the next write
+        self._dirty = contents.torn_bytes > 0
+        #: bytes of torn tail found (and ignored) when the file was opened
+        self.torn_bytes = contents.torn_bytes
+
+    # -- LogSink ----------------------------------------------------------
+
+    def load(self) -> Sequence[LogRecord]:
+        """The committed records in ``seq`` order (a torn tail is left out).
+        The first call returns what opening read; later calls re-read the file."""
+        with self._lock:
+            self._check_open()
+            records = self._records
+            if records is not None:
+                self._records = None
+                return records
+            data = _pread_all(self._fd, self._size)
+        return _scan(data, self._path).records
+
+    def write(self, records: Sequence[LogRecord]) -> None:
+        """Append ``records`` as one batch and ``fsync``: when this returns
+        they are durable; when it raises, none of them will be recovered.
+
+        Raises ``ValueError`` for a batch that does not continue the log (a gap
+        or a repeat), ``OSError`` for an I/O failure (the file is truncated
+        back to its committed end), ``PermissionError`` for a read-only file.
+        """
+        if not records:
+            return
+        lines = []
+        expected = records[0].seq
+        for rec in records:
+            if rec.seq != expected:
+                raise ValueError(f"batch is not contiguous: seq {rec.seq} where {expected} was due")
+            expected += 1
+            lines.append(encode_record(rec))
+        batch = ("\n".join(lines) + "\n").encode("ascii")
+        commit = {"commit": records[-1].seq, "n": len(records), "crc": zlib.crc32(batch)}
+        data = batch + (json.dumps(commit, separators=(",", ":")) + "\n").encode("ascii")
+        with self._lock:
+            self._check_open()
+            if records[0].seq != self._next_seq:
+                raise ValueError(
+                    f"batch starts at seq {records[0].seq} but the log holds {self._next_seq} "
+                    f"records"
+                )
+            if self._read_only:
+                self._reopen_writable()
+            fd = self._fd
+            if self._dirty:
+                # Durably gone before new bytes go where it was: a torn tail
+                # and a new torn batch must never mix after a power cut.
+                os.ftruncate(fd, self._size)
+                os.fsync(fd)
+                self._dirty = False
+            try:
+                _pwrite_all(fd, data, self._size)
+                os.fsync(fd)
+            except BaseException:
+                self._dirty = True
+                try:
+                    os.ftruncate(fd, self._size)
+                    os.fsync(fd)
+                    self._dirty = False
+                except OSError:
+                    pass  # the next write truncates first; recovery ignores it anyway
+                raise
+            self._size += len(data)
+            self._next_seq = expected
+            self._commits += 1
+
+    def close(self) -> None:
+        """Release the file and its lock. Idempotent; ``write`` after it raises."""
+        with self._lock:
+            fd, self._fd = self._fd, -1
+            if fd >= 0:
+                os.close(fd)
+
+    # -- extras -----------------------------------------------------------
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    @property
+    def commits(self) -> int:
+        """Batches made durable by this object (one ``fsync`` each)."""
+        return self._commits
+
+    @property
+    def closed(self) -> bool:
+        return self._fd < 0
+
+    def __enter__(self) -> JsonlLog:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._fd < 0 else f"{self._next_seq} records"
+        return f"<JsonlLog {self._path!r}: {state}>"
+
+    def _check_open(self) -> None:
+        if self._fd < 0:
+            raise ValueError(f"JsonlLog {self._path!r} is closed")
+
+    def _reopen_writable(self) -> None:
+        """A read-only file may have become writable: swap in a writable
+        descriptor (keeping the lock), or raise ``PermissionError``."""
+        try:
+            fd = os.open(self._path, os.O_RDWR)
+        except OSError as exc:
+            raise PermissionError(exc.errno, f"edit log {self._path} is read-only") from exc
+        if fcntl is not None:
+            # Move the lock from the read-only descriptor to the new one.
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BaseException:
+                os.close(fd)
+                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                raise
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._fd = fd
+        self._read_only = False
+
+
+def _is_read_only(exc: OSError) -> bool:
+    return exc.errno in _READ_ONLY_ERRNOS

@@ -1,0 +1,128 @@
+"""``Buffer.mark_stale``: the sync fast path; idempotent, monotone, never blocks."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from conftest import entry, fill, reasoning
+from quiesce import Buffer, EntryPruned, Kind, Mark, ProtectedEntry, UnknownEntry
+
+
+class TestMarkStale:
+    def test_mark_publishes_a_version_and_returns_the_mark(self, buf: Buffer) -> None:
+        """A first mark publishes a new version; the Mark names it, and the head
+        shows the entry stale with its bytes in place."""
+        fill(buf, reasoning("a"))
+        v = buf.version
+        m = buf.mark_stale("a", "superseded", turn=3)
+        assert m == Mark("a", "superseded", 3, v + 1)
+        assert buf.version == v + 1
+        with buf.snapshot() as snap:
+            assert snap.is_stale("a")
+            assert snap.mark("a") == m
+            assert snap["a"] == reasoning("a")
+
+    def test_first_mark_stands(self, buf: Buffer) -> None:
+        """Marking again returns the first Mark unchanged and publishes nothing."""
+        fill(buf, reasoning("a"))
+        first = buf.mark_stale("a", "one", turn=1)
+        v, n = buf.version, len(buf.log)
+        again = buf.mark_stale("a", "two", turn=2)
+        assert again == first
+        assert buf.version == v
+        assert len(buf.log) == n
+
+    def test_mark_is_logged(self, buf: Buffer) -> None:
+        """Each first mark appends one 'mark' record with its reason and turn."""
+        fill(buf, reasoning("a"))
+        m = buf.mark_stale("a", "superseded", turn=7)
+        rec = buf.log[-1]
+        assert (rec.op, rec.ids, rec.reason, rec.turn, rec.version) == (
+            "mark",
+            ("a",),
+            "superseded",
+            7,
+            m.version,
+        )
+
+    def test_marks_commute(self) -> None:
+        """Marking a then b or b then a yields the same set of marks."""
+        b1, b2 = Buffer(), Buffer()
+        for b in (b1, b2):
+            fill(b, reasoning("a"), reasoning("b"))
+        b1.mark_stale("a", "r")
+        b1.mark_stale("b", "r")
+        b2.mark_stale("b", "r")
+        b2.mark_stale("a", "r")
+        with b1.snapshot() as s1, b2.snapshot() as s2:
+            assert set(s1.marks) == set(s2.marks) == {"a", "b"}
+
+    def test_negative_and_prohibition_may_be_marked(self, buf: Buffer) -> None:
+        """Protected-but-mutable kinds can be marked (marking keeps the bytes)."""
+        fill(buf, entry("n", Kind.NEGATIVE), entry("p", Kind.PROHIBITION))
+        buf.mark_stale("n", "old")
+        buf.mark_stale("p", "old")
+        with buf.snapshot() as snap:
+            assert set(snap.marks) == {"n", "p"}
+
+    @pytest.mark.parametrize("kind", [Kind.CONSTRAINT, Kind.INSTRUCTION])
+    def test_immutable_kinds_raise_protected_entry(self, buf: Buffer, kind: Kind) -> None:
+        """CONSTRAINT and INSTRUCTION are never marked: ProtectedEntry, version unchanged."""
+        fill(buf, entry("c", kind, "do not modify files under /etc"))
+        v = buf.version
+        with pytest.raises(
+            ProtectedEntry, match=rf"^entry 'c' is a {kind.name}: immutable, never marked$"
+        ):
+            buf.mark_stale("c", "old")
+        assert buf.version == v
+
+    def test_unknown_id_raises_unknown_entry(self, buf: Buffer) -> None:
+        """An id never seen raises UnknownEntry; the version is unchanged."""
+        fill(buf, reasoning("a"))
+        v = buf.version
+        with pytest.raises(UnknownEntry, match=r"^no entry 'zz' in version \d+$"):
+            buf.mark_stale("zz", "r")
+        assert buf.version == v
+
+    def test_removed_id_raises_entry_pruned(self, buf: Buffer) -> None:
+        """A tombstoned id raises EntryPruned carrying its tombstone."""
+        fill(buf, reasoning("a"))
+        buf.prune(["a"], reason="stale")
+        with pytest.raises(EntryPruned) as info:
+            buf.mark_stale("a", "r")
+        assert info.value.tombstone.id == "a"
+
+
+class TestMarkNeverWaits:
+    def test_mark_does_not_change_a_pinned_snapshot(self, buf: Buffer) -> None:
+        """A mark made while a reader is pinned is invisible to that reader."""
+        fill(buf, reasoning("a"))
+        with buf.snapshot() as snap:
+            buf.mark_stale("a", "r")
+            assert not snap.is_stale("a")
+            assert snap.mark("a") is None
+            assert dict(snap.marks) == {}
+
+    def test_mark_while_another_thread_holds_a_pin(self, buf: Buffer) -> None:
+        """A mark from this thread completes while a reader in another thread is
+        pinned (it never waits for readers)."""
+        fill(buf, reasoning("a"))
+        pinned, release = threading.Event(), threading.Event()
+
+        def reader() -> None:
+            with buf.snapshot():
+                pinned.set()
+                release.wait()
+
+        t = threading.Thread(target=reader)
+        t.start()
+        try:
+            assert pinned.wait(10)
+            m = buf.mark_stale("a", "r")
+            assert buf.stats().pinned == 1
+            assert m.version == buf.version
+        finally:
+            release.set()
+            t.join()

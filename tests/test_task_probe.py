@@ -1,0 +1,105 @@
+"""The pin fast path's task probe (``quiesce._core.tasks.current_task``)
+answers exactly what ``asyncio.current_task()`` / ``trio.lowlevel.current_task()``
+/ ``threading.current_thread()`` would, whatever loop ran before in the thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from quiesce._core.tasks import current_task
+
+
+async def _probe_in_asyncio() -> list[bool]:
+    """Inside a task, across awaits, and from a plain loop callback (no task)."""
+    out = []
+    for _ in range(3):
+        out.append(current_task() is asyncio.current_task())
+        await asyncio.sleep(0)
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[object] = loop.create_future()
+    loop.call_soon(lambda: fut.set_result(current_task()))
+    out.append(await fut is threading.current_thread())
+    child = asyncio.create_task(asyncio.sleep(0, result=None))
+    await child
+    out.append(current_task() is asyncio.current_task())
+    return out
+
+
+class TestAsyncio:
+    def test_the_running_task_across_awaits_and_loops(self) -> None:
+        """Each of several successive loops in one thread gets its own task."""
+        for _ in range(3):
+            assert asyncio.run(_probe_in_asyncio()) == [True] * 5
+
+    def test_the_thread_once_the_loop_has_stopped(self) -> None:
+        """After a loop ends, the thread itself holds the pin."""
+        asyncio.run(_probe_in_asyncio())
+        assert current_task() is threading.current_thread()
+
+    def test_each_thread_sees_its_own_loop(self) -> None:
+        """Loops running at the same time in two threads do not mix up tasks."""
+        results: list[list[bool]] = []
+        barrier = threading.Barrier(2)
+
+        async def both() -> list[bool]:
+            await asyncio.to_thread(barrier.wait)
+            return await _probe_in_asyncio()
+
+        def worker() -> None:
+            results.append(asyncio.run(both()))
+
+        threads = [threading.Thread(target=worker) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert results == [[True] * 5, [True] * 5]
+
+    def test_a_loop_moved_to_another_thread(self) -> None:
+        """A loop run first here, then in another thread while this thread
+        probes, is not taken for this thread's loop."""
+        loop = asyncio.new_event_loop()
+        try:
+            assert loop.run_until_complete(_probe_in_asyncio()) == [True] * 5
+            started, release = threading.Event(), threading.Event()
+
+            async def hold() -> None:
+                started.set()
+                await asyncio.to_thread(release.wait)
+
+            t = threading.Thread(target=loop.run_until_complete, args=(hold(),))
+            t.start()
+            started.wait()
+            try:
+                assert current_task() is threading.current_thread()
+            finally:
+                release.set()
+                t.join()
+        finally:
+            loop.close()
+
+
+def test_trio_task() -> None:
+    """In trio (with asyncio imported and having run here), the trio task."""
+    trio = pytest.importorskip("trio")
+    asyncio.run(_probe_in_asyncio())
+
+    async def probe() -> bool:
+        first = current_task() is trio.lowlevel.current_task()
+        await trio.sleep(0)
+        return first and current_task() is trio.lowlevel.current_task()
+
+    assert trio.run(probe)
+
+
+def test_plain_thread() -> None:
+    """Outside any event loop, the calling thread."""
+    seen: list[object] = []
+    t = threading.Thread(target=lambda: seen.append(current_task()))
+    t.start()
+    t.join()
+    assert seen == [t]
