@@ -103,7 +103,6 @@ class TestRewrite:
             buf.edit(EditPlan([Rewrite("a", "x", refs=("zz",))], reason="x"))
         assert buf.version == v
 
-
     def test_rewrite_to_a_tombstoned_ref_raises_with_the_tombstone(self, buf: Buffer) -> None:
         """A rewrite that would cite a removed entry raises DanglingReference
         carrying its tombstone; nothing changes."""
@@ -340,7 +339,6 @@ class TestRefusals:
         rec = buf.log[-1]
         assert rec.detail["plan"]["ops"] == [{"op": "prune", "id": "c"}]
         assert rec.detail["rationale"][0]["body"] == "A is irrelevant"
-
 
     def test_missing_rationale_is_logged_as_missing(self, buf: Buffer) -> None:
         """A rationale id that is not live is recorded as such (no bytes), not

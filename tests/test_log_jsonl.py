@@ -155,6 +155,9 @@ class TestFormat:
             JsonlLog(path)
         log.close()
         JsonlLog(path).close()
+        buf = Buffer(log=JsonlLog(path))
+        del buf  # a forgotten log releases its lock when collected
+        JsonlLog(path).close()
 
 
 class TestTornTail:

@@ -395,6 +395,58 @@ class TestCancellation:
         assert len(removal_records(buf)) == 1
         buf._check(expect_no_pins=True)
 
+    async def test_the_scheduler_retries_a_batch_the_log_refused(self) -> None:
+        """The readers have left, so no unpin will wake the scheduler again:
+        after a failed write it retries every ``flush_interval`` on its own,
+        and the removal goes through once the log recovers."""
+        sink = GatedSink()
+        async with open_buffer(log=sink, flush_interval=0.01, max_pin_age=None) as buf:
+            failed, applied = anyio.Event(), anyio.Event()
+            apply_due = buf.apply_due
+
+            def observed_apply_due() -> tuple[str, ...]:
+                # runs in the scheduler's worker thread
+                try:
+                    removed = apply_due()
+                except LogWriteError:
+                    anyio.from_thread.run_sync(failed.set)
+                    raise
+                if removed:
+                    anyio.from_thread.run_sync(applied.set)
+                return removed
+
+            buf.apply_due = observed_apply_due  # type: ignore[method-assign]
+            buf.append(step("a"))
+            with buf.snapshot():
+                buf.prune(["a"], reason="stale")
+                sink.fail = True
+            with anyio.fail_after(10):
+                await failed.wait()
+            assert set(buf.staged()) == {"a"}
+            sink.fail = False
+            with anyio.fail_after(10):
+                await applied.wait()
+            assert "a" in buf.tombstones
+            assert not buf.stats().log_failing
+            buf._check(expect_no_pins=True)
+
+    async def test_a_log_failure_at_exit_is_raised_unwrapped(self) -> None:
+        """A normal exit applies what is due; if its tombstones cannot be made
+        durable, ``LogWriteError`` propagates as itself and the removal stays
+        staged."""
+        sink = GatedSink()
+        with pytest.raises(LogWriteError, match=r"^edit log write failed: disk full$"):
+            async with open_buffer(log=sink, flush_interval=3600, max_pin_age=None) as buf:
+                buf.append(step("a"))
+                with buf.snapshot():
+                    buf.prune(["a"], reason="stale")
+                    await buf.aflush()
+                    sink.fail = True
+                # the scheduler has not run yet: exit meets the due removal
+        assert set(buf.staged()) == {"a"}
+        assert "a" in buf.head().live
+        buf._check(expect_no_pins=True)
+
     async def test_normal_exit_applies_what_is_due_and_keeps_the_rest_staged(self) -> None:
         pinned, leave = anyio.Event(), anyio.Event()
         holder: list[RuntimeBuffer] = []

@@ -276,3 +276,21 @@ async def test_the_recorder_catches_a_changed_snapshot() -> None:
         buf.published[buf.version] = ((), frozenset(), frozenset())  # tamper
         with buf.snapshot() as snap:
             assert fingerprint_snapshot(snap) != buf.published[snap.version]
+
+
+async def test_the_recorder_catches_a_removal_under_a_reader() -> None:
+    """The harness is not vacuous: forcing a removal past its grace point
+    while a reader that saw the entry unmarked is pinned is reported."""
+    async with open_buffer(max_pin_age=None) as raw:
+        buf = record(raw)
+        buf.append(Entry("a", Kind.REASONING, "note a"))
+        with buf.snapshot():
+            buf.prune(["a"], reason="stale")
+            group = buf._staged_ids["a"]
+            buf._staged.clear()  # bypass the grace rule
+            buf._write_lock.acquire()
+            try:
+                buf._remove_groups([group])
+            finally:
+                buf._write_lock.release()
+        assert any("invariant 5" in v for v in buf.violations), buf.violations

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
@@ -54,7 +55,7 @@ import anyio
 import anyio.abc
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from ._core.buffer import Buffer
+from ._core.buffer import Buffer, Snapshot
 from ._core.errors import BufferClosed, LogWriteError
 from ._core.log import LogSink
 from ._core.policy import Policy
@@ -127,7 +128,9 @@ class RuntimeBuffer(Buffer):
         self._call_soon: Callable[[Callable[[], None]], None] | None = None
         self._esc_send: MemoryObjectSendStream[Escalation] | None = None
         self._esc_receive: MemoryObjectReceiveStream[Escalation] | None = None
-        self._alarmed: set[int] = set()
+        # Readers already escalated, held weakly: keyed by the snapshot itself,
+        # not id(), which a new snapshot may reuse once an old one is freed.
+        self._alarmed: weakref.WeakSet[Snapshot] = weakref.WeakSet()
         self._in_flight: list[anyio.Event] = []
         self.wakeups = 0  #: scheduler wake-ups so far (for latency benchmarks)
         self.batches = 0  #: batches applied by the scheduler
@@ -236,17 +239,15 @@ class RuntimeBuffer(Buffer):
         with self._pin_lock:
             readers = [s for s in self._readers if s._version is not None]
         staged = [(g.grace, len(g.ids)) for _, _, g in self._staged]
-        live_keys = {id(s) for s in readers}
-        self._alarmed &= live_keys
         out = []
         for snap in readers:
             v = snap._version
-            if v is None or id(snap) in self._alarmed:
+            if v is None or snap in self._alarmed:
                 continue
             age = now - snap._since
             if age <= max_age:
                 continue
-            self._alarmed.add(id(snap))
+            self._alarmed.add(snap)
             held = sum(n for grace, n in staged if grace > v.number)
             name = task_name(snap._task)
             detail = (
@@ -367,8 +368,10 @@ async def open_buffer(
     ages agree with the alarm's sleeps — also under trio's ``MockClock``;
     inject a fake one in tests). See the module docstring for what exit does.
 
-    An exception raised by the body propagates as itself, not wrapped in an
-    exception group: the task group inside is an implementation detail.
+    An exception raised by the body (or a :class:`LogWriteError` when the
+    removals due at exit cannot be made durable) propagates as itself, not
+    wrapped in an exception group: the task group inside is an
+    implementation detail.
     """
     if clock is None:
         clock = _loop_clock()
@@ -380,7 +383,7 @@ async def open_buffer(
         escalation_buffer=escalation_buffer,
         flush_interval=flush_interval,
     )
-    body_error: Exception | None = None
+    host_error: Exception | None = None
     async with anyio.create_task_group() as tg:
         buf._start()
         try:
@@ -391,14 +394,14 @@ async def open_buffer(
                 tg.start_soon(buf._flusher)
             if buf.has_due():
                 await buf.quiesce()
-            try:
-                yield buf
-            except Exception as exc:
-                # Re-raised below, outside the task group, so it is not
-                # wrapped. Cancellation (a BaseException) goes through it.
-                body_error = exc
-            else:
-                await buf.quiesce()
+            yield buf
+            await buf.quiesce()
+        except Exception as exc:
+            # The body's exception (or a LogWriteError of the final quiesce)
+            # is raised again below, outside the task group, so that it is
+            # not wrapped in an exception group. Cancellation (a
+            # BaseException) goes through the task group as it must.
+            host_error = exc
         finally:
             tg.cancel_scope.cancel()
             buf._stop()
@@ -408,5 +411,5 @@ async def open_buffer(
                         await anyio.to_thread.run_sync(buf.flush)
                     except LogWriteError:
                         pass  # stats().log_failing tells; the records stay pending
-    if body_error is not None:
-        raise body_error
+    if host_error is not None:
+        raise host_error

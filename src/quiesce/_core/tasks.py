@@ -43,6 +43,7 @@ if hasattr(os, "register_at_fork"):  # a child's loops are not running
 _aio_running_loop: Callable[[], Any] | None = None
 _aio_task_of: Callable[[Any], Any] | None = None
 _trio_current_task: Callable[[], Any] | None = None
+_trio_in_task: Callable[[], bool] | None = None
 
 
 def _bind_asyncio() -> Callable[[], Any] | None:
@@ -62,11 +63,14 @@ def _bind_asyncio() -> Callable[[], Any] | None:
 
 
 def _bind_trio() -> Callable[[], Any] | None:
-    """Bind trio's probe if trio is imported; return it."""
-    global _trio_current_task
+    """Bind trio's probes if trio is imported; return the task getter."""
+    global _trio_current_task, _trio_in_task
     tr: Any = _modules.get("trio")
     if tr is None:
         return None
+    # in_trio_task() (trio >= 0.23) answers "no" without raising, which in a
+    # worker thread is ~1 µs cheaper than current_task()'s RuntimeError.
+    _trio_in_task = getattr(tr.lowlevel, "in_trio_task", None)
     _trio_current_task = tr.lowlevel.current_task
     return _trio_current_task
 
@@ -103,10 +107,15 @@ def _trio_or_thread() -> object:
     if trio_task is None:
         trio_task = _bind_trio()
     if trio_task is not None:
-        try:
-            return trio_task()
-        except RuntimeError:  # not in a trio run
-            pass
+        in_task = _trio_in_task
+        if in_task is not None:
+            if in_task():
+                return trio_task()
+        else:
+            try:
+                return trio_task()
+            except RuntimeError:  # not in a trio task
+                pass
     return _current_thread()
 
 

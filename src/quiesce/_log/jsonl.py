@@ -326,10 +326,18 @@ class JsonlLog:
             if fd >= 0:
                 os.close(fd)
 
+    def __del__(self) -> None:
+        # Like a file object: a forgotten log releases its descriptor and lock.
+        fd = getattr(self, "_fd", -1)
+        if fd >= 0:
+            self._fd = -1
+            os.close(fd)
+
     # -- extras -----------------------------------------------------------
 
     @property
     def path(self) -> str:
+        """The log file's path."""
         return self._path
 
     @property
@@ -339,6 +347,7 @@ class JsonlLog:
 
     @property
     def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
         return self._fd < 0
 
     def __enter__(self) -> JsonlLog:

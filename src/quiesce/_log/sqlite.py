@@ -324,6 +324,7 @@ class SQLiteLog:
 
     @property
     def path(self) -> str:
+        """The log file's path."""
         return self._path
 
     @property
@@ -333,6 +334,7 @@ class SQLiteLog:
 
     @property
     def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
         return self._conn is None
 
     def __enter__(self) -> SQLiteLog:

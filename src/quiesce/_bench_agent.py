@@ -1,0 +1,773 @@
+"""The agent-loop benchmark: quiesce against lock- and copy-based baselines.
+
+Runs as ``python benchmarks/agent_loop.py [--quick] [--json PATH]`` (a table,
+and :func:`main` returns a JSON-ready dict) and as the ``agent_loop`` section
+of ``quiesce bench`` (its goals join the suite's table and JSON). It lives in
+the package because ``benchmarks/`` is not installed.
+
+The load is an agent loop over one context buffer:
+
+* ``readers`` coroutines (100 by default) each, round after round, pin a
+  snapshot and hold it across a simulated model call (``anyio.sleep`` of a
+  few milliseconds), then let it go;
+* ``tool_callers`` coroutines append entries (tool outputs);
+* a marker marks recent entries stale;
+* a pruner, every few milliseconds, prunes what the marker marked.
+
+The same load runs on:
+
+* **quiesce** (``open_buffer``) on asyncio and on trio: pins are O(1) and never
+  wait, marks are the sync fast path, removals wait for their grace point;
+* **aiorwlock** ``RWLock`` + dict (asyncio only): readers hold the reader lock
+  across the model call; appends, marks and prunes take the writer lock;
+* **asyncio.Lock** + dict (asyncio only): one lock for everybody (readers
+  serialize);
+* **dict-copy** snapshots: a reader copies the dict (O(n)) and reads the copy;
+  writers change the dict in place;
+* **global quiescence**: like quiesce, but a staged removal is applied only
+  when *zero* readers are pinned (the "quiescent barrier" read literally).
+
+Method. Each op's own latency is measured with ``time.perf_counter_ns``
+around the call — lock waits included for the baselines; pin = from asking
+for the snapshot (or the reader lock) to holding it. The deferred backlog is
+sampled every ``sample_every`` seconds. Each configuration runs ``repeats``
+times after a warm-up; latency percentiles are over all repetitions' samples
+(nearest rank). Repetitions are interleaved (each runs every configuration
+once) and wall-time ratios compare the minimum over repetitions, the figure
+least disturbed by other load on the machine. For quiesce, every scheduler batch
+also records how many scheduler wake-ups passed between the unpin that made
+it due and its application (``buf.wakeups``).
+
+Absolute numbers drift on shared machines; the goals are ratios measured in
+one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import inspect
+import json
+import platform
+import random
+import statistics
+import sys
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import anyio
+
+from ._benchlib import Config as BenchConfig
+from ._benchlib import Goal, SectionResult, section
+from ._core.entry import Entry, Kind
+from ._runtime import RuntimeBuffer, open_buffer
+
+OPS = ("pin", "mark", "append", "prune")
+
+
+@dataclass(frozen=True)
+class LoadConfig:
+    readers: int = 100
+    rounds: int = 30  #: model calls per reader
+    model_min: float = 0.001  #: seconds
+    model_max: float = 0.004
+    tool_callers: int = 4
+    appends: int = 100  #: per tool caller
+    tool_gap: float = 0.001
+    marks: int = 300
+    mark_gap: float = 0.0005
+    prune_every: float = 0.005
+    initial_entries: int = 1000
+    sample_every: float = 0.005
+    repeats: int = 3
+    lock_repeats: int = 1  #: asyncio.Lock serializes every reader: run it once
+    seed: int = 1
+
+
+QUICK = LoadConfig(
+    readers=100,
+    rounds=3,
+    appends=10,
+    marks=30,
+    initial_entries=300,
+    repeats=2,
+    lock_repeats=1,
+)
+
+
+# ---------------------------------------------------------------------------
+# implementations: the same five operations, each its own way
+
+
+class Impl:
+    """One way to run the load: ``pin``, ``unpin``, ``read``, ``append``,
+    ``mark``, ``prune``. Those may be sync or async (each subclass its own
+    way); the driver calls sync ones directly, so a sync fast path pays no
+    coroutine."""
+
+    name = ""
+    backends: tuple[str, ...] = ("asyncio", "trio")
+
+    @asynccontextmanager
+    async def running(self, initial: Sequence[Entry]) -> AsyncIterator[None]:
+        yield
+
+    def backlog(self) -> int:
+        return 0
+
+    def extra(self) -> dict[str, Any]:
+        return {}
+
+
+class QuiesceImpl(Impl):
+    name = "quiesce"
+
+    def __init__(self) -> None:
+        self.buf: RuntimeBuffer | None = None
+        self.wake_delays: list[int] = []
+
+    @asynccontextmanager
+    async def running(self, initial: Sequence[Entry]) -> AsyncIterator[None]:
+        async with open_buffer(max_pin_age=None) as buf:
+            for e in initial:
+                buf.append(e)
+            self._instrument(buf)
+            self.buf = buf
+            yield
+        self.buf = None
+
+    def _instrument(self, buf: RuntimeBuffer) -> None:
+        # Wake-ups between the unpin that makes a removal due and the batch
+        # that applies it: the core signals "due" (first signal since the
+        # last application), the scheduler counts its wake-ups.
+        first_signal: list[int] = []
+        signal_due = buf._signal_due
+        apply_due = buf.apply_due
+
+        def signal() -> None:
+            if buf._due_since is None:
+                first_signal[:] = [buf.wakeups]
+            signal_due()
+
+        def apply() -> tuple[str, ...]:
+            removed = apply_due()
+            if removed and first_signal:
+                self.wake_delays.append(buf.wakeups - first_signal.pop())
+            return removed
+
+        buf._signal_due = signal  # type: ignore[method-assign]
+        buf.apply_due = apply  # type: ignore[method-assign]
+
+    def pin(self) -> Any:
+        assert self.buf is not None
+        snap = self.buf.snapshot()
+        snap.__enter__()
+        return snap
+
+    def unpin(self, token: Any) -> None:
+        token.__exit__(None, None, None)
+
+    def read(self, token: Any) -> int:
+        return len(token)
+
+    def append(self, entry: Entry) -> None:
+        assert self.buf is not None
+        self.buf.append(entry)
+
+    def mark(self, entry_id: str) -> None:
+        assert self.buf is not None
+        self.buf.mark_stale(entry_id, "superseded")
+
+    def prune(self, ids: list[str]) -> None:
+        assert self.buf is not None
+        self.buf.prune(ids, reason="stale")
+
+    def backlog(self) -> int:
+        assert self.buf is not None
+        return len(self.buf._staged_ids)
+
+    def extra(self) -> dict[str, Any]:
+        assert self.buf is not None
+        stats = self.buf.stats()
+        return {
+            "wakeups": self.buf.wakeups,
+            "batches": self.buf.batches,
+            "tombstones": stats.tombstones,
+            "reclamation_latency_max_s": stats.reclamation_latency_max,
+            "wakeups_to_apply_max": max(self.wake_delays, default=None),
+            "wakeups_to_apply_hist": {
+                str(k): self.wake_delays.count(k) for k in sorted(set(self.wake_delays))
+            },
+        }
+
+
+class RWLockImpl(Impl):
+    name = "aiorwlock"
+    backends = ("asyncio",)
+
+    @asynccontextmanager
+    async def running(self, initial: Sequence[Entry]) -> AsyncIterator[None]:
+        import aiorwlock
+
+        self.lock = aiorwlock.RWLock()
+        self.entries = {e.id: e for e in initial}
+        self.marks: dict[str, str] = {}
+        yield
+
+    async def pin(self) -> Any:
+        await self.lock.reader.acquire()
+        return self.entries
+
+    def unpin(self, token: Any) -> None:
+        self.lock.reader.release()
+
+    def read(self, token: Any) -> int:
+        return len(token)
+
+    async def append(self, entry: Entry) -> None:
+        async with self.lock.writer:
+            self.entries[entry.id] = entry
+
+    async def mark(self, entry_id: str) -> None:
+        async with self.lock.writer:
+            self.marks.setdefault(entry_id, "superseded")
+
+    async def prune(self, ids: list[str]) -> None:
+        async with self.lock.writer:
+            for i in ids:
+                self.entries.pop(i, None)
+                self.marks.pop(i, None)
+
+
+class LockImpl(Impl):
+    name = "asyncio.Lock"
+    backends = ("asyncio",)
+
+    @asynccontextmanager
+    async def running(self, initial: Sequence[Entry]) -> AsyncIterator[None]:
+        self.lock = asyncio.Lock()
+        self.entries = {e.id: e for e in initial}
+        self.marks: dict[str, str] = {}
+        yield
+
+    async def pin(self) -> Any:
+        await self.lock.acquire()
+        return self.entries
+
+    def unpin(self, token: Any) -> None:
+        self.lock.release()
+
+    def read(self, token: Any) -> int:
+        return len(token)
+
+    async def append(self, entry: Entry) -> None:
+        async with self.lock:
+            self.entries[entry.id] = entry
+
+    async def mark(self, entry_id: str) -> None:
+        async with self.lock:
+            self.marks.setdefault(entry_id, "superseded")
+
+    async def prune(self, ids: list[str]) -> None:
+        async with self.lock:
+            for i in ids:
+                self.entries.pop(i, None)
+                self.marks.pop(i, None)
+
+
+class DictCopyImpl(Impl):
+    name = "dict-copy"
+
+    @asynccontextmanager
+    async def running(self, initial: Sequence[Entry]) -> AsyncIterator[None]:
+        self.entries = {e.id: e for e in initial}
+        self.marks: dict[str, str] = {}
+        yield
+
+    def pin(self) -> Any:
+        return (self.entries.copy(), self.marks.copy())
+
+    def unpin(self, token: Any) -> None:
+        pass
+
+    def read(self, token: Any) -> int:
+        return len(token[0])
+
+    def append(self, entry: Entry) -> None:
+        self.entries[entry.id] = entry
+
+    def mark(self, entry_id: str) -> None:
+        self.marks.setdefault(entry_id, "superseded")
+
+    def prune(self, ids: list[str]) -> None:
+        for i in ids:
+            self.entries.pop(i, None)
+            self.marks.pop(i, None)
+
+
+class GlobalQuiescenceImpl(Impl):
+    """Removals wait for a moment with zero readers pinned."""
+
+    name = "global-quiescence"
+
+    @asynccontextmanager
+    async def running(self, initial: Sequence[Entry]) -> AsyncIterator[None]:
+        self.entries = {e.id: e for e in initial}
+        self.marks: dict[str, str] = {}
+        self.readers = 0
+        self.pending: dict[str, None] = {}
+        yield
+
+    def pin(self) -> Any:
+        self.readers += 1
+        return self.entries
+
+    def unpin(self, token: Any) -> None:
+        self.readers -= 1
+        if not self.readers and self.pending:
+            self._apply()
+
+    def read(self, token: Any) -> int:
+        return len(token)
+
+    def append(self, entry: Entry) -> None:
+        self.entries[entry.id] = entry
+
+    def mark(self, entry_id: str) -> None:
+        self.marks.setdefault(entry_id, "superseded")
+
+    def prune(self, ids: list[str]) -> None:
+        for i in ids:
+            self.marks.setdefault(i, "stale")
+            self.pending[i] = None
+        if not self.readers:
+            self._apply()
+
+    def _apply(self) -> None:
+        for i in self.pending:
+            self.entries.pop(i, None)
+            self.marks.pop(i, None)
+        self.pending.clear()
+
+    def backlog(self) -> int:
+        return len(self.pending)
+
+
+IMPLS: dict[str, Callable[[], Impl]] = {
+    "quiesce": QuiesceImpl,
+    "aiorwlock": RWLockImpl,
+    "asyncio.Lock": LockImpl,
+    "dict-copy": DictCopyImpl,
+    "global-quiescence": GlobalQuiescenceImpl,
+}
+
+
+# ---------------------------------------------------------------------------
+# the driver
+
+
+@dataclass
+class RunResult:
+    wall_s: float
+    latencies_ns: dict[str, list[int]]
+    backlog: list[tuple[float, int]]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _caller(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """An awaitable call of ``fn`` whether it is sync or async, measured."""
+    if inspect.iscoroutinefunction(fn):
+
+        async def timed_async(lat: list[int], *args: Any) -> Any:
+            t0 = time.perf_counter_ns()
+            out = await fn(*args)
+            lat.append(time.perf_counter_ns() - t0)
+            return out
+
+        return timed_async
+
+    async def timed_sync(lat: list[int], *args: Any) -> Any:
+        t0 = time.perf_counter_ns()
+        out = fn(*args)
+        lat.append(time.perf_counter_ns() - t0)
+        return out
+
+    return timed_sync
+
+
+async def run_load(impl: Any, cfg: LoadConfig, seed: int) -> RunResult:
+    rng = random.Random(seed)
+    initial = [
+        Entry(f"init{i}", Kind.REASONING, f"initial reasoning step {i}")
+        for i in range(cfg.initial_entries)
+    ]
+    lat: dict[str, list[int]] = {op: [] for op in OPS}
+    backlog: list[tuple[float, int]] = []
+    pin = _caller(impl.pin)
+    append = _caller(impl.append)
+    mark = _caller(impl.mark)
+    prune = _caller(impl.prune)
+    unpin = impl.unpin
+    read = impl.read
+    appended: deque[str] = deque()
+    to_prune: list[str] = []
+    delays = [
+        [rng.uniform(cfg.model_min, cfg.model_max) for _ in range(cfg.rounds)]
+        for _ in range(cfg.readers)
+    ]
+    async with impl.running(initial):
+        writers_done = anyio.Event()
+        marker_done = anyio.Event()
+        done = anyio.Event()
+
+        async def reader(r: int) -> None:
+            for d in delays[r]:
+                token = await pin(lat["pin"])
+                try:
+                    await anyio.sleep(d)  # the model call, snapshot held
+                    read(token)
+                finally:
+                    unpin(token)
+                await anyio.lowlevel.checkpoint()
+
+        async def tool_caller(c: int) -> None:
+            for i in range(cfg.appends):
+                eid = f"tool{c}-{i}"
+                await append(lat["append"], Entry(eid, Kind.TOOL_OUTPUT, f"output {c} {i}"))
+                appended.append(eid)
+                await anyio.sleep(cfg.tool_gap)
+
+        async def marker() -> None:
+            count = 0
+            while count < cfg.marks:
+                if appended:
+                    eid = appended.popleft()
+                    await mark(lat["mark"], eid)
+                    to_prune.append(eid)
+                    count += 1
+                elif writers_done.is_set():
+                    break
+                await anyio.sleep(cfg.mark_gap)
+            marker_done.set()
+
+        async def pruner() -> None:
+            while True:
+                if to_prune:
+                    ids = to_prune[:]
+                    to_prune.clear()
+                    await prune(lat["prune"], ids)
+                elif marker_done.is_set():
+                    return
+                await anyio.sleep(cfg.prune_every)
+
+        async def sampler(start: float) -> None:
+            while not done.is_set():
+                backlog.append((time.perf_counter() - start, impl.backlog()))
+                with anyio.move_on_after(cfg.sample_every):
+                    await done.wait()
+            backlog.append((time.perf_counter() - start, impl.backlog()))
+
+        gc.collect()
+        start = time.perf_counter()
+        async with anyio.create_task_group() as outer:
+            outer.start_soon(sampler, start)
+            async with anyio.create_task_group() as tg:
+                for r in range(cfg.readers):
+                    tg.start_soon(reader, r)
+
+                async def writers() -> None:
+                    async with anyio.create_task_group() as w:
+                        for c in range(cfg.tool_callers):
+                            w.start_soon(tool_caller, c)
+                    writers_done.set()
+
+                tg.start_soon(writers)
+                tg.start_soon(marker)
+                tg.start_soon(pruner)
+            wall = time.perf_counter() - start
+            done.set()
+        extra = impl.extra()
+        extra["backlog_after_load"] = impl.backlog()
+    return RunResult(wall, lat, backlog, extra)
+
+
+# ---------------------------------------------------------------------------
+# statistics and report
+
+
+def pct(values: Sequence[int], q: float) -> float | None:
+    """Nearest-rank percentile, in microseconds."""
+    if not values:
+        return None
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))] / 1000.0
+
+
+def summarize(name: str, backend: str, runs: list[RunResult]) -> dict[str, Any]:
+    walls = [r.wall_s for r in runs]
+    out: dict[str, Any] = {
+        "impl": name,
+        "backend": backend,
+        "repeats": len(runs),
+        "wall_s": {"min": min(walls), "median": statistics.median(walls), "max": max(walls)},
+        "latency_us": {},
+    }
+    for op in OPS:
+        values = [v for r in runs for v in r.latencies_ns[op]]
+        out["latency_us"][op] = {
+            "n": len(values),
+            "p50": pct(values, 0.50),
+            "p99": pct(values, 0.99),
+            "max": pct(values, 1.0),
+        }
+    series = runs[len(runs) // 2].backlog
+    step = max(1, len(series) // 60)
+    out["backlog"] = {
+        "max": max((b for r in runs for _, b in r.backlog), default=0),
+        "final": series[-1][1] if series else 0,
+        "after_load": [r.extra.get("backlog_after_load", 0) for r in runs],
+        "series": [(round(t, 4), b) for t, b in series[::step]],
+    }
+    extras = [r.extra for r in runs if r.extra]
+    if extras and "wakeups_to_apply_max" in extras[0]:
+        out["quiesce"] = {
+            "wakeups_to_apply_max": max(
+                (
+                    e["wakeups_to_apply_max"]
+                    for e in extras
+                    if e["wakeups_to_apply_max"] is not None
+                ),
+                default=None,
+            ),
+            "wakeups_to_apply_hist": extras[0]["wakeups_to_apply_hist"],
+            "batches": [e["batches"] for e in extras],
+            "wakeups": [e["wakeups"] for e in extras],
+            "reclamation_latency_max_s": max(
+                (e["reclamation_latency_max_s"] or 0.0 for e in extras), default=None
+            ),
+        }
+    return out
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def goals(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    q = rows["quiesce/asyncio"]
+    qt = rows.get("quiesce/trio")
+    rw = rows.get("aiorwlock/asyncio")
+    out: dict[str, Any] = {}
+    if rw is not None:
+        for op in ("mark", "pin", "append"):
+            r = ratio(q["latency_us"][op]["p99"], rw["latency_us"][op]["p99"])
+            out[f"p99_{op}_quiesce_over_aiorwlock"] = {
+                "ratio": r,
+                "goal": "<= 0.01" if op != "append" else "(reported)",
+                "met": None if op == "append" else (r is not None and r <= 0.01),
+            }
+        r = ratio(q["wall_s"]["min"], rw["wall_s"]["min"])
+        out["wall_quiesce_over_aiorwlock"] = {
+            "ratio": r,
+            "goal": "<= 1.0",
+            "met": r is not None and r <= 1.0,
+        }
+    if qt is not None:
+        r = ratio(qt["wall_s"]["min"], q["wall_s"]["min"])
+        out["wall_trio_over_asyncio"] = {
+            "ratio": r,
+            "goal": "<= 1.5",
+            "met": r is not None and r <= 1.5,
+        }
+        for op in ("mark", "pin", "append"):
+            out[f"p50_{op}_trio_over_asyncio"] = {
+                "ratio": ratio(qt["latency_us"][op]["p50"], q["latency_us"][op]["p50"]),
+                "goal": "(reported)",
+                "met": None,
+            }
+    worst = max(
+        (
+            row["quiesce"]["wakeups_to_apply_max"]
+            for row in (q, qt)
+            if row is not None and row["quiesce"]["wakeups_to_apply_max"] is not None
+        ),
+        default=None,
+    )
+    out["wakeups_from_last_blocking_unpin_to_apply_max"] = {
+        "value": worst,
+        "goal": "<= 2",
+        "met": worst is not None and worst <= 2,
+    }
+    gq = rows.get("global-quiescence/asyncio")
+    if gq is not None:
+        out["backlog_max_quiesce_vs_global_quiescence"] = {
+            "quiesce": q["backlog"]["max"],
+            "global_quiescence": gq["backlog"]["max"],
+            "goal": "quiesce bounded, global quiescence grows",
+            "met": q["backlog"]["max"] < gq["backlog"]["max"],
+        }
+    return out
+
+
+def _fmt(v: float | None, digits: int = 1) -> str:
+    if v is None:
+        return "-"
+    return f"{v:,.{digits}f}"
+
+
+def print_table(result: dict[str, Any], file: Any = None) -> None:
+    file = sys.stdout if file is None else file
+    head = (
+        f"{'impl/backend':<28}{'wall min':>9}{'median':>8}"
+        + "".join(f"{op + ' p50':>12}{op + ' p99':>12}" for op in ("pin", "mark", "append"))
+        + f"{'prune p99':>12}{'backlog max':>13}{'final':>7}"
+    )
+    print(
+        "latencies in microseconds (perf_counter_ns around each call, lock waits included)",
+        file=file,
+    )
+    print(head, file=file)
+    print("-" * len(head), file=file)
+    for key, row in result["results"].items():
+        lat = row["latency_us"]
+        line = f"{key:<28}{_fmt(row['wall_s']['min'], 3):>9}{_fmt(row['wall_s']['median'], 3):>8}"
+        for op in ("pin", "mark", "append"):
+            line += f"{_fmt(lat[op]['p50']):>12}{_fmt(lat[op]['p99']):>12}"
+        line += f"{_fmt(lat['prune']['p99']):>12}{row['backlog']['max']:>13}"
+        line += f"{row['backlog']['final']:>7}"
+        print(line, file=file)
+    print(file=file)
+    print("goals (measured ratios):", file=file)
+    for name, g in result["goals"].items():
+        value = g.get("ratio", g.get("value"))
+        shown = _fmt(value, 4) if isinstance(value, float) else str(value)
+        if "quiesce" in g and "global_quiescence" in g:
+            shown = f"{g['quiesce']} vs {g['global_quiescence']}"
+        met = {True: "met", False: "NOT MET", None: ""}[g["met"]]
+        print(f"  {name:<52}{shown:>16}  goal {g['goal']:<44}{met}", file=file)
+
+
+# ---------------------------------------------------------------------------
+
+
+def run_all(names: Sequence[str], cfg: LoadConfig) -> dict[str, dict[str, Any]]:
+    """Warm up (a small load on each configuration), then run the repetitions interleaved (each repetition
+    runs every configuration once), so that the machine's drift hits all of
+    them alike."""
+    plan = [(name, backend) for name in names for backend in IMPLS[name]().backends]
+    warm = LoadConfig(**{**asdict(cfg), "readers": 10, "rounds": 1, "appends": 3, "marks": 5})
+    for name, backend in plan:
+        anyio.run(run_load, IMPLS[name](), warm, cfg.seed, backend=backend)
+    runs: dict[tuple[str, str], list[RunResult]] = {key: [] for key in plan}
+    for rep in range(max(cfg.repeats, cfg.lock_repeats)):
+        for name, backend in plan:
+            repeats = cfg.lock_repeats if name == "asyncio.Lock" else cfg.repeats
+            if rep < repeats:
+                impl = IMPLS[name]()
+                result = anyio.run(run_load, impl, cfg, cfg.seed + rep, backend=backend)
+                runs[name, backend].append(result)
+    return {f"{n}/{b}": summarize(n, b, r) for (n, b), r in runs.items()}
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a small load (a few seconds)")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    parser.add_argument("--repeats", type=int, help="repetitions per configuration")
+    parser.add_argument(
+        "--only", action="append", choices=sorted(IMPLS), help="run only these implementations"
+    )
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    cfg = QUICK if args.quick else LoadConfig()
+    if args.repeats is not None:
+        cfg = LoadConfig(**{**asdict(cfg), "repeats": args.repeats})
+    names = args.only or list(IMPLS)
+    if "quiesce" not in names:
+        names.insert(0, "quiesce")
+    t0 = time.perf_counter()
+    rows = run_all(names, cfg)
+    result: dict[str, Any] = {
+        "benchmark": "agent_loop",
+        "config": asdict(cfg),
+        "machine": {
+            "python": platform.python_version(),
+            "implementation": platform.python_implementation(),
+            "platform": platform.platform(),
+        },
+        "results": rows,
+        "goals": goals(rows),
+        "total_s": time.perf_counter() - t0,
+    }
+    print_table(result)
+    print(f"\ntotal {result['total_s']:.1f} s", file=sys.stdout)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
+    return result
+
+
+# ---------------------------------------------------------------------------
+# the ``agent_loop`` section of ``quiesce bench``
+
+
+def _available(name: str) -> bool:
+    if name != "aiorwlock":
+        return True
+    try:
+        import aiorwlock  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+_GOAL_TEXT = {
+    "p99_mark_quiesce_over_aiorwlock": ("agent loop: p99 mark_stale, quiesce / aiorwlock", 0.01),
+    "p99_pin_quiesce_over_aiorwlock": ("agent loop: p99 pin, quiesce / aiorwlock", 0.01),
+    "wall_quiesce_over_aiorwlock": ("agent loop: wall time, quiesce / aiorwlock", 1.0),
+    "wall_trio_over_asyncio": ("agent loop: wall time, quiesce on trio / on asyncio", 1.5),
+    "wakeups_from_last_blocking_unpin_to_apply_max": (
+        "agent loop: scheduler wake-ups from last blocking unpin to removal",
+        2.0,
+    ),
+}
+
+
+@section("agent_loop")
+def bench_agent_loop(cfg: BenchConfig) -> SectionResult:
+    """The agent loop as a ``quiesce bench`` section: its goals and the whole
+    result (``extra``). Wall-clock timed by nature (sleeps are the load), GC on."""
+    load = QUICK if cfg.quick else LoadConfig()
+    names = [n for n in IMPLS if _available(n)]
+    rows = run_all(names, load)
+    measured = goals(rows)
+    res = SectionResult("agent_loop")
+    for key, (text, limit) in _GOAL_TEXT.items():
+        g = measured.get(key)
+        value = None if g is None else g.get("ratio", g.get("value"))
+        res.goals.append(
+            Goal(
+                f"agent_{key}",
+                text,
+                None if value is None else float(value),
+                limit,
+                "<=",
+                note="" if _available("aiorwlock") else "aiorwlock is not installed",
+            )
+        )
+    res.extra = {"config": asdict(load), "results": rows, "goals": measured}
+    res.notes.append(
+        "agent loop: 100 readers hold snapshots across simulated model calls; "
+        "per-op latency with perf_counter_ns, lock waits included; GC on"
+    )
+    return res
+
+
+if __name__ == "__main__":
+    main()
