@@ -489,6 +489,34 @@ def test_torn_batch_read_is_named_g1b() -> None:
     assert kinds == [AnomalyKind.G1B]
 
 
+def test_drained_removal_is_not_the_callers_effect() -> None:
+    """No false alarm: a call that fails (or is refused) while holding the
+    write lock still applies removals an unpin left to it (the writer drains
+    what a reader in another thread could not); that batch is not the
+    failed call's effect (no G1a)."""
+    buf = Buffer()
+    rec = Recorder(buf)
+    rec.append(e("a"))
+    rec.append(e("b"))
+    snap = rec.snapshot()
+    snap.__enter__()
+    assert rec.prune(["a"], reason="stale")["a"].status.name == "DEFERRED"
+    buf._write_lock.acquire()  # a writer is busy...
+    try:
+        # ...when the last blocking reader leaves, in another thread: it
+        # cannot take the lock, so it leaves the removal to the writer.
+        t = threading.Thread(target=snap.__exit__, args=(None, None, None))
+        t.start()
+        t.join()
+        assert "a" in buf.head().live
+        with pytest.raises(core.UnknownEntry):
+            rec.mark_stale("never-existed", "stale")  # fails, then drains on release
+    finally:
+        buf._write_lock.release()
+    assert "a" in buf.tombstones
+    assert check_history(rec.history()) == []
+
+
 # ---------------------------------------------------------------------------
 # The simulation finds the main breaks
 

@@ -49,7 +49,7 @@ class TestTables:
         """A summary, the edit log with the documented columns, and the tombstones."""
         code, out, err = _run(capsys, str(log_path))
         assert code == 0, err
-        assert "10 records; head version 9: 3 live entries, 2 marked, 2 tombstones" in out
+        assert "11 records; head version 9: 3 live entries, 2 marked, 2 tombstones" in out
         assert "1 staged removals" in out
         header = out.splitlines()[out.splitlines().index("EDIT LOG") + 1].split()
         assert header == ["seq", "time", "(UTC)", "turn", "actor", "operation", "ids", "reason",
@@ -65,9 +65,9 @@ class TestTables:
         code, out, _ = _run(capsys, str(log_path), "--id", "out")
         assert code == 0
         log = out[out.index("EDIT LOG") : out.index("TOMBSTONES")]
-        assert "(--id out: 3 of 10)" in log
+        assert "(--id out: 4 of 11)" in log
         ops = [line.split()[5] for line in log.splitlines()[3:] if line]
-        assert ops == ["append", "prune", "remove"]
+        assert ops == ["append", "prune", "tombstone", "remove"]
         assert "out  tool_output" in out[out.index("TOMBSTONES") :]
         assert "call " not in out[out.index("TOMBSTONES") :]
 
@@ -75,7 +75,7 @@ class TestTables:
         """--op keeps one operation; tombstones are shown only for remove."""
         code, out, _ = _run(capsys, str(log_path), "--op", "mark")
         assert code == 0
-        assert "(--op mark: 1 of 10)" in out
+        assert "(--op mark: 1 of 11)" in out
         assert "superseded" in out
         assert "TOMBSTONES" not in out
         code, out, _ = _run(capsys, str(log_path), "--op", "remove")
@@ -97,7 +97,7 @@ class TestJson:
         doc = json.loads(out)
         assert doc["summary"]["format"] == 1
         assert doc["summary"]["tombstones"] == 2
-        assert [r["op"] for r in doc["records"]] == ["append", "prune", "remove"]
+        assert [r["op"] for r in doc["records"]] == ["append", "prune", "tombstone", "remove"]
         assert doc["records"][0]["detail"]["entry"]["body"] == "kubectl describe pod"
         assert doc["tombstones"] == [
             {

@@ -107,7 +107,7 @@ class TestSchema:
         assert rows == [
             (3, FORMAT, "mark", 4, '["e0"]', None, "old", None, "applied"),
             (4, FORMAT, "prune", 5, '["e2"]', "pruner", "low relevance", 7, "staged"),
-            (5, FORMAT, "remove", 6, '["e2"]', "pruner", "low relevance", None, "applied"),
+            (6, FORMAT, "remove", 6, '["e2"]', "pruner", "low relevance", None, "applied"),
         ]
 
     def test_empty_file_becomes_a_log(self, tmp_path: Path) -> None:
@@ -213,14 +213,20 @@ class TestGroupCommit:
 
     def test_removal_commits_with_its_pending_records(self, tmp_path: Path) -> None:
         """A prune that removes makes the pending records and its tombstone
-        durable in the same transaction."""
+        (the ``tombstone`` intent) durable before the removal is published,
+        then the ``remove`` record; nothing is left pending."""
         log = SQLiteLog(tmp_path / "log.db")
         buf = Buffer(log=log)
         buf.append(Entry("a", Kind.REASONING, "x"))
         report = buf.prune(["a"], reason="gone")
         assert report["a"].status.name == "PRUNED"
         assert buf.pending_records == 0
-        assert [r[2] for r in _rows(tmp_path / "log.db")] == ["append", "prune", "remove"]
+        assert [r[2] for r in _rows(tmp_path / "log.db")] == [
+            "append",
+            "prune",
+            "tombstone",
+            "remove",
+        ]
 
     def test_batch_must_continue_the_log(self, tmp_path: Path) -> None:
         """A batch with a gap, or not starting at the next seq, is refused."""

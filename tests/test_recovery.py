@@ -272,7 +272,7 @@ class TestFaults:
         buf.append(Entry("new", Kind.REASONING, "more"))
         sink.error = fault
         with pytest.raises(
-            LogWriteError, match=rf"^edit log flush failed: .*{fault.strerror}"
+            LogWriteError, match=rf"^edit log write failed: .*{fault.strerror}"
         ) as e:
             buf.flush()
         assert isinstance(e.value, QuiesceError)

@@ -620,3 +620,34 @@ class TestLifecycle:
             await anyio.wait_all_tasks_blocked()
             assert "a" in buf.tombstones
             assert buf.wakeups - before <= 2
+
+
+class TestFastPathUnderADurableLog:
+    async def test_a_mark_does_not_wait_for_a_batch_being_written(self) -> None:
+        """DESIGN: the mark fast path never waits for a disk. The scheduler's
+        batch is held at the disk (the gate); a mark made meanwhile should
+        complete at once. The mark runs in a worker thread so that, while
+        the bug stands, it blocks that thread and not the test's loop."""
+        sink = GatedSink()
+        async with open_buffer(log=sink, flush_interval=3600, max_pin_age=None) as buf:
+            buf.append(step("a"))
+            buf.append(step("b"))
+            with buf.snapshot():
+                buf.prune(["a"], reason="stale")
+                await buf.aflush()
+                sink.gate = threading.Event()
+            await anyio.to_thread.run_sync(sink.entered.wait)
+            marked = threading.Event()
+
+            def mark() -> None:
+                buf.mark_stale("b", "superseded")
+                marked.set()
+
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(anyio.to_thread.run_sync, mark)
+                    in_time = await anyio.to_thread.run_sync(marked.wait, 1.0)
+                    sink.gate.set()
+            finally:
+                sink.gate.set()
+            assert in_time, "mark_stale waited for the scheduler's disk write"

@@ -318,8 +318,8 @@ class TestReaderAgeWithFakeClock:
                 assert len(buf.check_reader_ages()) == 1
 
     async def test_a_new_reader_is_escalated_after_an_old_one_is_freed(self) -> None:
-        """"Once per reader" is per snapshot, not per ``id()``: a new snapshot
-        that reuses a freed one's address is still escalated."""
+        """Once per reader means once per snapshot, not per ``id()``: a new
+        snapshot that reuses a freed one's address is still escalated."""
         now = [0.0]
         async with open_buffer(max_pin_age=1.0, clock=lambda: now[0]) as buf:
             for i in range(50):

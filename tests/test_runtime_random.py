@@ -259,7 +259,7 @@ async def run_schedule(seed: int) -> None:
 async def test_random_schedule(seed: int, anyio_backend: str) -> None:
     try:
         await run_schedule(seed)
-    except BaseException as exc:  # AssertionError, or one inside an ExceptionGroup
+    except Exception as exc:  # AssertionError, or one inside an ExceptionGroup
         raise AssertionError(
             f"random schedule failed: seed={seed} backend={anyio_backend} "
             f"(rerun: pytest 'tests/test_runtime_random.py::test_random_schedule"

@@ -229,7 +229,7 @@ def write_plots(results: dict[str, Any], out: Path) -> list[Path]:
     # 3. goals: measured / target (below 1 is met), on a log axis.
     goals = [g for g in results["goals"] if g["value"] is not None]
     if goals:
-        fig, ax = plt.subplots(figsize=(9, 0.5 * len(goals) + 1.4))
+        fig, ax = plt.subplots(figsize=(11, 0.5 * len(goals) + 1.6))
         scores = [
             g["value"] / g["limit"] if g["op"] == "<=" else g["limit"] / g["value"] for g in goals
         ]
@@ -241,7 +241,7 @@ def write_plots(results: dict[str, Any], out: Path) -> list[Path]:
         ax.invert_yaxis()
         ax.set_xscale("log")
         ax.set_xlabel("measured / target (≤ 1: goal met)")
-        ax.set_title(f"quiesce bench goals — {stamp}", fontsize=10)
+        ax.set_title(f"quiesce bench goals\n{stamp}", fontsize=10)
         fig.tight_layout()
         path = out / "goals.png"
         fig.savefig(path, dpi=110)

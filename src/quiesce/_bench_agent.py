@@ -658,9 +658,9 @@ def print_table(result: dict[str, Any], file: Any = None) -> None:
 
 
 def run_all(names: Sequence[str], cfg: LoadConfig) -> dict[str, dict[str, Any]]:
-    """Warm up (a small load on each configuration), then run the repetitions interleaved (each repetition
-    runs every configuration once), so that the machine's drift hits all of
-    them alike."""
+    """Warm up (a small load on each configuration), then run the
+    repetitions interleaved (each repetition runs every configuration once),
+    so that the machine's drift hits all of them alike."""
     plan = [(name, backend) for name in names for backend in IMPLS[name]().backends]
     warm = LoadConfig(**{**asdict(cfg), "readers": 10, "rounds": 1, "appends": 3, "marks": 5})
     for name, backend in plan:

@@ -654,6 +654,7 @@ class _Checker:
             self.prev_version[p.seq] = prev
             prev = p.version
         self.logged = {r.version for r in h.log if r.version is not None}
+        self.record_op = {r.version: r.op for r in h.log if r.version is not None}
 
     def add(self, kind: AnomalyKind, detail: str) -> None:
         self.out.append(Anomaly(kind, detail))
@@ -799,11 +800,16 @@ class _Checker:
         aborted: dict[tuple[str, str], int] = {}
         for ev in self.h.ops:
             pubs = pubs_by_op.get(ev.index, [])
+            # A call that holds the write lock also applies removals that
+            # became due meanwhile (a writer drains what a reader's unpin
+            # could not): those batches are logged as "remove" and are not
+            # the call's own effect.
+            own = [p for p in pubs if self.record_op.get(p.version.number) != "remove"]
             if ev.op == "append" and ev.error is None:
                 e = ev.args[0]
                 committed.add((e.id, e.content_hash))
-                if ev.kwargs.get("override") is None and pubs:
-                    self.check_readmission(ev, pubs[0], [(e, True)])
+                if ev.kwargs.get("override") is None and own:
+                    self.check_readmission(ev, own[0], [(e, True)])
             elif ev.op == "mark_stale" and ev.error is None:
                 self.check_mark(ev)
             elif ev.op == "prune" and ev.error is None:
@@ -814,7 +820,7 @@ class _Checker:
                 report = ev.result
                 if ev.error is None and isinstance(report, EditReport) and report.applied:
                     committed.update(content)
-                    self.check_applied_edit(ev, plan, content, pubs)
+                    self.check_applied_edit(ev, plan, content, own)
                     continue
                 for c in content:
                     aborted.setdefault(c, ev.index)
@@ -823,18 +829,18 @@ class _Checker:
                         AnomalyKind.LOG_MISMATCH,
                         f"edit #{ev.index} by {ev.task} was refused without a log record",
                     )
-                if pubs:
+                if own:
                     why = "was refused" if ev.error is None else f"raised {ev.error!r}"
                     self.add(
                         AnomalyKind.G1A,
                         f"edit #{ev.index} by {ev.task} {why} but published version(s) "
-                        f"{[p.version.number for p in pubs]}",
+                        f"{[p.version.number for p in own]}",
                     )
-            if ev.error is not None and ev.op in ("append", "mark_stale") and pubs:
+            if ev.error is not None and ev.op in ("append", "mark_stale") and own:
                 self.add(
                     AnomalyKind.G1A,
                     f"{ev.op} #{ev.index} raised {ev.error!r} but published "
-                    f"{[p.version.number for p in pubs]}",
+                    f"{[p.version.number for p in own]}",
                 )
         bad = {c: i for c, i in aborted.items() if c not in committed}
         if bad:

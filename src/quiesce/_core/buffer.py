@@ -48,6 +48,7 @@ Prior art: RCU grace periods (liburcu), crossbeam-epoch, PostgreSQL's
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import heapq
 import itertools
 import threading
@@ -455,6 +456,7 @@ class Buffer:
         # staged removals
         self._staged: list[tuple[int, int, _Group]] = []
         self._staged_ids: dict[str, _Group] = {}
+        self._applying: dict[int, _Group] = {}  # popped, being made durable
         self._gids = itertools.count(1)
         self._backlog_alarm = False
         # due signalling (the runtime installs _due_hook to wake its scheduler)
@@ -559,6 +561,12 @@ class Buffer:
         # Apply due removals unless a writer holds the lock; that writer sees
         # the flag when it releases and drains instead (no reader waits).
         while self._due_flag:
+            if self._sink is not None:
+                self._due_flag = False
+                with contextlib.suppress(LogWriteError):  # stays staged; stats() tells
+                    if self._apply_due_durable(blocking=False) is None:
+                        return  # a writer holds the lock and drains on release
+                continue
             if not self._write_lock.acquire(blocking=False):
                 return
             try:
@@ -592,30 +600,116 @@ class Buffer:
 
         Raises :class:`LogWriteError` if the tombstones cannot be made durable;
         then nothing is published and the removals stay staged.
+
+        With a durable sink the disk write happens *outside* the write lock,
+        so ``mark_stale`` and ``append`` never wait for a disk: (1) under the
+        lock, pop the due groups and log their tombstones as an intent
+        (``tombstone`` record); (2) without it, flush the log — the tombstones
+        are now durable; (3) under the lock, re-validate against the head of
+        that moment, publish one version and log the ``remove`` record. A
+        crash between (2) and the next flush recovers the groups staged again.
         """
+        if self._sink is not None:
+            return self._apply_due_durable(blocking=True) or ()
         self._write_lock.acquire()
         try:
             return self._apply_due_locked()
         finally:
             self._release()
 
-    def _apply_due_locked(self) -> tuple[str, ...]:
+    def _pop_due(self) -> list[_Group]:
         with self._pin_lock:
             oldest = self._oldest_pin()
         staged = self._staged
         groups: list[_Group] = []
         while staged and (oldest is None or staged[0][0] <= oldest):
             groups.append(heapq.heappop(staged)[2])
+        return groups
+
+    def _requeue(self, groups: list[_Group]) -> None:
+        for g in groups:
+            self._applying.pop(g.gid, None)
+            heapq.heappush(self._staged, (g.grace, g.gid, g))
+
+    def _apply_due_locked(self) -> tuple[str, ...]:
+        """Single-phase application (no durable sink); under the write lock."""
+        groups = self._pop_due()
         if not groups:
             return ()
         try:
             return self._remove_groups(groups)
         except BaseException:
-            for g in groups:
-                heapq.heappush(staged, (g.grace, g.gid, g))
+            self._requeue(groups)
             raise
 
-    def _remove_groups(self, groups: list[_Group]) -> tuple[str, ...]:
+    def _apply_due_durable(self, *, blocking: bool) -> tuple[str, ...] | None:
+        """The three phases of :meth:`apply_due` with a durable sink. Returns
+        ``None`` when ``blocking`` is false and a writer holds the lock (the
+        due flag is left for it)."""
+        lock = self._write_lock
+        if not lock.acquire(blocking):
+            self._due_flag = True
+            return None
+        try:
+            groups = self._pop_due()
+            if not groups:
+                return ()
+            for g in groups:
+                self._applying[g.gid] = g
+            intent = self._log_intent(groups)
+        finally:
+            lock.release()
+        try:
+            self.flush()
+        except BaseException:
+            with lock:
+                self._requeue(groups)
+            raise
+        lock.acquire()
+        try:
+            try:
+                removed = self._remove_groups(groups, intent)
+            except BaseException:
+                self._requeue(groups)
+                raise
+        finally:
+            self._release()
+        # Make the removal record durable too (outside the lock). If this
+        # fails the tombstones are still durable in the intent; a crash before
+        # the next flush recovers the groups staged again.
+        with contextlib.suppress(LogWriteError):
+            self.flush()
+        return removed
+
+    def _log_intent(self, groups: list[_Group]) -> int:
+        """Log the tombstones the groups would write (version not yet known)."""
+        live = self._head.live
+        tombs = []
+        for g in groups:
+            for i in g.ids:
+                slot = live.get(i)
+                if slot is not None:
+                    e = slot.entry
+                    tombs.append(
+                        _tomb_to_dict(
+                            Tombstone(i, e.content_hash, g.reason, g.turn, g.actor, 0, e.kind, e.key)
+                        )
+                        | {"version": None}
+                    )
+        record = self._record(
+            "tombstone",
+            None,
+            tuple(i for g in groups for i in g.ids),
+            actor=None,
+            reason="removal intent",
+            turn=None,
+            outcome="intent",
+            detail={"gids": [g.gid for g in groups], "tombstones": tombs},
+        )
+        self._append_record(record)
+        return record.seq
+
+    def _remove_groups(self, groups: list[_Group], intent: int | None = None) -> tuple[str, ...]:
         head = self._head
         policy = self._policy
         refused: dict[str, Refusal] = {}
@@ -660,12 +754,16 @@ class Buffer:
                 "tombstones": [_tomb_to_dict(t) for t in tombs],
                 "refused": {i: r.value for i, r in refused.items()},
                 "refusals": [r.value for r in refused.values()],
+                **({} if intent is None else {"intent": intent}),
             },
         )
         if removal:
             # Invariant: a tombstone is durable before the removal it records
-            # is published.
-            self._commit_durably(record)
+            # is published (in the intent record, or with this record).
+            if intent is None:
+                self._commit_durably(record)
+            else:
+                self._append_record(record)
             assert draft is not None
             new = draft.finish(n)
             self._max_removed_grace = max(
@@ -675,6 +773,7 @@ class Buffer:
         else:
             self._append_record(record)
         for g in groups:
+            self._applying.pop(g.gid, None)
             for i in g.ids:
                 self._staged_ids.pop(i, None)
         self._after_unstage()
@@ -746,7 +845,7 @@ class Buffer:
                 sink.write(batch)
             except Exception as exc:
                 self._log_failing = True
-                raise LogWriteError(f"edit log flush failed: {exc}") from exc
+                raise LogWriteError(f"edit log write failed: {exc}") from exc
             self._log_failing = False
             self._synced = start + len(batch)
 
@@ -1039,15 +1138,27 @@ class Buffer:
         if actor is not None:
             check_id(actor, "actor")
         check_turn(turn)
+        if self._sink is not None and self.pending_records:
+            self.flush()  # a failing disk refuses before anything changes
         self._write_lock.acquire()
         try:
-            return self._prune_locked(id_list, reason, actor, turn)
+            outcomes, candidates, staged = self._prune_locked(id_list, reason, actor, turn)
         finally:
             self._release()
+        if staged and self.has_due():
+            # Outside the write lock: a durable removal never makes a
+            # concurrent mark wait for the disk.
+            with contextlib.suppress(LogWriteError):  # stays DEFERRED; stats() tells
+                self.apply_due()
+        head = self._head
+        tombs = head.tombs.by_id
+        for i in candidates:
+            outcomes[i] = Outcome(Status.PRUNED if i in tombs else Status.DEFERRED)
+        return PruneReport({i: outcomes[i] for i in id_list}, head.number)
 
     def _prune_locked(
         self, id_list: list[str], reason: str, actor: str | None, turn: int | None
-    ) -> PruneReport:
+    ) -> tuple[dict[str, Outcome], list[str], bool]:
         head = self._head
         policy = self._policy
         outcomes: dict[str, Outcome] = {}
@@ -1075,8 +1186,6 @@ class Buffer:
             candidates[i] = None
         for i in _cascade(head, candidates, refused):
             del candidates[i]
-        if self._sink is not None and candidates and self._records[self._synced :]:
-            self.flush()  # a failing disk refuses before anything changes
         n = head.number + 1
         marks = head.marks
         new_marks: list[list[Any]] = []
@@ -1129,14 +1238,7 @@ class Buffer:
             self._stage(g)
         if groups:
             self._after_stage()
-            if self.has_due():
-                with contextlib.suppress(LogWriteError):  # stays DEFERRED; stats() tells
-                    self._apply_due_locked()
-        tombs = self._head.tombs.by_id
-        for i in candidates:
-            outcomes[i] = Outcome(Status.PRUNED if i in tombs else Status.DEFERRED)
-        ordered = {i: outcomes[i] for i in id_list}
-        return PruneReport(ordered, self._head.number)
+        return outcomes, list(candidates), bool(groups)
 
     def _stage(self, g: _Group) -> None:
         for i in g.ids:
@@ -1169,11 +1271,28 @@ class Buffer:
         """
         if type(plan) is not EditPlan:
             raise InvalidType(f"edit takes an EditPlan, not {type(plan).__name__}")
+        if self._sink is not None and self.pending_records:
+            self.flush()  # a failing disk refuses before anything changes
         self._write_lock.acquire()
         try:
-            return self._edit_locked(plan)
+            report = self._edit_locked(plan)
         finally:
             self._release()
+        if not report.deferred:
+            return report
+        if self.has_due():
+            # Outside the write lock, like prune().
+            with contextlib.suppress(LogWriteError):  # stays deferred; stats() tells
+                self.apply_due()
+        head = self._head
+        tombs = head.tombs.by_id
+        removed = report.deferred
+        return dataclasses.replace(
+            report,
+            version=head.number,
+            removed=tuple(i for i in removed if i in tombs),
+            deferred=tuple(i for i in removed if i not in tombs),
+        )
 
     def _edit_locked(self, plan: EditPlan) -> EditReport:
         head = self._head
@@ -1358,8 +1477,6 @@ class Buffer:
         removed: tuple[str, ...],
         overridden: bool = False,
     ) -> EditReport:
-        if self._sink is not None and self._records[self._synced :]:
-            self.flush()  # a failing disk refuses before anything changes
         n = head.number + 1
         draft = _Draft(head)
         for _old, new_entry in rewrites:
@@ -1419,18 +1536,7 @@ class Buffer:
         if group is not None:
             self._stage(group)
             self._after_stage()
-            if self.has_due():
-                with contextlib.suppress(LogWriteError):  # stays deferred; stats() tells
-                    self._apply_due_locked()
-        tombs = self._head.tombs.by_id
-        return EditReport(
-            True,
-            (),
-            None,
-            self._head.number,
-            tuple(i for i in removed if i in tombs),
-            tuple(i for i in removed if i not in tombs),
-        )
+        return EditReport(True, (), None, n, (), removed)
 
     # -- stats and checks --------------------------------------------------
 
@@ -1709,6 +1815,7 @@ def _check_buffer(buf: Buffer, expect_no_pins: bool) -> None:
         assert islot.entry.content_hash == h, f"immutable {i!r} changed (invariant 4)"
     # staged removals: live, marked, in the heap.
     heap_ids = {i for _, _, g in buf._staged for i in g.ids}
+    heap_ids.update(i for g in buf._applying.values() for i in g.ids)
     for i, g in buf._staged_ids.items():
         assert i in heap_ids, f"staged {i!r} missing from the queue"
         if i in live:

@@ -95,7 +95,7 @@ def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
                     draft.remove(_tomb(t))
                 for gid in det.get("gids", ()):
                     groups.pop(gid, None)
-            elif op in ("refuse", "escalate"):
+            elif op in ("refuse", "escalate", "tombstone"):
                 pass
             else:
                 raise LogFormatError(f"log record {index} has unknown op {op!r}")

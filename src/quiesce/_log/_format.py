@@ -76,7 +76,7 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 #: The value of the ``"quiesce"`` key in the header line of a JSONL log.
 JSONL_TAG = "edit-log"
 #: Every operation a format-1 record may name.
-OPS = ("append", "mark", "prune", "edit", "remove", "refuse", "escalate")
+OPS = ("append", "mark", "prune", "edit", "tombstone", "remove", "refuse", "escalate")
 
 _FIELDS = frozenset(LogRecord._fields)
 
