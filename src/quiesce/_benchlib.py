@@ -367,6 +367,7 @@ class Fixtures:
         for e in entries[:marked]:
             draft.marks[e.id] = Mark(e.id, "bench: seeded", None, 1)
         buf._head = draft.finish(1)
+        buf._unmarked = {e.id for e in entries[marked:]}  # the mark fast path's index
         return buf
 
     @staticmethod

@@ -457,6 +457,10 @@ class Buffer:
         self._staged: list[tuple[int, int, _Group]] = []
         self._staged_ids: dict[str, _Group] = {}
         self._applying: dict[int, _Group] = {}  # popped, being made durable
+        # Ids live, mutable and unmarked in the head: the mark fast path asks
+        # this set (a hash lookup) instead of two persistent-map lookups.
+        # Kept exact under the write lock; _check() asserts it.
+        self._unmarked: set[str] = set()
         self._gids = itertools.count(1)
         self._backlog_alarm = False
         # due signalling (the runtime installs _due_hook to wake its scheduler)
@@ -770,6 +774,7 @@ class Buffer:
                 self._max_removed_grace, max(g.grace for g in groups)
             )
             self._head = new
+            self._unmarked.difference_update(removal)
         else:
             self._append_record(record)
         for g in groups:
@@ -1007,6 +1012,8 @@ class Buffer:
             new = Version(n, new_live, head.marks, head.tombs, referrers, key + 1.0)
             if entry.kind in _IMMUTABLE:
                 self._immutable_hashes[eid] = entry.content_hash
+            else:
+                self._unmarked.add(eid)
             detail: dict[str, Any] = {"entry": entry.to_dict(), "key": key}
             if override is not None:
                 detail["override"] = {"reason": override.reason, "turn": override.turn}
@@ -1061,18 +1068,20 @@ class Buffer:
         try:
             head = self._head
             marks = head.marks
-            existing = marks.get(entry_id)
-            if existing is not None:
-                return existing
-            slot = head.live.get(entry_id)
-            if slot is None:
-                raise _missing(head, entry_id)
-            # Every live immutable entry is in _immutable_hashes (checked by
-            # _check); asking it spares a visit to the entry itself.
-            if entry_id in self._immutable_hashes:
+            unmarked = self._unmarked
+            if entry_id not in unmarked:
+                # Not (live, mutable and unmarked): already marked, immutable,
+                # removed or unknown. The slow path says which.
+                existing = marks.get(entry_id)
+                if existing is not None:
+                    return existing
+                slot = head.live.get(entry_id)
+                if slot is None:
+                    raise _missing(head, entry_id)
                 raise ProtectedEntry(
                     f"entry {entry_id!r} is a {slot.entry.kind.name}: immutable, never marked"
                 )
+            unmarked.discard(entry_id)
             n = head.number + 1
             mark: Mark = _new_tuple(Mark, (entry_id, reason, turn, n))
             records = self._records
@@ -1234,6 +1243,7 @@ class Buffer:
         )
         if changed:
             self._head = head.with_marks(n, marks)
+            self._unmarked.difference_update(i for i, _r, _t in new_marks)
         for g in groups:
             self._stage(g)
         if groups:
@@ -1533,6 +1543,10 @@ class Buffer:
             )
         )
         self._head = draft.finish(n)
+        self._unmarked.update(
+            op.into.id for op, _ in summaries if op.into.kind not in _IMMUTABLE
+        )
+        self._unmarked.difference_update(i for i, _r, _t in new_marks)
         if group is not None:
             self._stage(group)
             self._after_stage()
@@ -1782,6 +1796,10 @@ def _check_buffer(buf: Buffer, expect_no_pins: bool) -> None:
             expected.setdefault(ref, set()).add(i)
     got = {t: set(m) for t, m in head.referrers.items()}
     assert got == expected, "referrers index out of date"
+    unmarked = {
+        i for i, slot in live.items() if i not in head.marks and slot.entry.kind not in _IMMUTABLE
+    }
+    assert buf._unmarked == unmarked, "the unmarked index disagrees with the head"
     # marks only on live, mutable entries; versions within range.
     for i, mark in head.marks.items():
         assert i in live, f"mark on non-live {i!r}"

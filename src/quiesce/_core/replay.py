@@ -109,7 +109,12 @@ def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
             number = v
         buf._records.append(rec)
         _count(buf, rec)
-    buf._head = draft.finish(number)
+    buf._head = head = draft.finish(number)
+    buf._unmarked = {
+        i
+        for i, slot in head.live.items()
+        if i not in head.marks and slot.entry.kind not in IMMUTABLE_KINDS
+    }
     for g in groups.values():
         for i in g.ids:
             buf._staged_ids[i] = g
