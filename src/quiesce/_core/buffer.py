@@ -694,12 +694,8 @@ class Buffer:
                 slot = live.get(i)
                 if slot is not None:
                     e = slot.entry
-                    tombs.append(
-                        _tomb_to_dict(
-                            Tombstone(i, e.content_hash, g.reason, g.turn, g.actor, 0, e.kind, e.key)
-                        )
-                        | {"version": None}
-                    )
+                    tomb = Tombstone(i, e.content_hash, g.reason, g.turn, g.actor, 0, e.kind, e.key)
+                    tombs.append(_tomb_to_dict(tomb) | {"version": None})
         record = self._record(
             "tombstone",
             None,
