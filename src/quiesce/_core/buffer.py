@@ -212,6 +212,10 @@ def _key_between(lo: float | None, hi: float | None) -> float | None:
 # Snapshots
 
 
+_NOT_ENTERED: Any = object()
+_new_object = object.__new__
+
+
 class Snapshot:
     """A reader's pinned view of one version.
 
@@ -222,14 +226,17 @@ class Snapshot:
     use raises :class:`SnapshotReleased`. A snapshot is pinned at most once.
     """
 
-    __slots__ = ("__weakref__", "_buffer", "_entered", "_since", "_task", "_version")
+    __slots__ = ("__weakref__", "_buffer", "_since", "_task", "_version")
+
+    _since: float
 
     def __init__(self, buffer: Buffer) -> None:
+        # Buffer.snapshot() builds snapshots without this frame (the pin fast
+        # path); both set exactly these three slots. ``_task`` is _NOT_ENTERED
+        # until the one pin, then the pinning task; ``_since`` is set at pin.
         self._buffer = buffer
         self._version: Version | None = None
-        self._entered = False
-        self._task: object = None
-        self._since = 0.0
+        self._task: object = _NOT_ENTERED
 
     # Pin and unpin are the readers' fast path (a goal: <= 0.2x an aiorwlock
     # reader acquire + release), so they are written out here rather than
@@ -239,9 +246,8 @@ class Snapshot:
 
     def __enter__(self) -> Snapshot:
         """Pin the head version to the calling task. O(1)."""
-        if self._entered:
+        if self._task is not _NOT_ENTERED:
             raise SnapshotReleased("a snapshot is pinned once; take a new buffer.snapshot()")
-        self._entered = True
         buf = self._buffer
         task = current_task()
         now = buf._clock()
@@ -250,22 +256,20 @@ class Snapshot:
         try:
             v = buf._head
             n = v.number
-            counts = buf._pin_counts
-            c = counts.get(n)
-            if c is None:
-                counts[n] = 1
+            pins = buf._pins
+            readers = pins.get(n)
+            if readers is None:
+                pins[n] = readers = {}
                 order = buf._pin_order
                 if not order or order[-1] != n:
                     order.append(n)
-            else:
-                counts[n] = c + 1
             # Registered and pinned in one critical section: whoever reads the
             # readers under the pin lock (stats, _check) never sees a reader
             # without its version.
             self._version = v
             self._task = task
             self._since = now
-            buf._readers[self] = None
+            readers[self] = None
         finally:
             lock.release()
         return self
@@ -287,18 +291,17 @@ class Snapshot:
         lock.acquire()
         try:
             self._version = None
-            del buf._readers[self]
-            counts = buf._pin_counts
-            c = counts[n] - 1
-            if c:
-                counts[n] = c
+            pins = buf._pins
+            readers = pins[n]
+            del readers[self]
+            if readers:
                 return
-            del counts[n]
+            del pins[n]
             order = buf._pin_order
             if order[0] != n:
                 return
             order.popleft()
-            while order and order[0] not in counts:
+            while order and order[0] not in pins:
                 order.popleft()
             oldest = order[0] if order else None
         finally:
@@ -450,9 +453,9 @@ class Buffer:
         self._flush_lock = threading.Lock()
         self._head = Version.empty()
         # pins
-        self._pin_counts: dict[int, int] = {}
+        # version number -> the snapshots pinning it (insertion-ordered dicts)
+        self._pins: dict[int, dict[Snapshot, None]] = {}
         self._pin_order: deque[int] = deque()
-        self._readers: dict[Snapshot, None] = {}
         # staged removals
         self._staged: list[tuple[int, int, _Group]] = []
         self._staged_ids: dict[str, _Group] = {}
@@ -524,13 +527,22 @@ class Buffer:
         """A snapshot to use as ``with buf.snapshot() as snap:``; entering pins
         the head version to the calling task. Never awaits, never waits for a
         writer. Pin and unpin are O(1)."""
-        return Snapshot(self)
+        snap: Snapshot = _new_object(Snapshot)
+        snap._buffer = self
+        snap._version = None
+        snap._task = _NOT_ENTERED
+        return snap
 
     def __len__(self) -> int:
         return len(self._head.live)
 
     def __repr__(self) -> str:
         return f"<Buffer version={self.version} entries={len(self)} pinned={len(self._readers)}>"
+
+    @property
+    def _readers(self) -> list[Snapshot]:
+        """Every pinned snapshot (a list; read it under ``_pin_lock``)."""
+        return [s for readers in list(self._pins.values()) for s in readers]
 
     # -- pins -------------------------------------------------------------
 
@@ -539,7 +551,7 @@ class Buffer:
     def _oldest_pin(self) -> int | None:
         """The oldest pinned version (call under ``_pin_lock``)."""
         order = self._pin_order
-        counts = self._pin_counts
+        counts = self._pins
         while order and order[0] not in counts:
             order.popleft()
         return order[0] if order else None
@@ -1554,20 +1566,22 @@ class Buffer:
         """A frozen picture of the buffer. O(readers + distinct pinned versions)."""
         now = self._clock()
         with self._pin_lock:
-            readers = list(self._readers)
+            # read each reader's fields under the lock: a reader unpinning
+            # meanwhile must not be seen half-released
+            pins = [(s._task, s._version, s._since) for s in self._readers]
             oldest = self._oldest_pin()
-            retained = len(self._pin_counts)
+            retained = len(self._pins)
         head = self._head
         infos = tuple(
-            ReaderInfo(task_name(s._task), s._version.number, max(0.0, now - s._since))
-            for s in readers
-            if s._version is not None
+            ReaderInfo(task_name(task), v.number, max(0.0, now - since))
+            for task, v, since in pins
+            if v is not None
         )
         removed = self._counts["removed"]
         return Stats(
             version=head.number,
             entries=len(head.live),
-            retained_versions=retained + (0 if head.number in self._pin_counts else 1),
+            retained_versions=retained + (0 if head.number in self._pins else 1),
             pinned=len(infos),
             readers=infos,
             oldest_pin_age=max((r.age for r in infos), default=None),
@@ -1843,7 +1857,10 @@ def _check_buffer(buf: Buffer, expect_no_pins: bool) -> None:
             v = snap._version
             assert v is not None, "a released snapshot is still registered (invariant 7)"
             counts[v.number] += 1
-        assert dict(counts) == buf._pin_counts, "pin counts disagree with readers (invariant 7)"
+        assert dict(counts) == {n: len(r) for n, r in buf._pins.items()}, (
+            "pin counts disagree with readers (invariant 7)"
+        )
+        assert all(buf._pins.values()), "an empty pin set was left behind (invariant 7)"
         oldest = buf._oldest_pin()
         assert oldest == (min(counts) if counts else None)
         if expect_no_pins:
