@@ -32,7 +32,19 @@ GOALS = {
     "pin_scaling_readers",
     "iterate_vs_dict",
     "memory_pinned_readers",
+    "durability_mark_sqlite_vs_memory",
+    "durability_mark_jsonl_vs_memory",
+    "durability_group_commit_sqlite",
+    "durability_group_commit_jsonl",
 }
+PLOTS = [
+    "ops_vs_n.png",
+    "pin_vs_readers.png",
+    "goals.png",
+    "agent_loop_backlog.png",
+    "agent_loop_latency.png",
+    "durability.png",
+]
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +87,7 @@ class TestQuickRun:
                 assert case["min"] <= case["median"] <= case["max"], case
                 assert case["number"] >= 1
 
-    @pytest.mark.parametrize("name", ["ops_vs_n.png", "pin_vs_readers.png", "goals.png"])
+    @pytest.mark.parametrize("name", PLOTS)
     def test_plots_are_png_images(self, bench_run: tuple[int, Path], name: str) -> None:
         """Each plot is a PNG that matplotlib can read back."""
         import matplotlib.image
@@ -85,6 +97,72 @@ class TestQuickRun:
         assert path.read_bytes()[:8] == PNG_MAGIC
         image = matplotlib.image.imread(path)
         assert image.shape[0] > 100 and image.shape[1] > 100
+
+    def test_agent_loop_has_backlog_series_for_both_barriers(
+        self, bench_run: tuple[int, Path]
+    ) -> None:
+        """The agent-loop section stores, for quiesce and the global-quiescence
+        barrier on asyncio and trio, a backlog series over time (what
+        agent_loop_backlog.png draws) and p50/p99 per operation."""
+        _, out = bench_run
+        results = json.loads((out / "results.json").read_text(encoding="utf-8"))
+        rows = results["sections"]["agent_loop"]["extra"]["results"]
+        for impl in ("quiesce", "global-quiescence"):
+            for backend in ("asyncio", "trio"):
+                backlog = rows[f"{impl}/{backend}"]["backlog"]
+                times = [t for t, _ in backlog["series"]]
+                assert len(times) >= 2 and times == sorted(times)
+                assert all(b >= 0 for _, b in backlog["series"])
+                assert backlog["max"] >= max(b for _, b in backlog["series"])
+                assert backlog["series_readers_done_s"] > 0
+        for row in rows.values():
+            for op in ("pin", "mark", "append", "prune"):
+                lat = row["latency_us"][op]
+                assert lat["n"] > 0 and 0 <= lat["p50"] <= lat["p99"] <= lat["max"], row["impl"]
+
+    def test_durability_section_reports_commits_and_rates(
+        self, bench_run: tuple[int, Path]
+    ) -> None:
+        """The durability section stores commits per flush (SQLite's traced
+        COMMITs too) and sustained durable appends per second for every sink."""
+        _, out = bench_run
+        results = json.loads((out / "results.json").read_text(encoding="utf-8"))
+        extra = results["sections"]["durability"]["extra"]
+        commit = extra["group_commit"]
+        assert set(commit) == {"SQLiteLog", "JsonlLog"}
+        assert all(g["records"] == 1_000 and g["commits_per_flush"] for g in commit.values())
+        assert commit["SQLiteLog"]["sqlite_traced_commits_per_flush"]
+        sustained = extra["sustained_appends_flush_10ms"]
+        for kind in ("in memory", "SQLiteLog", "JsonlLog"):
+            rate = sustained[kind]["records_per_s"]
+            assert 0 < rate["min"] <= rate["median"] <= rate["max"]
+        assert set(extra["mark_with_flusher"]["ratio_vs_memory"]) == {"SQLiteLog", "JsonlLog"}
+
+
+def test_durability_script_keeps_its_cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``benchmarks/durability.py --quick --out PATH`` runs the durability
+    section alone, prints its goals and writes the JSON to PATH."""
+    spec = importlib.util.spec_from_file_location(
+        "durability_script", ROOT / "benchmarks" / "durability.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module: Any = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    path = tmp_path / "durability.json"
+    results = module.main(["--quick", "--out", str(path)])
+    assert set(results["sections"]) == {"durability"}
+    written = json.loads(path.read_text(encoding="utf-8"))
+    assert [g["key"] for g in written["goals"]] == [g["key"] for g in results["goals"]]
+    assert {g["key"] for g in written["goals"]} == {
+        "durability_mark_sqlite_vs_memory",
+        "durability_mark_jsonl_vs_memory",
+        "durability_group_commit_sqlite",
+        "durability_group_commit_jsonl",
+    }
+    printed = capsys.readouterr().out
+    assert "commits per flush of 1,000 records, SQLiteLog" in printed
 
 
 class TestRegistry:

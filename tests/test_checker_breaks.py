@@ -14,6 +14,7 @@ dropped, a snapshot that reads the head, a refused edit that applies anyway,
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -27,6 +28,7 @@ from quiesce import (
     EditPlan,
     Entry,
     Kind,
+    LogWriteError,
     Policy,
     Prune,
     ReadmissionRefused,
@@ -118,12 +120,19 @@ def unpin_only_on_success(mp: pytest.MonkeyPatch) -> None:
 
 
 def publish_before_durable(mp: pytest.MonkeyPatch) -> None:
-    """The removal's record is appended in memory and never waited for."""
+    """A removal is published first and made durable afterwards (no intent
+    record, no commit before the head moves)."""
 
-    def commit(self: Buffer, record: Any) -> None:
-        self._append_record(record)
+    def apply(self: Buffer, *, blocking: bool) -> Any:
+        with self._write_lock:
+            groups = self._pop_due()
+            removed = self._remove_groups(groups, -1) if groups else ()
+        with contextlib.suppress(LogWriteError):
+            self.flush()
+        return removed
 
-    mp.setattr(Buffer, "_commit_durably", commit)
+    mp.setattr(Buffer, "_apply_due_durable", apply)
+    mp.setattr(Buffer, "_commit_durably", lambda self, record: self._append_record(record))
 
 
 def launder_refusals(mp: pytest.MonkeyPatch) -> None:

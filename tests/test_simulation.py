@@ -6,7 +6,7 @@ holds, writers, markers, pruners, editors with rationale and base versions,
 worker-thread marks), every extra checkpoint a task takes, the faults (readers,
 flushes and the scheduler itself cancelled at random points; a log sink that
 fails at random writes) and, on trio, the run loop's own tie-breaking
-(``trio._core._run._r``) and a ``MockClock`` with ``autojump_threshold=0`` so
+(``trio._core._run._r``) and a ``MockClock`` with a small ``autojump_threshold`` so
 virtual time (reader-age alarms, timed holds) is deterministic too. The only
 thing a seed does not fix is the timing of worker threads (thread marks, and
 the runtime's flushes and batch applications when a durable sink is set): a
@@ -66,6 +66,10 @@ from quiesce.testing import Anomaly, History, Recorder, check_history
 BACKENDS = ["asyncio", "trio"]
 DEFAULT_SCHEDULES = int(os.environ.get("QUIESCE_SCHEDULES", "2000"))
 SOAK_SCHEDULES = 100_000
+#: trio MockClock autojump threshold (real seconds idle before virtual time
+#: jumps). Not 0: while a worker thread runs every task is blocked, and a
+#: zero threshold would spin virtual time (alarms, flush ticks) meanwhile.
+AUTOJUMP = 0.0005
 
 
 # ---------------------------------------------------------------------------
@@ -132,7 +136,7 @@ class Sched:
                 await anyio.sleep(0)
         else:
             # Virtual time (trio MockClock): deterministic, costs nothing.
-            await anyio.sleep(self.rng.choice((0.001, 0.01, 0.1, 1.0)))
+            await anyio.sleep(self.rng.choice((0.001, 0.01, 0.1, 0.3)))
 
     async def hold(self, n: int) -> None:
         for _ in range(n):
@@ -605,7 +609,7 @@ async def _schedule(
                     log=sink,
                     max_pin_age=0.5 if cfg.timed else None,
                     clock=clock,  # called from worker threads too: not anyio.current_time
-                    flush_interval=0.05,
+                    flush_interval=0.2 if cfg.timed else 0.05,
                 ) as buf:
                     await _workload(seed, buf, sink, out, outer, holder)
             else:
@@ -746,7 +750,7 @@ def run_schedule(seed: int, backend: str, **overrides: Any) -> Outcome:
     if backend == "trio" and cfg.timed:
         from trio.testing import MockClock
 
-        mock = MockClock(autojump_threshold=0)
+        mock = MockClock(autojump_threshold=AUTOJUMP)
         options["clock"] = mock
         clock = mock.current_time
     try:

@@ -6,7 +6,9 @@ The measuring code and the registry of sections live in
 :mod:`quiesce._benchlib`; this module is the command: it runs the suite,
 prints the table (cases, then goals with PASS/MISS), writes
 ``DIR/results.json`` and the plots ``DIR/ops_vs_n.png``,
-``DIR/pin_vs_readers.png`` and ``DIR/goals.png``. matplotlib is imported only
+``DIR/pin_vs_readers.png``, ``DIR/goals.png``, and, when those sections ran,
+``DIR/agent_loop_backlog.png``, ``DIR/agent_loop_latency.png`` and
+``DIR/durability.png``. matplotlib is imported only
 to draw, so a missing one costs the plots, not the numbers.
 """
 
@@ -49,8 +51,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         prog="quiesce bench",
         description=(
             "Benchmark quiesce's core operations against dict, immutables.Map, "
-            "copying a dict per version and aiorwlock; print PASS/MISS per goal; "
-            "write JSON results and PNG plots."
+            "copying a dict per version and aiorwlock, an agent loop against lock- "
+            "and copy-based baselines, and the durable logs; print PASS/MISS per "
+            "goal; write JSON results and PNG plots."
         ),
     )
     parser.add_argument("--quick", action="store_true", help="a small, fast run (a smoke test)")
@@ -247,7 +250,246 @@ def write_plots(results: dict[str, Any], out: Path) -> list[Path]:
         fig.savefig(path, dpi=110)
         plt.close(fig)
         written.append(path)
+
+    # 4.-6. the agent loop (backlog over time, latencies) and durability.
+    for draw in (_plot_agent_backlog, _plot_agent_latency, _plot_durability):
+        path_or_none = draw(plt, results, out, stamp)
+        if path_or_none is not None:
+            written.append(path_or_none)
     return written
+
+
+#: colours of the agent-loop implementations; trio bars are hatched
+_AGENT_COLOR = {
+    "quiesce": "tab:blue",
+    "aiorwlock": "tab:orange",
+    "asyncio.Lock": "tab:purple",
+    "dict-copy": "tab:red",
+    "global-quiescence": "tab:brown",
+}
+_AGENT_OPS = ("pin", "mark", "append", "prune")
+
+
+def _plot_agent_backlog(plt: Any, results: dict[str, Any], out: Path, stamp: str) -> Path | None:
+    """``agent_loop_backlog.png``: the deferred backlog (removals accepted,
+    not yet applied) over one run, quiesce vs the global-quiescence barrier,
+    one panel per backend."""
+    agent = results["sections"].get("agent_loop")
+    if agent is None or "results" not in agent["extra"]:
+        return None
+    rows = agent["extra"]["results"]
+    backends = [
+        b for b in ("asyncio", "trio") if f"quiesce/{b}" in rows or f"global-quiescence/{b}" in rows
+    ]
+    if not backends:
+        return None
+    fig, axes = plt.subplots(1, len(backends), figsize=(5.8 * len(backends), 4.2), squeeze=False)
+    top = max(
+        (b for row in rows.values() for _, b in row["backlog"]["series"]),
+        default=0,
+    )
+    for ax, backend in zip(axes.flat, backends, strict=True):
+        done: list[float] = []
+        for impl, style in (
+            ("global-quiescence", {"linewidth": 1.6}),
+            ("quiesce", {"linewidth": 2.2}),
+        ):
+            row = rows.get(f"{impl}/{backend}")
+            if row is None:
+                continue
+            series = row["backlog"]["series"]
+            ts = [1e3 * t for t, _ in series]
+            label = (
+                f"{impl} (max {row['backlog']['max']} over {row['repeats']} runs)"
+                if impl == "quiesce"
+                else f"{impl} barrier (max {row['backlog']['max']} over {row['repeats']} runs)"
+            )
+            ax.step(
+                ts,
+                [b for _, b in series],
+                where="post",
+                color=_AGENT_COLOR[impl],
+                label=label,
+                **style,
+            )
+            if row["backlog"].get("series_readers_done_s") is not None:
+                done.append(1e3 * row["backlog"]["series_readers_done_s"])
+        if done:
+            readers = agent["extra"]["config"]["readers"]
+            ax.axvspan(
+                0, max(done), color="0.85", alpha=0.5, zorder=0, label=f"{readers} readers overlap"
+            )
+        ax.set_title(f"{backend}")
+        ax.set_xlabel("ms since the load started (one run)")
+        ax.set_ylabel("deferred backlog (removals waiting)")
+        ax.set_ylim(0, max(1.0, 1.15 * top))  # the same scale in every panel
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8, loc="upper right")
+    fig.suptitle(
+        "agent loop: deferred backlog over time — quiesce (per-entry grace points) vs a "
+        f"global-quiescence barrier\n{stamp}",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    path = out / "agent_loop_backlog.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _plot_agent_latency(plt: Any, results: dict[str, Any], out: Path, stamp: str) -> Path | None:
+    """``agent_loop_latency.png``: p99 latency per operation and
+    implementation (bars, log scale; p50 as ticks), with the 1/100-of-aiorwlock
+    goal drawn; and wall time per implementation."""
+    agent = results["sections"].get("agent_loop")
+    if agent is None or "results" not in agent["extra"]:
+        return None
+    rows: dict[str, Any] = agent["extra"]["results"]
+    keys = list(rows)
+    fig, (ax, ax_wall) = plt.subplots(
+        1, 2, figsize=(13, 5.6), gridspec_kw={"width_ratios": [2.6, 1]}
+    )
+    width = 0.8 / len(keys)
+    for i, key in enumerate(keys):
+        row = rows[key]
+        xs, p99s, p50s = [], [], []
+        for j, op in enumerate(_AGENT_OPS):
+            lat = row["latency_us"][op]
+            if lat["p99"] is None:
+                continue
+            xs.append(j - 0.4 + width * (i + 0.5))
+            p99s.append(max(lat["p99"], 1e-3))
+            p50s.append(max(lat["p50"], 1e-3))
+        hatch = "//" if row["backend"] == "trio" else None
+        color = _AGENT_COLOR.get(row["impl"], "tab:gray")
+        ax.bar(xs, p99s, width, color=color, hatch=hatch, edgecolor="white", label=key)
+        ax.scatter(xs, p50s, marker="_", color="black", s=60, zorder=3)
+    rw = rows.get("aiorwlock/asyncio")
+    if rw is not None:
+        for j, op in enumerate(("pin", "mark")):
+            goal = rw["latency_us"][op]["p99"] / 100
+            ax.hlines(
+                goal,
+                j - 0.45,
+                j + 0.45,
+                colors="tab:orange",
+                linestyles=":",
+                label="goal: 1/100 of aiorwlock's p99" if j == 0 else None,
+            )
+    ax.scatter([], [], marker="_", color="black", s=60, label="p50")
+    ax.set_xticks(range(len(_AGENT_OPS)), ["pin", "mark_stale", "append", "prune"])
+    ax.set_yscale("log")
+    ax.set_ylabel("p99 latency, µs (log; lock waits included)")
+    ax.set_title("p99 latency per operation (bars), p50 (ticks)")
+    ax.grid(True, axis="y", which="both", alpha=0.3)
+    ax.legend(fontsize=7, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.09))
+    walls = [rows[k]["wall_s"] for k in keys]
+    ax_wall.barh(
+        range(len(keys)),
+        [w["min"] for w in walls],
+        xerr=[[0] * len(keys), [w["max"] - w["min"] for w in walls]],
+        color=[_AGENT_COLOR.get(rows[k]["impl"], "tab:gray") for k in keys],
+        hatch=None,
+        capsize=2,
+    )
+    for i, k in enumerate(keys):
+        if rows[k]["backend"] == "trio":
+            ax_wall.patches[i].set_hatch("//")
+    ax_wall.set_yticks(range(len(keys)), keys, fontsize=8)
+    ax_wall.invert_yaxis()
+    ax_wall.set_xscale("log")
+    ax_wall.set_xlabel("wall time, s (min over runs; whisker: to max)")
+    ax_wall.set_title("wall time of the whole load")
+    ax_wall.grid(True, axis="x", which="both", alpha=0.3)
+    fig.suptitle(f"agent loop: quiesce vs lock- and copy-based baselines — {stamp}", fontsize=10)
+    fig.tight_layout()
+    path = out / "agent_loop_latency.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _plot_durability(plt: Any, results: dict[str, Any], out: Path, stamp: str) -> Path | None:
+    """``durability.png``: mark_stale in memory vs with a durable sink (no
+    flusher; with one), the cost of one group commit, sustained durable
+    appends per second."""
+    dur = results["sections"].get("durability")
+    if dur is None or not dur["cases"]:
+        return None
+    colors = {"in memory": "tab:gray", "SQLiteLog": "tab:blue", "JsonlLog": "tab:green"}
+    fig, (ax_mark, ax_flush, ax_rate) = plt.subplots(
+        1, 3, figsize=(14, 4.2), gridspec_kw={"width_ratios": [1.5, 1, 1]}
+    )
+
+    def bars(ax: Any, cases: list[dict[str, Any]], x0: float, scale: float) -> None:
+        width = 0.8 / max(1, len(cases))
+        for i, c in enumerate(cases):
+            ax.bar(
+                x0 - 0.4 + width * (i + 0.5),
+                c["median"] * scale,
+                width,
+                yerr=[[(c["median"] - c["min"]) * scale], [(c["max"] - c["median"]) * scale]],
+                color=colors.get(c["impl"], "tab:gray"),
+                capsize=3,
+                label=c["impl"] if x0 == 0 else None,
+            )
+
+    marks = [c for c in dur["cases"] if c["op"] == "mark"]
+    groups = [
+        ("no flusher\n(CPU time)", [c for c in marks if c["param"].get("flusher") == "none"]),
+        (
+            "a flush every 10 ms\n(wall time)",
+            [c for c in marks if c["param"].get("flusher") == "10ms"],
+        ),
+    ]
+    for x, (_, cs) in enumerate(groups):
+        bars(ax_mark, cs, x, 1.0)
+    ax_mark.set_xticks(range(len(groups)), [g for g, _ in groups])
+    ax_mark.set_ylabel("ns per mark_stale (median; bars: min..max)")
+    ax_mark.set_title("mark_stale: in memory vs durable sink")
+    ax_mark.legend(fontsize=8)
+    ax_mark.grid(True, axis="y", alpha=0.3)
+
+    flushes = [c for c in dur["cases"] if c["op"].startswith("flush")]
+    bars(ax_flush, flushes, 0, 1e-6)
+    commit = dur["extra"].get("group_commit", {})
+    for i, c in enumerate(flushes):
+        per = commit.get(c["impl"], {}).get("commits_per_flush", [])
+        width = 0.8 / len(flushes)
+        ax_flush.annotate(
+            f"{c['impl']}\n{' or '.join(map(str, per))} commit(s)\nper flush",
+            (-0.4 + width * (i + 0.5), c["median"] * 0.5e-6),
+            ha="center",
+            va="center",
+            fontsize=8,
+            color="white",
+        )
+    ax_flush.set_xticks([])
+    ax_flush.set_ylabel("ms per flush() (median; bars: min..max)")
+    title = flushes[0]["op"] if flushes else "flush"
+    ax_flush.set_title(f"group commit: {title}")
+    ax_flush.grid(True, axis="y", alpha=0.3)
+
+    sustained = dur["extra"].get("sustained_appends_flush_10ms", {})
+    kinds = [k for k in colors if k in sustained]
+    rates = [sustained[k]["records_per_s"] for k in kinds]
+    ax_rate.bar(
+        range(len(kinds)),
+        [r["median"] for r in rates],
+        yerr=[[r["median"] - r["min"] for r in rates], [r["max"] - r["median"] for r in rates]],
+        color=[colors[k] for k in kinds],
+        capsize=3,
+    )
+    ax_rate.set_xticks(range(len(kinds)), kinds)
+    ax_rate.set_ylabel("records/s, all durable (median; bars: min..max)")
+    ax_rate.set_title("sustained appends, a flush every 10 ms")
+    ax_rate.grid(True, axis="y", alpha=0.3)
+    fig.suptitle(f"durability: in memory vs SQLiteLog vs JsonlLog — {stamp}", fontsize=10)
+    fig.tight_layout()
+    path = out / "durability.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -23,9 +23,9 @@ Method (sortedcontainers' habit, and ``timeit``'s):
 Sections are registered in :data:`SECTIONS` with :func:`section`; a new one
 (the agent-loop benchmark, say) is a function ``(Config) -> SectionResult``
 decorated with ``@section("name")`` in a module listed in
-:data:`SECTION_MODULES` (``quiesce._bench_agent`` is listed already), and
-``quiesce bench`` runs it, writes its cases and goals to the JSON file and its
-goals to the table.
+:data:`SECTION_MODULES` (as ``quiesce._bench_agent`` and
+``quiesce._bench_durability`` are), and ``quiesce bench`` runs it, writes its
+cases and goals to the JSON file and its goals to the table.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ from immutables import Map
 from . import __version__
 from ._core.buffer import Buffer, Snapshot, _Draft
 from ._core.entry import Entry, Kind
+from ._core.log import LogSink
 from ._core.plan import EditPlan, Rewrite
 from ._core.records import Mark
 
@@ -355,12 +356,14 @@ class Fixtures:
         return have
 
     @staticmethod
-    def buffer(entries: Sequence[Entry], marked: int = 0) -> Buffer:
+    def buffer(entries: Sequence[Entry], marked: int = 0, log: LogSink | None = None) -> Buffer:
         """A buffer holding ``entries`` (the first ``marked`` of them marked),
         bulk-loaded as one version through the core's draft: building a 1e6
         buffer by ``append`` would cost seconds and a log nobody reads here.
-        The measured operations go through the public API."""
-        buf = Buffer()
+        The measured operations go through the public API. With ``log`` (an
+        empty sink), every record the measured operations produce goes to it
+        on the next ``flush()``; the bulk load itself writes none."""
+        buf = Buffer(log=log)
         draft = _Draft(buf.head())
         for e in entries:
             draft.add(e, None, 1)
@@ -508,7 +511,7 @@ SECTIONS: dict[str, SectionFn] = {}
 
 #: modules that register more sections when imported; a listed module that
 #: does not exist is skipped, so a section can be planned before it is written.
-SECTION_MODULES: list[str] = ["quiesce._bench_agent"]
+SECTION_MODULES: list[str] = ["quiesce._bench_agent", "quiesce._bench_durability"]
 
 
 def load_section_modules() -> list[str]:

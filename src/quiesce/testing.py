@@ -314,7 +314,7 @@ class Recorder:
         self._lock = threading.Lock()
         self._durable = durable
         self._durable_seen = 0
-        self._durable_tombs: set[tuple[str, int]] = set()
+        self._durable_tombs: set[tuple[str, str]] = set()
         self._publications: list[Publication] = []
         self._ops: list[OpEvent] = []
         self._snapshots: list[SnapshotEvent] = []
@@ -347,7 +347,7 @@ class Recorder:
             if new_tombs:
                 self._scan_durable()
                 undurable = tuple(
-                    t.id for t in new_tombs if (t.id, t.version) not in self._durable_tombs
+                    t.id for t in new_tombs if (t.id, t.content_hash) not in self._durable_tombs
                 )
         self._last_published = version
         self._publications.append(
@@ -358,9 +358,11 @@ class Recorder:
         assert self._durable is not None
         records = self._durable()
         for rec in records[self._durable_seen :]:
-            if rec.op == "remove":
-                for t in rec.detail.get("tombstones", ()):
-                    self._durable_tombs.add((t["id"], t["version"]))
+            # The tombstone may be durable in the removal record itself or in
+            # an earlier intent record (written before the version number is
+            # known): match on id and content hash.
+            for t in rec.detail.get("tombstones", ()):
+                self._durable_tombs.add((t["id"], t["content_hash"]))
         self._durable_seen = len(records)
 
     def _observe_log(self) -> None:
