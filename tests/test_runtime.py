@@ -21,6 +21,7 @@ from quiesce import (
     LogRecord,
     LogWriteError,
     Outcome,
+    QuiesceError,
     RuntimeBuffer,
     Status,
     open_buffer,
@@ -600,6 +601,12 @@ class TestLifecycle:
                 pass  # pragma: no cover
         with pytest.raises(ValueError, match=r"^flush_interval must be > 0, got -1$"):
             async with open_buffer(flush_interval=-1):
+                pass  # pragma: no cover
+        with pytest.raises(TypeError, match=r"^max_pin_age must be a number of seconds, not str$"):
+            async with open_buffer(max_pin_age="30"):  # type: ignore[arg-type]
+                pass  # pragma: no cover
+        with pytest.raises(QuiesceError, match=r"^escalation_buffer must be >= 0, got -1$"):
+            async with open_buffer(escalation_buffer=-1):
                 pass  # pragma: no cover
 
     async def test_scheduler_wakes_on_unpin_without_polling(self) -> None:

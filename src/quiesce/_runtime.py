@@ -56,7 +56,7 @@ import anyio.abc
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ._core.buffer import Buffer, Snapshot
-from ._core.errors import BufferClosed, LogWriteError
+from ._core.errors import BufferClosed, InvalidArgument, InvalidType, LogWriteError
 from ._core.log import LogSink
 from ._core.policy import Policy
 from ._core.records import Escalation, EscalationKind
@@ -97,6 +97,13 @@ def _loop_clock() -> Callable[[], float]:
     return trio.lowlevel.current_clock().current_time
 
 
+def _check_seconds(value: object, what: str, *, or_none: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidType(f"{what} must be a number of seconds, not {type(value).__name__}")
+    if not value > 0:
+        raise InvalidArgument(f"{what} must be > 0{' or None' if or_none else ''}, got {value!r}")
+
+
 class RuntimeBuffer(Buffer):
     """A :class:`Buffer` whose removals are applied by a barrier scheduler.
 
@@ -115,10 +122,15 @@ class RuntimeBuffer(Buffer):
         flush_interval: float = 0.05,
     ) -> None:
         super().__init__(log, policy, clock=clock)
-        if max_pin_age is not None and not max_pin_age > 0:
-            raise ValueError(f"max_pin_age must be > 0 or None, got {max_pin_age!r}")
-        if not flush_interval > 0:
-            raise ValueError(f"flush_interval must be > 0, got {flush_interval!r}")
+        if max_pin_age is not None:
+            _check_seconds(max_pin_age, "max_pin_age", or_none=True)
+        _check_seconds(flush_interval, "flush_interval")
+        if type(escalation_buffer) is not int:
+            raise InvalidType(
+                f"escalation_buffer must be an int, not {type(escalation_buffer).__name__}"
+            )
+        if escalation_buffer < 0:
+            raise InvalidArgument(f"escalation_buffer must be >= 0, got {escalation_buffer}")
         self.max_pin_age = max_pin_age
         self.flush_interval = flush_interval
         self._escalation_buffer = escalation_buffer
