@@ -206,78 +206,64 @@ class QuiesceImpl(Impl):
         }
 
 
-class RWLockImpl(Impl):
-    name = "aiorwlock"
+class _LockedImpl(Impl):
+    """A dict guarded by a lock: a reader holds ``read_lock`` while it holds
+    its snapshot; appends, marks and prunes take ``write_lock``."""
+
     backends = ("asyncio",)
+    read_lock: Any
+    write_lock: Any
+
+    def _start(self, initial: Sequence[Entry]) -> None:
+        self.entries = {e.id: e for e in initial}
+        self.marks: dict[str, str] = {}
+
+    async def pin(self) -> Any:
+        await self.read_lock.acquire()
+        return self.entries
+
+    def unpin(self, token: Any) -> None:
+        self.read_lock.release()
+
+    def read(self, token: Any) -> int:
+        return len(token)
+
+    async def append(self, entry: Entry) -> None:
+        async with self.write_lock:
+            self.entries[entry.id] = entry
+
+    async def mark(self, entry_id: str) -> None:
+        async with self.write_lock:
+            self.marks.setdefault(entry_id, "superseded")
+
+    async def prune(self, ids: list[str]) -> None:
+        async with self.write_lock:
+            for i in ids:
+                self.entries.pop(i, None)
+                self.marks.pop(i, None)
+
+
+class RWLockImpl(_LockedImpl):
+    name = "aiorwlock"
 
     @asynccontextmanager
     async def running(self, initial: Sequence[Entry]) -> AsyncIterator[None]:
         import aiorwlock
 
-        self.lock = aiorwlock.RWLock()
-        self.entries = {e.id: e for e in initial}
-        self.marks: dict[str, str] = {}
+        lock = aiorwlock.RWLock()
+        self.read_lock, self.write_lock = lock.reader, lock.writer
+        self._start(initial)
         yield
 
-    async def pin(self) -> Any:
-        await self.lock.reader.acquire()
-        return self.entries
 
-    def unpin(self, token: Any) -> None:
-        self.lock.reader.release()
-
-    def read(self, token: Any) -> int:
-        return len(token)
-
-    async def append(self, entry: Entry) -> None:
-        async with self.lock.writer:
-            self.entries[entry.id] = entry
-
-    async def mark(self, entry_id: str) -> None:
-        async with self.lock.writer:
-            self.marks.setdefault(entry_id, "superseded")
-
-    async def prune(self, ids: list[str]) -> None:
-        async with self.lock.writer:
-            for i in ids:
-                self.entries.pop(i, None)
-                self.marks.pop(i, None)
-
-
-class LockImpl(Impl):
+class LockImpl(_LockedImpl):
     name = "asyncio.Lock"
-    backends = ("asyncio",)
 
     @asynccontextmanager
     async def running(self, initial: Sequence[Entry]) -> AsyncIterator[None]:
-        self.lock = asyncio.Lock()
-        self.entries = {e.id: e for e in initial}
-        self.marks: dict[str, str] = {}
+        self.read_lock = self.write_lock = asyncio.Lock()
+        self._start(initial)
         yield
-
-    async def pin(self) -> Any:
-        await self.lock.acquire()
-        return self.entries
-
-    def unpin(self, token: Any) -> None:
-        self.lock.release()
-
-    def read(self, token: Any) -> int:
-        return len(token)
-
-    async def append(self, entry: Entry) -> None:
-        async with self.lock:
-            self.entries[entry.id] = entry
-
-    async def mark(self, entry_id: str) -> None:
-        async with self.lock:
-            self.marks.setdefault(entry_id, "superseded")
-
-    async def prune(self, ids: list[str]) -> None:
-        async with self.lock:
-            for i in ids:
-                self.entries.pop(i, None)
-                self.marks.pop(i, None)
 
 
 class DictCopyImpl(Impl):

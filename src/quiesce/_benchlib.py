@@ -417,6 +417,17 @@ def _shuffled(ids: Sequence[str], seed: int = 1) -> list[str]:
 # Loops: one per operation, all the same shape ----------------------------
 
 
+def _prep(loop: Callable[[Any, list[Any]], None]) -> Callable[[_Cursor, int], Callable[[], None]]:
+    """A ``prepare`` that times ``loop(state, the next count arguments)``."""
+
+    def prep(st: _Cursor, c: int) -> Callable[[], None]:
+        args = st.take(c)
+        obj = st.obj
+        return lambda: loop(obj, args)
+
+    return prep
+
+
 def _loop_call1(fn: Callable[[Any], object], args: list[Any]) -> None:
     for a in args:
         fn(a)
@@ -568,13 +579,10 @@ def bench_mark(cfg: Config) -> SectionResult:
         ) -> Any:
             return _Cursor(Fixtures.buffer(entries, marked=half), ids)
 
-        def prep_mark(st: _Cursor, c: int) -> Callable[[], None]:
-            args = st.take(c)
-            buf = st.obj
-            return lambda: _loop_mark(buf, args)
-
         cases.append(
-            Case(_result("mark", "mark", "quiesce", n), setup_mark, prep_mark, len(unmarked))
+            Case(
+                _result("mark", "mark", "quiesce", n), setup_mark, _prep(_loop_mark), len(unmarked)
+            )
         )
         cases += _map_set_case("mark", "mark", n, ids)
         cases += _dict_set_case("mark", "mark", n, ids)
@@ -587,16 +595,11 @@ def bench_mark(cfg: Config) -> SectionResult:
     def setup_fresh() -> Any:
         return _Cursor(Fixtures.buffer(fresh_entries), fresh_ids)
 
-    def prep_fresh(st: _Cursor, c: int) -> Callable[[], None]:
-        args = st.take(c)
-        buf = st.obj
-        return lambda: _loop_mark(buf, args)
-
     cases.append(
         Case(
             _result("mark", "mark", "quiesce", ng, premarked=0),
             setup_fresh,
-            prep_fresh,
+            _prep(_loop_mark),
             len(fresh_ids) // 2,
         )
     )
@@ -636,32 +639,23 @@ def _map_set_case(sec: str, op: str, n: int, ids: list[str]) -> list[Case]:
     return [Case(_result(sec, op, "immutables.Map", n), setup, prep)]
 
 
-def _dict_set_case(sec: str, op: str, n: int, ids: list[str]) -> list[Case]:
+def _dict_case(
+    sec: str, op: str, n: int, ids: list[str], impl: str, loop: Callable[[Any, list[Any]], None]
+) -> list[Case]:
     keys = _shuffled(ids)
 
     def setup() -> Any:
         return _Cursor(dict.fromkeys(ids), keys)
 
-    def prep(st: _Cursor, c: int) -> Callable[[], None]:
-        args = st.take(c)
-        d = st.obj
-        return lambda: _loop_setitem(d, args)
+    return [Case(_result(sec, op, impl, n), setup, _prep(loop))]
 
-    return [Case(_result(sec, op, "dict", n), setup, prep)]
+
+def _dict_set_case(sec: str, op: str, n: int, ids: list[str]) -> list[Case]:
+    return _dict_case(sec, op, n, ids, "dict", _loop_setitem)
 
 
 def _dict_copy_set_case(sec: str, op: str, n: int, ids: list[str]) -> list[Case]:
-    keys = _shuffled(ids)
-
-    def setup() -> Any:
-        return _Cursor(dict.fromkeys(ids), keys)
-
-    def prep(st: _Cursor, c: int) -> Callable[[], None]:
-        args = st.take(c)
-        d = st.obj
-        return lambda: _loop_copy_set(d, args)
-
-    return [Case(_result(sec, op, "dict copy", n), setup, prep)]
+    return _dict_case(sec, op, n, ids, "dict copy", _loop_copy_set)
 
 
 # -- append -------------------------------------------------------------------
@@ -956,10 +950,7 @@ def bench_lookup(cfg: Config) -> SectionResult:
         def setup_map(entries: list[Entry] = entries, keys: list[str] = keys) -> Any:
             return _Cursor(Map({e.id: e for e in entries}), keys)
 
-        def prep(st: _Cursor, c: int) -> Callable[[], None]:
-            args = st.take(c)
-            obj = st.obj
-            return lambda: _loop_getitem(obj, args)
+        prep = _prep(_loop_getitem)
 
         cases.append(Case(_result("lookup", "lookup", "quiesce", n), setup_snap, prep))
         cases.append(Case(_result("lookup", "lookup", "dict", n), setup_dict, prep))
@@ -988,11 +979,6 @@ def bench_prune(cfg: Config) -> SectionResult:
         def setup_buf(entries: list[Entry] = entries, order: list[str] = order) -> Any:
             return _Cursor(Fixtures.buffer(entries), [[i] for i in order])
 
-        def prep_buf(st: _Cursor, c: int) -> Callable[[], None]:
-            args = st.take(c)
-            buf = st.obj
-            return lambda: _loop_prune(buf, args)
-
         def setup_map(ids: list[str] = ids, order: list[str] = order) -> Any:
             return _Cursor(Map(dict.fromkeys(ids)), order)
 
@@ -1004,20 +990,16 @@ def bench_prune(cfg: Config) -> SectionResult:
         def setup_dict(ids: list[str] = ids, order: list[str] = order) -> Any:
             return _Cursor(dict.fromkeys(ids), order)
 
-        def prep_dict(st: _Cursor, c: int) -> Callable[[], None]:
-            args = st.take(c)
-            d = st.obj
-            return lambda: _loop_delitem(d, args)
-
-        def prep_copy(st: _Cursor, c: int) -> Callable[[], None]:
-            args = st.take(c)
-            d = st.obj
-            return lambda: _loop_copy_del(d, args)
-
-        cases.append(Case(_result("prune", "prune", "quiesce", n), setup_buf, prep_buf, budget))
+        cases.append(
+            Case(_result("prune", "prune", "quiesce", n), setup_buf, _prep(_loop_prune), budget)
+        )
         cases.append(Case(_result("prune", "prune", "immutables.Map", n), setup_map, prep_map))
-        cases.append(Case(_result("prune", "prune", "dict", n), setup_dict, prep_dict, budget))
-        cases.append(Case(_result("prune", "prune", "dict copy", n), setup_dict, prep_copy))
+        cases.append(
+            Case(_result("prune", "prune", "dict", n), setup_dict, _prep(_loop_delitem), budget)
+        )
+        cases.append(
+            Case(_result("prune", "prune", "dict copy", n), setup_dict, _prep(_loop_copy_del))
+        )
     measure(cases, cfg)
     res.cases = [c.result for c in cases]
     return res

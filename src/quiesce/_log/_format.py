@@ -59,6 +59,7 @@ __all__ = [
     "JSONL_TAG",
     "OPS",
     "SQLITE_MAGIC",
+    "check_log_format",
     "check_sequence",
     "decode_record",
     "encode_json",
@@ -206,6 +207,15 @@ def decode_record(obj: object, where: str) -> LogRecord:
         return LogRecord.from_dict(obj)
     except (KeyError, TypeError, ValueError) as exc:
         raise LogFormatError(f"{where} is malformed: {exc!r}") from exc
+
+
+def check_log_format(path: str, fmt: int) -> None:
+    """Refuse a log whose (header) format is newer than this code reads."""
+    if fmt > FORMAT:
+        raise LogFormatError(
+            f"{path} is a format {fmt} log; this quiesce reads formats up to {FORMAT} "
+            f"(upgrade quiesce to read it)"
+        )
 
 
 def check_sequence(records: list[LogRecord], where: str) -> None:

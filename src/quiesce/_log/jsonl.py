@@ -61,7 +61,15 @@ from typing import NamedTuple
 
 from .._core.errors import LogFormatError
 from .._core.records import FORMAT, LogRecord
-from ._format import JSONL_TAG, decode_record, encode_record, install, sniff, temp_name
+from ._format import (
+    JSONL_TAG,
+    check_log_format,
+    decode_record,
+    encode_record,
+    install,
+    sniff,
+    temp_name,
+)
 
 try:
     import fcntl
@@ -97,11 +105,7 @@ def _scan(data: bytes, path: str) -> JsonlContents:
     fmt = header.get("format")
     if type(fmt) is not int or fmt < 1:
         raise LogFormatError(f"{path}: the header has no valid format field")
-    if fmt > FORMAT:
-        raise LogFormatError(
-            f"{path} is a format {fmt} log; this quiesce reads formats up to {FORMAT} "
-            f"(upgrade quiesce to read it)"
-        )
+    check_log_format(path, fmt)
     committed: list[LogRecord] = []
     pending: list[LogRecord] = []
     committed_size = batch_start = pos = end + 1

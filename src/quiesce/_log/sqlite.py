@@ -70,6 +70,7 @@ from .._core.records import FORMAT, LogRecord
 from ._format import (
     APPLICATION_ID,
     SQLITE_MAGIC,
+    check_log_format,
     check_sequence,
     decode_record,
     encode_record,
@@ -136,15 +137,7 @@ def _check_header(path: str) -> None:
             f"{path} is a SQLite database but not a quiesce edit log "
             f"(application_id {app:#x}, expected {APPLICATION_ID:#x})"
         )
-    _check_format(path, int.from_bytes(header[60:64], "big"))
-
-
-def _check_format(path: str, fmt: int) -> None:
-    if fmt > FORMAT:
-        raise LogFormatError(
-            f"{path} is a format {fmt} log; this quiesce reads formats up to {FORMAT} "
-            f"(upgrade quiesce to read it)"
-        )
+    check_log_format(path, int.from_bytes(header[60:64], "big"))
 
 
 def _check_schema(conn: sqlite3.Connection, path: str) -> None:
@@ -153,13 +146,13 @@ def _check_schema(conn: sqlite3.Connection, path: str) -> None:
     app = conn.execute("PRAGMA application_id").fetchone()[0]
     if app != APPLICATION_ID:
         raise LogFormatError(f"{path} is a SQLite database but not a quiesce edit log")
-    _check_format(path, conn.execute("PRAGMA user_version").fetchone()[0])
+    check_log_format(path, conn.execute("PRAGMA user_version").fetchone()[0])
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if not {"quiesce_log", "quiesce_meta"} <= tables:
         raise LogFormatError(f"{path} has a quiesce header but no quiesce_log table")
     newest = conn.execute("SELECT MAX(format) FROM quiesce_log").fetchone()[0]
     if newest is not None:
-        _check_format(path, int(newest))
+        check_log_format(path, int(newest))
 
 
 def _create(path: str) -> None:

@@ -17,9 +17,9 @@ kind the assistant role.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from .._core.buffer import Buffer, Snapshot
 from .._core.entry import Entry, Kind
@@ -28,16 +28,26 @@ from .._core.records import Mark, Tombstone
 
 __all__ = [
     "Group",
+    "Ids",
     "Indexed",
+    "Reader",
     "admit",
     "annotated",
+    "answer",
+    "append_read",
+    "call_entry",
+    "claim_result",
     "default_role",
     "fail",
     "groups",
     "missing_result_note",
     "notes",
+    "read_entries",
+    "removal_note",
+    "result_entry",
     "result_id",
     "shown",
+    "tool_name",
 ]
 
 #: An entry and the index of the message it came from.
@@ -98,6 +108,14 @@ def notes(tombstones: Mapping[str, Tombstone], skip: Iterable[str] = ()) -> list
         (t for t in tombstones.values() if t.id not in skipped), key=lambda t: (t.version, t.id)
     )
     return [t.note() for t in ordered]
+
+
+def removal_note(tombstones: Mapping[str, Tombstone], skip: Iterable[str] = ()) -> str | None:
+    """The note listing the removals (see :func:`notes`), or ``None`` if none."""
+    lines = notes(tombstones, skip)
+    if not lines:
+        return None
+    return "Removed from this context (tombstones):\n" + "\n".join(lines)
 
 
 @dataclass(slots=True)
@@ -195,3 +213,111 @@ def check_kind(value: object, what: str) -> Kind:
     if not isinstance(value, Kind):
         raise InvalidType(f"{what} must be a Kind, not {type(value).__name__}")
     return value
+
+
+class Reader(Protocol):
+    """Reads messages into indexed entries, given the first text id number
+    and the ids of tool calls made earlier."""
+
+    def __call__(self, *, start: int, calls: Collection[str]) -> list[Indexed]: ...
+
+
+def read_entries(
+    read: Reader,
+    *,
+    start: int,
+    calls: Collection[str],
+    user_kind: object,
+    assistant_kind: object,
+) -> list[Entry]:
+    """The body of an adapter's ``to_entries``: check the kinds, then read."""
+    check_kind(user_kind, "user_kind")
+    check_kind(assistant_kind, "assistant_kind")
+    return [e for _i, e in read(start=start, calls=calls)]
+
+
+def append_read(buf: Buffer, read: Reader, *, user_kind: object, assistant_kind: object) -> int:
+    """The body of an adapter's ``append_messages``: check the kinds, read
+    against the head (its calls, text ids from its version), then admit."""
+    check_kind(user_kind, "user_kind")
+    check_kind(assistant_kind, "assistant_kind")
+    with buf.snapshot() as snap:
+        calls = known_calls(snap)
+        start = snap.version
+    return admit(buf, read(start=start, calls=calls))
+
+
+class Ids:
+    """Text entry ids: ``prefix`` plus a number counting from ``start``."""
+
+    __slots__ = ("_counter", "_prefix")
+
+    def __init__(self, prefix: str, start: int) -> None:
+        self._prefix = prefix
+        self._counter = start
+
+    def __call__(self) -> str:
+        i = f"{self._prefix}{self._counter}"
+        self._counter += 1
+        return i
+
+
+def call_entry(
+    index: int, call_id: str, name: str, arguments: str, turn: int | None, meta: Mapping[str, Any]
+) -> Indexed:
+    """A ``TOOL_CALL`` entry: body and key are the tool name and its arguments."""
+    body = f"{name} {arguments}"
+    return (index, Entry(call_id, Kind.TOOL_CALL, body, (), turn, body, meta))
+
+
+def result_entry(
+    index: int, call_id: str, text: str, turn: int | None, meta: Mapping[str, Any]
+) -> Indexed:
+    """The ``TOOL_OUTPUT`` entry answering ``call_id``; it cites the call."""
+    return (index, Entry(result_id(call_id), Kind.TOOL_OUTPUT, text, (call_id,), turn, None, meta))
+
+
+def claim_result(
+    index: int,
+    call_id: str,
+    open_calls: Collection[str],
+    answered: set[str],
+    *,
+    call: str,
+    result: str,
+) -> None:
+    """Record that ``call_id`` is answered; it must be open and not answered
+    yet (``call``/``result`` are the adapter's words for them in errors)."""
+    if call_id in answered:
+        raise fail(index, f"{call} {call_id!r} already has a result")
+    if call_id not in open_calls:
+        raise fail(index, f"{result} for {call_id!r} has no preceding {call}")
+    answered.add(call_id)
+
+
+def tool_name(e: Entry) -> str:
+    """The tool a call entry names: ``meta["tool"]``, else its key's first word."""
+    name = e.meta.get("tool")
+    if isinstance(name, str):
+        return name
+    return e.key.split(" ", 1)[0] if e.key else "tool"
+
+
+def answer(
+    call: Entry,
+    results: Mapping[str, Entry],
+    marks: Mapping[str, Mark],
+    tombstones: Mapping[str, Tombstone],
+    *,
+    annotate: bool,
+    in_place: set[str],
+) -> tuple[str, Entry | None]:
+    """The text that answers tool call ``call`` when rendering, and its live
+    result if any: the result (annotated if it or the call is stale), else a
+    note standing in for it, whose id is then added to ``in_place``."""
+    result = results.get(call.id)
+    if result is not None:
+        mark = marks.get(result.id) or marks.get(call.id)
+        return annotated(result.body, mark if annotate else None), result
+    in_place.add(result_id(call.id))
+    return missing_result_note(call.id, tombstones), None

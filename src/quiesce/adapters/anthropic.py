@@ -32,27 +32,31 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Collection, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from .._core.buffer import Buffer, Snapshot
 from .._core.entry import Entry, Kind
 from .._core.errors import InvalidType
 from ._common import (
+    Ids,
     Indexed,
-    admit,
-    annotated,
-    check_kind,
+    answer,
+    append_read,
+    call_entry,
     check_messages,
     check_nonempty,
     check_str,
+    claim_result,
     fail,
     groups,
-    known_calls,
-    missing_result_note,
-    notes,
     outputs_by_call,
+    read_entries,
+    removal_note,
+    result_entry,
     result_id,
     shown,
+    tool_name,
 )
 
 __all__ = ["ROLES", "append_messages", "render", "to_entries", "validate"]
@@ -125,7 +129,7 @@ def _indexed(
     calls: Collection[str],
 ) -> list[Indexed]:
     out = _system(system, prefix=prefix, turn=turn)
-    counter = start
+    new_id = Ids(prefix, start)
     open_calls: set[str] = set(calls)
     answered: set[str] = set()
     for index, m in enumerate(check_messages(messages)):
@@ -135,13 +139,6 @@ def _indexed(
         content = m.get("content")
         text_kind = user_kind if role == "user" else assistant_kind
         msg: str | None = None
-
-        def new_id() -> str:
-            nonlocal counter
-            i = f"{prefix}{counter}"
-            counter += 1
-            return i
-
         if isinstance(content, str):
             eid = new_id()
             meta: dict[str, object] = {"role": role, "msg": eid, "form": "str"}
@@ -189,16 +186,13 @@ def _indexed(
                     "tool": name,
                     "input": arguments,
                 }
-                body = f"{name} {arguments}"
-                out.append((index, Entry(call_id, Kind.TOOL_CALL, body, (), turn, body, meta)))
+                out.append(call_entry(index, call_id, name, arguments, turn, meta))
                 open_calls.add(call_id)
             elif kind == "tool_result" and role == "user":
                 call_id = check_nonempty(index, block.get("tool_use_id"), "tool_use_id")
-                if call_id in answered:
-                    raise fail(index, f"tool_use {call_id!r} already has a result")
-                if call_id not in open_calls:
-                    raise fail(index, f"tool_result for {call_id!r} has no preceding tool_use")
-                answered.add(call_id)
+                claim_result(
+                    index, call_id, open_calls, answered, call="tool_use", result="tool_result"
+                )
                 text, form = _result_text(index, block.get("content"))
                 is_error = block.get("is_error")
                 if is_error is not None and not isinstance(is_error, bool):
@@ -207,14 +201,7 @@ def _indexed(
                 meta = {"role": role, "msg": msg, "form": form}
                 if is_error is not None:
                     meta["is_error"] = is_error
-                out.append(
-                    (
-                        index,
-                        Entry(
-                            result_id(call_id), Kind.TOOL_OUTPUT, text, (call_id,), turn, None, meta
-                        ),
-                    )
-                )
+                out.append(result_entry(index, call_id, text, turn, meta))
             else:
                 raise fail(index, f"unsupported content block {kind!r} in a {role} message")
     return out
@@ -236,21 +223,18 @@ def to_entries(
     system prompt is ``prefix + "system"``. ``calls`` are ids of tool uses
     made earlier. Raises ``InvalidArgument``/``InvalidType`` naming the
     first bad message."""
-    check_kind(user_kind, "user_kind")
-    check_kind(assistant_kind, "assistant_kind")
-    return [
-        e
-        for _i, e in _indexed(
-            messages,
-            system=system,
-            prefix=prefix,
-            start=start,
-            turn=turn,
-            user_kind=user_kind,
-            assistant_kind=assistant_kind,
-            calls=calls,
-        )
-    ]
+    read = partial(
+        _indexed,
+        messages,
+        system=system,
+        prefix=prefix,
+        turn=turn,
+        user_kind=user_kind,
+        assistant_kind=assistant_kind,
+    )
+    return read_entries(
+        read, start=start, calls=calls, user_kind=user_kind, assistant_kind=assistant_kind
+    )
 
 
 def append_messages(
@@ -269,22 +253,16 @@ def append_messages(
     live or earlier calls, unused ids, no tombstoned content), so an error
     names its message index and leaves the buffer unchanged.
     """
-    check_kind(user_kind, "user_kind")
-    check_kind(assistant_kind, "assistant_kind")
-    with buf.snapshot() as snap:
-        calls = known_calls(snap)
-        start = snap.version
-    indexed = _indexed(
+    read = partial(
+        _indexed,
         messages,
         system=system,
         prefix=prefix,
-        start=start,
         turn=turn,
         user_kind=user_kind,
         assistant_kind=assistant_kind,
-        calls=calls,
     )
-    return admit(buf, indexed)
+    return append_read(buf, read, user_kind=user_kind, assistant_kind=assistant_kind)
 
 
 def _text_block(text: str) -> Block:
@@ -292,10 +270,8 @@ def _text_block(text: str) -> Block:
 
 
 def _tool_use(e: Entry) -> Block:
-    name = e.meta.get("tool")
+    name = tool_name(e)
     raw = e.meta.get("input", e.meta.get("arguments"))
-    if not isinstance(name, str):
-        name = e.key.split(" ", 1)[0] if e.key else "tool"
     tool_input: Any = {"input": e.body}
     if isinstance(raw, str):
         # An OpenAI-style call's arguments need not be a JSON object.
@@ -373,13 +349,9 @@ def render(
         if calls:
             answers: list[Block] = []
             for c in calls:
-                result = results.get(c.id)
-                if result is not None:
-                    mark = marks.get(result.id) or marks.get(c.id)
-                    text = annotated(result.body, mark if annotate_stale else None)
-                else:
-                    text = missing_result_note(c.id, tombstones)
-                    in_place.add(result_id(c.id))
+                text, result = answer(
+                    c, results, marks, tombstones, annotate=annotate_stale, in_place=in_place
+                )
                 answers.append(_tool_result(c.id, text, result))
             # The user message right after keeps its own text after the results.
             if n + 1 < len(gs) and gs[n + 1].role == "user":  # (not an OpenAI "tool" group)
@@ -393,9 +365,9 @@ def render(
         for role, blocks, form in turns
     ]
     out: dict[str, Any] = {}
-    lines = notes(tombstones, skip=in_place) if tombstone_notes else []
-    if lines:
-        system_parts.append(("Removed from this context (tombstones):\n" + "\n".join(lines), "str"))
+    note = removal_note(tombstones, skip=in_place) if tombstone_notes else None
+    if note is not None:
+        system_parts.append((note, "str"))
     if system_parts:
         if all(form == "str" for _t, form in system_parts) and len(system_parts) == 1:
             out["system"] = system_parts[0][0]

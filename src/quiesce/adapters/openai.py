@@ -28,26 +28,30 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from .._core.buffer import Buffer, Snapshot
 from .._core.entry import Entry, Kind
 from ._common import (
+    Ids,
     Indexed,
-    admit,
-    annotated,
-    check_kind,
+    answer,
+    append_read,
+    call_entry,
     check_messages,
     check_nonempty,
     check_str,
+    claim_result,
     fail,
     groups,
-    known_calls,
-    missing_result_note,
-    notes,
     outputs_by_call,
+    read_entries,
+    removal_note,
+    result_entry,
     result_id,
     shown,
+    tool_name,
 )
 
 __all__ = ["ROLES", "append_messages", "render", "to_entries", "validate"]
@@ -88,16 +92,10 @@ def _indexed(
     calls: Collection[str],
 ) -> list[Indexed]:
     out: list[Indexed] = []
-    counter = start
+    next_id = Ids(prefix, start)
     open_calls: set[str] = set(calls)
     answered: set[str] = set()
     seen_calls: set[str] = set(calls)
-
-    def next_id() -> str:
-        nonlocal counter
-        i = f"{prefix}{counter}"
-        counter += 1
-        return i
 
     for index, m in enumerate(check_messages(messages)):
         role = m.get("role")
@@ -107,18 +105,11 @@ def _indexed(
         if role == "tool":
             call_id = check_nonempty(index, m.get("tool_call_id"), "tool_call_id")
             text = check_str(index, content, "content")
-            if call_id in answered:
-                raise fail(index, f"tool call {call_id!r} already has a result")
-            if call_id not in open_calls:
-                raise fail(index, f"tool result for {call_id!r} has no preceding tool call")
-            answered.add(call_id)
-            meta = {"role": "tool", "msg": result_id(call_id)}
-            out.append(
-                (
-                    index,
-                    Entry(result_id(call_id), Kind.TOOL_OUTPUT, text, (call_id,), turn, None, meta),
-                )
+            claim_result(
+                index, call_id, open_calls, answered, call="tool call", result="tool result"
             )
+            meta = {"role": "tool", "msg": result_id(call_id)}
+            out.append(result_entry(index, call_id, text, turn, meta))
             continue
         tool_calls = m.get("tool_calls")
         if tool_calls is not None and role != "assistant":
@@ -143,8 +134,7 @@ def _indexed(
                     "arguments": arguments,
                     "content": "null" if content is None else "str",
                 }
-                body = f"{name} {arguments}"
-                out.append((index, Entry(call_id, Kind.TOOL_CALL, body, (), turn, body, meta)))
+                out.append(call_entry(index, call_id, name, arguments, turn, meta))
                 open_calls.add(call_id)
             continue
         text = check_str(index, content, "content")
@@ -176,20 +166,17 @@ def to_entries(
     counting from ``start``; tool calls keep their ids. ``calls`` are ids of
     tool calls made earlier (results in ``messages`` may answer them).
     Raises ``InvalidArgument``/``InvalidType`` naming the first bad message."""
-    check_kind(user_kind, "user_kind")
-    check_kind(assistant_kind, "assistant_kind")
-    return [
-        e
-        for _i, e in _indexed(
-            messages,
-            prefix=prefix,
-            start=start,
-            turn=turn,
-            user_kind=user_kind,
-            assistant_kind=assistant_kind,
-            calls=calls,
-        )
-    ]
+    read = partial(
+        _indexed,
+        messages,
+        prefix=prefix,
+        turn=turn,
+        user_kind=user_kind,
+        assistant_kind=assistant_kind,
+    )
+    return read_entries(
+        read, start=start, calls=calls, user_kind=user_kind, assistant_kind=assistant_kind
+    )
 
 
 def append_messages(
@@ -208,30 +195,22 @@ def append_messages(
     error names its message index and leaves the buffer unchanged. Text ids
     are ``prefix`` plus a number that only grows (the version at the call).
     """
-    check_kind(user_kind, "user_kind")
-    check_kind(assistant_kind, "assistant_kind")
-    with buf.snapshot() as snap:
-        calls = known_calls(snap)
-        start = snap.version
-    indexed = _indexed(
+    read = partial(
+        _indexed,
         messages,
         prefix=prefix,
-        start=start,
         turn=turn,
         user_kind=user_kind,
         assistant_kind=assistant_kind,
-        calls=calls,
     )
-    return admit(buf, indexed)
+    return append_read(buf, read, user_kind=user_kind, assistant_kind=assistant_kind)
 
 
 def _tool_call(e: Entry) -> dict[str, Any]:
-    name = e.meta.get("tool")
+    name = tool_name(e)
     # Arguments as this adapter read them, or the input an Anthropic-style
     # tool use carried (also a JSON string), or the body wrapped as JSON.
     arguments = e.meta.get("arguments", e.meta.get("input"))
-    if not isinstance(name, str):
-        name = e.key.split(" ", 1)[0] if e.key else "tool"
     if not isinstance(arguments, str):
         arguments = json.dumps({"input": e.body})
     return {"id": e.id, "type": "function", "function": {"name": name, "arguments": arguments}}
@@ -275,13 +254,9 @@ def render(
                 }
             )
             for c in calls:
-                result = results.get(c.id)
-                if result is not None:
-                    mark = marks.get(result.id) or marks.get(c.id)
-                    body = annotated(result.body, mark if annotate_stale else None)
-                else:
-                    body = missing_result_note(c.id, tombstones)
-                    in_place.add(result_id(c.id))
+                body, _result = answer(
+                    c, results, marks, tombstones, annotate=annotate_stale, in_place=in_place
+                )
                 out.append({"role": "tool", "tool_call_id": c.id, "content": body})
             continue
         message: Message = {
@@ -292,14 +267,12 @@ def render(
         if isinstance(name, str):
             message["name"] = name
         out.append(message)
-    if tombstone_notes:
-        lines = notes(tombstones, skip=in_place)
-        if lines:
-            at = 0
-            while at < len(out) and out[at]["role"] in ("system", "developer"):
-                at += 1
-            note = "Removed from this context (tombstones):\n" + "\n".join(lines)
-            out.insert(at, {"role": "system", "content": note})
+    note = removal_note(tombstones, skip=in_place) if tombstone_notes else None
+    if note is not None:
+        at = 0
+        while at < len(out) and out[at]["role"] in ("system", "developer"):
+            at += 1
+        out.insert(at, {"role": "system", "content": note})
     return out
 
 
