@@ -208,3 +208,31 @@ class TestThreads:
         threads[1].join(30)
         assert "a" in buf.tombstones
         buf._check(expect_no_pins=True)
+
+
+class TestReentrantRelease:
+    def test_a_pin_released_inside_a_policy_callback_defers_the_removal(self) -> None:
+        """A reader released from inside a write (here: the policy's classifier,
+        called by prune) makes a removal due; it is applied after the outer
+        write publishes, never in the middle of it (no lost update)."""
+        from quiesce import Buffer, Entry, Kind, Policy, Status
+        from quiesce import default_negative_classifier as default
+
+        held: list[object] = []
+
+        def classifier(entry: Entry) -> bool:
+            while held:
+                held.pop().__exit__(None, None, None)  # type: ignore[attr-defined]
+            return default(entry)
+
+        buf = Buffer(policy=Policy(negative=classifier))
+        buf.append(Entry("a", Kind.REASONING, "stale step"))
+        buf.append(Entry("b", Kind.REASONING, "another step"))
+        snap = buf.snapshot().__enter__()
+        assert buf.prune(["a"], reason="stale")["a"].status is Status.DEFERRED
+        held.append(snap)
+        report = buf.prune(["b"], reason="stale")
+        assert report["b"].status is Status.PRUNED
+        assert set(buf.tombstones) == {"a", "b"}
+        assert "a" not in buf.head().live and "b" not in buf.head().live
+        buf._check(expect_no_pins=True)

@@ -576,6 +576,12 @@ class Buffer:
     def _drain_due(self) -> None:
         # Apply due removals unless a writer holds the lock; that writer sees
         # the flag when it releases and drains instead (no reader waits).
+        # That writer may be this very thread (a snapshot released inside a
+        # policy callback): the lock is re-entrant, so ask it, or the removal
+        # would be published in the middle of the outer write.
+        if self._write_lock._is_owned():  # type: ignore[attr-defined]
+            self._due_flag = True
+            return
         while self._due_flag:
             if self._sink is not None:
                 self._due_flag = False
