@@ -12,8 +12,16 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from quiesce import Buffer, Entry, Kind, LogRecord
+
+# Shared, noisy CI machines: property tests check behaviour, never speed, so
+# no per-example deadline and no "too slow" health check anywhere.
+settings.register_profile(
+    "quiesce", deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile("quiesce")
 
 
 @pytest.fixture(params=["asyncio", "trio"])
