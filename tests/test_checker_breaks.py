@@ -132,7 +132,6 @@ def publish_before_durable(mp: pytest.MonkeyPatch) -> None:
         return removed
 
     mp.setattr(Buffer, "_apply_due_durable", apply)
-    mp.setattr(Buffer, "_commit_durably", lambda self, record: self._append_record(record))
 
 
 def launder_refusals(mp: pytest.MonkeyPatch) -> None:

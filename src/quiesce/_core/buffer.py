@@ -96,7 +96,6 @@ from .version import EMPTY_MAP, Slot, Version
 
 __all__ = ["Buffer", "Snapshot"]
 
-_MISSING: Any = object()
 
 
 # ---------------------------------------------------------------------------
@@ -777,11 +776,10 @@ class Buffer:
         )
         if removal:
             # Invariant: a tombstone is durable before the removal it records
-            # is published (in the intent record, or with this record).
-            if intent is None:
-                self._commit_durably(record)
-            else:
-                self._append_record(record)
+            # is published. With a sink, the caller made it durable in the
+            # intent record (_apply_due_durable); without one there is no disk.
+            assert intent is not None or self._sink is None
+            self._append_record(record)
             assert draft is not None
             new = draft.finish(n)
             self._max_removed_grace = max(
@@ -824,26 +822,6 @@ class Buffer:
     def _append_record(self, record: LogRecord) -> None:
         self._records.append(record)
         _count(self, record)
-
-    def _commit_durably(self, record: LogRecord) -> None:
-        """Make every pending record and ``record`` durable, then append
-        ``record`` to the in-memory log. On failure nothing is appended and
-        :class:`LogWriteError` is raised."""
-        sink = self._sink
-        if sink is None:
-            self._append_record(record)
-            return
-        with self._flush_lock:
-            start = self._synced
-            batch = [*self._records[start:], record]
-            try:
-                sink.write(batch)
-            except Exception as exc:
-                self._log_failing = True
-                raise LogWriteError(f"edit log write failed: {exc}") from exc
-            self._log_failing = False
-            self._append_record(record)
-            self._synced = start + len(batch)
 
     def flush(self) -> None:
         """Return once every change made before the call is durable in the sink.
