@@ -18,14 +18,24 @@ starves it (a grace period, not a global "zero readers" moment). A due
 removal is re-validated against the head when applied (a survivor that began
 to cite the entry meanwhile keeps it alive, refused and logged).
 
-Pins. Pins are counted per version in a dict plus a deque of distinct pinned
-versions in pin order. New pins are always at the head, which only grows, so
-the deque is sorted and its front is the oldest pinned version: pin and unpin
-are O(1) amortized, independent of the buffer's size and of the number of
-readers. The pin critical section (read head + count) is the only thing the
-``_pin_lock`` guards, and the grace check reads the pins under the same lock,
-so a reader either pinned before the check (and is counted) or pins the head
-published before the check (and does not block).
+Pins. A pin is one entry in the set of readers of its version
+(``_pins``: version number -> dict of snapshots) plus, for the first pin of
+a version, its number at the right end of ``_pin_order``, a deque whose front
+is the oldest pinned version. Pin and unpin take no lock (they are the
+readers' fast path): under the GIL each step is one atomic C-level operation
+(``dict.setdefault``, a dict store or delete, a deque append), and a pin is
+*validated* like a hazard pointer — register in the head's set, then re-read
+the head; if it moved, withdraw and retry. So a successful pin was
+registered while its version was still the head: a writer that publishes
+after it, and later asks for the oldest pin, sees it. Two rules make the
+unlocked cleanup safe, both resting on the head number only growing: an
+empty set is deleted only by someone who first saw that its version is no
+longer the head (no pin there can succeed any more) and *then* saw it
+empty; ``_pin_order`` is popped only at its front, only under ``_pin_lock``
+(which serializes the walkers, never the readers), by the same rule. Pin
+and unpin are O(1) amortized, independent of the buffer's size and of the
+number of readers. This relies on the GIL (CPython 3.11 is the target);
+a free-threaded build would need the pin lock back.
 
 Threads. Mutations may come from worker threads. Writers serialize on
 ``_write_lock``; readers never take it. An unpin that makes a removal due
@@ -59,6 +69,7 @@ from dataclasses import dataclass
 from types import MappingProxyType, TracebackType
 from typing import Any
 
+from . import tasks as _tasks
 from .entry import Entry, check_id, check_text, check_turn
 from .errors import (
     DanglingReference,
@@ -213,6 +224,8 @@ def _key_between(lo: float | None, hi: float | None) -> float | None:
 
 _NOT_ENTERED: Any = object()
 _new_object = object.__new__
+_get_ident = threading.get_ident
+_thread_loops = _tasks._thread_loops
 
 
 class Snapshot:
@@ -225,52 +238,71 @@ class Snapshot:
     use raises :class:`SnapshotReleased`. A snapshot is pinned at most once.
     """
 
-    __slots__ = ("__weakref__", "_buffer", "_since", "_task", "_version")
+    __slots__ = ("__weakref__", "_buffer", "_readers", "_since", "_task", "_version")
 
     _since: float
+    _readers: dict[Snapshot, None]
 
     def __init__(self, buffer: Buffer) -> None:
         # Buffer.snapshot() builds snapshots without this frame (the pin fast
         # path); both set exactly these three slots. ``_task`` is _NOT_ENTERED
-        # until the one pin, then the pinning task; ``_since`` is set at pin.
+        # until the one pin, then the pinning task; ``_since`` and
+        # ``_readers`` (the set this snapshot is registered in) are set at pin.
         self._buffer = buffer
         self._version: Version | None = None
         self._task: object = _NOT_ENTERED
 
     # Pin and unpin are the readers' fast path (a goal: <= 0.2x an aiorwlock
     # reader acquire + release), so they are written out here rather than
-    # delegated to Buffer methods, and take the pin lock with acquire/release
-    # rather than ``with`` (half the cost); the critical sections cannot
-    # raise. See "Pins" in the module docstring.
+    # delegated to Buffer methods, inline the task probe's cached case, and
+    # take no lock: see "Pins" in the module docstring for the protocol and
+    # why each step is safe against writers and unpinners in other threads.
 
     def __enter__(self) -> Snapshot:
-        """Pin the head version to the calling task. O(1)."""
+        """Pin the head version to the calling task. O(1) amortized; never
+        waits (a retry happens only when a write lands between reading the
+        head and registering, and each retry sees a newer head)."""
         if self._task is not _NOT_ENTERED:
             raise SnapshotReleased("a snapshot is pinned once; take a new buffer.snapshot()")
+        # The task probe (tasks.current_task), its cached asyncio case inline.
+        ident = _get_ident()
+        ref = _thread_loops.get(ident)
+        task = None
+        if ref is not None:
+            loop = ref()
+            if loop is not None and loop._thread_id == ident:
+                task = _tasks._aio_task_of(loop)  # type: ignore[misc]
+        if task is None:
+            task = current_task()
+        self._task = task
         buf = self._buffer
-        task = current_task()
-        now = buf._clock()
-        lock = buf._pin_lock
-        lock.acquire()
-        try:
+        self._since = buf._clock()
+        pins = buf._pins
+        order = buf._pin_order
+        while True:
             v = buf._head
             n = v.number
-            pins = buf._pins
             readers = pins.get(n)
             if readers is None:
-                pins[n] = readers = {}
-                order = buf._pin_order
-                if not order or order[-1] != n:
-                    order.append(n)
-            # Registered and pinned in one critical section: whoever reads the
-            # readers under the pin lock (stats, _check) never sees a reader
-            # without its version.
-            self._version = v
-            self._task = task
-            self._since = now
+                readers = pins.setdefault(n, {})
             readers[self] = None
-        finally:
-            lock.release()
+            # Registered before the order is consulted, and both before the
+            # head is re-read: see "Pins" in the module docstring.
+            try:
+                last = order[-1]
+            except IndexError:
+                last = None
+            if last != n:
+                order.append(n)
+                buf._trim_pins()
+            if buf._head is v:
+                break
+            # A write landed meanwhile: withdraw, then pin the new head.
+            del readers[self]
+            if not readers:
+                buf._last_unpin(n, readers)
+        self._readers = readers
+        self._version = v
         return self
 
     def __exit__(
@@ -280,34 +312,19 @@ class Snapshot:
         tb: TracebackType | None,
     ) -> None:
         """Unpin; signals the barrier if that makes a staged removal due. O(1)
-        amortized."""
+        amortized. Synchronous: cancellation cannot skip it."""
         v = self._version
         if v is None:
             return
-        n = v.number
+        self._version = None
+        readers = self._readers
+        del readers[self]
+        if readers:
+            return
         buf = self._buffer
-        lock = buf._pin_lock
-        lock.acquire()
-        try:
-            self._version = None
-            pins = buf._pins
-            readers = pins[n]
-            del readers[self]
-            if readers:
-                return
-            del pins[n]
-            order = buf._pin_order
-            if order[0] != n:
-                return
-            order.popleft()
-            while order and order[0] not in pins:
-                order.popleft()
-            oldest = order[0] if order else None
-        finally:
-            lock.release()
-        staged = buf._staged
-        if staged and (oldest is None or staged[0][0] <= oldest):
-            buf._signal_due()
+        if buf._head is v and not buf._staged:
+            return  # the head's set is kept for its next reader
+        buf._last_unpin(v.number, readers)
 
     def _v(self) -> Version:
         v = self._version
@@ -540,20 +557,67 @@ class Buffer:
 
     @property
     def _readers(self) -> list[Snapshot]:
-        """Every pinned snapshot (a list; read it under ``_pin_lock``)."""
-        return [s for readers in list(self._pins.values()) for s in readers]
+        """Every pinned snapshot. Safe from any thread: each copy is one
+        C-level operation, atomic under the GIL. A snapshot whose pin is still
+        being validated in another thread may be listed with ``_version``
+        ``None``; callers skip those."""
+        return [s for readers in list(self._pins.values()) for s in list(readers)]
 
     # -- pins -------------------------------------------------------------
 
-    # Pinning and unpinning are Snapshot.__enter__ and Snapshot.__exit__.
+    # Pinning and unpinning are Snapshot.__enter__ and Snapshot.__exit__;
+    # below is their slow path and the walk of the pin order.
+
+    def _last_unpin(self, n: int, readers: dict[Snapshot, None]) -> None:
+        """The last reader of version ``n`` left (``readers``: the set it
+        left). Frees the set unless ``n`` is the head, and if removals are
+        staged, sees whether the earliest is due now (the barrier's signal;
+        also retries one left due earlier, e.g. after a failed log write)."""
+        if self._head.number != n and not readers:  # the head first, then the set
+            self._pins.pop(n, None)
+        staged = self._staged
+        if not staged:
+            return
+        with self._pin_lock:
+            oldest = self._oldest_pin()
+        try:
+            grace = staged[0][0]
+        except IndexError:  # applied meanwhile by a writer in another thread
+            return
+        if oldest is None or grace <= oldest:
+            self._signal_due()
+
+    def _trim_pins(self) -> None:
+        """Drop finished versions from the front of the pin order, if no
+        other walker is at it (never waits). Called when a new version is
+        first pinned, which bounds the order by the pinned versions."""
+        lock = self._pin_lock
+        if lock.acquire(False):
+            try:
+                self._oldest_pin()
+            finally:
+                lock.release()
 
     def _oldest_pin(self) -> int | None:
-        """The oldest pinned version (call under ``_pin_lock``)."""
+        """The oldest pinned version (call under ``_pin_lock``). Pops finished
+        versions off the front of the order: a version is finished once it is
+        not the head and then its set is seen empty (no pin of it can succeed
+        any more). O(1) amortized. May answer a version whose only reader is
+        a pin still being validated (conservative: that reader withdraws and
+        signals)."""
         order = self._pin_order
-        counts = self._pins
-        while order and order[0] not in counts:
+        pins = self._pins
+        while order:
+            n = order[0]
+            if self._head.number == n:  # the head first, then its set
+                return n if pins.get(n) else None
+            if pins.get(n):
+                return n
             order.popleft()
-        return order[0] if order else None
+            readers = pins.get(n)
+            if readers is not None and not readers:
+                pins.pop(n, None)
+        return None
 
     def oldest_pin(self) -> int | None:
         """The oldest version any reader has pinned, or ``None``. O(1) amortized."""
@@ -608,12 +672,18 @@ class Buffer:
         if not staged:
             return False
         oldest = self.oldest_pin()
-        return oldest is None or staged[0][0] <= oldest
+        try:
+            grace = staged[0][0]
+        except IndexError:  # applied meanwhile by another thread
+            return False
+        return oldest is None or grace <= oldest
 
     def next_grace(self) -> int | None:
         """The smallest grace version among staged removals, or ``None``."""
-        staged = self._staged
-        return staged[0][0] if staged else None
+        try:
+            return self._staged[0][0]
+        except IndexError:
+            return None
 
     def apply_due(self) -> tuple[str, ...]:
         """Apply every staged removal that is due, as one new version (one
@@ -1554,7 +1624,7 @@ class Buffer:
             # meanwhile must not be seen half-released
             pins = [(s._task, s._version, s._since) for s in self._readers]
             oldest = self._oldest_pin()
-            retained = len(self._pins)
+            pinned_versions = {v.number for _t, v, _s in pins if v is not None}
         head = self._head
         infos = tuple(
             ReaderInfo(task_name(task), v.number, max(0.0, now - since))
@@ -1565,7 +1635,7 @@ class Buffer:
         return Stats(
             version=head.number,
             entries=len(head.live),
-            retained_versions=retained + (0 if head.number in self._pins else 1),
+            retained_versions=len(pinned_versions | {head.number}),
             pinned=len(infos),
             readers=infos,
             oldest_pin_age=max((r.age for r in infos), default=None),
@@ -1841,11 +1911,18 @@ def _check_buffer(buf: Buffer, expect_no_pins: bool) -> None:
             v = snap._version
             assert v is not None, "a released snapshot is still registered (invariant 7)"
             counts[v.number] += 1
-        assert dict(counts) == {n: len(r) for n, r in buf._pins.items()}, (
-            "pin counts disagree with readers (invariant 7)"
-        )
-        assert all(buf._pins.values()), "an empty pin set was left behind (invariant 7)"
+        for n, r in buf._pins.items():
+            assert counts[n] == len(r), "pin counts disagree with readers (invariant 7)"
+            for snap in r:
+                assert snap._readers is r, "a reader is registered in a set it does not hold"
         oldest = buf._oldest_pin()
+        # Empty sets left behind are bounded: each is the head's (kept for its
+        # next reader) or still in the pin order, where the walk frees it.
+        order = set(buf._pin_order)
+        for n, r in buf._pins.items():
+            assert r or n == head.number or n in order, (
+                f"the empty pin set of version {n} can never be freed (invariant 7)"
+            )
         assert oldest == (min(counts) if counts else None)
         if expect_no_pins:
             assert not counts, f"{sum(counts.values())} pins leaked (invariant 7)"

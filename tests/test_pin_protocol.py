@@ -1,0 +1,220 @@
+"""The lock-free pin protocol: a pin is registered, then validated against the
+head (like a hazard pointer); a write that lands in between makes the reader
+withdraw and pin the new head. These tests force that race deterministically,
+then let threads race for real."""
+
+from __future__ import annotations
+
+import random
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from quiesce import Buffer, Entry, Kind, Snapshot, Status
+
+
+def e(i: str, *refs: str) -> Entry:
+    return Entry(i, Kind.REASONING, f"body of {i}", refs)
+
+
+class RacingPins(dict):  # type: ignore[type-arg]
+    """``buf._pins`` that runs ``write`` the first time a pin looks up its set:
+    after the reader read the head, before it registered."""
+
+    def __init__(self, pins: dict[int, Any], write: Callable[[], object]) -> None:
+        super().__init__(pins)
+        self.write: Callable[[], object] | None = write
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        write, self.write = self.write, None
+        if write is not None:
+            write()
+        return super().get(key, default)
+
+
+def racing(buf: Buffer, write: Callable[[], object]) -> None:
+    buf._pins = RacingPins(buf._pins, write)
+
+
+class TestValidation:
+    def test_a_write_between_reading_the_head_and_registering_pins_the_new_head(
+        self,
+    ) -> None:
+        buf = Buffer()
+        buf.append(e("a"))
+        before = buf.version
+        racing(buf, lambda: buf.append(e("b")))
+        with buf.snapshot() as snap:
+            assert snap.version == before + 1  # not the head it first read
+            assert "b" in snap
+            assert set(buf._pins) == {snap.version}  # the withdrawn set is gone
+        buf._check(expect_no_pins=True)
+
+    def test_a_removal_between_reading_the_head_and_registering_is_not_hidden(
+        self,
+    ) -> None:
+        """The reader read the head while "a" was live and unmarked; the prune
+        lands before the reader registers, and (no reader is pinned yet)
+        removes "a" at once. Without the validation the reader would stay
+        pinned at the old version and see "a" after its removal (invariant 5):
+        it must instead pin the version that removed it."""
+        buf = Buffer()
+        buf.append(e("a"))
+        report: list[Status] = []
+        racing(buf, lambda: report.append(buf.prune(["a"], reason="stale")["a"].status))
+        with buf.snapshot() as snap:
+            assert report == [Status.PRUNED]
+            assert "a" not in snap
+            assert snap.resolve("a") == buf.tombstones["a"]
+            buf._check()
+        buf._check(expect_no_pins=True)
+
+    def test_a_withdrawn_pin_does_not_hold_back_a_removal(self) -> None:
+        """Another reader holds the removal back; the racing reader's
+        withdrawn registration at the old version must not: when the other
+        reader leaves, the removal is applied."""
+        buf = Buffer()
+        buf.append(e("a"))
+        buf.append(e("b"))
+        with buf.snapshot() as old:
+            racing(buf, lambda: buf.prune(["a"], reason="stale"))
+            with buf.snapshot() as new:
+                assert new.version > old.version
+                assert new.is_stale("a")
+                assert buf.staged() == {"a": new.version}
+                assert buf.oldest_pin() == old.version
+        assert "a" in buf.tombstones
+        buf._check(expect_no_pins=True)
+
+
+class TestCleanup:
+    def test_the_heads_set_is_kept_and_older_sets_are_freed(self) -> None:
+        buf = Buffer()
+        buf.append(e("a"))
+        for _ in range(3):
+            with buf.snapshot():
+                pass
+        h = buf.version
+        assert dict(buf._pins) == {h: {}}  # kept for the next reader of the head
+        buf.mark_stale("a", "stale")
+        with buf.snapshot():
+            pass
+        # pinning the new head walked the order: the old empty set is gone
+        assert set(buf._pins) == {h + 1}
+        assert list(buf._pin_order) == [h + 1]
+        buf._check(expect_no_pins=True)
+
+    def test_a_reader_of_an_old_version_frees_its_set_when_it_leaves(self) -> None:
+        buf = Buffer()
+        buf.append(e("a"))
+        snap = buf.snapshot()
+        snap.__enter__()
+        v = snap.version
+        buf.append(e("b"))
+        snap.__exit__(None, None, None)
+        assert v not in buf._pins
+        assert buf.oldest_pin() is None
+        buf._check(expect_no_pins=True)
+
+    def test_the_pin_order_stays_bounded_under_many_versions(self) -> None:
+        buf = Buffer()
+        for k in range(2_000):
+            buf.append(e(f"x{k}"))
+            with buf.snapshot():
+                pass
+        assert len(buf._pin_order) <= 2
+        assert len(buf._pins) <= 2
+        buf._check(expect_no_pins=True)
+
+
+@pytest.fixture
+def fast_switching() -> Iterator[None]:
+    """Switch threads every microsecond, so pins interleave with writes."""
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    yield
+    sys.setswitchinterval(old)
+
+
+@pytest.mark.usefixtures("fast_switching")
+class TestThreadsRace:
+    READERS = 4
+    ROUNDS = 3_000
+
+    def test_no_reader_sees_an_entry_removed_while_it_is_pinned(self) -> None:
+        """Readers in threads pin and unpin in a tight loop while a writer
+        thread appends, marks and prunes. A reader notes ids it saw live and
+        unmarked, and the head number just before it unpins: none of those
+        ids may have been removed at or before that head (it was pinned all
+        the while). At the end no pin leaks and every invariant holds."""
+        buf = Buffer()
+        for k in range(20):
+            buf.append(e(f"seed{k}"))
+        done = threading.Event()
+        errors: list[BaseException] = []
+        violations: list[str] = []
+        pins = [0] * self.READERS
+
+        def reader(k: int) -> None:
+            rng = random.Random(k)
+            try:
+                while not done.is_set():
+                    snap: Snapshot
+                    with buf.snapshot() as snap:
+                        v = snap.version
+                        ids = [x.id for x in snap.entries()]
+                        seen = [i for i in rng.sample(ids, min(5, len(ids)))
+                                if not snap.is_stale(i)]
+                        end = buf.version
+                    pins[k] += 1
+                    tombs = buf.tombstones
+                    for i in seen:
+                        t = tombs.get(i)
+                        if t is not None and t.version <= end:
+                            violations.append(
+                                f"{i!r} removed at {t.version} while a reader pinned at "
+                                f"{v} (saw it unmarked) was pinned until at least {end}"
+                            )
+            except BaseException as exc:
+                errors.append(exc)
+
+        def writer() -> None:
+            rng = random.Random(99)
+            live = [f"seed{k}" for k in range(20)]
+            try:
+                for r in range(self.ROUNDS):
+                    op = rng.randrange(4)
+                    if op == 0 or len(live) < 5:
+                        buf.append(e(f"w{r}"))
+                        live.append(f"w{r}")
+                    elif op == 1:
+                        buf.mark_stale(rng.choice(live), "stale")
+                    else:
+                        victims = rng.sample(live, 2)
+                        report = buf.prune(victims, reason="prune")
+                        for i in victims:
+                            if report[i].status in (Status.PRUNED, Status.DEFERRED):
+                                live.remove(i)
+            except BaseException as exc:
+                errors.append(exc)
+            finally:
+                done.set()
+
+        threads = [threading.Thread(target=reader, args=(k,)) for k in range(self.READERS)]
+        threads.append(threading.Thread(target=writer))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not errors, errors
+        assert not violations, violations[:5]
+        assert all(pins), pins
+        # every deferred removal was applied by the last blocking unpin
+        assert not buf.has_due()
+        buf.apply_due()
+        buf._check(expect_no_pins=True)
+        assert not buf.staged()
+        assert len(buf._pin_order) <= 1
