@@ -140,7 +140,7 @@ def launder_refusals(mp: pytest.MonkeyPatch) -> None:
     original = Buffer._refuse_edit
 
     def forget(self: Buffer, plan: EditPlan, refusals: Any, why: Any) -> Any:
-        self._records[:] = [r for r in self._records if r.outcome != "refused"]
+        self._records[:] = [r for r in self.log if r.outcome != "refused"]
         for seq, r in enumerate(self._records):
             self._records[seq] = r._replace(seq=seq)
         return original(self, plan, refusals, why)

@@ -83,11 +83,10 @@ from .errors import (
     SnapshotReleased,
     UnknownEntry,
 )
-from .log import EditLog, LogSink
+from .log import EditLog, LogSink, Records, materialize, materialize_range
 from .plan import EditPlan, Move, Prune, Rewrite, Summarize
 from .policy import Policy
 from .records import (
-    FORMAT,
     EditReport,
     Escalation,
     EscalationKind,
@@ -493,7 +492,7 @@ class Buffer:
         self._escalations: deque[Escalation] = deque(maxlen=escalation_capacity)
         self._escalations_dropped = 0
         # the log
-        self._records: list[LogRecord] = []
+        self._records: Records = []  # LogRecords and compact records (log.py)
         self._log_view = EditLog(self._records)
         self._synced = 0
         self._log_failing = False
@@ -905,7 +904,8 @@ class Buffer:
             return
         with self._flush_lock:
             start = self._synced
-            batch = self._records[start:]  # a stable copy; appends go on meanwhile
+            # a stable prefix; appends go on meanwhile
+            batch = materialize_range(self._records, start, len(self._records))
             if not batch:
                 return
             try:
@@ -1076,29 +1076,23 @@ class Buffer:
                 self._immutable_hashes[eid] = entry.content_hash
             else:
                 self._unmarked.add(eid)
-            detail: dict[str, Any] = {"entry": entry.to_dict(), "key": key}
-            if override is not None:
+            if override is None:
+                # A compact record (log.py): the LogRecord — and the entry's
+                # JSON-ready dict — is built when first read.
+                self._records.append((_append_record, entry, key, n, _wall_clock()))
+            else:
+                record = _append_record(len(self._records), entry, key, n, _wall_clock())
+                # "overridden" only when the override let matching content in
+                # (_count derives readmissions_overridden from it, also on replay)
+                detail = dict(record.detail)
                 detail["override"] = {"reason": override.reason, "turn": override.turn}
-            self._append_record(
-                _new_tuple(
-                    LogRecord,
-                    (
-                        len(self._records),
-                        _wall_clock(),
-                        "append",
-                        n,
-                        (eid,),
-                        None,
-                        None if override is None else override.reason,
-                        entry.turn,
-                        # "overridden" only when the override let matching content in
-                        # (_count derives readmissions_overridden from it, also on replay)
-                        "overridden" if overridden else "applied",
-                        detail,
-                        _LOG_FORMAT,
-                    ),
+                self._append_record(
+                    record._replace(
+                        reason=override.reason,
+                        outcome="overridden" if overridden else "applied",
+                        detail=detail,
+                    )
                 )
-            )
             self._head = new
             return n
         finally:
@@ -1131,7 +1125,9 @@ class Buffer:
             head = self._head
             marks = head.marks
             unmarked = self._unmarked
-            if entry_id not in unmarked:
+            try:
+                unmarked.remove(entry_id)
+            except KeyError:
                 # Not (live, mutable and unmarked): already marked, immutable,
                 # removed or unknown. The slow path says which.
                 existing = marks.get(entry_id)
@@ -1139,33 +1135,24 @@ class Buffer:
                     return existing
                 slot = head.live.get(entry_id)
                 if slot is None:
-                    raise _missing(head, entry_id)
+                    raise _missing(head, entry_id) from None
                 raise ProtectedEntry(
                     f"entry {entry_id!r} is a {slot.entry.kind.name}: immutable, never marked"
-                )
-            unmarked.discard(entry_id)
+                ) from None
             n = head.number + 1
             mark: Mark = _new_tuple(Mark, (entry_id, reason, turn, n))
-            records = self._records
-            records.append(
-                _new_tuple(
-                    LogRecord,
-                    (
-                        len(records),
-                        _wall_clock(),
-                        "mark",
-                        n,
-                        (entry_id,),
-                        None,
-                        reason,
-                        turn,
-                        "applied",
-                        _EMPTY_DETAIL,
-                        _LOG_FORMAT,
-                    ),
-                )
-            )
-            self._head = head.with_marks(n, marks.set(entry_id, mark))
+            # A compact record (log.py): the LogRecord is built when first read.
+            self._records.append((_mark_record, mark, _wall_clock()))
+            # Version.with_marks, written out.
+            new = _new_object(Version)
+            new.number = n
+            new.live = head.live
+            new.marks = marks.set(entry_id, mark)
+            new.tombs = head.tombs
+            new.referrers = head.referrers
+            new.next_key = head.next_key
+            new._entries = head._entries  # marks change neither order nor content
+            self._head = new
             return mark
         finally:
             lock.release()
@@ -1678,23 +1665,38 @@ class Buffer:
 
 _EMPTY_DETAIL: Mapping[str, Any] = MappingProxyType({})
 
-# The fast paths (mark_stale, append) build their Mark, Slot and LogRecord with
+# The fast paths (mark_stale, append) build their Mark and Slot with
 # tuple.__new__, skipping the NamedTuple's Python-level __new__ (~0.1 µs
 # each); that passes every field positionally, so the field lists are pinned
 # here and a change to them fails at import instead of building short tuples.
 _new_tuple: Callable[..., Any] = tuple.__new__
 _wall_clock = time.time
-_LOG_FORMAT = FORMAT
 _FAST_PATH_FIELDS: dict[Any, str] = {
     Mark: "id reason turn version",
     Slot: "entry key changed",
-    LogRecord: "seq time op version ids actor reason turn outcome detail format",
 }
 for _cls, _fields in _FAST_PATH_FIELDS.items():
     if _cls._fields != tuple(_fields.split()):  # pragma: no cover - guards edits to records.py
         raise ImportError(f"{_cls.__name__} fields changed: update the fast paths in buffer.py")
 
 from .policy import IMMUTABLE_KINDS as _IMMUTABLE  # noqa: E402
+
+# Builders of the compact records of the fast paths (see log.py): called with
+# the record's seq, then the fields the fast path stored.
+
+
+def _mark_record(seq: int, mark: Mark, at: float) -> LogRecord:
+    return LogRecord(
+        seq, at, "mark", mark.version, (mark.id,), None, mark.reason, mark.turn, "applied",
+        _EMPTY_DETAIL,
+    )
+
+
+def _append_record(seq: int, entry: Entry, key: float, n: int, at: float) -> LogRecord:
+    return LogRecord(
+        seq, at, "append", n, (entry.id,), None, None, entry.turn, "applied",
+        {"entry": entry.to_dict(), "key": key},
+    )
 
 
 def _tomb_to_dict(t: Tombstone) -> dict[str, Any]:
@@ -1871,7 +1873,9 @@ def _check_buffer(buf: Buffer, expect_no_pins: bool) -> None:
         assert 0 < mark.version <= head.number
     # (3) exactly one tombstone and one log record per removal; the log grows.
     removed_in_log: Counter[str] = Counter()
-    for seq, rec in enumerate(buf._records):
+    records = buf._records
+    for seq in range(len(records)):
+        rec = materialize(records, seq)
         assert rec.seq == seq, f"log record {seq} has seq {rec.seq}"
         if rec.op == "remove":
             for t in rec.detail.get("tombstones", ()):

@@ -9,16 +9,47 @@ buffer only ever appends. Durable sinks (``quiesce._log``) implement
 Group commit: records are appended in memory on every change (the mark fast
 path never touches a disk) and handed to the sink in batches by
 ``Buffer.flush()`` and before every removal is published.
+
+Deferred records. The two hottest writers (``mark_stale`` and ``append``)
+append a *compact* record: a plain ``tuple`` ``(build, *fields)`` holding the
+objects the change made anyway (the Mark, the Entry) and its wall-clock time.
+:func:`materialize` turns it into the :class:`LogRecord` (``build(seq,
+*fields)``) the first time anyone reads it — the view, a flush, a check — and
+stores that back, so the record is built at most once and never on the fast
+path. A :class:`LogRecord` is a ``tuple`` *subclass*, so ``type(r) is tuple``
+tells the two apart. Every value in a compact record is immutable, so the
+record built later is exactly the one that would have been built at once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Protocol, overload, runtime_checkable
+from typing import Any, Protocol, overload, runtime_checkable
 
 from .records import LogRecord
 
-__all__ = ["EditLog", "LogSink"]
+__all__ = ["EditLog", "LogSink", "materialize"]
+
+#: A buffer's record list: LogRecords and compact ``(build, *fields)`` tuples.
+Records = list[Any]
+
+
+def materialize(records: Records, index: int) -> LogRecord:
+    """The :class:`LogRecord` at ``index``, building (and storing back) a
+    compact one. O(1) amortized. Safe from any thread: two threads that build
+    the same record at once build equal records, and each store is atomic."""
+    rec = records[index]
+    if type(rec) is tuple:
+        if index < 0:
+            index += len(records)
+        rec = rec[0](index, *rec[1:])
+        records[index] = rec
+    return rec  # type: ignore[no-any-return]
+
+
+def materialize_range(records: Records, start: int, stop: int) -> list[LogRecord]:
+    """Records ``start`` to ``stop`` (exclusive) as LogRecords, in order."""
+    return [materialize(records, i) for i in range(start, stop)]
 
 
 @runtime_checkable
@@ -47,7 +78,7 @@ class EditLog(Sequence[LogRecord]):
 
     __slots__ = ("_records",)
 
-    def __init__(self, records: list[LogRecord]) -> None:
+    def __init__(self, records: Records) -> None:
         self._records = records
 
     @overload
@@ -57,9 +88,10 @@ class EditLog(Sequence[LogRecord]):
     def __getitem__(self, index: slice) -> Sequence[LogRecord]: ...
 
     def __getitem__(self, index: int | slice) -> LogRecord | Sequence[LogRecord]:
+        records = self._records
         if isinstance(index, slice):
-            return tuple(self._records[index])
-        return self._records[index]
+            return tuple(materialize(records, i) for i in range(*index.indices(len(records))))
+        return materialize(records, index)
 
     def __len__(self) -> int:
         return len(self._records)
@@ -68,7 +100,7 @@ class EditLog(Sequence[LogRecord]):
         # Iterate over a stable prefix: records appended meanwhile are not seen.
         records = self._records
         for i in range(len(records)):
-            yield records[i]
+            yield materialize(records, i)
 
     def for_id(self, entry_id: str) -> tuple[LogRecord, ...]:
         """Every record that names ``entry_id``. O(len(log))."""

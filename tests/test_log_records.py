@@ -1,0 +1,93 @@
+"""Deferred log records: ``mark_stale`` and ``append`` store a compact record
+and the LogRecord is built when first read. Every reader of the log — the
+view, a flush to a sink, recovery — sees exactly the record an eager build
+would have made, built once."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from conftest import ListSink
+from quiesce import Buffer, Entry, Kind, LogRecord, Override
+from quiesce._core.log import materialize
+
+
+def make() -> Buffer:
+    buf = Buffer()
+    buf.append(Entry("a", Kind.REASONING, "first", turn=1, key="k-a", meta={"tool": "x"}))
+    buf.append(Entry("b", Kind.TOOL_OUTPUT, "second", ("a",)))
+    buf.mark_stale("a", "superseded", turn=3)
+    return buf
+
+
+class TestDeferredRecords:
+    def test_the_fast_paths_store_compact_records(self) -> None:
+        buf = make()
+        assert [type(r) for r in buf._records] == [tuple, tuple, tuple]
+
+    def test_the_view_builds_full_records_with_every_field(self) -> None:
+        before = time.time()
+        buf = make()
+        a, b, m = buf.log
+        assert all(type(r) is LogRecord for r in (a, b, m))
+        assert (a.seq, a.op, a.version, a.ids, a.actor, a.reason, a.turn, a.outcome) == (
+            0, "append", 1, ("a",), None, None, 1, "applied",
+        )
+        assert a.detail == {
+            "entry": {
+                "id": "a", "kind": "reasoning", "body": "first", "refs": [], "turn": 1,
+                "key": "k-a", "meta": {"tool": "x"},
+            },
+            "key": 0.0,
+        }
+        assert b.detail["entry"]["refs"] == ["a"] and b.detail["key"] == 1.0
+        assert (m.seq, m.op, m.version, m.ids, m.reason, m.turn, m.outcome) == (
+            2, "mark", 3, ("a",), "superseded", 3, "applied",
+        )
+        assert dict(m.detail) == {}
+        # the time is the time of the change, not of the read
+        assert before <= a.time <= b.time <= m.time <= time.time()
+        json.dumps([r.to_dict() for r in buf.log])  # JSON-ready
+
+    def test_a_record_is_built_once_and_stored_back(self) -> None:
+        buf = make()
+        first = buf.log[1]
+        assert buf.log[1] is first
+        assert buf._records[1] is first
+        assert type(buf._records[0]) is tuple  # untouched records stay compact
+
+    def test_indexing_slicing_and_iteration_agree(self) -> None:
+        buf = make()
+        whole = list(buf.log)
+        assert buf.log[-1] == whole[-1] == materialize(buf._records, 2)
+        assert buf.log[-3] == whole[0]
+        assert buf.log[1:] == tuple(whole[1:])
+        assert buf.log[::2] == (whole[0], whole[2])
+        assert buf.log.for_id("b") == (whole[1],)
+        assert [r.seq for r in whole] == [0, 1, 2]
+
+    def test_an_override_is_recorded_at_once(self) -> None:
+        buf = make()
+        buf.prune(["b"], reason="noise")
+        again = Entry("b2", Kind.TOOL_OUTPUT, "second")
+        buf.append(again, override=Override("the user asked again", turn=4))
+        rec = buf.log[-1]
+        assert type(buf._records[-1]) is LogRecord
+        assert (rec.op, rec.reason, rec.outcome) == ("append", "the user asked again", "overridden")
+        assert rec.detail["override"] == {"reason": "the user asked again", "turn": 4}
+        assert rec.detail["entry"]["id"] == "b2"
+        assert buf.stats().readmissions_overridden == 1
+
+    def test_a_flush_hands_the_sink_full_records_and_recovery_matches(self) -> None:
+        sink = ListSink()
+        buf = Buffer(sink)
+        buf.append(Entry("a", Kind.REASONING, "first"))
+        buf.mark_stale("a", "old")
+        buf.flush()
+        assert [type(r) for r in sink.records] == [LogRecord, LogRecord]
+        assert list(buf.log) == sink.records
+        again = Buffer(ListSink(sink.records))
+        assert list(again.log) == list(buf.log)
+        assert again.head().marks["a"] == buf.head().marks["a"]
+        again._check(expect_no_pins=True)
