@@ -90,6 +90,19 @@ class TestValidation:
         buf._check(expect_no_pins=True)
 
 
+class TestFreeThreading:
+    def test_a_buffer_refuses_to_run_without_the_gil(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The protocol's steps are atomic only under the GIL: a free-threaded
+        interpreter with the GIL off gets a clear error, not silent races."""
+        monkeypatch.setattr(sys, "_is_gil_enabled", lambda: False, raising=False)
+        with pytest.raises(RuntimeError, match="PYTHON_GIL=1"):
+            Buffer()
+        monkeypatch.setattr(sys, "_is_gil_enabled", lambda: True, raising=False)
+        Buffer()
+
+
 class TestCleanup:
     def test_the_heads_set_is_kept_and_older_sets_are_freed(self) -> None:
         buf = Buffer()

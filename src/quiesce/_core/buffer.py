@@ -34,8 +34,8 @@ longer the head (no pin there can succeed any more) and *then* saw it
 empty; ``_pin_order`` is popped only at its front, only under ``_pin_lock``
 (which serializes the walkers, never the readers), by the same rule. Pin
 and unpin are O(1) amortized, independent of the buffer's size and of the
-number of readers. This relies on the GIL (CPython 3.11 is the target);
-a free-threaded build would need the pin lock back.
+number of readers. This relies on the GIL: ``Buffer()`` refuses to run in
+a free-threaded interpreter whose GIL is off.
 
 Threads. Mutations may come from worker threads. Writers serialize on
 ``_write_lock``; readers never take it. An unpin that makes a removal due
@@ -61,6 +61,7 @@ import contextlib
 import dataclasses
 import heapq
 import itertools
+import sys
 import threading
 import time
 from collections import Counter, deque
@@ -460,6 +461,12 @@ class Buffer:
             raise InvalidType(f"policy must be a Policy, not {type(policy).__name__}")
         if log is not None and not isinstance(log, LogSink):
             raise InvalidType(f"log must be a LogSink, not {type(log).__name__}")
+        gil_enabled = getattr(sys, "_is_gil_enabled", None)  # Python >= 3.13
+        if gil_enabled is not None and not gil_enabled():
+            raise RuntimeError(
+                "quiesce's lock-free pins rely on the GIL, which is disabled in this "
+                "free-threaded interpreter: run it with PYTHON_GIL=1 (or -X gil=1)"
+            )
         self._policy = policy
         self._sink = log
         self._clock = clock
