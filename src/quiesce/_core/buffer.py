@@ -596,7 +596,11 @@ class Buffer:
     def _trim_pins(self) -> None:
         """Drop finished versions from the front of the pin order, if no
         other walker is at it (never waits). Called when a new version is
-        first pinned, which bounds the order by the pinned versions."""
+        first pinned. The order then holds the pinned versions plus a few
+        finished ones: the head's entry, which the walk keeps while it is the
+        head, and what stands behind it (an entry appended by a pin that
+        withdrew, or duplicates); later walks free them once they reach the
+        front."""
         lock = self._pin_lock
         if lock.acquire(False):
             try:
@@ -1851,6 +1855,25 @@ def _count(buf: Buffer, record: LogRecord) -> None:
         counts["escalations"] += 1
 
 
+def _pin_counts(buf: Buffer) -> tuple[Counter[int], int, list[tuple[int, int]]]:
+    """Pinned readers per version, the pins in flight (registered, not or no
+    longer holding a version) and each set's size, checking each reader's
+    registration. Each copy is one C-level operation, atomic under the GIL."""
+    counts: Counter[int] = Counter()
+    in_flight = 0
+    sets = list(buf._pins.items())
+    for n, r in sets:
+        for snap in list(r):
+            v = snap._version
+            if v is None:
+                in_flight += 1
+                continue
+            assert v.number == n, f"a reader of version {v.number} is in the set of {n}"
+            assert snap._readers is r, "a reader is registered in a set it does not hold"
+            counts[n] += 1
+    return counts, in_flight, [(n, len(r)) for n, r in sets]
+
+
 def _check_buffer(buf: Buffer, expect_no_pins: bool) -> None:
     head = buf._head
     live = head.live
@@ -1914,30 +1937,33 @@ def _check_buffer(buf: Buffer, expect_no_pins: bool) -> None:
         if i in live:
             assert i in head.marks, f"staged {i!r} is not marked"
             assert g.grace <= head.number
-    # (1), (5), (7) pins: counts agree with readers; each reader holds exactly
-    # the version it pinned; no active reader predates a removal it saw unmarked.
+    # (1), (5), (7) pins: every pinned reader is registered in the set of the
+    # version it holds; no active reader predates a removal it saw unmarked.
+    # Pins take no lock, so this may run while other threads pin and unpin
+    # (the write lock held here keeps only the head and the removals still).
+    # A registered snapshot whose ``_version`` is None is a pin being
+    # validated or released right now: it is skipped. The oldest-pin walk is
+    # compared with the readers only if they did not change around it.
     with buf._pin_lock:
-        counts: Counter[int] = Counter()
-        for snap in buf._readers:
-            v = snap._version
-            assert v is not None, "a released snapshot is still registered (invariant 7)"
-            counts[v.number] += 1
-        for n, r in buf._pins.items():
-            assert counts[n] == len(r), "pin counts disagree with readers (invariant 7)"
-            for snap in r:
-                assert snap._readers is r, "a reader is registered in a set it does not hold"
+        counts, in_flight, sizes = _pin_counts(buf)
         oldest = buf._oldest_pin()
-        # Empty sets left behind are bounded: each is the head's (kept for its
-        # next reader) or still in the pin order, where the walk frees it.
         order = set(buf._pin_order)
-        for n, r in buf._pins.items():
-            assert r or n == head.number or n in order, (
-                f"the empty pin set of version {n} can never be freed (invariant 7)"
+        still = _pin_counts(buf) == (counts, 0, sizes) and not in_flight
+        if still:
+            assert oldest == (min(counts) if counts else None), (
+                f"the oldest pin is {oldest}, the readers say {min(counts, default=None)}"
             )
-        assert oldest == (min(counts) if counts else None)
+            # Empty sets left behind are bounded: each is the head's (kept for
+            # its next reader) or still in the pin order, where the walk frees it.
+            for n, size in sizes:
+                assert size or n == head.number or n in order, (
+                    f"the empty pin set of version {n} can never be freed (invariant 7)"
+                )
         if expect_no_pins:
-            assert not counts, f"{sum(counts.values())} pins leaked (invariant 7)"
-        if oldest is not None:
-            assert buf._max_removed_grace <= oldest, (
+            assert not counts and not in_flight, (
+                f"{sum(counts.values()) + in_flight} pins leaked (invariant 7)"
+            )
+        if counts:
+            assert buf._max_removed_grace <= min(counts), (
                 "an entry was removed while a reader that saw it unmarked is pinned (invariant 5)"
             )
