@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
+
+import pytest
 
 from conftest import ListSink
 from quiesce import Buffer, Entry, Kind, LogRecord, Override
@@ -66,6 +69,29 @@ class TestDeferredRecords:
         assert buf.log[::2] == (whole[0], whole[2])
         assert buf.log.for_id("b") == (whole[1],)
         assert [r.seq for r in whole] == [0, 1, 2]
+        for bad in (3, -4):
+            with pytest.raises(IndexError):
+                buf.log[bad]
+
+    def test_a_negative_index_names_one_record_while_the_log_grows(self) -> None:
+        """``log[-1]`` is resolved against the length before it is read, so a
+        record built for it carries its own position even if appends land
+        meanwhile (the list is shared with writers in other threads)."""
+        buf = make()
+        records = buf._records
+
+        class Growing(list):  # type: ignore[type-arg]
+            def __getitem__(self, i: Any) -> Any:
+                if not grown:
+                    grown.append(True)
+                    buf.append(Entry("late", Kind.REASONING, "appended meanwhile"))
+                return list.__getitem__(self, i)
+
+        grown: list[bool] = []
+        buf._records = Growing(records)
+        rec = materialize(buf._records, -1)
+        assert grown and rec.seq == 2 and rec.op == "mark"
+        assert [materialize(buf._records, i).seq for i in range(4)] == [0, 1, 2, 3]
 
     def test_an_override_is_recorded_at_once(self) -> None:
         buf = make()

@@ -28,7 +28,7 @@ from typing import Any, Protocol, overload, runtime_checkable
 
 from .records import LogRecord
 
-__all__ = ["EditLog", "LogSink", "materialize"]
+__all__ = ["EditLog", "LogSink", "Records", "materialize", "materialize_range"]
 
 #: A buffer's record list: LogRecords and compact ``(build, *fields)`` tuples.
 Records = list[Any]
@@ -38,10 +38,12 @@ def materialize(records: Records, index: int) -> LogRecord:
     """The :class:`LogRecord` at ``index``, building (and storing back) a
     compact one. O(1) amortized. Safe from any thread: two threads that build
     the same record at once build equal records, and each store is atomic."""
+    if index < 0:  # normalised first: the list may grow meanwhile
+        index += len(records)
+        if index < 0:
+            raise IndexError("log record index out of range")
     rec = records[index]
     if type(rec) is tuple:
-        if index < 0:
-            index += len(records)
         rec = rec[0](index, *rec[1:])
         records[index] = rec
     return rec  # type: ignore[no-any-return]
