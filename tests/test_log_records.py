@@ -6,6 +6,7 @@ would have made, built once."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from typing import Any
 
@@ -92,6 +93,34 @@ class TestDeferredRecords:
         rec = materialize(buf._records, -1)
         assert grown and rec.seq == 2 and rec.op == "mark"
         assert [materialize(buf._records, i).seq for i in range(4)] == [0, 1, 2, 3]
+
+    def test_two_threads_reading_a_record_at_once_get_the_same_object(self) -> None:
+        """A log record, once seen, is never replaced, not even by an equal
+        one: while one thread builds a compact record, another reading it
+        waits and gets that thread's object (the history checker compares
+        log records by identity)."""
+        buf = make()
+        records = buf._records
+        build, *fields = records[2]
+        other: list[LogRecord] = []
+        started = threading.Event()
+
+        def slow_build(*args: Any) -> LogRecord:
+            reader = threading.Thread(
+                target=lambda: (started.set(), other.append(materialize(records, 2)))
+            )
+            reader.start()
+            started.wait(10)
+            time.sleep(0.05)  # the other reader is now at the record, mid-build
+            built = build(*args)
+            slow_build.reader = reader  # type: ignore[attr-defined]
+            return built
+
+        records[2] = (slow_build, *fields)
+        mine = materialize(records, 2)
+        slow_build.reader.join(10)  # type: ignore[attr-defined]
+        assert other == [mine] and other[0] is mine
+        assert buf.log[2] is mine
 
     def test_an_override_is_recorded_at_once(self) -> None:
         buf = make()

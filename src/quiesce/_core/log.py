@@ -23,6 +23,7 @@ record built later is exactly the one that would have been built at once.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any, Protocol, overload, runtime_checkable
 
@@ -34,24 +35,42 @@ __all__ = ["EditLog", "LogSink", "Records", "materialize", "materialize_range"]
 Records = list[Any]
 
 
+#: Serializes building compact records (never the fast paths, which only
+#: append): a record is built once, so whoever reads it gets the same object.
+_build_lock = threading.Lock()
+
+
 def materialize(records: Records, index: int) -> LogRecord:
     """The :class:`LogRecord` at ``index``, building (and storing back) a
-    compact one. O(1) amortized. Safe from any thread: two threads that build
-    the same record at once build equal records, and each store is atomic."""
+    compact one. O(1) amortized. Safe from any thread: a record is built
+    once, under ``_build_lock``, so every reader gets the same object (a log
+    record, once seen, is never replaced — not even by an equal one)."""
     if index < 0:  # normalised first: the list may grow meanwhile
         index += len(records)
         if index < 0:
             raise IndexError("log record index out of range")
     rec = records[index]
     if type(rec) is tuple:
-        rec = rec[0](index, *rec[1:])
-        records[index] = rec
+        with _build_lock:
+            rec = records[index]  # another thread may have built it meanwhile
+            if type(rec) is tuple:
+                rec = rec[0](index, *rec[1:])
+                records[index] = rec
     return rec  # type: ignore[no-any-return]
 
 
 def materialize_range(records: Records, start: int, stop: int) -> list[LogRecord]:
-    """Records ``start`` to ``stop`` (exclusive) as LogRecords, in order."""
-    return [materialize(records, i) for i in range(start, stop)]
+    """Records ``start`` to ``stop`` (exclusive) as LogRecords, in order; the
+    build lock is taken once for the whole range."""
+    with _build_lock:
+        out = []
+        for i in range(start, stop):
+            rec = records[i]
+            if type(rec) is tuple:
+                rec = rec[0](i, *rec[1:])
+                records[i] = rec
+            out.append(rec)
+    return out
 
 
 @runtime_checkable
