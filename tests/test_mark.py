@@ -95,6 +95,32 @@ class TestMarkStale:
         assert info.value.tombstone.id == "a"
 
 
+class TestMarkableIndex:
+    """``append`` queues a new id for the markable index (a list append); the
+    next write that asks the index folds the queue in. Marks, prunes and
+    edits see appended entries at once, and the index stays exact."""
+
+    def test_appended_entries_are_markable_at_once(self, buf: Buffer) -> None:
+        fill(buf, reasoning("a"), reasoning("b"), entry("c", Kind.CONSTRAINT, "never"))
+        assert buf._unmarked_new == ["a", "b"]  # queued, not yet folded
+        assert buf.mark_stale("b", "old").version == buf.version
+        assert buf._unmarked_new == [] and buf._unmarked == {"a"}
+        fill(buf, reasoning("d"))
+        assert buf.prune(["d"], reason="noise")["d"].status.name == "PRUNED"
+        assert buf._markable() == {"a"}
+
+    def test_a_refusal_is_not_chained_to_the_index_miss(self, buf: Buffer) -> None:
+        """The slow path raises from inside the index miss: the error a caller
+        sees carries no internal KeyError."""
+        fill(buf, entry("c", Kind.CONSTRAINT, "never"))
+        with pytest.raises(ProtectedEntry) as info:
+            buf.mark_stale("c", "old")
+        assert info.value.__suppress_context__ and info.value.__cause__ is None
+        with pytest.raises(UnknownEntry) as unknown:
+            buf.mark_stale("zz", "old")
+        assert unknown.value.__suppress_context__
+
+
 class TestMarkNeverWaits:
     def test_mark_does_not_change_a_pinned_snapshot(self, buf: Buffer) -> None:
         """A mark made while a reader is pinned is invisible to that reader."""

@@ -421,6 +421,20 @@ class Snapshot:
         return f"<Snapshot {'released' if v is None else f'of version {v.number}'}>"
 
 
+def _not_markable(head: Version, entry_id: str) -> Mark:
+    """mark_stale's slow path for an id not in the markable index: the first
+    mark if it is marked already, else the error saying why it cannot be."""
+    existing = head.marks.get(entry_id)
+    if existing is not None:
+        return existing
+    slot = head.live.get(entry_id)
+    if slot is None:
+        raise _missing(head, entry_id) from None  # not chained to the index miss
+    raise ProtectedEntry(
+        f"entry {entry_id!r} is a {slot.entry.kind.name}: immutable, never marked"
+    ) from None
+
+
 def _missing(v: Version, entry_id: str) -> Exception:
     tomb = v.tombs.by_id.get(entry_id)
     if tomb is not None:
@@ -486,6 +500,10 @@ class Buffer:
         # this set (a hash lookup) instead of two persistent-map lookups.
         # Kept exact under the write lock; _check() asserts it.
         self._unmarked: set[str] = set()
+        # Ids appended since the index was last folded (a list append is
+        # cheaper than a set insert into a large, cold table); _markable()
+        # folds them in, under the write lock, before the index is asked.
+        self._unmarked_new: list[str] = []
         self._gids = itertools.count(1)
         self._backlog_alarm = False
         # due signalling (the runtime installs _due_hook to wake its scheduler)
@@ -866,7 +884,7 @@ class Buffer:
                 self._max_removed_grace, max(g.grace for g in groups)
             )
             self._head = new
-            self._unmarked.difference_update(removal)
+            self._markable().difference_update(removal)
         else:
             self._append_record(record)
         for g in groups:
@@ -1086,7 +1104,7 @@ class Buffer:
             if entry.kind in _IMMUTABLE:
                 self._immutable_hashes[eid] = entry.content_hash
             else:
-                self._unmarked.add(eid)
+                self._unmarked_new.append(eid)  # folded into the index by _markable()
             if override is None:
                 # A compact record (log.py): the LogRecord — and the entry's
                 # JSON-ready dict — is built when first read.
@@ -1117,7 +1135,9 @@ class Buffer:
         """Mark an entry stale: the sync fast path (seed 000's safe operation).
 
         Never awaits, never waits for readers, the barrier or a disk; O(log n)
-        (one persistent-map ``set``). Idempotent: the first mark stands and is
+        (one persistent-map ``set``), plus folding the ids appended since the
+        last mark into the markable index (amortized O(1) per append; a set
+        update, no persistent-map work). Idempotent: the first mark stands and is
         returned again. Raises :class:`ProtectedEntry` for ``CONSTRAINT`` and
         ``INSTRUCTION``, :class:`EntryPruned` for a removed entry,
         :class:`UnknownEntry` for an id never seen.
@@ -1139,17 +1159,11 @@ class Buffer:
             try:
                 unmarked.remove(entry_id)
             except KeyError:
-                # Not (live, mutable and unmarked): already marked, immutable,
-                # removed or unknown. The slow path says which.
-                existing = marks.get(entry_id)
-                if existing is not None:
-                    return existing
-                slot = head.live.get(entry_id)
-                if slot is None:
-                    raise _missing(head, entry_id) from None
-                raise ProtectedEntry(
-                    f"entry {entry_id!r} is a {slot.entry.kind.name}: immutable, never marked"
-                ) from None
+                if not (self._unmarked_new and entry_id in self._markable()):
+                    # Not (live, mutable and unmarked): already marked,
+                    # immutable, removed or unknown. The slow path says which.
+                    return _not_markable(head, entry_id)
+                unmarked.remove(entry_id)  # appended since the last fold
             n = head.number + 1
             mark: Mark = _new_tuple(Mark, (entry_id, reason, turn, n))
             # A compact record (log.py): the LogRecord is built when first read.
@@ -1169,6 +1183,16 @@ class Buffer:
             lock.release()
             if self._due_flag and self._due_hook is None:
                 self._drain_due()
+
+    def _markable(self) -> set[str]:
+        """The exact index of live, mutable, unmarked ids (call under the
+        write lock): folds in the ids appended since the last call. Amortized
+        O(1) per append."""
+        pending = self._unmarked_new
+        if pending:
+            self._unmarked.update(pending)
+            pending.clear()
+        return self._unmarked
 
     # -- prune ---------------------------------------------------------------
 
@@ -1303,7 +1327,7 @@ class Buffer:
         )
         if changed:
             self._head = head.with_marks(n, marks)
-            self._unmarked.difference_update(i for i, _r, _t in new_marks)
+            self._markable().difference_update(i for i, _r, _t in new_marks)
         for g in groups:
             self._stage(g)
         if groups:
@@ -1603,10 +1627,9 @@ class Buffer:
             )
         )
         self._head = draft.finish(n)
-        self._unmarked.update(
-            op.into.id for op, _ in summaries if op.into.kind not in _IMMUTABLE
-        )
-        self._unmarked.difference_update(i for i, _r, _t in new_marks)
+        markable = self._markable()
+        markable.update(op.into.id for op, _ in summaries if op.into.kind not in _IMMUTABLE)
+        markable.difference_update(i for i, _r, _t in new_marks)
         if group is not None:
             self._stage(group)
             self._after_stage()
@@ -1895,7 +1918,7 @@ def _check_buffer(buf: Buffer, expect_no_pins: bool) -> None:
     unmarked = {
         i for i, slot in live.items() if i not in head.marks and slot.entry.kind not in _IMMUTABLE
     }
-    assert buf._unmarked == unmarked, "the unmarked index disagrees with the head"
+    assert buf._markable() == unmarked, "the unmarked index disagrees with the head"
     # marks only on live, mutable entries; versions within range.
     for i, mark in head.marks.items():
         assert i in live, f"mark on non-live {i!r}"
