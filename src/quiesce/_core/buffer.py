@@ -1108,9 +1108,9 @@ class Buffer:
             if override is None:
                 # A compact record (log.py): the LogRecord — and the entry's
                 # JSON-ready dict — is built when first read.
-                self._records.append((_append_record, entry, key, n, _wall_clock()))
+                self._records.append((_build_append_record, entry, key, n, _wall_clock()))
             else:
-                record = _append_record(len(self._records), entry, key, n, _wall_clock())
+                record = _build_append_record(len(self._records), entry, key, n, _wall_clock())
                 # "overridden" only when the override let matching content in
                 # (_count derives readmissions_overridden from it, also on replay)
                 detail = dict(record.detail)
@@ -1167,7 +1167,7 @@ class Buffer:
             n = head.number + 1
             mark: Mark = _new_tuple(Mark, (entry_id, reason, turn, n))
             # A compact record (log.py): the LogRecord is built when first read.
-            self._records.append((_mark_record, mark, _wall_clock()))
+            self._records.append((_build_mark_record, mark, _wall_clock()))
             # Version.with_marks, written out.
             new = _new_object(Version)
             new.number = n
@@ -1719,14 +1719,14 @@ from .policy import IMMUTABLE_KINDS as _IMMUTABLE  # noqa: E402
 # the record's seq, then the fields the fast path stored.
 
 
-def _mark_record(seq: int, mark: Mark, at: float) -> LogRecord:
+def _build_mark_record(seq: int, mark: Mark, at: float) -> LogRecord:
     return LogRecord(
         seq, at, "mark", mark.version, (mark.id,), None, mark.reason, mark.turn, "applied",
         _EMPTY_DETAIL,
     )
 
 
-def _append_record(seq: int, entry: Entry, key: float, n: int, at: float) -> LogRecord:
+def _build_append_record(seq: int, entry: Entry, key: float, n: int, at: float) -> LogRecord:
     return LogRecord(
         seq, at, "append", n, (entry.id,), None, None, entry.turn, "applied",
         {"entry": entry.to_dict(), "key": key},

@@ -52,10 +52,7 @@ def materialize(records: Records, index: int) -> LogRecord:
     rec = records[index]
     if type(rec) is tuple:
         with _build_lock:
-            rec = records[index]  # another thread may have built it meanwhile
-            if type(rec) is tuple:
-                rec = rec[0](index, *rec[1:])
-                records[index] = rec
+            rec = _built(records, index)  # another thread may have built it meanwhile
     return rec  # type: ignore[no-any-return]
 
 
@@ -63,14 +60,17 @@ def materialize_range(records: Records, start: int, stop: int) -> list[LogRecord
     """Records ``start`` to ``stop`` (exclusive) as LogRecords, in order; the
     build lock is taken once for the whole range."""
     with _build_lock:
-        out = []
-        for i in range(start, stop):
-            rec = records[i]
-            if type(rec) is tuple:
-                rec = rec[0](i, *rec[1:])
-                records[i] = rec
-            out.append(rec)
-    return out
+        return [_built(records, i) for i in range(start, stop)]
+
+
+def _built(records: Records, index: int) -> LogRecord:
+    """The record at ``index``, built and stored back if compact (call under
+    ``_build_lock``)."""
+    rec = records[index]
+    if type(rec) is tuple:
+        rec = rec[0](index, *rec[1:])
+        records[index] = rec
+    return rec  # type: ignore[no-any-return]
 
 
 @runtime_checkable
