@@ -35,7 +35,7 @@ note is escaped on render). The adapters import the core; the core imports
 nothing from here.
 """
 
-#A
+from . import anthropic as anthropic
 from . import openai as openai
 from . import responses as responses
 from ._common import NOTE_PREFIX as NOTE_PREFIX

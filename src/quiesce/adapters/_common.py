@@ -497,7 +497,11 @@ def admit(
                 raise DuplicateEntry(f"message {r.index}: entry id {known[0]!r} is already used")
             (held if any(i in live for i in known) else tombstoned).append(r.index)
             continue
-        gone = [ref for e in r.entries for ref in e.refs if ref not in live and ref not in batch]
+        gone: list[str] = []
+        mine: set[str] = set()
+        for e in r.entries:
+            gone.extend(ref for ref in e.refs if ref not in live and ref not in batch | mine)
+            mine.add(e.id)
         if gone:
             tomb = tombs.get(gone[0])
             if sync and tomb is not None:

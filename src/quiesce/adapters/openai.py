@@ -239,9 +239,9 @@ def _read(
                 kind = user_kind if role == "user" else assistant_kind
             key = keys(frozen)
             meta = {"api": API, "role": role, "msg": key, "after": prev}
-            name = m.get("name")
-            if name is not None:
-                meta["name"] = check_nonempty(index, name, "name")
+            speaker = m.get("name")
+            if speaker is not None:
+                meta["name"] = check_nonempty(index, speaker, "name")
             r = Read(index, key)
             r.entries.append(entry(index, key, kind, body, (), turn, None, meta, frozen))
         out.append(r)
