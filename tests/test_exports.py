@@ -106,7 +106,12 @@ def test_enum_members_match_the_contract() -> None:
         "CONFLICT",
         "UNKNOWN",
     }
-    assert {m.name for m in quiesce.EscalationKind} == {"REFUSED_EDIT", "READER_PINNED", "BACKLOG"}
+    assert {m.name for m in quiesce.EscalationKind} == {
+        "REFUSED_EDIT",
+        "READER_PINNED",
+        "BACKLOG",
+        "OSCILLATION",
+    }
     assert {m.name for m in quiesce.Kind} == {
         "REASONING",
         "NEGATIVE",

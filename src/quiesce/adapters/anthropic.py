@@ -428,7 +428,8 @@ def _blocks(e: Entry, note: str | None) -> list[Block]:
             return [{**block, "text": f"{note}\n{block['text']}"}]
         return [_text(note), block]
     if e.kind is Kind.TOOL_CALL:
-        block = {"type": "tool_use", "id": e.id, "name": tool_name(e), "input": _input(e)}
+        kind = "server_tool_use" if e.meta.get("block") == "server_tool_use" else "tool_use"
+        block = {"type": kind, "id": e.id, "name": tool_name(e), "input": _input(e)}
         return [block] if note is None else [_text(note), block]
     text = escape_text(e.body)
     return [_text(text if note is None else f"{note}\n{text}")]

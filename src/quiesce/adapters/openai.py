@@ -16,8 +16,8 @@ Shapes read and given back unchanged (each entry keeps its message's JSON in
 * every other field a message carries — ``name``, ``refusal``,
   ``reasoning_content``, ``annotations``, ``audio``, ``function_call: None``,
   whatever an SDK's ``model_dump()`` adds — kept verbatim;
-* ``tool_calls`` (each call kept verbatim) and ``tool`` messages whose content
-  is a str or a list of text parts.
+* ``tool_calls`` (``function`` and ``custom`` calls, each kept verbatim) and
+  ``tool`` messages whose content is a str or a list of text parts.
 
 Entries: ``system``/``developer`` → ``INSTRUCTION``; ``user`` → ``user_kind``
 (``INSTRUCTION``); ``assistant`` text → ``assistant_kind`` (``REASONING``);
@@ -147,13 +147,15 @@ def _call(index: int, n: int, raw: object, seen: set[str]) -> tuple[str, str, st
     if call_id in seen:
         raise fail(index, f"tool call id {call_id!r} is used twice")
     seen.add(call_id)
-    if raw.get("type", "function") != "function":
-        raise fail(index, f"{what}.type must be 'function', not {raw.get('type')!r}")
-    fn = raw.get("function")
+    kind = raw.get("type", "function")
+    if kind not in ("function", "custom"):
+        raise fail(index, f"{what}.type must be 'function' or 'custom', not {kind!r}")
+    fn = raw.get(kind)
     if not isinstance(fn, Mapping):
-        raise fail(index, f"{what}.function must be a dict", type_error=True)
-    name = check_nonempty(index, fn.get("name"), f"{what}.function.name")
-    arguments = check_str(index, fn.get("arguments"), f"{what}.function.arguments")
+        raise fail(index, f"{what}.{kind} must be a dict", type_error=True)
+    name = check_nonempty(index, fn.get("name"), f"{what}.{kind}.name")
+    field = "arguments" if kind == "function" else "input"
+    arguments = check_str(index, fn.get(field), f"{what}.{kind}.{field}")
     return call_id, name, arguments
 
 
@@ -437,7 +439,7 @@ def _render(snap: Snapshot, annotate_stale: bool, tombstone_notes: bool) -> list
         message["role"] = "assistant"
         message["tool_calls"] = [_tool_call(c) for c in calls]
         out.append(message)
-        live = sorted((results[c.id] for c in calls if c.id in results), key=lambda r: order[r.id])
+        live = _as_read([results[c.id] for c in calls if c.id in results], group.key, order)
         for r in live:
             call_id = r.refs[0]
             mark = marks.get(r.id) or marks.get(call_id)
@@ -460,6 +462,23 @@ def _render(snap: Snapshot, annotate_stale: bool, tombstone_notes: bool) -> list
             at += 1
         out.insert(at, {"role": "system", "content": note})
     return out
+
+
+def _as_read(live: list[Entry], start: object, order: Mapping[str, int]) -> list[Entry]:
+    """Results in the order they were read (each names the message before it
+    in ``meta["after"]``), whatever moves did to the window; results that
+    lost their chain follow in window order."""
+    rest = sorted(live, key=lambda r: order[r.id])
+    out: list[Entry] = []
+    at = start
+    while rest:
+        nxt = next((r for r in rest if r.meta.get("after") == at), None)
+        if nxt is None:
+            break
+        out.append(nxt)
+        rest.remove(nxt)
+        at = nxt.meta.get("msg")
+    return out + rest
 
 
 # -- validate -----------------------------------------------------------------

@@ -379,8 +379,10 @@ def render(
     Items this adapter read come back as given; marks become note parts.
     A ``function_call`` whose output is not live is followed by a
     ``function_call_output`` holding the output's tombstone note, or a note
-    that none was recorded. Removals are listed in one ``system`` message
-    after the leading system/developer messages. Entries from elsewhere are
+    that none was recorded. A reasoning item whose turn is gone (no live item
+    cites it; only unsigned reasoning can be left so) is left out, as the API
+    refuses a reasoning item without its following item. Removals are listed
+    in one ``system`` message after the leading system/developer messages. Entries from elsewhere are
     rendered from their bodies. O(n + tombstones).
     """
     snap, opened = snapshot_of(source)
@@ -398,7 +400,10 @@ def _render(snap: Snapshot, annotate_stale: bool, tombstone_notes: bool) -> list
     results = outputs_by_call(entries)
     out: list[Item] = []
     in_place: set[str] = set()
+    cited = {ref for e in entries for ref in e.refs}
     for e in entries:
+        if e.meta.get("type") == "reasoning" and e.id not in cited:
+            continue  # its turn was pruned: the API refuses a reasoning item alone
         mark = marks.get(e.id)
         if e.kind is Kind.TOOL_OUTPUT and mark is None and e.refs:
             mark = marks.get(e.refs[0])
