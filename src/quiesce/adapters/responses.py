@@ -382,8 +382,8 @@ def render(
     that none was recorded. A reasoning item whose turn is gone (no live item
     cites it; only unsigned reasoning can be left so) is left out, as the API
     refuses a reasoning item without its following item. Removals are listed
-    in one ``system`` message after the leading system/developer messages. Entries from elsewhere are
-    rendered from their bodies. O(n + tombstones).
+    in one ``system`` message after the leading system/developer messages.
+    Entries from elsewhere are rendered from their bodies. O(n + tombstones).
     """
     snap, opened = snapshot_of(source)
     try:
