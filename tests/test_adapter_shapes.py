@@ -838,3 +838,28 @@ class TestBadInput:
             assert openai.render(snap) == openai.render(buf) == LOOP
         with pytest.raises(InvalidType, match=r"^render takes a Snapshot or a Buffer, not list$"):
             openai.render([])  # type: ignore[arg-type]
+
+
+class TestDurable:
+    @pytest.mark.parametrize("sink", ["jsonl", "sqlite"])
+    def test_structured_content_survives_recovery(self, sink: str, tmp_path: Any) -> None:
+        """Entries with content blocks (signed thinking included) are logged
+        whole and recovered exactly: the recovered buffer renders the same."""
+        from quiesce import JsonlLog, SQLiteLog
+
+        path = tmp_path / ("log.jsonl" if sink == "jsonl" else "log.db")
+        make = JsonlLog if sink == "jsonl" else SQLiteLog
+        log = make(path)
+        buf = Buffer(log=log)
+        msgs = anthropic_fixture()
+        anthropic.append_messages(buf, msgs, system="Be careful.")
+        buf.mark_stale("srvtoolu_1#2", "old", turn=3)
+        buf.flush()
+        before = anthropic.render(buf)
+        log.close()
+        again = Buffer(log=make(path))
+        assert anthropic.render(again) == before
+        assert [e.content_hash for e in again.head().entries()] == [
+            e.content_hash for e in buf.head().entries()
+        ]
+        again._check()
