@@ -45,9 +45,9 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, TypeVar
 
 from .._core.buffer import Buffer, Snapshot
 from .._core.entry import Entry, Kind, canonical_json, freeze, result_id, thaw
@@ -71,6 +71,8 @@ __all__ = [
     "SyncReport",
     "result_id",
 ]
+
+_T = TypeVar("_T")
 
 #: The character no foreign id may contain; every generated id contains it.
 RESERVED = "#"
@@ -448,6 +450,82 @@ def check_readmit(readmit: object) -> None:
         raise InvalidType(
             f"readmit must be 'refuse', 'record' or a callable, not {type(readmit).__name__}"
         )
+
+
+class Reader(Protocol):
+    """An adapter's reader: its messages (bound with ``functools.partial``)
+    read against ``head`` (``None``: no buffer), with message keys from
+    ``keys`` and ``calls`` made earlier."""
+
+    def __call__(
+        self, *, head: Version | None, keys: Keys, calls: Collection[str]
+    ) -> list[Read]: ...
+
+
+def read_entries(read: Reader, calls: Collection[str]) -> list[Entry]:
+    """The body of ``to_entries``: read without a buffer, deterministic keys."""
+    return [e for r in read(head=None, keys=Keys(), calls=calls) for e in r.entries]
+
+
+def read_and_admit(
+    buf: Buffer, read: Reader, *, api: str, readmit: object, turn: int | None, sync: bool
+) -> SyncReport:
+    """The body of ``append_messages`` (``sync=False``: message keys avoid
+    every key the buffer used) and ``sync_messages`` (``sync=True``: keys
+    count identical messages in the list, so a list read again gets the same
+    ids); then :func:`admit`."""
+    if not isinstance(buf, Buffer):
+        raise InvalidType(f"buf must be a Buffer, not {type(buf).__name__}")
+    check_readmit(readmit)
+    head = buf.head()
+    reads = read(head=head, keys=Keys(None if sync else head), calls=())
+    return admit(buf, reads, api=api, readmit=readmit, turn=turn, sync=sync)
+
+
+def render_with(source: object, render: Callable[[Snapshot], _T]) -> _T:
+    """``render`` of a snapshot passed in, or of a new snapshot of a buffer
+    (released when done, also on error)."""
+    snap, opened = snapshot_of(source)
+    try:
+        return render(snap)
+    finally:
+        if opened:
+            snap.__exit__(None, None, None)
+
+
+def parts_text(
+    index: int,
+    content: object,
+    what: str,
+    *,
+    noun: str,
+    fields: Mapping[str, str],
+    only_text: bool = False,
+) -> str:
+    """The text of a content value: a str as is, or a list of parts/blocks
+    whose text fields (``fields``: type → field) are joined by newlines, any
+    other part as ``[type]`` (or an error when ``only_text``)."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list | tuple):
+        raise fail(
+            index,
+            f"{what} must be a str or a list of {noun}, not {type(content).__name__}",
+            type_error=True,
+        )
+    texts: list[str] = []
+    for n, part in enumerate(content):
+        if not isinstance(part, Mapping):
+            raise fail(index, f"{what}[{n}] must be a dict", type_error=True)
+        kind = check_nonempty(index, part.get("type"), f"{what}[{n}].type")
+        field_name = fields.get(kind)
+        if field_name is not None:
+            texts.append(check_str(index, part.get(field_name), f"{what}[{n}].{field_name}"))
+        elif only_text:
+            raise fail(index, f"{what}[{n}] must be a text part, not {kind!r}")
+        else:
+            texts.append(f"[{kind}]")
+    return "\n".join(texts)
 
 
 def _cycles(head: Version, e: Entry, tomb: Tombstone) -> int:
