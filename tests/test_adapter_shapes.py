@@ -863,3 +863,52 @@ class TestDurable:
             e.content_hash for e in buf.head().entries()
         ]
         again._check()
+
+
+class TestUnderTheRuntime:
+    @pytest.mark.anyio
+    async def test_a_loop_syncs_renders_and_prunes_while_a_reader_holds_a_window(
+        self, anyio_backend: str
+    ) -> None:
+        """Under open_buffer (asyncio and trio): a reader holding the window
+        with the thinking turn keeps rendering it byte for byte while the turn
+        is pruned (deferred); after it leaves, the removal lands, the stale
+        copy synced back is reported tombstoned, and a re-run is recorded."""
+        import anyio
+
+        from quiesce import open_buffer
+
+        msgs = anthropic_fixture()
+        async with open_buffer() as buf:
+            anthropic.sync_messages(buf, msgs, system="Be careful.")
+            turn = [
+                e.id
+                for e in buf.head().entries()
+                if e.meta.get("msg") == "srvtoolu_1" or e.id == "toolu_1#result"
+            ]
+            with buf.snapshot() as snap:
+                before = anthropic.render(snap)
+                report = buf.prune(turn, reason="done", turn=5)
+                assert set(report.ids(Status.DEFERRED)) == set(turn)
+                await anyio.sleep(0)
+                assert anthropic.render(snap) == before
+            await buf.quiesce()
+            assert not any(i in buf.head().live for i in turn)
+            report = anthropic.sync_messages(buf, msgs, system="Be careful.")
+            assert report.tombstoned == (1, 2) and report.appended == ()
+            rerun = {
+                "role": "assistant",
+                "content": [
+                    {
+                        "type": "tool_use",
+                        "id": "toolu_9",
+                        "name": "kubectl",
+                        "input": {"cmd": "get"},
+                    }
+                ],
+            }
+            report = anthropic.sync_messages(buf, [*msgs, rerun], system="Be careful.")
+            assert report.readmitted == ("toolu_9",)
+            out = anthropic.render(buf)
+            sdk_check(MESSAGES, out["messages"])
+            anthropic.validate(out["messages"])
