@@ -559,6 +559,12 @@ def admit(
     with an ``Override`` naming the adapter; the second cycle of one content
     or key within :data:`OSCILLATION_WINDOW` versions is escalated. O(entries
     · log n), plus O(tombstones) per re-admission.
+
+    Everything is decided against the head read at the start. A writer in
+    another thread that appends a conflicting id meanwhile makes a later
+    append of the batch raise (:class:`DuplicateEntry`), and the messages
+    appended before it stay: the adapters do not hold the buffer's write
+    lock across the batch. Cancellation: nothing here awaits.
     """
     check_readmit(readmit)
     head = buf.head()
