@@ -401,6 +401,42 @@ class TestSdkFixtures:
         sdk_check(CHAT, out)
         openai.validate(out)
 
+    def test_chat_annotations_and_custom_tool_calls(self) -> None:
+        """An SDK dump with url_citation annotations and a custom tool call."""
+        message = oc.ChatCompletionMessage(
+            role="assistant",
+            content="See the runbook.",
+            annotations=[
+                {  # type: ignore[list-item]
+                    "type": "url_citation",
+                    "url_citation": {
+                        "start_index": 0,
+                        "end_index": 3,
+                        "title": "t",
+                        "url": "https://x",
+                    },
+                }
+            ],
+            tool_calls=[
+                oc.ChatCompletionMessageCustomToolCall(
+                    id="call_c",
+                    type="custom",
+                    custom={"name": "sql", "input": "select 1"},  # type: ignore[arg-type]
+                )
+            ],
+        )
+        msgs = [
+            {"role": "user", "content": "query it"},
+            message.model_dump(),
+            {"role": "tool", "tool_call_id": "call_c", "content": "1"},
+        ]
+        sdk_check(CHAT, msgs)
+        buf = Buffer()
+        openai.append_messages(buf, msgs)
+        assert openai.render(buf) == msgs
+        with buf.snapshot() as snap:
+            assert snap["call_c"].key == "sql select 1"
+
     def test_responses(self) -> None:
         items = responses_fixture()
         sdk_check(ITEMS, items)
