@@ -948,3 +948,24 @@ class TestUnderTheRuntime:
             out = anthropic.render(buf)
             sdk_check(MESSAGES, out["messages"])
             anthropic.validate(out["messages"])
+
+
+class TestCacheHints:
+    def test_a_moved_cache_control_does_not_make_a_message_new(self) -> None:
+        """Prompt caching marks the latest block each turn: sync still sees
+        the same messages (the buffer keeps the copy it was first given)."""
+        first = [
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}],
+            }
+        ]
+        later = [
+            {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+            {"role": "assistant", "content": "hello"},
+        ]
+        buf = Buffer()
+        anthropic.sync_messages(buf, first)
+        report = anthropic.sync_messages(buf, later)
+        assert (report.held, report.appended) == ((0,), (1,))
+        assert anthropic.render(buf)["messages"] == [*first, later[1]]

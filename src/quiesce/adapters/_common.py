@@ -18,9 +18,12 @@ Ids. Foreign ids (tool-call ids, Responses item ids) are kept verbatim and stay
 addressable, but may not contain :data:`RESERVED` (``#``): every id the
 adapters generate contains it, so no foreign id can take a generated one. A
 tool result is ``"<call id>#result"``; a message without a foreign id is keyed
-by its content: ``"#<16 hex digits of sha256 of its canonical JSON>.<n>"``,
-``n`` counting the identical messages before it, and its parts are
-``"<key>/<index>"``. The same message read again gets the same ids, which is
+by its content: ``"#<16 hex digits of sha256 of its canonical JSON>.<n>"``
+(``cache_control`` hints left out),
+``n`` counting the identical messages before it; the blocks of a message
+without an id of their own are ``"<message key>#<index>"``, the key being the
+content key or the message's first foreign id (its first tool use, or the
+result id of its first tool result). The same message read again gets the same ids, which is
 what makes :func:`sync` idempotent.
 
 Notes. Everything quiesce writes into a rendered window is a *note*: one line
@@ -165,9 +168,24 @@ def entry(index: int, *args: Any, **kwargs: Any) -> Entry:
         raise fail(index, str(exc)) from None
 
 
+#: Keys that are hints to the API, not content: a framework may move them
+#: between turns (Anthropic prompt caching marks the latest block), so they do
+#: not count in a message's fingerprint. The entry keeps them all the same.
+HINTS = frozenset({"cache_control"})
+
+
 def fingerprint(value: object) -> str:
-    """16 hex digits of sha256 of ``value``'s canonical JSON."""
-    return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()[:16]
+    """16 hex digits of sha256 of ``value``'s canonical JSON, :data:`HINTS`
+    left out at every depth."""
+    return hashlib.sha256(canonical_json(_without_hints(value)).encode("utf-8")).hexdigest()[:16]
+
+
+def _without_hints(value: object) -> object:
+    if isinstance(value, Mapping):
+        return {k: _without_hints(v) for k, v in value.items() if k not in HINTS}
+    if isinstance(value, list | tuple):
+        return [_without_hints(v) for v in value]
+    return value
 
 
 class Keys:
