@@ -18,13 +18,13 @@ Ids. Foreign ids (tool-call ids, Responses item ids) are kept verbatim and stay
 addressable, but may not contain :data:`RESERVED` (``#``): every id the
 adapters generate contains it, so no foreign id can take a generated one. A
 tool result is ``"<call id>#result"``; a message without a foreign id is keyed
-by its content: ``"#<16 hex digits of sha256 of its canonical JSON>.<n>"``
-(``cache_control`` hints left out),
-``n`` counting the identical messages before it; the blocks of a message
-without an id of their own are ``"<message key>#<index>"``, the key being the
-content key or the message's first foreign id (its first tool use, or the
-result id of its first tool result). The same message read again gets the same ids, which is
-what makes :func:`sync` idempotent.
+by its content, ``"#<16 hex digits of sha256 of its canonical JSON>.<n>"``
+(``cache_control`` hints left out), ``n`` counting the identical messages
+before it; the blocks of a message without an id of their own are
+``"<message key>#<index>"``, the key being the content key or the message's
+first foreign id (its first tool use, or the result id of its first tool
+result). The same message read again gets the same ids: that is what makes
+``sync_messages`` idempotent.
 
 Notes. Everything quiesce writes into a rendered window is a *note*: one line
 that starts with ``[quiesce:`` and ends with ``]``:
