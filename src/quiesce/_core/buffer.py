@@ -165,6 +165,7 @@ class Buffer(Editor):
         self._escalation_hook = None
         self._escalations = deque(maxlen=escalation_capacity)
         self._escalations_dropped = 0
+        self._in_sink_write = None
         # the log
         self._records = []  # LogRecords and compact records (log.py)
         self._log_view = EditLog(self._records)
@@ -451,7 +452,6 @@ class Buffer(Editor):
         self, id_list: list[str], reason: str, actor: str | None, turn: int | None
     ) -> tuple[dict[str, Outcome], list[str], bool]:
         head = self._head
-        policy = self._policy
         outcomes: dict[str, Outcome] = {}
         candidates: dict[str, None] = {}
         refused: dict[str, Refusal] = {}
@@ -467,10 +467,10 @@ class Buffer(Editor):
                 outcomes[i] = Outcome(Status.DEFERRED)
                 continue
             e = slot.entry
-            if policy.is_immutable(e):
+            if self._is_immutable(e):
                 outcomes[i] = Outcome(Status.UNCHANGED, Refusal.IMMUTABLE)
                 continue
-            prot = policy.protection(e)
+            prot = self._protection(e)
             if prot is not None:
                 refused[i] = Refusal.PROTECTED if prot == "protected" else Refusal.NEGATIVE
                 continue
@@ -572,6 +572,7 @@ class Buffer(Editor):
             log_failing=self._log_failing,
             reclamation_latency_last=self._latency_last,
             reclamation_latency_max=self._latency_max,
+            callback_errors=self._counts["callback_errors"],
         )
 
     def _check(self, *, expect_no_pins: bool = False) -> None:

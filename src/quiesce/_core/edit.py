@@ -91,7 +91,6 @@ class Editor(Publisher):
             refusals[r] = None
             why.append(msg)
 
-        policy = self._policy
         rationale = set(plan.rationale)
         removed: dict[str, None] = {}
         new_refs: dict[str, tuple[str, ...]] = {}
@@ -112,10 +111,10 @@ class Editor(Publisher):
             return slot.entry
 
         def check_removable(e: Entry, verb: str) -> None:
-            if policy.is_immutable(e):
+            if self._is_immutable(e):
                 refuse(Refusal.IMMUTABLE, f"{e.id!r} is a {e.kind.name} and cannot be {verb}")
                 return
-            prot = policy.protection(e)
+            prot = self._protection(e)
             if prot == "protected":
                 refuse(
                     Refusal.PROTECTED, f"{e.id!r} is a {e.kind.name}: protected from being {verb}"

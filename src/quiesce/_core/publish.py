@@ -31,14 +31,18 @@ from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from .callbacks import WriteGuard
 from .draft import Draft
-from .errors import LogWriteError
+from .entry import Entry
+from .errors import LogWriteError, ReentrantWrite
 from .grace import Grace, Group
 from .log import Records, materialize_range
 from .records import Escalation, EscalationKind, LogRecord, Refusal, Tombstone
 from .version import Version
 
 __all__ = ["Publisher", "cascade", "count_record", "tomb_to_dict"]
+
+_get_ident = threading.get_ident
 
 
 class Publisher(Grace):
@@ -57,6 +61,7 @@ class Publisher(Grace):
     _escalation_hook: Callable[[Escalation], bool] | None  #: the runtime's, else None
     _escalations: deque[Escalation]  #: queued while no runtime consumes them
     _escalations_dropped: int
+    _in_sink_write: int | None  #: the thread in sink.write, if any (callbacks.py)
 
     if TYPE_CHECKING:  # provided by .buffer.Buffer
 
@@ -161,7 +166,6 @@ class Publisher(Grace):
 
     def _remove_groups(self, groups: list[Group], intent: int | None = None) -> tuple[str, ...]:
         head = self._head
-        policy = self._policy
         refused: dict[str, Refusal] = {}
         removal: dict[str, Group] = {}
         for g in groups:
@@ -171,10 +175,10 @@ class Publisher(Grace):
                     continue
                 if slot.changed > g.staged:
                     refused[i] = Refusal.CONFLICT
-                elif policy.is_immutable(slot.entry):
+                elif self._is_immutable(slot.entry):
                     refused[i] = Refusal.IMMUTABLE
                 else:
-                    prot = policy.protection(slot.entry)
+                    prot = self._protection(slot.entry)
                     if prot is not None:
                         refused[i] = Refusal.PROTECTED if prot == "protected" else Refusal.NEGATIVE
                     else:
@@ -234,6 +238,61 @@ class Publisher(Grace):
             self._due_since = None
         return tuple(removal)
 
+    # -- the policy, called as untrusted code (callbacks.py) -------------------
+
+    def _protection(self, entry: Entry) -> str | None:
+        """``Policy.protection(entry)`` under a :class:`WriteGuard` (call under
+        the write lock). If it raises, the entry counts as ``"negative"`` (kept)
+        and the failure is escalated; see :mod:`.callbacks`."""
+        lock = self._write_lock
+        self._write_lock = WriteGuard(lock, "policy classifier")
+        try:
+            return self._policy.protection(entry)
+        except Exception as exc:
+            self._write_lock = lock
+            self._callback_failed("policy.protection", entry.id, exc)
+            return "negative"
+        finally:
+            self._write_lock = lock
+
+    def _is_immutable(self, entry: Entry) -> bool:
+        """``Policy.is_immutable(entry)``, guarded like :meth:`_protection`; if
+        it raises, the entry counts as immutable (kept)."""
+        lock = self._write_lock
+        self._write_lock = WriteGuard(lock, "policy")
+        try:
+            return bool(self._policy.is_immutable(entry))
+        except Exception as exc:
+            self._write_lock = lock
+            self._callback_failed("policy.is_immutable", entry.id, exc)
+            return True
+        finally:
+            self._write_lock = lock
+
+    def _callback_failed(self, callback: str, entry_id: str, exc: Exception) -> None:
+        """Log, escalate and count a user callback's failure (under the write
+        lock). Never raises for the callback's sake."""
+        detail = (
+            f"{callback} raised {type(exc).__name__} on {entry_id!r}: {exc}; "
+            f"the entry is kept (refused as {Refusal.NEGATIVE.value})"
+        )
+        data = {"callback": callback, "id": entry_id, "error": type(exc).__name__}
+        kind = EscalationKind.REFUSED_EDIT
+        esc = Escalation(kind, detail, None, (Refusal.NEGATIVE,), self._head.number, data)
+        self._append_record(
+            self._record(
+                "escalate",
+                None,
+                (entry_id,),
+                actor=None,
+                reason=detail,
+                turn=None,
+                outcome=kind.value,
+                detail={"kind": kind.value, "data": data},
+            )
+        )
+        self._escalate(esc)
+
     def _record(
         self,
         op: str,
@@ -264,17 +323,26 @@ class Publisher(Grace):
         sink = self._sink
         if sink is None:
             return
+        me = _get_ident()
+        if self._in_sink_write == me:  # the sink's write called back (callbacks.py)
+            raise ReentrantWrite(
+                "flush() from inside the log sink's write: a sink must not flush, prune "
+                "or edit the buffer it serves"
+            )
         with self._flush_lock:
             start = self._synced
             # a stable prefix; appends go on meanwhile
             batch = materialize_range(self._records, start, len(self._records))
             if not batch:
                 return
+            self._in_sink_write = me
             try:
                 sink.write(batch)
             except Exception as exc:
                 self._log_failing = True
                 raise LogWriteError(f"edit log write failed: {exc}") from exc
+            finally:
+                self._in_sink_write = None
             self._log_failing = False
             self._synced = start + len(batch)
 
@@ -384,3 +452,5 @@ def count_record(buf: Publisher, record: LogRecord) -> None:
         counts["readmit_overridden"] += 1
     if op == "escalate" or (op == "edit" and record.outcome == "refused"):
         counts["escalations"] += 1
+    if op == "escalate" and "callback" in detail.get("data", ()):
+        counts["callback_errors"] += 1
