@@ -166,6 +166,7 @@ class Buffer(Editor):
         self._escalations = deque(maxlen=escalation_capacity)
         self._escalations_dropped = 0
         self._in_sink_write = None
+        self._intents = {}
         # the log
         self._records = []  # LogRecords and compact records (log.py)
         self._log_view = EditLog(self._records)

@@ -61,6 +61,7 @@ class Publisher(Grace):
     _escalation_hook: Callable[[Escalation], bool] | None  #: the runtime's, else None
     _escalations: deque[Escalation]  #: queued while no runtime consumes them
     _escalations_dropped: int
+    _intents: dict[int, int]  #: gid -> seq of the intent record logged for it
     _in_sink_write: int | None  #: the thread in sink.write, if any (callbacks.py)
 
     if TYPE_CHECKING:  # provided by .buffer.Buffer
@@ -115,7 +116,14 @@ class Publisher(Grace):
                 return ()
             for g in groups:
                 self._applying[g.gid] = g
-            intent = self._log_intent(groups)
+            # One intent per group, however often a failing disk makes us
+            # retry: a group logged already keeps the intent it has.
+            fresh = [g for g in groups if g.gid not in self._intents]
+            if fresh:
+                seq = self._log_intent(fresh)
+                for g in fresh:
+                    self._intents[g.gid] = seq
+            intent = max(self._intents[g.gid] for g in groups)
         finally:
             lock.release()
         try:
@@ -141,7 +149,9 @@ class Publisher(Grace):
         return removed
 
     def _log_intent(self, groups: list[Group]) -> int:
-        """Log the tombstones the groups would write (version not yet known)."""
+        """Log the tombstones the groups would write (version not yet known).
+        Called once per group: a retry after a failed flush reuses the intent
+        already logged (see ``_intents``)."""
         live = self._head.live
         tombs = []
         for g in groups:
@@ -228,6 +238,7 @@ class Publisher(Grace):
             self._append_record(record)
         for g in groups:
             self._applying.pop(g.gid, None)
+            self._intents.pop(g.gid, None)
             for i in g.ids:
                 self._staged_ids.pop(i, None)
         self._after_unstage()
