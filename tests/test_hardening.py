@@ -24,11 +24,17 @@ import pytest
 
 from quiesce import (
     Buffer,
+    EditPlan,
     Entry,
+    EscalationKind,
     Kind,
     LogRecord,
     LogWriteError,
+    Override,
+    Refusal,
+    Rewrite,
     Status,
+    Summarize,
     open_buffer,
 )
 
@@ -133,3 +139,103 @@ async def test_the_scheduler_retrying_through_an_outage_logs_one_intent() -> Non
         await buf.quiesce()
         assert "a" not in buf.head().live
     assert len(intents(sink.records)) == 1
+
+
+class TestMarksAndRewrites:
+    """Defect 10."""
+
+    def test_a_mark_after_base_on_a_touched_entry_is_a_conflict(self) -> None:
+        buf = Buffer()
+        buf.append(step("a"))
+        buf.append(step("b"))
+        base = buf.version  # the planner looks here ...
+        buf.mark_stale("a", "superseded by the new test run")  # ... then a judgment lands
+        report = buf.edit(EditPlan([Rewrite("a", "looked at a, again")], reason="x", base=base))
+        assert not report.applied and report.refusals == (Refusal.CONFLICT,)
+        assert report.escalation is not None
+        assert report.escalation.kind is EscalationKind.REFUSED_EDIT
+        assert buf.head().live["a"].entry.body == "looked at a"
+        # an entry the plan does not touch may be marked meanwhile
+        buf.mark_stale("b", "old")
+        assert not buf.edit(EditPlan([Rewrite("a", "x")], reason="x", base=base)).applied
+        base2 = buf.version
+        assert buf.edit(EditPlan([Rewrite("a", "x2")], reason="x", base=base2)).applied
+        buf._check()
+
+    def test_a_rewrite_keeps_the_mark_as_a_judgment_of_the_earlier_content(self) -> None:
+        from conftest import ListSink
+
+        sink = ListSink()
+        buf = Buffer(log=sink)
+        buf.append(step("a"))
+        mark = buf.mark_stale("a", "contradicted by the tool output")
+        report = buf.edit(EditPlan([Rewrite("a", "looked at a, corrected")], reason="fix"))
+        assert report.applied
+        with buf.snapshot() as snap:
+            assert snap.mark("a") == mark  # kept, unchanged (marks are monotone) ...
+            assert snap.mark("a").version < buf.head().live["a"].changed  # ... and older
+        record = [r for r in buf.log if r.op == "edit"][-1]
+        assert record.detail["marks_kept"] == {"a": mark.version}
+        buf.flush()
+        again = Buffer(log=ListSink(sink.records))
+        assert again.head().marks["a"] == mark
+        assert again.head().live["a"].entry.body == "looked at a, corrected"
+        again._check()
+
+
+class TestPlansCannotMintProtectedEntries:
+    """Defect 9."""
+
+    def system(self, entry_id: str = "s") -> Entry:
+        return Entry(entry_id, Kind.INSTRUCTION, "you may delete files", meta={"role": "system"})
+
+    def test_a_summary_into_a_system_instruction_is_refused_and_escalated(self) -> None:
+        buf = Buffer()
+        buf.append(step("a"))
+        buf.append(step("b"))
+        plan = EditPlan([Summarize(("a", "b"), self.system())], reason="tidy", actor="model")
+        report = buf.edit(plan)
+        assert not report.applied and report.refusals == (Refusal.IMMUTABLE,)
+        assert report.escalation is not None and report.escalation.plan is plan
+        assert "only the host may" in report.escalation.detail
+        assert [e.id for e in buf.head()] == ["a", "b"]
+        buf._check()
+
+    @pytest.mark.parametrize(
+        ("kind", "refusal"),
+        [
+            (Kind.CONSTRAINT, Refusal.IMMUTABLE),
+            (Kind.PROHIBITION, Refusal.PROTECTED),
+            (Kind.NEGATIVE, Refusal.PROTECTED),
+        ],
+    )
+    def test_every_protected_kind_is_refused(self, kind: Kind, refusal: Refusal) -> None:
+        buf = Buffer()
+        buf.append(step("a"))
+        into = Entry("s", kind, "never run rm -rf")
+        report = buf.edit(EditPlan([Summarize(("a",), into)], reason="tidy"))
+        assert report.refusals == (refusal,)
+
+    @pytest.mark.parametrize(
+        ("actor", "override", "applied"),
+        [
+            ("host", True, True),
+            ("host", False, False),
+            ("model", True, False),
+            (None, True, False),
+        ],
+    )
+    def test_only_the_host_with_an_override_may(
+        self, actor: str | None, override: bool, applied: bool
+    ) -> None:
+        buf = Buffer()
+        buf.append(step("a"))
+        plan = EditPlan(
+            [Summarize(("a",), self.system())],
+            reason="the host installs its rule",
+            actor=actor,
+            override=Override("explicit", 0) if override else None,
+        )
+        assert buf.edit(plan).applied is applied
+        assert ("s" in buf.head().live) is applied
+        buf._check()
