@@ -17,7 +17,10 @@ Sync tests need no event loop; the runtime one runs on asyncio and trio.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import anyio
 import pytest
@@ -27,9 +30,12 @@ from quiesce import (
     EditPlan,
     Entry,
     EscalationKind,
+    InvalidArgument,
+    InvalidType,
     Kind,
     LogRecord,
     LogWriteError,
+    Move,
     Override,
     Refusal,
     Rewrite,
@@ -239,3 +245,77 @@ class TestPlansCannotMintProtectedEntries:
         assert buf.edit(plan).applied is applied
         assert ("s" in buf.head().live) is applied
         buf._check()
+
+
+class TestSmallOnes:
+    """Defect 13: each bad call is a precise QuiesceError at the call."""
+
+    def test_escalate_with_a_bad_kind_or_data(self) -> None:
+        buf = Buffer()
+        with pytest.raises(InvalidType, match=r"^kind must be an EscalationKind, not str$"):
+            buf.escalate("backlog", "too many")  # type: ignore[arg-type]
+        with pytest.raises(InvalidType, match=r"^data must be a mapping, not int$"):
+            buf.escalate(EscalationKind.BACKLOG, "too many", data=5)  # type: ignore[arg-type]
+        with pytest.raises(InvalidType, match=r"^data keys must be str$"):
+            buf.escalate(EscalationKind.BACKLOG, "too many", data={1: "x"})  # type: ignore[dict-item]
+        with pytest.raises(InvalidArgument, match=r"^data cannot go to the log as JSON"):
+            buf.escalate(EscalationKind.BACKLOG, "too many", data={"x": object()})
+        with pytest.raises(InvalidArgument):
+            buf.escalate(EscalationKind.BACKLOG, "")
+        assert len(buf.log) == 0 and buf.version == 0
+        esc = buf.escalate(EscalationKind.BACKLOG, "too many", data={"deferred": 3})
+        assert esc.data == {"deferred": 3} and len(buf.log) == 1
+
+    def test_buffer_arguments(self) -> None:
+        with pytest.raises(InvalidArgument, match=r"^escalation_capacity must be >= 0, got -1$"):
+            Buffer(escalation_capacity=-1)
+        with pytest.raises(InvalidType, match=r"^escalation_capacity must be an int, not str$"):
+            Buffer(escalation_capacity="10")  # type: ignore[arg-type]
+        with pytest.raises(InvalidType, match=r"^clock must be a callable returning seconds"):
+            Buffer(clock=5)  # type: ignore[arg-type]
+        assert Buffer(escalation_capacity=0).stats().escalations == 0
+
+    def test_duplicate_moves_of_one_id(self) -> None:
+        with pytest.raises(InvalidArgument, match=r"^id 'a' is moved twice$"):
+            EditPlan([Move("a"), Move("a", before="b")], reason="reorder")
+
+
+def run_cli(*args: str) -> tuple[int, str, str]:
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "quiesce", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+class TestCommandLine:
+    """Defect 13, the CLI ones: one line on stderr, exit status 2."""
+
+    def test_demo_tick_nan(self) -> None:
+        rc, _out, err = run_cli("demo", "--tick", "nan", "--plain")
+        assert rc == 2
+        assert err == "quiesce demo: error: --tick must be finite and >= 0, not nan\n"
+
+    def test_demo_log_on_an_existing_log(self, tmp_path: Path) -> None:
+        path = tmp_path / "demo.sqlite"
+        demo = ("demo", "--tick", "0", "--turns", "40", "--plain", "--log", str(path))
+        rc, _out, _err = run_cli(*demo)
+        assert rc == 0
+        rc, _out, err = run_cli(*demo)
+        assert rc == 2
+        assert err.count("\n") == 1
+        assert err.startswith(f"quiesce demo: error: --log {path} exists already")
+
+    @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs a FIFO (POSIX)")
+    def test_inspect_on_a_fifo(self, tmp_path: Path) -> None:
+        fifo = tmp_path / "log.fifo"
+        os.mkfifo(fifo)
+        rc, _out, err = run_cli("inspect", str(fifo))
+        assert rc == 2
+        assert err == f"quiesce inspect: error: {fifo} is not a regular file\n"

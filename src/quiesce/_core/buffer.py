@@ -49,6 +49,7 @@ from .entry import Entry, check_id, check_text, check_turn
 from .errors import (
     DanglingReference,
     DuplicateEntry,
+    InvalidArgument,
     InvalidType,
     LogWriteError,
     ProtectedEntry,
@@ -124,6 +125,14 @@ class Buffer(Editor):
             raise InvalidType(f"policy must be a Policy, not {type(policy).__name__}")
         if log is not None and not isinstance(log, LogSink):
             raise InvalidType(f"log must be a LogSink, not {type(log).__name__}")
+        if not callable(clock):
+            raise InvalidType(f"clock must be a callable returning seconds, not {clock!r}")
+        if type(escalation_capacity) is not int:
+            raise InvalidType(
+                f"escalation_capacity must be an int, not {type(escalation_capacity).__name__}"
+            )
+        if escalation_capacity < 0:
+            raise InvalidArgument(f"escalation_capacity must be >= 0, got {escalation_capacity}")
         gil_enabled = getattr(sys, "_is_gil_enabled", None)  # Python >= 3.13
         if gil_enabled is not None and not gil_enabled():
             raise RuntimeError(

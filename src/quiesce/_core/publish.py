@@ -25,6 +25,7 @@ replay, so ``stats()`` after recovery equals ``stats()`` before the crash.
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
 from collections import Counter, deque
@@ -33,8 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 from .callbacks import WriteGuard
 from .draft import Draft
-from .entry import Entry
-from .errors import LogWriteError, ReentrantWrite
+from .entry import Entry, check_text
+from .errors import InvalidArgument, InvalidType, LogWriteError, ReentrantWrite
 from .grace import Grace, Group
 from .log import Records, materialize_range
 from .records import Escalation, EscalationKind, LogRecord, Refusal, Tombstone
@@ -389,7 +390,22 @@ class Publisher(Grace):
         data: Mapping[str, Any] | None = None,
     ) -> Escalation:
         """Log and deliver an escalation raised outside the core (the runtime's
-        reader-age alarm)."""
+        reader-age alarm). ``kind`` is an :class:`EscalationKind`, ``detail``
+        a non-empty str, ``data`` a JSON-ready mapping with str keys (it goes
+        to the log): else :class:`InvalidType`/:class:`InvalidArgument`, and
+        nothing is logged."""
+        if type(kind) is not EscalationKind:
+            raise InvalidType(f"kind must be an EscalationKind, not {type(kind).__name__}")
+        check_text(detail, "detail")
+        if data is not None:
+            if not isinstance(data, Mapping):
+                raise InvalidType(f"data must be a mapping, not {type(data).__name__}")
+            if any(type(k) is not str for k in data):
+                raise InvalidType("data keys must be str")
+            try:
+                json.dumps(data, allow_nan=False)
+            except (TypeError, ValueError, RecursionError) as exc:
+                raise InvalidArgument(f"data cannot go to the log as JSON: {exc}") from None
         esc = Escalation(kind, detail, None, (), self._head.number, dict(data or {}))
         self._write_lock.acquire()
         try:
