@@ -309,3 +309,23 @@ async def test_the_scheduler_and_the_body_survive_a_raising_classifier() -> None
             tg.start_soon(first)
         assert got[0].data["callback"] == "policy.protection"
         buf._check(expect_no_pins=True)
+
+
+@pytest.mark.anyio
+async def test_a_pruner_that_raises_changes_nothing() -> None:
+    """``run_pruner`` with a pruner that raises: the error reaches the caller
+    as itself, the snapshot it pinned is released, and nothing was submitted."""
+    from quiesce import Snapshot, run_pruner
+
+    async def pruner(snap: Snapshot) -> EditPlan | None:
+        await anyio.sleep(0)
+        raise TimeoutError("model timed out")
+
+    async with open_buffer() as buf:
+        buf.append(step("a"))
+        before = (buf.version, len(buf.log))
+        with pytest.raises(TimeoutError, match=r"^model timed out$"):
+            await run_pruner(buf, pruner)
+        assert (buf.version, len(buf.log)) == before
+        assert buf.stats().pinned == 0
+        buf._check(expect_no_pins=True)
