@@ -291,7 +291,7 @@ class Editor(Publisher):
     ) -> EditReport:
         n = head.number + 1
         draft = Draft(head)
-        kept = [new.id for _old, new in rewrites if new.id in draft.marks]
+        kept = {new.id: head.marks[new.id].version for _o, new in rewrites if new.id in head.marks}
         for _old, new_entry in rewrites:
             draft.replace(new_entry, n)
             if new_entry.kind in _IMMUTABLE:  # pragma: no cover - immutables refused above
@@ -332,7 +332,7 @@ class Editor(Publisher):
                     # a rewrite keeps the entry's mark, which judged the earlier
                     # content: the mark's version predates this one
                     **(
-                        {"marks_kept": {i: draft.marks[i].version for i in kept}}
+                        {"marks_kept": kept}
                         if kept
                         else {}
                     ),
