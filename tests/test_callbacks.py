@@ -68,7 +68,9 @@ def callback_escalations(buf: Buffer) -> list[dict[str, object]]:
 class TestReentrantWrite:
     """Defect 3: a classifier that writes to the buffer while it is being written."""
 
-    @pytest.mark.parametrize("write", ["mark_stale", "append", "prune", "escalate"])
+    @pytest.mark.parametrize(
+        "write", ["mark_stale", "append", "prune", "edit", "apply_due", "escalate", "flush"]
+    )
     def test_a_write_from_the_classifier_raises_and_the_log_recovers(
         self, tmp_path: Path, write: str
     ) -> None:
@@ -82,7 +84,10 @@ class TestReentrantWrite:
             "mark_stale": lambda: buf.mark_stale("b", "from the classifier"),
             "append": lambda: buf.append(step("x")),
             "prune": lambda: buf.prune(["b"], reason="from the classifier"),
+            "edit": lambda: buf.edit(EditPlan([Prune("b")], reason="from the classifier")),
+            "apply_due": buf.apply_due,
             "escalate": lambda: buf.escalate(EscalationKind.BACKLOG, "from the classifier"),
+            "flush": buf.flush,
         }
 
         def act(entry: Entry) -> bool:
@@ -98,8 +103,9 @@ class TestReentrantWrite:
         assert report["a"].status is Status.PRUNED
         # asked twice: when the prune decides, and when the removal is re-checked
         assert len(classify.inner) == 2
+        what = "flush()" if write == "flush" else "a write to the buffer"
         for exc in classify.inner:
-            assert str(exc).startswith("a write to the buffer from inside its policy classifier")
+            assert str(exc).startswith(f"{what} from inside its policy classifier")
         assert "b" not in buf.head().marks and "x" not in buf.head().live
         assert buf.version == before + 2  # the prune's mark, then its removal
         numbers = [r.version for r in buf.log if r.version is not None]

@@ -9,7 +9,7 @@ calling back into it.
   ``prune``, ``edit`` and by the re-check of a due removal) sees the lock
   replaced by a :class:`WriteGuard` for the length of the call: any write to
   the same buffer from the same thread — ``append``, ``mark_stale``,
-  ``prune``, ``edit``, ``apply_due``, ``escalate``, ``_check`` — raises
+  ``prune``, ``edit``, ``apply_due``, ``escalate``, ``flush``, ``_check`` — raises
   :class:`~.errors.ReentrantWrite` at once, before it changes anything (the
   write lock is re-entrant, so without the guard the nested write would
   publish a version in the middle of the outer one). Other threads wait for
@@ -62,12 +62,17 @@ class WriteGuard:
         self._callback = callback
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        self.refuse_owner("a write to the buffer")
+        return bool(self._lock.acquire(blocking, timeout))
+
+    def refuse_owner(self, what: str) -> None:
+        """Raise :class:`ReentrantWrite` if called from the thread running the
+        callback (``what`` names the call); else nothing."""
         if _get_ident() == self._owner:
             raise ReentrantWrite(
-                f"a write to the buffer from inside its {self._callback} (which runs while "
-                f"the buffer is being written): callbacks may read the buffer, not write it"
+                f"{what} from inside its {self._callback} (which runs while the buffer is "
+                f"being written): callbacks may read the buffer, not write it"
             )
-        return bool(self._lock.acquire(blocking, timeout))
 
     def release(self) -> None:
         self._lock.release()

@@ -341,6 +341,9 @@ class Publisher(Grace):
                 "flush() from inside the log sink's write: a sink must not flush, prune "
                 "or edit the buffer it serves"
             )
+        guard = self._write_lock
+        if type(guard) is WriteGuard:  # a policy callback runs: refused if in this thread
+            guard.refuse_owner("flush()")
         with self._flush_lock:
             start = self._synced
             # a stable prefix; appends go on meanwhile
