@@ -38,6 +38,7 @@ from .entry import Entry, check_text
 from .errors import InvalidArgument, InvalidType, LogWriteError, ReentrantWrite
 from .grace import Grace, Group
 from .log import Records, materialize_range
+from .policy import Policy, default_negative_classifier
 from .records import Escalation, EscalationKind, LogRecord, Refusal, Tombstone
 from .version import Version
 
@@ -255,11 +256,15 @@ class Publisher(Grace):
     def _protection(self, entry: Entry) -> str | None:
         """``Policy.protection(entry)`` under a :class:`WriteGuard` (call under
         the write lock). If it raises, the entry counts as ``"negative"`` (kept)
-        and the failure is escalated; see :mod:`.callbacks`."""
+        and the failure is escalated; see :mod:`.callbacks`. The library's own
+        policy and classifier are called directly (they neither raise nor write)."""
+        policy = self._policy
+        if type(policy) is Policy and policy.negative is default_negative_classifier:
+            return policy.protection(entry)
         lock = self._write_lock
         self._write_lock = WriteGuard(lock, "policy classifier")
         try:
-            return self._policy.protection(entry)
+            return policy.protection(entry)
         except Exception as exc:
             self._write_lock = lock
             self._callback_failed("policy.protection", entry.id, exc)
@@ -269,11 +274,15 @@ class Publisher(Grace):
 
     def _is_immutable(self, entry: Entry) -> bool:
         """``Policy.is_immutable(entry)``, guarded like :meth:`_protection`; if
-        it raises, the entry counts as immutable (kept)."""
+        it raises, the entry counts as immutable (kept). ``Policy``'s own (a
+        kind lookup) is called directly."""
+        policy = self._policy
+        if type(policy) is Policy:
+            return policy.is_immutable(entry)
         lock = self._write_lock
         self._write_lock = WriteGuard(lock, "policy")
         try:
-            return bool(self._policy.is_immutable(entry))
+            return bool(policy.is_immutable(entry))
         except Exception as exc:
             self._write_lock = lock
             self._callback_failed("policy.is_immutable", entry.id, exc)
