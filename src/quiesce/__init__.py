@@ -20,6 +20,7 @@ from ._core.errors import LogWriteError as LogWriteError
 from ._core.errors import ProtectedEntry as ProtectedEntry
 from ._core.errors import QuiesceError as QuiesceError
 from ._core.errors import ReadmissionRefused as ReadmissionRefused
+from ._core.errors import ReentrantWrite as ReentrantWrite
 from ._core.errors import SnapshotReleased as SnapshotReleased
 from ._core.errors import UnknownEntry as UnknownEntry
 from ._core.log import EditLog as EditLog

@@ -49,6 +49,7 @@ from .entry import Entry, check_id, check_text, check_turn
 from .errors import (
     DanglingReference,
     DuplicateEntry,
+    InvalidArgument,
     InvalidType,
     LogWriteError,
     ProtectedEntry,
@@ -124,6 +125,14 @@ class Buffer(Editor):
             raise InvalidType(f"policy must be a Policy, not {type(policy).__name__}")
         if log is not None and not isinstance(log, LogSink):
             raise InvalidType(f"log must be a LogSink, not {type(log).__name__}")
+        if not callable(clock):
+            raise InvalidType(f"clock must be a callable returning seconds, not {clock!r}")
+        if type(escalation_capacity) is not int:
+            raise InvalidType(
+                f"escalation_capacity must be an int, not {type(escalation_capacity).__name__}"
+            )
+        if escalation_capacity < 0:
+            raise InvalidArgument(f"escalation_capacity must be >= 0, got {escalation_capacity}")
         gil_enabled = getattr(sys, "_is_gil_enabled", None)  # Python >= 3.13
         if gil_enabled is not None and not gil_enabled():
             raise RuntimeError(
@@ -165,6 +174,8 @@ class Buffer(Editor):
         self._escalation_hook = None
         self._escalations = deque(maxlen=escalation_capacity)
         self._escalations_dropped = 0
+        self._in_sink_write = None
+        self._intents = {}
         # the log
         self._records = []  # LogRecords and compact records (log.py)
         self._log_view = EditLog(self._records)
@@ -451,7 +462,6 @@ class Buffer(Editor):
         self, id_list: list[str], reason: str, actor: str | None, turn: int | None
     ) -> tuple[dict[str, Outcome], list[str], bool]:
         head = self._head
-        policy = self._policy
         outcomes: dict[str, Outcome] = {}
         candidates: dict[str, None] = {}
         refused: dict[str, Refusal] = {}
@@ -467,10 +477,10 @@ class Buffer(Editor):
                 outcomes[i] = Outcome(Status.DEFERRED)
                 continue
             e = slot.entry
-            if policy.is_immutable(e):
+            if self._is_immutable(e):
                 outcomes[i] = Outcome(Status.UNCHANGED, Refusal.IMMUTABLE)
                 continue
-            prot = policy.protection(e)
+            prot = self._protection(e)
             if prot is not None:
                 refused[i] = Refusal.PROTECTED if prot == "protected" else Refusal.NEGATIVE
                 continue
@@ -575,6 +585,7 @@ class Buffer(Editor):
             log_failing=self._log_failing,
             reclamation_latency_last=self._latency_last,
             reclamation_latency_max=self._latency_max,
+            callback_errors=self._counts["callback_errors"],
         )
 
     def _check(self, *, expect_no_pins: bool = False) -> None:

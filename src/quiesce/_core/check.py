@@ -104,6 +104,12 @@ def check_buffer(buf: Buffer, expect_no_pins: bool) -> None:
         if i in live:
             assert i in head.marks, f"staged {i!r} is not marked"
             assert g.grace <= head.number
+    # one removal intent per staged group: only staged groups keep one, and
+    # each names an intent record of the log
+    gids = {g.gid for _, _, g in buf._staged} | set(buf._applying)
+    for gid, seq in buf._intents.items():
+        assert gid in gids, f"group {gid} keeps an intent but is no longer staged"
+        assert materialize(records, seq).op == "tombstone", f"intent {seq} is not an intent"
     # (1), (5), (7) pins: every pinned reader is registered in the set of the
     # version it holds; no active reader predates a removal it saw unmarked.
     # Pins take no lock, so this may run while other threads pin and unpin

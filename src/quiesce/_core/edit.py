@@ -23,12 +23,17 @@ from .errors import DanglingReference, DuplicateEntry, InvalidArgument, InvalidT
 from .grace import Group
 from .plan import EditPlan, Move, Prune, Rewrite, Summarize
 from .policy import IMMUTABLE_KINDS as _IMMUTABLE
-from .policy import sealed_conflicts
+from .policy import PROTECTED_KINDS, sealed_conflicts
 from .publish import Publisher
 from .records import EditReport, Escalation, EscalationKind, Mark, Refusal
 from .version import Slot, Version
 
-__all__ = ["Editor"]
+__all__ = ["HOST_ACTOR", "Editor"]
+
+#: the ``EditPlan.actor`` of the host application: with an ``override``, its
+#: plans may create entries of protected and immutable kinds (a summary into a
+#: system instruction); no other actor's may
+HOST_ACTOR = "host"
 
 
 class Editor(Publisher):
@@ -45,8 +50,18 @@ class Editor(Publisher):
         (``IMMUTABLE``); a protected entry would be removed or paraphrased
         (``PROTECTED``/``NEGATIVE``); a surviving entry would still cite a
         removed one (``REFERENCED``); new content matches a tombstone without
-        an override (``READMISSION``); an entry the plan touches changed after
-        ``plan.base`` (``CONFLICT``); an id is not live (``UNKNOWN``).
+        an override (``READMISSION``); an entry the plan touches changed, or
+        was marked, after ``plan.base`` (``CONFLICT``: a mark is a judgment
+        made after the planner looked); an id is not live (``UNKNOWN``); a
+        summary would create an entry of a protected kind (``PROTECTED``) or
+        an immutable one (``IMMUTABLE``) — a model-written plan cannot mint a
+        permanent instruction — unless ``plan.actor`` is ``"host"`` and the
+        plan carries an ``override`` (a rewrite keeps its entry's kind, and
+        protected kinds are never rewritten, so only a summary can try).
+
+        A rewrite keeps the entry's stale mark: the mark judged the earlier
+        content, which its version (older than the rewrite's) says, and the
+        edit's log record lists it under ``marks_kept``.
 
         Applied plans publish rewrites, moves and summaries at once and stage
         removals (pruned and summarized ids) for their grace point, like
@@ -92,8 +107,8 @@ class Editor(Publisher):
             refusals[r] = None
             why.append(msg)
 
-        policy = self._policy
         rationale = set(plan.rationale)
+        host_override = plan.actor == HOST_ACTOR and plan.override is not None
         removed: dict[str, None] = {}
         new_refs: dict[str, tuple[str, ...]] = {}
         touched: dict[str, None] = {}
@@ -116,10 +131,10 @@ class Editor(Publisher):
             if e.sealed and verb != "pruned":
                 refuse(Refusal.IMMUTABLE, f"{e.id!r} is signed reasoning: cannot be {verb}")
                 return
-            if policy.is_immutable(e):
+            if self._is_immutable(e):
                 refuse(Refusal.IMMUTABLE, f"{e.id!r} is a {e.kind.name} and cannot be {verb}")
                 return
-            prot = policy.protection(e)
+            prot = self._protection(e)
             if prot == "protected":
                 refuse(
                     Refusal.PROTECTED, f"{e.id!r} is a {e.kind.name}: protected from being {verb}"
@@ -186,6 +201,12 @@ class Editor(Publisher):
                         check_removable(e, "summarized")
                         removed[i] = None
                 check_content(into, into.key)
+                if into.kind in PROTECTED_KINDS and not host_override:
+                    refuse(
+                        Refusal.IMMUTABLE if into.kind in _IMMUTABLE else Refusal.PROTECTED,
+                        f"summary {into.id!r} would create a {into.kind.name}: only the host "
+                        f"may (actor {HOST_ACTOR!r} with an override)",
+                    )
                 summaries.append((op, op.ids))
             else:
                 live_entry(op.id)
@@ -215,6 +236,10 @@ class Editor(Publisher):
                 slot = head.live.get(i)
                 if slot is not None and slot.changed > plan.base:
                     refuse(Refusal.CONFLICT, f"{i!r} changed at version {slot.changed} > base")
+                # A mark is a judgment of the entry made after the planner looked.
+                mark = head.marks.get(i)
+                if mark is not None and mark.version > plan.base:
+                    refuse(Refusal.CONFLICT, f"{i!r} was marked at version {mark.version} > base")
         if refusals:
             return self._refuse_edit(plan, tuple(refusals), why)
         return self._apply_edit(
@@ -271,6 +296,7 @@ class Editor(Publisher):
     ) -> EditReport:
         n = head.number + 1
         draft = Draft(head)
+        kept = {new.id: head.marks[new.id].version for _o, new in rewrites if new.id in head.marks}
         for _old, new_entry in rewrites:
             draft.replace(new_entry, n)
             if new_entry.kind in _IMMUTABLE:  # pragma: no cover - immutables refused above
@@ -308,6 +334,13 @@ class Editor(Publisher):
                 detail={
                     "plan": plan.to_dict(),
                     "rewrites": [new.to_dict() for _old, new in rewrites],
+                    # a rewrite keeps the entry's mark, which judged the earlier
+                    # content: the mark's version predates this one
+                    **(
+                        {"marks_kept": kept}
+                        if kept
+                        else {}
+                    ),
                     "inserted": inserted,
                     # after a renumbering ``keys`` holds every live id, and
                     # only the ``placed`` ones changed (for base checks)

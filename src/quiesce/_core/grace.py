@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .callbacks import WriteGuard
 from .errors import LogWriteError
 from .log import LogSink
 from .pins import Pins
@@ -72,7 +73,8 @@ class Grace(Pins):
     """The grace scheduler of a :class:`~.buffer.Buffer` (a base class: the
     buffer's ``__init__`` sets the fields below)."""
 
-    _write_lock: threading.RLock  #: serializes writers; readers never take it
+    #: serializes writers; readers never take it (a WriteGuard while a callback runs)
+    _write_lock: threading.RLock | WriteGuard
     _policy: Policy
     _sink: LogSink | None
     _staged: list[tuple[int, int, Group]]  #: the due heap: (grace, gid, group)
@@ -126,7 +128,7 @@ class Grace(Pins):
         # That writer may be this very thread (a snapshot released inside a
         # policy callback): the lock is re-entrant, so ask it, or the removal
         # would be published in the middle of the outer write.
-        if self._write_lock._is_owned():  # type: ignore[attr-defined]
+        if self._write_lock._is_owned():  # type: ignore[union-attr]
             self._due_flag = True
             return
         while self._due_flag:

@@ -180,7 +180,7 @@ class EditPlan:
 
 def _check_targets(ops: tuple[Op, ...]) -> None:
     """An id is removed by at most one op, and a removed id is not also
-    rewritten or moved; an id is rewritten at most once."""
+    rewritten or moved; an id is rewritten at most once, and moved at most once."""
     removed: set[str] = set()
     rewritten: set[str] = set()
     moved: set[str] = set()
@@ -201,6 +201,8 @@ def _check_targets(ops: tuple[Op, ...]) -> None:
                 raise InvalidArgument(f"id {op.id!r} is rewritten twice")
             rewritten.add(op.id)
         else:
+            if op.id in moved:
+                raise InvalidArgument(f"id {op.id!r} is moved twice")
             moved.add(op.id)
     both = removed & (rewritten | moved)
     if both:

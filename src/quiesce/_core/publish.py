@@ -25,20 +25,26 @@ replay, so ``stats()`` after recovery equals ``stats()`` before the crash.
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from .callbacks import WriteGuard
 from .draft import Draft
-from .errors import LogWriteError
+from .entry import Entry, check_text
+from .errors import InvalidArgument, InvalidType, LogWriteError, ReentrantWrite
 from .grace import Grace, Group
 from .log import Records, materialize_range
+from .policy import Policy, default_negative_classifier
 from .records import Escalation, EscalationKind, LogRecord, Refusal, Tombstone
 from .version import Version
 
 __all__ = ["Publisher", "cascade", "count_record", "tomb_to_dict"]
+
+_get_ident = threading.get_ident
 
 
 class Publisher(Grace):
@@ -57,6 +63,8 @@ class Publisher(Grace):
     _escalation_hook: Callable[[Escalation], bool] | None  #: the runtime's, else None
     _escalations: deque[Escalation]  #: queued while no runtime consumes them
     _escalations_dropped: int
+    _intents: dict[int, int]  #: gid -> seq of the intent record logged for it
+    _in_sink_write: int | None  #: the thread in sink.write, if any (callbacks.py)
 
     if TYPE_CHECKING:  # provided by .buffer.Buffer
 
@@ -110,7 +118,14 @@ class Publisher(Grace):
                 return ()
             for g in groups:
                 self._applying[g.gid] = g
-            intent = self._log_intent(groups)
+            # One intent per group, however often a failing disk makes us
+            # retry: a group logged already keeps the intent it has.
+            fresh = [g for g in groups if g.gid not in self._intents]
+            if fresh:
+                seq = self._log_intent(fresh)
+                for g in fresh:
+                    self._intents[g.gid] = seq
+            intent = max(self._intents[g.gid] for g in groups)
         finally:
             lock.release()
         try:
@@ -136,7 +151,9 @@ class Publisher(Grace):
         return removed
 
     def _log_intent(self, groups: list[Group]) -> int:
-        """Log the tombstones the groups would write (version not yet known)."""
+        """Log the tombstones the groups would write (version not yet known).
+        Called once per group: a retry after a failed flush reuses the intent
+        already logged (see ``_intents``)."""
         live = self._head.live
         tombs = []
         for g in groups:
@@ -161,7 +178,6 @@ class Publisher(Grace):
 
     def _remove_groups(self, groups: list[Group], intent: int | None = None) -> tuple[str, ...]:
         head = self._head
-        policy = self._policy
         refused: dict[str, Refusal] = {}
         removal: dict[str, Group] = {}
         for g in groups:
@@ -171,10 +187,10 @@ class Publisher(Grace):
                     continue
                 if slot.changed > g.staged:
                     refused[i] = Refusal.CONFLICT
-                elif policy.is_immutable(slot.entry):
+                elif self._is_immutable(slot.entry):
                     refused[i] = Refusal.IMMUTABLE
                 else:
-                    prot = policy.protection(slot.entry)
+                    prot = self._protection(slot.entry)
                     if prot is not None:
                         refused[i] = Refusal.PROTECTED if prot == "protected" else Refusal.NEGATIVE
                     else:
@@ -224,6 +240,7 @@ class Publisher(Grace):
             self._append_record(record)
         for g in groups:
             self._applying.pop(g.gid, None)
+            self._intents.pop(g.gid, None)
             for i in g.ids:
                 self._staged_ids.pop(i, None)
         self._after_unstage()
@@ -233,6 +250,69 @@ class Publisher(Grace):
             self._latency_max = lat if self._latency_max is None else max(self._latency_max, lat)
             self._due_since = None
         return tuple(removal)
+
+    # -- the policy, called as untrusted code (callbacks.py) -------------------
+
+    def _protection(self, entry: Entry) -> str | None:
+        """``Policy.protection(entry)`` under a :class:`WriteGuard` (call under
+        the write lock). If it raises, the entry counts as ``"negative"`` (kept)
+        and the failure is escalated; see :mod:`.callbacks`. The library's own
+        policy and classifier are called directly (they neither raise nor write)."""
+        policy = self._policy
+        if type(policy) is Policy and policy.negative is default_negative_classifier:
+            return policy.protection(entry)
+        lock = self._write_lock
+        self._write_lock = WriteGuard(lock, "policy classifier")
+        try:
+            return policy.protection(entry)
+        except Exception as exc:
+            self._write_lock = lock
+            self._callback_failed("policy.protection", entry.id, exc)
+            return "negative"
+        finally:
+            self._write_lock = lock
+
+    def _is_immutable(self, entry: Entry) -> bool:
+        """``Policy.is_immutable(entry)``, guarded like :meth:`_protection`; if
+        it raises, the entry counts as immutable (kept). ``Policy``'s own (a
+        kind lookup) is called directly."""
+        policy = self._policy
+        if type(policy) is Policy:
+            return policy.is_immutable(entry)
+        lock = self._write_lock
+        self._write_lock = WriteGuard(lock, "policy")
+        try:
+            return bool(policy.is_immutable(entry))
+        except Exception as exc:
+            self._write_lock = lock
+            self._callback_failed("policy.is_immutable", entry.id, exc)
+            return True
+        finally:
+            self._write_lock = lock
+
+    def _callback_failed(self, callback: str, entry_id: str, exc: Exception) -> None:
+        """Log, escalate and count a user callback's failure (under the write
+        lock). Never raises for the callback's sake."""
+        detail = (
+            f"{callback} raised {type(exc).__name__} on {entry_id!r}: {exc}; "
+            f"the entry is kept (refused as {Refusal.NEGATIVE.value})"
+        )
+        data = {"callback": callback, "id": entry_id, "error": type(exc).__name__}
+        kind = EscalationKind.REFUSED_EDIT
+        esc = Escalation(kind, detail, None, (Refusal.NEGATIVE,), self._head.number, data)
+        self._append_record(
+            self._record(
+                "escalate",
+                None,
+                (entry_id,),
+                actor=None,
+                reason=detail,
+                turn=None,
+                outcome=kind.value,
+                detail={"kind": kind.value, "data": data},
+            )
+        )
+        self._escalate(esc)
 
     def _record(
         self,
@@ -264,17 +344,29 @@ class Publisher(Grace):
         sink = self._sink
         if sink is None:
             return
+        me = _get_ident()
+        if self._in_sink_write == me:  # the sink's write called back (callbacks.py)
+            raise ReentrantWrite(
+                "flush() from inside the log sink's write: a sink must not flush, prune "
+                "or edit the buffer it serves"
+            )
+        guard = self._write_lock
+        if type(guard) is WriteGuard:  # a policy callback runs: refused if in this thread
+            guard.refuse_owner("flush()")
         with self._flush_lock:
             start = self._synced
             # a stable prefix; appends go on meanwhile
             batch = materialize_range(self._records, start, len(self._records))
             if not batch:
                 return
+            self._in_sink_write = me
             try:
                 sink.write(batch)
             except Exception as exc:
                 self._log_failing = True
                 raise LogWriteError(f"edit log write failed: {exc}") from exc
+            finally:
+                self._in_sink_write = None
             self._log_failing = False
             self._synced = start + len(batch)
 
@@ -310,7 +402,22 @@ class Publisher(Grace):
         data: Mapping[str, Any] | None = None,
     ) -> Escalation:
         """Log and deliver an escalation raised outside the core (the runtime's
-        reader-age alarm)."""
+        reader-age alarm). ``kind`` is an :class:`EscalationKind`, ``detail``
+        a non-empty str, ``data`` a JSON-ready mapping with str keys (it goes
+        to the log): else :class:`InvalidType`/:class:`InvalidArgument`, and
+        nothing is logged."""
+        if type(kind) is not EscalationKind:
+            raise InvalidType(f"kind must be an EscalationKind, not {type(kind).__name__}")
+        check_text(detail, "detail")
+        if data is not None:
+            if not isinstance(data, Mapping):
+                raise InvalidType(f"data must be a mapping, not {type(data).__name__}")
+            if any(type(k) is not str for k in data):
+                raise InvalidType("data keys must be str")
+            try:
+                json.dumps(data, allow_nan=False)
+            except (TypeError, ValueError, RecursionError) as exc:
+                raise InvalidArgument(f"data cannot go to the log as JSON: {exc}") from None
         esc = Escalation(kind, detail, None, (), self._head.number, dict(data or {}))
         self._write_lock.acquire()
         try:
@@ -384,3 +491,5 @@ def count_record(buf: Publisher, record: LogRecord) -> None:
         counts["readmit_overridden"] += 1
     if op == "escalate" or (op == "edit" and record.outcome == "refused"):
         counts["escalations"] += 1
+    if op == "escalate" and "callback" in detail.get("data", ()):
+        counts["callback_errors"] += 1

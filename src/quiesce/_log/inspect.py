@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -102,6 +103,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 2
     out = sys.stdout
+    if os.path.exists(args.path) and not os.path.isfile(args.path):
+        # a FIFO or a device would block the read; a folder is not a log either
+        sys.stderr.write(f"quiesce inspect: error: {args.path} is not a regular file\n")
+        return 2
     try:
         kind, fmt, records, torn = _read(args.path)
         buf = Buffer()

@@ -47,6 +47,7 @@ import contextlib
 import heapq
 import itertools
 import json
+import math
 import os
 import random
 import sys
@@ -1450,8 +1451,15 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     cfg = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     if cfg.turns < MIN_TURNS:
         _parser().error(f"--turns must be at least {MIN_TURNS}")
-    if cfg.tick < 0:
-        _parser().error("--tick must be >= 0")
+    if not math.isfinite(cfg.tick) or cfg.tick < 0:
+        sys.stderr.write(f"quiesce demo: error: --tick must be finite and >= 0, not {cfg.tick}\n")
+        return 2
+    if cfg.log and os.path.exists(cfg.log) and os.path.getsize(cfg.log) > 0:
+        sys.stderr.write(
+            f"quiesce demo: error: --log {cfg.log} exists already: the demo writes a new log "
+            f"(inspect that one with: quiesce inspect {cfg.log})\n"
+        )
+        return 2
     stream = sys.stdout if out is None else out
     stream.write(f"quiesce demo: seed {cfg.seed}, {cfg.turns} turns, {cfg.backend}\n\n")
     with contextlib.ExitStack() as stack:
