@@ -1,0 +1,290 @@
+"""Framework messages ⇄ entries, by identity: what every integration keeps true.
+
+Each framework message is read into a :class:`Unit`. A unit becomes entries:
+
+* its **container** entry (id ``unit.id``): the message's text (for the
+  policy's classifier and the content hash), its kind, and in ``meta`` the
+  framework's *own* JSON dump of the whole message, so rendering gives back the
+  framework's object unchanged — signed thinking blocks, images, ids, provider
+  fields included (nothing is re-encoded through another API's shapes);
+* one ``TOOL_CALL`` entry per tool call (id ``<unit>/<call id>``, ``key`` the
+  tool name plus its arguments, so running the same call again after it was
+  pruned is a re-admission), citing its container: a call goes with its turn;
+* one ``TOOL_OUTPUT`` entry per tool result, citing the call it answers (and
+  its container): the pair is pruned together or not at all.
+
+A unit that *is* one call or one result (a LangChain ``ToolMessage``, a
+Responses ``function_call`` item) is ``bare``: that one entry carries the dump.
+
+:func:`sync_units` is idempotent: a unit whose id the buffer holds, live or
+tombstoned, is not appended again (a framework handing its stale copy of a
+pruned message back does not resurrect it). New units are checked whole before
+anything is appended; a re-run of a pruned call (its key or content matches a
+tombstone) is *recorded* with an ``Override`` naming the integration, never
+refused: the call already happened.
+
+:func:`window` reads a snapshot back into slots (native dump, live calls, live
+results) in window order, and :func:`notes` the one-line-per-item note of
+removals and stale marks. The notes are escaped (reasons, ids and actors are
+JSON strings with brackets escaped), so no reason, message or tool output can
+forge one. Every integration renders with *pairing*: a result whose call is
+gone is dropped, a call whose result was pruned gets a stand-in result carrying
+the note — every request keeps every tool call answered.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._core.buffer import Buffer, Snapshot
+from .._core.entry import Entry, Kind
+from .._core.errors import DuplicateEntry, InvalidArgument, ReadmissionRefused, UnknownEntry
+from .._core.records import Override, Tombstone
+
+__all__ = [
+    "Call",
+    "Result",
+    "Slot",
+    "SyncReport",
+    "Unit",
+    "escape",
+    "fingerprint",
+    "notes",
+    "sync_units",
+    "window",
+]
+
+#: At most this many removals are listed in a note; older ones are counted.
+MAX_NOTED = 50
+
+
+@dataclass(frozen=True)
+class Call:
+    """A tool call a unit makes: the framework's call id, tool name, arguments text."""
+
+    call_id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class Result:
+    """A tool result a unit carries, answering ``call_id``."""
+
+    call_id: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One framework message, read: see the module docstring."""
+
+    id: str
+    kind: Kind
+    body: str
+    native: Any
+    calls: tuple[Call, ...] = ()
+    results: tuple[Result, ...] = ()
+    bare: bool = False
+
+
+@dataclass
+class Slot:
+    """One rendered position: the framework dump, and which of its calls and
+    results (by framework call id) are still live."""
+
+    unit: str
+    native: Any
+    calls: list[str] = field(default_factory=list)
+    results: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SyncReport:
+    """What :func:`sync_units` did: unit ids appended, already held (live),
+    already tombstoned (not re-appended), and entry ids re-admitted with an
+    ``Override`` (re-runs of pruned calls or content)."""
+
+    appended: tuple[str, ...]
+    held: tuple[str, ...]
+    tombstoned: tuple[str, ...]
+    readmitted: tuple[str, ...]
+
+
+def fingerprint(value: Any) -> str:
+    """A stable content id for a JSON value: 16 hex digits of its canonical sha256."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def escape(text: str) -> str:
+    """A note-safe rendering of untrusted text: a JSON string, brackets escaped."""
+    return json.dumps(text, ensure_ascii=False).replace("[", "\\u005b").replace("]", "\\u005d")
+
+
+def _held(snap: Snapshot, entry_id: str) -> Entry | Tombstone | None:
+    try:
+        return snap.resolve(entry_id)
+    except UnknownEntry:
+        return None
+
+
+def _entries(unit: Unit, framework: str, call_entry: dict[str, str]) -> list[Entry]:
+    meta_base = {"fw": framework, "unit": unit.id}
+    out: list[Entry] = []
+    if unit.bare:
+        if len(unit.calls) + len(unit.results) != 1:
+            raise InvalidArgument(f"{framework}: a bare unit is one call or one result")
+    else:
+        meta_c = {**meta_base, "native": unit.native}
+        out.append(Entry(unit.id, unit.kind, unit.body, (), None, None, meta_c))
+    for c in unit.calls:
+        eid = unit.id if unit.bare else f"{unit.id}/{c.call_id}"
+        key = f"{c.name} {c.arguments}"
+        meta: dict[str, Any] = {**meta_base, "call_id": c.call_id, "tool": c.name}
+        if unit.bare:
+            meta["native"] = unit.native
+        refs = () if unit.bare else (unit.id,)
+        out.append(Entry(eid, Kind.TOOL_CALL, key, refs, None, key, meta))
+        call_entry[c.call_id] = eid
+    for r in unit.results:
+        eid = unit.id if unit.bare else f"{unit.id}/{r.call_id}/result"
+        meta = {**meta_base, "result_of": r.call_id}
+        if unit.bare:
+            meta["native"] = unit.native
+        refs_list = [] if unit.bare else [unit.id]
+        target = call_entry.get(r.call_id)
+        if target is not None:
+            refs_list.insert(0, target)
+        out.append(Entry(eid, Kind.TOOL_OUTPUT, r.text, tuple(refs_list), None, None, meta))
+    return out
+
+
+def sync_units(
+    buf: Buffer, units: Sequence[Unit], *, framework: str, turn: int | None = None
+) -> SyncReport:
+    """Append the units the buffer does not hold yet (see the module docstring).
+
+    Synchronous and without awaits, so on one event loop it is atomic with
+    respect to other coroutines. O(u log n) for u units over n entries.
+    Raises :class:`InvalidArgument` (nothing appended) if two new units share
+    an id or an entry cannot be built.
+    """
+    appended: list[str] = []
+    held: list[str] = []
+    tombstoned: list[str] = []
+    readmitted: list[str] = []
+    with buf.snapshot() as snap:
+        call_entry = {
+            str(e.meta["call_id"]): e.id
+            for e in snap
+            if e.kind is Kind.TOOL_CALL and "call_id" in e.meta
+        }
+        todo: list[tuple[Unit, list[Entry]]] = []
+        seen: set[str] = set()
+        for unit in units:
+            found = _held(snap, unit.id)
+            if isinstance(found, Tombstone):
+                tombstoned.append(unit.id)
+                continue
+            if found is not None:
+                held.append(unit.id)
+                continue
+            if unit.id in seen:
+                raise InvalidArgument(f"{framework}: message id {unit.id!r} appears twice")
+            seen.add(unit.id)
+            todo.append((unit, _entries(unit, framework, call_entry)))
+    for unit, entries in todo:
+        for e in entries:
+            try:
+                buf.append(e)
+            except ReadmissionRefused:
+                # The framework already ran it: record the re-run, never refuse
+                # history. Without a turn, the override names the head version.
+                reason = f"re-run recorded by quiesce.integrations.{framework}"
+                buf.append(e, override=Override(reason, buf.version if turn is None else turn))
+                readmitted.append(e.id)
+            except DuplicateEntry:
+                continue  # another thread synced the same message first
+        appended.append(unit.id)
+    return SyncReport(tuple(appended), tuple(held), tuple(tombstoned), tuple(readmitted))
+
+
+def window(snap: Snapshot) -> list[Slot]:
+    """The live messages of ``snap`` in window order, as slots. O(n)."""
+    slots: list[Slot] = []
+    by_unit: dict[str, Slot] = {}
+    for e in snap:
+        meta = e.meta
+        unit = meta.get("unit")
+        if not isinstance(unit, str):
+            continue  # not written by an integration
+        if "native" in meta:
+            slot = Slot(unit, meta["native"])
+            by_unit[unit] = slot
+            slots.append(slot)
+        else:
+            found = by_unit.get(unit)
+            if found is None:
+                continue
+            slot = found
+        if "call_id" in meta:
+            slot.calls.append(str(meta["call_id"]))
+        elif "result_of" in meta:
+            slot.results.append(str(meta["result_of"]))
+    return slots
+
+
+def notes(snap: Snapshot, *, framework: str) -> str | None:
+    """One note of what is gone or stale in ``snap``, or ``None`` if nothing is.
+
+    Format (one item a line, every untrusted field escaped)::
+
+        [quiesce note] this conversation was pruned; the removed items are gone for good:
+        [quiesce removed] id="call_1/result" reason="stale" turn=3 actor="pruner"
+        [quiesce stale] id="m4" reason="superseded"
+    """
+    tombs = sorted(snap.tombstones.values(), key=lambda t: t.version)
+    marks = snap.marks if hasattr(snap, "marks") else {}
+    live_marks = [(i, m) for i, m in marks.items() if _is_live(snap, i)]
+    if not tombs and not live_marks:
+        return None
+    lines = [f"[quiesce note] {framework} history pruned by quiesce; removed items are listed:"]
+    if len(tombs) > MAX_NOTED:
+        lines.append(f"[quiesce removed] {len(tombs) - MAX_NOTED} older removal(s) not listed")
+        tombs = tombs[-MAX_NOTED:]
+    for t in tombs:
+        actor = "null" if t.actor is None else escape(t.actor)
+        turn = "null" if t.turn is None else str(t.turn)
+        lines.append(
+            f"[quiesce removed] id={escape(t.id)} reason={escape(t.reason)} "
+            f"turn={turn} actor={actor}"
+        )
+    for i, m in live_marks:
+        lines.append(f"[quiesce stale] id={escape(i)} reason={escape(m.reason)}")
+    return "\n".join(lines)
+
+
+def _is_live(snap: Snapshot, entry_id: str) -> bool:
+    return isinstance(_held(snap, entry_id), Entry)
+
+
+def unit_ids(ids: Iterable[str], prefix: str) -> list[str]:
+    """Ids made unique within one history: a repeat gets ``#n`` appended."""
+    out: list[str] = []
+    count: dict[str, int] = {}
+    for i in ids:
+        n = count.get(i, 0)
+        count[i] = n + 1
+        out.append(f"{prefix}{i}" if n == 0 else f"{prefix}{i}#{n}")
+    return out
+
+
+def check_mapping(value: object, what: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise InvalidArgument(f"{what} must be a mapping, not {type(value).__name__}")
+    return value
