@@ -86,7 +86,7 @@ from .errors import (
 )
 from .log import EditLog, LogSink, Records, materialize, materialize_range
 from .plan import EditPlan, Move, Prune, Rewrite, Summarize
-from .policy import Policy
+from .policy import Policy, sealed_conflicts
 from .records import (
     EditReport,
     Escalation,
@@ -1144,8 +1144,8 @@ class Buffer:
         """
         if type(entry_id) is not str or not entry_id:
             check_id(entry_id)
-        if type(reason) is not str or not reason:
-            check_text(reason, "reason")
+        if type(reason) is not str or not reason or not reason.isascii():
+            check_text(reason, "reason")  # (non-ASCII: no lone surrogates)
         if turn is not None and (type(turn) is not int or turn < 0):
             check_turn(turn)
         # The hot path: records are built with tuple.__new__ (see _new_tuple),
@@ -1277,6 +1277,9 @@ class Buffer:
                 refused[i] = Refusal.PROTECTED if prot == "protected" else Refusal.NEGATIVE
                 continue
             candidates[i] = None
+        for i in sealed_conflicts(head, candidates):
+            del candidates[i]
+            refused[i] = Refusal.REFERENCED
         for i in _cascade(head, candidates, refused):
             del candidates[i]
         n = head.number + 1
@@ -1420,6 +1423,9 @@ class Buffer:
             return slot.entry
 
         def check_removable(e: Entry, verb: str) -> None:
+            if e.sealed and verb != "pruned":
+                refuse(Refusal.IMMUTABLE, f"{e.id!r} is signed reasoning: cannot be {verb}")
+                return
             if policy.is_immutable(e):
                 refuse(Refusal.IMMUTABLE, f"{e.id!r} is a {e.kind.name} and cannot be {verb}")
                 return
@@ -1496,6 +1502,8 @@ class Buffer:
                 if op.before is not None and op.before not in head.live:
                     refuse(Refusal.UNKNOWN, f"move target {op.before!r} is not a live entry")
                 moves.append(op)
+        for why_sealed in sealed_conflicts(head, removed).values():
+            refuse(Refusal.REFERENCED, why_sealed)
         # No survivor may cite a removed entry.
         for i in removed:
             for r in head.cited_by(i):

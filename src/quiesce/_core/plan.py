@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .entry import Entry, check_id, check_refs, check_text, check_turn
+from .entry import Entry, check_body, check_id, check_refs, check_text, check_turn
 from .errors import InvalidArgument, InvalidType
 from .records import Override
 
@@ -52,8 +52,7 @@ class Rewrite:
 
     def __post_init__(self) -> None:
         check_id(self.id)
-        if type(self.body) is not str:
-            raise InvalidType(f"rewrite body must be a str, not {type(self.body).__name__}")
+        check_body(self.body, "rewrite body")
         if self.refs is not None:
             object.__setattr__(self, "refs", check_refs(self.refs, self.id))
 

@@ -147,6 +147,9 @@ class EscalationKind(enum.Enum):
     REFUSED_EDIT = "refused_edit"
     READER_PINNED = "reader_pinned"
     BACKLOG = "backlog"
+    #: the same content was pruned and re-admitted twice within a window (an
+    #: agent loop re-running a call its pruner keeps removing)
+    OSCILLATION = "oscillation"
 
 
 @dataclass(frozen=True, slots=True)
