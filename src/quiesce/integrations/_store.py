@@ -3,10 +3,12 @@
 Each framework message is read into a :class:`Unit`. A unit becomes entries:
 
 * its **container** entry (id ``unit.id``): the message's text (for the
-  policy's classifier and the content hash), its kind, and in ``meta`` the
+  policy's classifier) as body, its kind, and as structured ``content`` the
   framework's *own* JSON dump of the whole message, so rendering gives back the
   framework's object unchanged — signed thinking blocks, images, ids, provider
-  fields included (nothing is re-encoded through another API's shapes);
+  fields included (nothing is re-encoded through another API's shapes). The
+  dump is part of the content hash, so two messages with the same text are
+  not mistaken for a re-admission; a re-run *call* is, by its key;
 * one ``TOOL_CALL`` entry per tool call (id ``<unit>/<call id>``, ``key`` the
   tool name plus its arguments, so running the same call again after it was
   pruned is a re-admission), citing its container: a call goes with its turn;
@@ -41,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._core.buffer import Buffer, Snapshot
-from .._core.entry import Entry, Kind
+from .._core.entry import Entry, Kind, thaw
 from .._core.errors import DuplicateEntry, InvalidArgument, ReadmissionRefused, UnknownEntry
 from .._core.records import Override, Tombstone
 
@@ -94,13 +96,20 @@ class Unit:
 
 @dataclass
 class Slot:
-    """One rendered position: the framework dump, and which of its calls and
-    results (by framework call id) are still live."""
+    """One rendered position: the framework's dump (``None`` for a text slot,
+    see :func:`window`), the entry's kind and text, its live calls, and the
+    call ids its live results answer."""
 
     unit: str
     native: Any
-    calls: list[str] = field(default_factory=list)
+    kind: Kind
+    text: str
+    calls: list[Call] = field(default_factory=list)
     results: list[str] = field(default_factory=list)
+
+    @property
+    def call_ids(self) -> set[str]:
+        return {c.call_id for c in self.calls}
 
 
 @dataclass(frozen=True)
@@ -140,27 +149,25 @@ def _entries(unit: Unit, framework: str, call_entry: dict[str, str]) -> list[Ent
         if len(unit.calls) + len(unit.results) != 1:
             raise InvalidArgument(f"{framework}: a bare unit is one call or one result")
     else:
-        meta_c = {**meta_base, "native": unit.native}
-        out.append(Entry(unit.id, unit.kind, unit.body, (), None, None, meta_c))
+        out.append(Entry(unit.id, unit.kind, unit.body, (), None, None, meta_base, unit.native))
+    native = unit.native if unit.bare else None
     for c in unit.calls:
         eid = unit.id if unit.bare else f"{unit.id}/{c.call_id}"
         key = f"{c.name} {c.arguments}"
         meta: dict[str, Any] = {**meta_base, "call_id": c.call_id, "tool": c.name}
-        if unit.bare:
-            meta["native"] = unit.native
         refs = () if unit.bare else (unit.id,)
-        out.append(Entry(eid, Kind.TOOL_CALL, key, refs, None, key, meta))
+        out.append(Entry(eid, Kind.TOOL_CALL, key, refs, None, key, meta, native))
         call_entry[c.call_id] = eid
     for r in unit.results:
         eid = unit.id if unit.bare else f"{unit.id}/{r.call_id}/result"
         meta = {**meta_base, "result_of": r.call_id}
-        if unit.bare:
-            meta["native"] = unit.native
         refs_list = [] if unit.bare else [unit.id]
         target = call_entry.get(r.call_id)
         if target is not None:
             refs_list.insert(0, target)
-        out.append(Entry(eid, Kind.TOOL_OUTPUT, r.text, tuple(refs_list), None, None, meta))
+        out.append(
+            Entry(eid, Kind.TOOL_OUTPUT, r.text, tuple(refs_list), None, None, meta, native)
+        )
     return out
 
 
@@ -215,28 +222,47 @@ def sync_units(
 
 
 def window(snap: Snapshot) -> list[Slot]:
-    """The live messages of ``snap`` in window order, as slots. O(n)."""
+    """The live messages of ``snap`` in window order, as slots. O(n).
+
+    An entry with its ``content`` gives a native slot (the framework's own
+    dump; its live calls and results are collected into it). An entry without
+    one — a summary, an entry a ``Rewrite`` changed (which drops the old
+    structured form), or one appended by other code — gives a text slot:
+    ``native`` is ``None`` and the framework renders ``text`` as a plain
+    message of that kind, with the calls it carries rebuilt from their keys.
+    """
     slots: list[Slot] = []
     by_unit: dict[str, Slot] = {}
     for e in snap:
         meta = e.meta
         unit = meta.get("unit")
-        if not isinstance(unit, str):
-            continue  # not written by an integration
-        if "native" in meta:
-            slot = Slot(unit, meta["native"])
+        call = _call_of(e)
+        result_of = meta.get("result_of")
+        if e.content is not None and isinstance(unit, str):
+            slot = Slot(unit, thaw(e.content), e.kind, e.body)
             by_unit[unit] = slot
             slots.append(slot)
+        elif isinstance(unit, str) and unit in by_unit and unit != e.id:
+            slot = by_unit[unit]  # a call or result of a message shown above
         else:
-            found = by_unit.get(unit)
-            if found is None:
-                continue
-            slot = found
-        if "call_id" in meta:
-            slot.calls.append(str(meta["call_id"]))
-        elif "result_of" in meta:
-            slot.results.append(str(meta["result_of"]))
+            slot = Slot(e.id, None, e.kind, e.body)
+            slots.append(slot)
+            if unit == e.id:
+                by_unit[unit] = slot  # a rewritten message: its calls follow
+        if call is not None:
+            slot.calls.append(call)
+        elif isinstance(result_of, str):
+            slot.results.append(result_of)
     return slots
+
+
+def _call_of(e: Entry) -> Call | None:
+    call_id, name = e.meta.get("call_id"), e.meta.get("tool")
+    if e.kind is not Kind.TOOL_CALL or not isinstance(call_id, str) or not isinstance(name, str):
+        return None
+    key = e.key or ""
+    arguments = key[len(name) + 1 :] if key.startswith(f"{name} ") else "{}"
+    return Call(call_id, name, arguments)
 
 
 def notes(snap: Snapshot, *, framework: str) -> str | None:

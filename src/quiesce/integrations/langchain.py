@@ -79,6 +79,10 @@ _KINDS: dict[type[BaseMessage], Kind] = {
 }
 
 
+#: Kinds an assistant wrote: a text slot of one of them renders as an ``AIMessage``.
+_ASSISTANT_KINDS = frozenset({Kind.REASONING, Kind.RATIONALE, Kind.SUMMARY, Kind.TOOL_CALL})
+
+
 def _unit(index: int, m: object) -> _store.Unit:
     if not isinstance(m, BaseMessage):
         raise InvalidArgument(
@@ -150,12 +154,27 @@ def _without_calls(msg: AIMessage, live: set[str]) -> AIMessage:
     return msg.model_copy(update={"tool_calls": kept, "content": content})
 
 
+def _text_message(slot: _store.Slot) -> BaseMessage:
+    """A plain message for a text slot (a summary, a rewritten message)."""
+    if slot.results:
+        return ToolMessage(content=slot.text, tool_call_id=slot.results[0], id=slot.unit)
+    if slot.calls or slot.kind in _ASSISTANT_KINDS:
+        tool_calls = [
+            {"name": c.name, "args": json.loads(c.arguments), "id": c.call_id, "type": "tool_call"}
+            for c in slot.calls
+        ]
+        return AIMessage(content=slot.text, tool_calls=tool_calls, id=slot.unit)
+    return HumanMessage(content=slot.text, id=slot.unit)
+
+
 def _rebuild(slot: _store.Slot) -> BaseMessage | None:
+    if slot.native is None:
+        return _text_message(slot)
     msg = messages_from_dict([slot.native])[0]
     if isinstance(msg, ToolMessage):
         return msg if slot.results else None
     if isinstance(msg, AIMessage) and msg.tool_calls:
-        return _without_calls(msg, set(slot.calls))
+        return _without_calls(msg, slot.call_ids)
     return msg
 
 
