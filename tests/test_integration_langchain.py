@@ -93,8 +93,14 @@ class PruneCall:
         return EditPlan([Prune(i) for i in ids], reason="lookup a is superseded", actor="test")
 
 
-def make_agent(buf: Any, model: RecordingModel, pruner: Any, saver: InMemorySaver,
-               state: dict[str, Any], **kw: Any) -> Any:
+def make_agent(
+    buf: Any,
+    model: RecordingModel,
+    pruner: Any,
+    saver: InMemorySaver,
+    state: dict[str, Any],
+    **kw: Any,
+) -> Any:
     async def lookup(q: str) -> str:
         """Look something up."""
         state["lookups"] += 1

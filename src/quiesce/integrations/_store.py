@@ -39,11 +39,11 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .._core.buffer import Buffer, Snapshot
-from .._core.entry import Entry, Kind, thaw
+from .._core.entry import Entry, Kind, content_hash, thaw
 from .._core.errors import DuplicateEntry, InvalidArgument, ReadmissionRefused, UnknownEntry
 from .._core.records import Override, Tombstone
 
@@ -83,15 +83,20 @@ class Result:
 
 @dataclass(frozen=True)
 class Unit:
-    """One framework message, read: see the module docstring."""
+    """One framework message, read: see the module docstring. ``id`` is
+    ``None`` when the framework gives the message no identity (it is then
+    matched by content); ``lead`` is the position, in the same sync, of the
+    unit this one must not outlive the reasoning of (a Responses ``reasoning``
+    item that precedes the calls and message of its response)."""
 
-    id: str
+    id: str | None
     kind: Kind
     body: str
     native: Any
     calls: tuple[Call, ...] = ()
     results: tuple[Result, ...] = ()
     bare: bool = False
+    lead: int | None = None
 
 
 @dataclass
@@ -142,20 +147,26 @@ def _held(snap: Snapshot, entry_id: str) -> Entry | Tombstone | None:
         return None
 
 
-def _entries(unit: Unit, framework: str, call_entry: dict[str, str]) -> list[Entry]:
+def _entries(
+    unit: Unit, framework: str, call_entry: dict[str, str], lead: str | None
+) -> list[Entry]:
+    assert unit.id is not None
     meta_base = {"fw": framework, "unit": unit.id}
+    lead_refs: tuple[str, ...] = () if lead is None else (lead,)
     out: list[Entry] = []
     if unit.bare:
         if len(unit.calls) + len(unit.results) != 1:
             raise InvalidArgument(f"{framework}: a bare unit is one call or one result")
     else:
-        out.append(Entry(unit.id, unit.kind, unit.body, (), None, None, meta_base, unit.native))
+        out.append(
+            Entry(unit.id, unit.kind, unit.body, lead_refs, None, None, meta_base, unit.native)
+        )
     native = unit.native if unit.bare else None
     for c in unit.calls:
         eid = unit.id if unit.bare else f"{unit.id}/{c.call_id}"
         key = f"{c.name} {c.arguments}"
         meta: dict[str, Any] = {**meta_base, "call_id": c.call_id, "tool": c.name}
-        refs = () if unit.bare else (unit.id,)
+        refs = lead_refs if unit.bare else (unit.id,)
         out.append(Entry(eid, Kind.TOOL_CALL, key, refs, None, key, meta, native))
         call_entry[c.call_id] = eid
     for r in unit.results:
@@ -165,16 +176,49 @@ def _entries(unit: Unit, framework: str, call_entry: dict[str, str]) -> list[Ent
         target = call_entry.get(r.call_id)
         if target is not None:
             refs_list.insert(0, target)
-        out.append(
-            Entry(eid, Kind.TOOL_OUTPUT, r.text, tuple(refs_list), None, None, meta, native)
-        )
+        out.append(Entry(eid, Kind.TOOL_OUTPUT, r.text, tuple(refs_list), None, None, meta, native))
     return out
 
 
+def _primary(unit: Unit) -> tuple[str, Any]:
+    """The body and content of the entry that carries a unit's dump."""
+    if unit.bare and unit.calls:
+        c = unit.calls[0]
+        return f"{c.name} {c.arguments}", unit.native
+    if unit.bare:
+        return unit.results[0].text, unit.native
+    return unit.body, unit.native
+
+
+def _primaries(snap: Snapshot) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """Content hash -> ids of the live entries carrying a dump, and of the tombstones."""
+    live: dict[str, list[str]] = {}
+    for e in snap:
+        if e.content is not None and e.meta.get("unit") == e.id:
+            live.setdefault(e.content_hash, []).append(e.id)
+    tombs: dict[str, list[str]] = {}
+    for t in sorted(snap.tombstones.values(), key=lambda t: t.version):
+        tombs.setdefault(t.content_hash, []).append(t.id)
+    return live, tombs
+
+
 def sync_units(
-    buf: Buffer, units: Sequence[Unit], *, framework: str, turn: int | None = None
+    buf: Buffer,
+    units: Sequence[Unit],
+    *,
+    framework: str,
+    turn: int | None = None,
+    new_ids: str = "q:",
 ) -> SyncReport:
     """Append the units the buffer does not hold yet (see the module docstring).
+
+    A unit with an ``id`` is matched by it. A unit without one (the framework
+    gives its messages no identity) is matched by content: the content hash
+    of its dump against the live entries, then against the tombstones (a
+    stale copy of a pruned message is not re-appended), each held entry
+    matching at most one message; an unmatched one gets the id
+    ``<new_ids><head version>.<position>``. ``Unit.lead`` (a position in
+    ``units``) becomes a ref to that unit's entry when it is live.
 
     Synchronous and without awaits, so on one event loop it is atomic with
     respect to other coroutines. O(u log n) for u units over n entries.
@@ -191,20 +235,43 @@ def sync_units(
             for e in snap
             if e.kind is Kind.TOOL_CALL and "call_id" in e.meta
         }
+        by_content = any(u.id is None for u in units)
+        live_by_hash, tombs_by_hash = _primaries(snap) if by_content else ({}, {})
+        ids: list[str | None] = []  # each unit's entry id, None when tombstoned
         todo: list[tuple[Unit, list[Entry]]] = []
         seen: set[str] = set()
-        for unit in units:
+        for position, unit in enumerate(units):
+            if unit.id is None:
+                body, native = _primary(unit)
+                h = content_hash(body, native)
+                if live_by_hash.get(h):
+                    held.append(live_by_hash[h].pop(0))
+                    ids.append(held[-1])
+                    continue
+                if tombs_by_hash.get(h):
+                    tombstoned.append(tombs_by_hash[h].pop(0))
+                    ids.append(None)
+                    continue
+                new_id = f"{new_ids}{snap.version}.{position}"
+                while _held(snap, new_id) is not None or new_id in seen:
+                    new_id += "'"
+                unit = replace(unit, id=new_id)
+            assert unit.id is not None
             found = _held(snap, unit.id)
             if isinstance(found, Tombstone):
                 tombstoned.append(unit.id)
+                ids.append(None)
                 continue
             if found is not None:
                 held.append(unit.id)
+                ids.append(unit.id)
                 continue
             if unit.id in seen:
                 raise InvalidArgument(f"{framework}: message id {unit.id!r} appears twice")
             seen.add(unit.id)
-            todo.append((unit, _entries(unit, framework, call_entry)))
+            ids.append(unit.id)
+            lead = ids[unit.lead] if unit.lead is not None and unit.lead < position else None
+            todo.append((unit, _entries(unit, framework, call_entry, lead)))
     for unit, entries in todo:
         for e in entries:
             try:
@@ -217,6 +284,7 @@ def sync_units(
                 readmitted.append(e.id)
             except DuplicateEntry:
                 continue  # another thread synced the same message first
+        assert unit.id is not None
         appended.append(unit.id)
     return SyncReport(tuple(appended), tuple(held), tuple(tombstoned), tuple(readmitted))
 

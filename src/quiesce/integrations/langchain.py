@@ -253,7 +253,9 @@ class QuiesceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                     if isinstance(m, ToolMessage) and _is_live_call(snap, m.tool_call_id):
                         updates.append(
                             ToolMessage(
-                                content=STAND_IN, tool_call_id=m.tool_call_id, id=m.id,
+                                content=STAND_IN,
+                                tool_call_id=m.tool_call_id,
+                                id=m.id,
                                 name=m.name,
                             )
                         )
@@ -267,9 +269,7 @@ class QuiesceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                         updates.append(_without_calls(m, live))
         return {"messages": updates} if updates else None
 
-    def before_model(
-        self, state: AgentState[Any], runtime: Runtime[Any]
-    ) -> dict[str, Any] | None:
+    def before_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Sync the state's messages, run the pruner (``anyio.run`` in this
         thread), and return ``None`` — or, if destructive, the removals."""
         messages = state["messages"]
@@ -295,7 +295,7 @@ class QuiesceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         messages, note = render_messages(snap)
         return request.override(
             messages=list[AnyMessage](messages),  # type: ignore[arg-type]
-            system_message=_with_note(request.system_message, note)
+            system_message=_with_note(request.system_message, note),
         )
 
     def wrap_model_call(
@@ -322,4 +322,3 @@ class QuiesceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
 def _is_live_call(snap: Snapshot, call_id: str) -> bool:
     return any(e.kind is Kind.TOOL_CALL and e.meta.get("call_id") == call_id for e in snap)
-

@@ -1,0 +1,287 @@
+"""The OpenAI Agents SDK end to end with ``QuiesceSession`` and
+``quiesce_input_filter`` (offline).
+
+The SDK runs on **asyncio only** (its runner, sessions and tool execution use
+asyncio tasks), so every async test here runs on asyncio only. The model is a
+``agents.models.interface.Model`` subclass returning canned Responses output
+items (reasoning with ``encrypted_content``, parallel function calls,
+messages) and recording every input it receives.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from agents import (
+    Agent,
+    ModelResponse,
+    RunConfig,
+    Runner,
+    Usage,
+    function_tool,
+    set_tracing_disabled,
+)
+from agents.models.interface import Model
+from openai.types.responses import (
+    ResponseFunctionToolCall,
+    ResponseOutputMessage,
+    ResponseOutputText,
+    ResponseReasoningItem,
+)
+from openai.types.responses.response_reasoning_item import Summary
+
+from quiesce import (
+    Buffer,
+    EditPlan,
+    InvalidArgument,
+    ProtectedEntry,
+    Prune,
+    Snapshot,
+    SQLiteLog,
+    open_buffer,
+)
+from quiesce.integrations.openai_agents import QuiesceSession, quiesce_input_filter
+
+set_tracing_disabled(True)  # offline: no trace export
+
+REASONING = ResponseReasoningItem(
+    id="rs_1",
+    type="reasoning",
+    summary=[Summary(type="summary_text", text="Two lookups.")],
+    encrypted_content="ZW5jcnlwdGVkLXJlYXNvbmluZw==",
+)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """The Agents SDK is asyncio-only."""
+    return "asyncio"
+
+
+def call(call_id: str, q: str) -> ResponseFunctionToolCall:
+    return ResponseFunctionToolCall(
+        id=f"fc_{call_id}",
+        call_id=call_id,
+        name="lookup",
+        arguments=json.dumps({"q": q}),
+        type="function_call",
+        status="completed",
+    )
+
+
+def text(msg_id: str, body: str) -> ResponseOutputMessage:
+    return ResponseOutputMessage(
+        id=msg_id,
+        type="message",
+        role="assistant",
+        status="completed",
+        content=[ResponseOutputText(type="output_text", text=body, annotations=[])],
+    )
+
+
+class ScriptedModel(Model):
+    """Canned responses, in order; records each input list it is given."""
+
+    def __init__(self, outputs: list[list[Any]]) -> None:
+        self.outputs = outputs
+        self.inputs: list[list[dict[str, Any]]] = []
+        self.instructions: list[str | None] = []
+
+    async def get_response(
+        self, system_instructions: Any, input: Any, *args: Any, **kw: Any
+    ) -> Any:
+        self.inputs.append([dict(i) for i in input] if isinstance(input, list) else [])
+        self.instructions.append(system_instructions)
+        return ModelResponse(output=self.outputs.pop(0), usage=Usage(), response_id=None)
+
+    def stream_response(self, *args: Any, **kw: Any) -> Any:
+        raise NotImplementedError
+
+
+def answered(items: list[dict[str, Any]]) -> None:
+    """Every function_call has exactly one output after it, every output a call
+    before it, and every reasoning item is followed by an output item."""
+    calls: set[str] = set()
+    outputs: set[str] = set()
+    for i, item in enumerate(items):
+        if item.get("type") == "function_call":
+            calls.add(item["call_id"])
+        elif item.get("type") == "function_call_output":
+            assert item["call_id"] in calls, f"orphaned output {item['call_id']}"
+            assert item["call_id"] not in outputs
+            outputs.add(item["call_id"])
+        elif item.get("type") == "reasoning":
+            assert items[i + 1].get("type") in ("function_call", "message")
+    assert calls == outputs, f"unanswered {calls - outputs}"
+
+
+def call_ids(items: list[dict[str, Any]]) -> set[str]:
+    return {i["call_id"] for i in items if i.get("type") == "function_call"}
+
+
+class PruneCall:
+    """Proposes removing call ``c1`` and its output once armed."""
+
+    def __init__(self) -> None:
+        self.armed = False
+
+    async def __call__(self, snap: Snapshot, /) -> EditPlan | None:
+        if not self.armed:
+            return None
+        ids = [e.id for e in snap if "c1" in (e.meta.get("call_id"), e.meta.get("result_of"))]
+        if not ids or any(snap.is_stale(i) for i in ids):
+            return None
+        return EditPlan([Prune(i) for i in ids], reason="lookup a is superseded", actor="test")
+
+
+def make_agent(model: ScriptedModel, state: dict[str, Any], buf: Any) -> Agent[Any]:
+    @function_tool
+    async def lookup(q: str) -> str:
+        """Look something up."""
+        state["lookups"] += 1
+        if q == "a" and state["lookups"] == 3:
+            state["release"].set()
+            await state["unpinned"].wait()
+            await buf.quiesce()
+        return f"result for {q}"
+
+    return Agent(name="a", instructions="Be terse.", model=model, tools=[lookup])
+
+
+@pytest.mark.anyio
+async def test_session_and_filter_end_to_end(tmp_path: Path) -> None:
+    """Two parallel calls after a signed reasoning item; a pinned reader defers
+    a prune that is then applied; the pruned call re-runs without crashing;
+    the reasoning item reaches the model unchanged; a reopened SQLite log
+    continues the session; every input answers every call. (asyncio only.)"""
+    path = tmp_path / "oa.sqlite"
+    model = ScriptedModel(
+        [
+            [REASONING, call("c1", "a"), call("c2", "b")],
+            [text("m1", "a and b found.")],
+            [call("c3", "a")],
+            [text("m2", "a found again.")],
+            [text("m3", "Still here.")],
+        ]
+    )
+    pruner = PruneCall()
+    state: dict[str, Any] = {"lookups": 0, "release": anyio.Event(), "unpinned": anyio.Event()}
+    seen_in_pin: list[bool] = []
+    async with open_buffer(log=SQLiteLog(path)) as buf:
+        session = QuiesceSession("s1", buf)
+        agent = make_agent(model, state, buf)
+        cfg = RunConfig(call_model_input_filter=quiesce_input_filter(buf, pruner=pruner))
+        await Runner.run(agent, "find a and b", session=session, run_config=cfg)
+        assert call_ids(model.inputs[1]) == {"c1", "c2"}
+        sent = model.inputs[1][1]
+        assert {k: sent[k] for k in ("id", "type", "encrypted_content", "summary")} == {
+            "id": "rs_1",
+            "type": "reasoning",
+            "encrypted_content": REASONING.encrypted_content,
+            "summary": [{"type": "summary_text", "text": "Two lookups."}],
+        }
+
+        async def pinned_reader() -> None:
+            with buf.snapshot() as snap:
+                pinned.set()
+                await state["release"].wait()
+                seen_in_pin.append(any(e.meta.get("call_id") == "c1" for e in snap))
+            state["unpinned"].set()
+
+        pinned = anyio.Event()
+        pruner.armed = True
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pinned_reader)
+            await pinned.wait()
+            await Runner.run(agent, "again", session=session, run_config=cfg)
+        assert seen_in_pin == [True]
+        # Input 3: the prune was deferred (a reader held c1): still shown, noted stale.
+        assert "c1" in call_ids(model.inputs[2])
+        assert "[quiesce stale]" in str(model.instructions[2])
+        # Input 4: applied; the re-run c3 was recorded, not refused.
+        assert call_ids(model.inputs[3]) == {"c2", "c3"}
+        assert "[quiesce removed]" in str(model.instructions[3])
+        # The pruned pair is gone from the session as well.
+        assert call_ids(await session.get_items()) == {"c2", "c3"}
+        version = buf.version
+
+    async with open_buffer(log=SQLiteLog(path)) as buf2:
+        assert buf2.version == version
+        session2 = QuiesceSession("s1", buf2)
+        agent2 = make_agent(model, state, buf2)
+        cfg2 = RunConfig(call_model_input_filter=quiesce_input_filter(buf2))
+        result = await Runner.run(agent2, "still there?", session=session2, run_config=cfg2)
+        assert result.final_output == "Still here."
+        last = model.inputs[-1]
+        assert call_ids(last) == {"c2", "c3"}
+        assert last[-1] == {"content": "still there?", "role": "user"}
+        # Nothing was appended twice by the filter over the session's items.
+        texts = [i.get("content") for i in last if i.get("role") == "user"]
+        assert texts == ["find a and b", "again", "still there?"]
+
+    for items in model.inputs:
+        answered(items)
+    reasoning = [i for items in model.inputs for i in items if i.get("type") == "reasoning"]
+    assert reasoning and all(
+        r["encrypted_content"] == REASONING.encrypted_content for r in reasoning
+    )
+    assert all(r == reasoning[0] for r in reasoning)
+
+
+@pytest.mark.anyio
+async def test_concurrent_runs_lose_nothing() -> None:
+    """Two runs on one session at once: every item of both is kept, and
+    pop_item removes the newest with a tombstone naming the host. (asyncio only.)"""
+    model = ScriptedModel([[text("x1", "one")], [text("x2", "two")]])
+    state: dict[str, Any] = {"lookups": 0, "release": anyio.Event(), "unpinned": anyio.Event()}
+    async with open_buffer() as buf:
+        session = QuiesceSession("s2", buf)
+        agent = make_agent(model, state, buf)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(functools.partial(Runner.run, agent, "first", session=session))
+            tg.start_soon(functools.partial(Runner.run, agent, "second", session=session))
+        items = await session.get_items()
+        assert len(items) == 4
+        assert {i.get("content") for i in items if i.get("role") == "user"} == {"first", "second"}
+        newest = items[-1]
+        assert await session.pop_item() == newest
+        assert len(await session.get_items()) == 3
+        (tomb,) = buf.tombstones.values()
+        assert tomb.actor == "host:openai-agents"
+        assert tomb.reason == "pop_item"
+        while (await session.get_items(limit=1))[0].get("role") == "assistant":
+            await session.pop_item()
+        kept = await session.get_items()
+        with pytest.raises(ProtectedEntry, match=r"^pop_item: the newest item .* is protected"):
+            await session.pop_item()
+        assert await session.get_items() == kept
+
+
+@pytest.mark.anyio
+async def test_bad_item_is_refused_whole() -> None:
+    """An item the adapter cannot represent names its index and field; nothing is appended."""
+    buf = Buffer()
+    session = QuiesceSession("s3", buf)
+    with pytest.raises(
+        InvalidArgument, match=r"^openai-agents: item 1: function_call.call_id is empty$"
+    ):
+        await session.add_items(
+            [{"role": "user", "content": "hi"}, {"type": "function_call", "name": "f"}]  # type: ignore[list-item]
+        )
+    assert buf.version == 0
+    assert await session.get_items() == []
+
+
+def test_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the Agents SDK installed, importing the integration names the extra."""
+    monkeypatch.setitem(sys.modules, "agents.items", None)
+    monkeypatch.delitem(sys.modules, "quiesce.integrations.openai_agents", raising=False)
+    with pytest.raises(ImportError, match=r'pip install "quiesce\[openai-agents\]"'):
+        importlib.import_module("quiesce.integrations.openai_agents")
