@@ -172,6 +172,7 @@ async def test_agent_end_to_end(tmp_path: Path) -> None:
         assert call_ids(model.requests[3]) == {"c2", "c3"}
         assert "[quiesce removed]" in str(model.requests[3][0].content)
         assert buf.stats().tombstones == 2
+        assert buf.stats().readmissions_overridden == 1  # the re-run call c3
         version = buf.version
 
     # A new run over the reopened log continues the same thread.
