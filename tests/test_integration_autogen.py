@@ -44,7 +44,7 @@ INFO = ModelInfo(
     family=ModelFamily.UNKNOWN,
     structured_output=False,
 )
-PIXEL = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+PIXEL = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="  # noqa: E501 (a 1x1 PNG)
 
 
 @pytest.fixture

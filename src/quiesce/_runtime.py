@@ -28,6 +28,11 @@ to the loop with the backend's non-blocking thread-safe call
 (``loop.call_soon_threadsafe`` / ``TrioToken.run_sync_soon``), so a thread
 that holds the buffer's write lock never waits for the loop.
 
+Code on the event loop writes with ``aprune()``/``aedit()``/``aflush()``:
+with a durable log the disk work runs in a worker thread, never on the loop;
+the thread is not abandoned on cancellation, so a request is applied (or
+refused) whole and its cancellation is delivered at the next checkpoint.
+
 Cancellation: applying a batch is one synchronous call (or a worker thread
 that is not abandoned on cancel), so cancelling the scheduler or leaving
 ``open_buffer`` by an exception never half-applies a batch. On a normal exit
