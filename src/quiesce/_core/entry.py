@@ -37,7 +37,16 @@ from typing import Any
 
 from .errors import InvalidArgument, InvalidType
 
-__all__ = ["MAX_DEPTH", "SEALED_TYPES", "Entry", "Kind", "content_hash", "freeze", "thaw"]
+__all__ = [
+    "MAX_DEPTH",
+    "SEALED_TYPES",
+    "Entry",
+    "Kind",
+    "content_hash",
+    "freeze",
+    "result_id",
+    "thaw",
+]
 
 #: How deeply ``meta`` and ``content`` may nest (a scalar is depth 0, ``{"a": 1}``
 #: depth 1). Deeper values are refused at construction, so recovery, the
@@ -65,6 +74,13 @@ class Kind(enum.Enum):
     TOOL_OUTPUT = "tool_output"
     RATIONALE = "rationale"
     SUMMARY = "summary"
+
+
+def result_id(call_id: str) -> str:
+    """The id of the entry holding the result of tool call ``call_id``
+    (``"<call id>#result"``): the adapters name results so, and the policy
+    reads a tombstone of that id as "this call was answered"."""
+    return f"{call_id}#result"
 
 
 def content_hash(body: str, content: object = None) -> str:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .entry import Entry, Kind
+from .entry import Entry, Kind, result_id
 from .errors import InvalidArgument, InvalidType
 
 if TYPE_CHECKING:
@@ -107,9 +107,10 @@ def sealed_conflicts(head: Version, removing: Collection[str]) -> dict[str, str]
     the adapters make every other block of an assistant turn cite the turn's
     signed blocks) leave together:
 
-    * a sealed entry stays while a ``TOOL_CALL`` citing it has no live
-      ``TOOL_OUTPUT`` (the call still awaits its result: the API rejects a
-      tool loop whose signed block went missing);
+    * a sealed entry stays while a ``TOOL_CALL`` citing it has no result —
+      no live ``TOOL_OUTPUT`` citing it and no tombstone of
+      ``result_id(call)`` (the call still awaits its result: the API rejects
+      a tool loop whose signed block went missing);
     * an entry stays if removing it would leave a surviving sealed entry it
       cites with no live entry citing it (a signed block alone, without its
       turn).
@@ -139,8 +140,10 @@ def _sealed_pass(head: Version, removing: Collection[str]) -> dict[str, str]:
         if e.sealed:
             for c in head.cited_by(i):
                 call = live[c].entry
-                if call.kind is Kind.TOOL_CALL and not any(
-                    live[r].entry.kind is Kind.TOOL_OUTPUT for r in head.cited_by(c)
+                if (
+                    call.kind is Kind.TOOL_CALL
+                    and result_id(c) not in head.tombs.by_id
+                    and not any(live[r].entry.kind is Kind.TOOL_OUTPUT for r in head.cited_by(c))
                 ):
                     out[i] = f"{i!r} is signed reasoning whose tool call {c!r} awaits its result"
                     break
