@@ -2,7 +2,7 @@
 
 ``QuiesceSession`` stores the run's Responses items in a durable quiesce
 buffer; ``quiesce_input_filter`` prunes before each model call and adds the
-note of removals to the instructions. Every ``function_call`` the model sees
+removals as a ``system`` item. Every ``function_call`` the model sees
 is answered and a ``reasoning`` item never arrives without its output item.
 The model is a ``Model`` subclass with canned responses.
 
@@ -45,10 +45,10 @@ def call(call_id: str, q: str) -> ResponseFunctionToolCall:
     )
 
 
-def say(text: str) -> ResponseOutputMessage:
+def say(msg_id: str, text: str) -> ResponseOutputMessage:
     part = ResponseOutputText(type="output_text", text=text, annotations=[])
-    return ResponseOutputMessage(
-        id="msg", type="message", role="assistant", status="completed", content=[part]
+    return ResponseOutputMessage(  # item ids are unique, as the API makes them
+        id=msg_id, type="message", role="assistant", status="completed", content=[part]
     )
 
 
@@ -63,9 +63,9 @@ class CannedModel(Model):
     def __init__(self) -> None:
         self.outputs: list[list[Any]] = [
             [REASONING, call("c1", "disk"), call("c2", "cpu")],
-            [say("disk and cpu are fine.")],
+            [say("msg_1", "disk and cpu are fine.")],
             [call("c3", "disk")],  # re-runs a call the pruner removed
-            [say("disk is still fine.")],
+            [say("msg_2", "disk is still fine.")],
         ]
 
     async def get_response(
