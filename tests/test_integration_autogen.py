@@ -97,7 +97,7 @@ def answered(messages: list[LLMMessage]) -> None:
 
 def note_of(messages: list[LLMMessage]) -> str:
     return "\n".join(
-        m.content for m in messages if isinstance(m, SystemMessage) and "[quiesce" in m.content
+        m.content for m in messages if isinstance(m, SystemMessage) and "[quiesce:" in m.content
     )
 
 
@@ -180,9 +180,9 @@ async def test_agent_end_to_end(tmp_path: Path) -> None:
         assert seen_in_pin == [True]
         reqs = requests(client)
         assert "c1" in call_ids(reqs[2])
-        assert "[quiesce stale]" in note_of(reqs[2])
+        assert "stale entries, shown unchanged]" in note_of(reqs[2])
         assert call_ids(reqs[3]) == {"c2", "c3"}
-        assert "[quiesce removed]" in note_of(reqs[3])
+        assert "[quiesce: removed from this context]" in note_of(reqs[3])
         version = buf.version
 
     async with open_buffer(log=SQLiteLog(path)) as buf2:
@@ -242,7 +242,7 @@ async def test_state_image_and_stand_in() -> None:
         assert user.content[1].to_base64() == image.to_base64()
         results = messages[-1]
         assert isinstance(results, FunctionExecutionResultMessage)
-        assert results.content[0].content.startswith("[quiesce removed]")
+        assert results.content[0].content.startswith("[quiesce: the result of")
 
 
 @pytest.mark.anyio

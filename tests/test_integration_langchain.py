@@ -167,10 +167,10 @@ async def test_agent_end_to_end(tmp_path: Path) -> None:
         assert seen_in_pin == [True]
         # Request 3: the prune was deferred (the reader held c1): still shown, marked stale.
         assert "c1" in call_ids(model.requests[2])
-        assert "[quiesce stale]" in str(model.requests[2][0].content)
+        assert "stale entries, shown unchanged]" in str(model.requests[2][0].content)
         # Request 4: applied; the re-run c3 was recorded as a re-admission.
         assert call_ids(model.requests[3]) == {"c2", "c3"}
-        assert "[quiesce removed]" in str(model.requests[3][0].content)
+        assert "[quiesce: removed from this context]" in str(model.requests[3][0].content)
         assert buf.stats().tombstones == 2
         assert buf.stats().readmissions_overridden == 1  # the re-run call c3
         version = buf.version
@@ -184,7 +184,7 @@ async def test_agent_end_to_end(tmp_path: Path) -> None:
         assert out["messages"][-1].content == "Still here."
         (req,) = model.requests
         assert call_ids(req) == {"c2", "c3"}
-        assert "[quiesce removed]" in str(req[0].content)
+        assert "[quiesce: removed from this context]" in str(req[0].content)
         # The full history stays in LangGraph's state (non-destructive).
         assert "c1" in call_ids(out["messages"])
 
@@ -226,7 +226,7 @@ async def test_every_request_answered_and_thinking_unchanged() -> None:
                 assert m.content == THINKING
     last = model.requests[-1]
     stand_in = next(m for m in last if isinstance(m, ToolMessage) and m.tool_call_id == "c2")
-    assert str(stand_in.content).startswith("[quiesce removed]")
+    assert str(stand_in.content).startswith("[quiesce: the result of")
 
 
 @pytest.mark.anyio

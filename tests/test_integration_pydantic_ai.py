@@ -172,9 +172,9 @@ async def test_agent_end_to_end(tmp_path: Path) -> None:
             r2 = await agent.run("again", message_history=r1.all_messages())
         assert seen_in_pin == [True]
         assert "c1" in call_ids(script.requests[2])
-        assert "[quiesce stale]" in note_of(script.requests[2])
+        assert "stale entries, shown unchanged]" in note_of(script.requests[2])
         assert call_ids(script.requests[3]) == {"c2", "c3"}
-        assert "[quiesce removed]" in note_of(script.requests[3])
+        assert "[quiesce: removed from this context]" in note_of(script.requests[3])
         version = buf.version
         history = r2.all_messages()
 
@@ -232,7 +232,7 @@ async def test_pruned_result_gets_a_stand_in() -> None:
     (stand_in,) = [
         p for m in last for p in m.parts if isinstance(p, ToolReturnPart) and p.tool_call_id == "c2"
     ]
-    assert str(stand_in.content).startswith("[quiesce removed]")
+    assert str(stand_in.content).startswith("[quiesce: the result of")
 
 
 def test_sync_is_idempotent_and_refuses_foreign_objects() -> None:

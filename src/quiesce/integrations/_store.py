@@ -26,10 +26,13 @@ tombstone) is *recorded* with an ``Override`` naming the integration, never
 refused: the call already happened.
 
 :func:`window` reads a snapshot back into slots (native dump, live calls, live
-results) in window order, and :func:`notes` the one-line-per-item note of
-removals and stale marks. The notes are escaped (reasons, ids and actors are
-JSON strings with brackets escaped), so no reason, message or tool output can
-forge one. Every integration renders with *pairing*: a result whose call is
+results) in window order, and :func:`notes` the note of removals and stale
+marks, in the adapters' escaped note format (no reason, id or actor can forge
+a note line). Framework messages are given back byte for byte, so text in them
+that imitates a note is *not* escaped: the note lives in the system
+message / instructions, where no message text can reach.
+
+Every integration renders with *pairing*: a result whose call is
 gone is dropped, a call whose result was pruned gets a stand-in result carrying
 the note — every request keeps every tool call answered.
 """
@@ -38,7 +41,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -46,6 +49,7 @@ from .._core.buffer import Buffer, Snapshot
 from .._core.entry import Entry, Kind, content_hash, thaw
 from .._core.errors import DuplicateEntry, InvalidArgument, ReadmissionRefused, UnknownEntry
 from .._core.records import Override, Tombstone
+from ..adapters._common import NOTE_PREFIX, escape_field, removal_note
 
 __all__ = [
     "Call",
@@ -53,15 +57,11 @@ __all__ = [
     "Slot",
     "SyncReport",
     "Unit",
-    "escape",
     "fingerprint",
     "notes",
     "sync_units",
     "window",
 ]
-
-#: At most this many removals are listed in a note; older ones are counted.
-MAX_NOTED = 50
 
 
 @dataclass(frozen=True)
@@ -135,11 +135,6 @@ def fingerprint(value: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def escape(text: str) -> str:
-    """A note-safe rendering of untrusted text: a JSON string, brackets escaped."""
-    return json.dumps(text, ensure_ascii=False).replace("[", "\\u005b").replace("]", "\\u005d")
-
-
 def _held(snap: Snapshot, entry_id: str) -> Entry | Tombstone | None:
     try:
         return snap.resolve(entry_id)
@@ -208,7 +203,7 @@ def sync_units(
     *,
     framework: str,
     turn: int | None = None,
-    new_ids: str = "q:",
+    new_ids: str = "#q:",
 ) -> SyncReport:
     """Append the units the buffer does not hold yet (see the module docstring).
 
@@ -217,7 +212,8 @@ def sync_units(
     of its dump against the live entries, then against the tombstones (a
     stale copy of a pruned message is not re-appended), each held entry
     matching at most one message; an unmatched one gets the id
-    ``<new_ids><head version>.<position>``. ``Unit.lead`` (a position in
+    ``<new_ids><head version>.<position>`` (the prefix starts with ``#``,
+    the reserved character of generated ids: no framework id takes it). ``Unit.lead`` (a position in
     ``units``) becomes a ref to that unit's entry when it is live.
 
     Synchronous and without awaits, so on one event loop it is atomic with
@@ -333,52 +329,38 @@ def _call_of(e: Entry) -> Call | None:
     return Call(call_id, name, arguments)
 
 
-def notes(snap: Snapshot, *, framework: str) -> str | None:
-    """One note of what is gone or stale in ``snap``, or ``None`` if nothing is.
+def notes(snap: Snapshot) -> str | None:
+    """The note of what is gone or stale in ``snap``, or ``None`` if nothing is.
 
-    Format (one item a line, every untrusted field escaped)::
+    The adapters' note format (:mod:`quiesce.adapters`), every field escaped::
 
-        [quiesce note] this conversation was pruned; the removed items are gone for good:
-        [quiesce removed] id="call_1/result" reason="stale" turn=3 actor="pruner"
-        [quiesce stale] id="m4" reason="superseded"
+        [quiesce: removed from this context]
+        [quiesce: call_1#result pruned at turn 3 by pruner: stale]
+        [quiesce: stale entries, shown unchanged]
+        [quiesce: m4 stale at turn 5: superseded]
+
+    Stale entries are listed rather than annotated in place, so the messages
+    themselves reach the model byte for byte. O(tombstones + marks).
     """
-    tombs = sorted(snap.tombstones.values(), key=lambda t: t.version)
-    marks = snap.marks if hasattr(snap, "marks") else {}
-    live_marks = [(i, m) for i, m in marks.items() if _is_live(snap, i)]
-    if not tombs and not live_marks:
-        return None
-    lines = [f"[quiesce note] {framework} history pruned by quiesce; removed items are listed:"]
-    if len(tombs) > MAX_NOTED:
-        lines.append(f"[quiesce removed] {len(tombs) - MAX_NOTED} older removal(s) not listed")
-        tombs = tombs[-MAX_NOTED:]
-    for t in tombs:
-        actor = "null" if t.actor is None else escape(t.actor)
-        turn = "null" if t.turn is None else str(t.turn)
-        lines.append(
-            f"[quiesce removed] id={escape(t.id)} reason={escape(t.reason)} "
-            f"turn={turn} actor={actor}"
-        )
-    for i, m in live_marks:
-        lines.append(f"[quiesce stale] id={escape(i)} reason={escape(m.reason)}")
-    return "\n".join(lines)
+    lines: list[str] = []
+    removed = removal_note(snap.tombstones)
+    if removed is not None:
+        lines.append(removed)
+    stale = [(i, m) for i, m in snap.marks.items() if _is_live(snap, i)]
+    if stale:
+        lines.append(f"{NOTE_PREFIX} stale entries, shown unchanged]")
+        for i, m in stale:
+            when = f"turn {m.turn}" if m.turn is not None else f"version {m.version}"
+            lines.append(
+                f"{NOTE_PREFIX} {escape_field(i)} stale at {when}: {escape_field(m.reason)}]"
+            )
+    return "\n".join(lines) if lines else None
 
 
 def _is_live(snap: Snapshot, entry_id: str) -> bool:
     return isinstance(_held(snap, entry_id), Entry)
 
 
-def unit_ids(ids: Iterable[str], prefix: str) -> list[str]:
-    """Ids made unique within one history: a repeat gets ``#n`` appended."""
-    out: list[str] = []
-    count: dict[str, int] = {}
-    for i in ids:
-        n = count.get(i, 0)
-        count[i] = n + 1
-        out.append(f"{prefix}{i}" if n == 0 else f"{prefix}{i}#{n}")
-    return out
-
-
-def check_mapping(value: object, what: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise InvalidArgument(f"{what} must be a mapping, not {type(value).__name__}")
-    return value
+def stand_in(call_id: str) -> str:
+    """The text that answers a call whose result was pruned (a note)."""
+    return f"{NOTE_PREFIX} the result of {escape_field(call_id)} was pruned; see the removal list]"

@@ -60,7 +60,6 @@ __all__ = ["QuiesceChatCompletionContext", "render_messages", "to_units"]
 FRAMEWORK = "autogen"
 ACTOR = "host:autogen"
 SOURCE = "quiesce"
-STAND_IN = "[quiesce removed] this tool result was pruned; see the quiesce note"
 
 _ASSISTANT_KINDS = frozenset({Kind.REASONING, Kind.RATIONALE, Kind.SUMMARY, Kind.TOOL_CALL})
 
@@ -150,7 +149,9 @@ def _paired(messages: list[LLMMessage]) -> list[LLMMessage]:
 
     def stand_ins(answered: set[str]) -> list[FunctionExecutionResult]:
         return [
-            FunctionExecutionResult(content=STAND_IN, name=name, call_id=call_id, is_error=False)
+            FunctionExecutionResult(
+                content=_store.stand_in(call_id), name=name, call_id=call_id, is_error=False
+            )
             for call_id, name in open_calls.items()
             if call_id not in answered
         ]
@@ -179,7 +180,7 @@ def render_messages(snap: Snapshot) -> list[LLMMessage]:
     (if any) first as a ``SystemMessage``. O(n)."""
     rebuilt = [m for m in (_rebuild(s) for s in _store.window(snap)) if m is not None]
     messages = _paired(rebuilt)
-    note = _store.notes(snap, framework=FRAMEWORK)
+    note = _store.notes(snap)
     if note is not None:
         messages.insert(0, SystemMessage(content=note))
     return messages
@@ -207,7 +208,7 @@ class QuiesceChatCompletionContext(ChatCompletionContext):
         self.pruner = pruner
         if initial_messages:
             _store.sync_units(
-                buffer, to_units(initial_messages), framework=FRAMEWORK, new_ids="ag:"
+                buffer, to_units(initial_messages), framework=FRAMEWORK, new_ids="#ag:"
             )
 
     async def add_message(self, message: LLMMessage) -> None:
@@ -215,7 +216,7 @@ class QuiesceChatCompletionContext(ChatCompletionContext):
         cannot represent raises :class:`InvalidArgument`; nothing is appended."""
         await anyio.lowlevel.checkpoint()
         (unit,) = to_units([message])
-        unit_id = f"ag:{self.buffer.version}.0"
+        unit_id = f"#ag:{self.buffer.version}.0"
         fresh = _store.Unit(unit_id, unit.kind, unit.body, unit.native, unit.calls, unit.results)
         _store.sync_units(self.buffer, [fresh], framework=FRAMEWORK)
 
@@ -252,4 +253,4 @@ class QuiesceChatCompletionContext(ChatCompletionContext):
         """Sync the state's messages in by content (see the module docstring)."""
         await anyio.lowlevel.checkpoint()
         messages = ChatCompletionContextState.model_validate(state).messages
-        _store.sync_units(self.buffer, to_units(messages), framework=FRAMEWORK, new_ids="ag:")
+        _store.sync_units(self.buffer, to_units(messages), framework=FRAMEWORK, new_ids="#ag:")

@@ -70,7 +70,6 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
 __all__ = ["QuiesceMiddleware", "render_messages", "sync_messages", "to_units"]
 
 FRAMEWORK = "langchain"
-STAND_IN = "[quiesce removed] this tool result was pruned; see the quiesce note"
 
 _KINDS: dict[type[BaseMessage], Kind] = {
     SystemMessage: Kind.INSTRUCTION,
@@ -90,7 +89,7 @@ def _unit(index: int, m: object) -> _store.Unit:
         )
     name = type(m).__name__
     native = message_to_dict(m)
-    mid = m.id if isinstance(m.id, str) and m.id else f"lc:{_store.fingerprint(native)}"
+    mid = m.id if isinstance(m.id, str) and m.id else f"#lc:{_store.fingerprint(native)}"
     if isinstance(m, ToolMessage):
         call_id = m.tool_call_id
         if not isinstance(call_id, str) or not call_id:
@@ -186,7 +185,9 @@ def _paired(messages: list[BaseMessage]) -> list[BaseMessage]:
 
     def close() -> None:
         for call_id, name in open_calls.items():
-            out.append(ToolMessage(content=STAND_IN, tool_call_id=call_id, name=name))
+            out.append(
+                ToolMessage(content=_store.stand_in(call_id), tool_call_id=call_id, name=name)
+            )
         open_calls.clear()
 
     for m in messages:
@@ -206,7 +207,7 @@ def render_messages(snap: Snapshot) -> tuple[list[BaseMessage], str | None]:
     """The window of ``snap`` as LangChain messages, and the quiesce note (or
     ``None``). Every tool call in the result is answered. O(n)."""
     rebuilt = [m for m in (_rebuild(s) for s in _store.window(snap)) if m is not None]
-    return _paired(rebuilt), _store.notes(snap, framework=FRAMEWORK)
+    return _paired(rebuilt), _store.notes(snap)
 
 
 def _with_note(system: SystemMessage | None, note: str | None) -> SystemMessage | None:
@@ -253,7 +254,7 @@ class QuiesceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                     if isinstance(m, ToolMessage) and _is_live_call(snap, m.tool_call_id):
                         updates.append(
                             ToolMessage(
-                                content=STAND_IN,
+                                content=_store.stand_in(m.tool_call_id),
                                 tool_call_id=m.tool_call_id,
                                 id=m.id,
                                 name=m.name,

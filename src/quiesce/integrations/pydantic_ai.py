@@ -60,7 +60,6 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
 __all__ = ["QuiesceHistoryProcessor", "render_messages", "sync_messages", "to_units"]
 
 FRAMEWORK = "pydantic-ai"
-STAND_IN = "[quiesce removed] this tool result was pruned; see the quiesce note"
 #: The metadata key holding a rendered message's entry id.
 ID_KEY = "quiesce"
 
@@ -139,7 +138,7 @@ def to_units(messages: Sequence[object]) -> list[_store.Unit]:
 
 def sync_messages(buffer: Buffer, messages: Sequence[object]) -> _store.SyncReport:
     """Append the messages the buffer does not hold yet (see the module docstring)."""
-    return _store.sync_units(buffer, to_units(messages), framework=FRAMEWORK, new_ids="pa:")
+    return _store.sync_units(buffer, to_units(messages), framework=FRAMEWORK, new_ids="#pa:")
 
 
 def _stamp(m: ModelMessage, unit: str) -> ModelMessage:
@@ -204,7 +203,9 @@ def _paired(messages: list[ModelMessage]) -> list[ModelMessage]:
                 p.tool_call_id for p in parts if isinstance(p, RetryPromptPart) and p.tool_name
             }
             stand_ins = [
-                ToolReturnPart(tool_name=name, content=STAND_IN, tool_call_id=call_id)
+                ToolReturnPart(
+                    tool_name=name, content=_store.stand_in(call_id), tool_call_id=call_id
+                )
                 for call_id, name in open_calls.items()
                 if call_id not in answered
             ]
@@ -224,7 +225,7 @@ def _paired(messages: list[ModelMessage]) -> list[ModelMessage]:
 
 
 def _stand_in(call_id: str, name: str) -> ToolReturnPart:
-    return ToolReturnPart(tool_name=name, content=STAND_IN, tool_call_id=call_id)
+    return ToolReturnPart(tool_name=name, content=_store.stand_in(call_id), tool_call_id=call_id)
 
 
 def render_messages(snap: Snapshot) -> list[ModelMessage]:
@@ -233,7 +234,7 @@ def render_messages(snap: Snapshot) -> list[ModelMessage]:
     of the first request. O(n)."""
     rebuilt = [m for m in (_rebuild(s) for s in _store.window(snap)) if m is not None]
     messages = _paired(rebuilt)
-    note = _store.notes(snap, framework=FRAMEWORK)
+    note = _store.notes(snap)
     if note is not None:
         if messages and isinstance(messages[0], ModelRequest):
             messages[0].parts = [SystemPromptPart(note), *messages[0].parts]
