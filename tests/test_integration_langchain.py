@@ -290,3 +290,39 @@ def test_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delitem(sys.modules, "quiesce.integrations.langchain")
     with pytest.raises(ImportError, match=r'pip install "quiesce\[langchain\]"'):
         importlib.import_module("quiesce.integrations.langchain")
+
+
+def test_sync_invoke_runs_the_pruner() -> None:
+    """LangGraph's sync ``invoke`` goes through ``before_model`` and
+    ``wrap_model_call``; the async pruner runs (``anyio.run``) in that thread.
+    (No event loop: the sync path.)"""
+    from quiesce import Buffer
+
+    model = RecordingModel(
+        responses=[
+            AIMessage(content=THINKING, tool_calls=calls(("c1", "a"), ("c2", "b"))),
+            AIMessage(content="done"),
+            AIMessage(content="done again"),
+        ]
+    )
+    model.requests = []
+    buf = Buffer()
+    pruner = PruneCall()
+
+    def lookup(q: str) -> str:
+        """Look something up."""
+        return f"result for {q}"
+
+    agent = create_agent(
+        model=model,
+        tools=[lookup],
+        middleware=[QuiesceMiddleware(buf, pruner=pruner)],
+        checkpointer=InMemorySaver(),
+    )
+    cfg = {"configurable": {"thread_id": "sync"}}
+    agent.invoke({"messages": [HumanMessage("go")]}, cfg)
+    pruner.armed = True
+    agent.invoke({"messages": [HumanMessage("more")]}, cfg)
+    assert call_ids(model.requests[-1]) == {"c2"}
+    for req in model.requests:
+        answered(req)
