@@ -108,7 +108,7 @@ async def test_cancelled_aprune_still_completes_whole(tmp_path: Path) -> None:
         fill(buf)
         await buf.aflush()
         log.gated = True
-        reached_end = False
+        reached_end = returned = False
         with anyio.CancelScope() as scope:
             async with anyio.create_task_group() as tg:
 
@@ -118,9 +118,10 @@ async def test_cancelled_aprune_still_completes_whole(tmp_path: Path) -> None:
                     log.go.set()
 
                 tg.start_soon(cancel_when_inside)
-                await buf.aprune(["c1", "r1"], reason="old")
+                report = await buf.aprune(["c1", "r1"], reason="old")
+                returned = report["c1"].status is Status.PRUNED
                 await anyio.lowlevel.checkpoint()
                 reached_end = True
-        assert scope.cancelled_caught and not reached_end
+        assert scope.cancelled_caught and returned and not reached_end
         log.gated = False
         assert set(buf.tombstones) == {"c1", "r1"}

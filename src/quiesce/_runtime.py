@@ -50,6 +50,7 @@ alone would let ``quiesce()`` return too early.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import time
@@ -67,7 +68,7 @@ from ._core.errors import BufferClosed, InvalidArgument, InvalidType, LogWriteEr
 from ._core.log import LogSink
 from ._core.plan import EditPlan
 from ._core.policy import Policy
-from ._core.records import EditReport, Escalation, EscalationKind, PruneReport
+from ._core.records import EditReport, Escalation, EscalationKind, Outcome, PruneReport, Status
 from ._core.tasks import task_name
 
 __all__ = ["RuntimeBuffer", "open_buffer"]
@@ -341,16 +342,27 @@ class RuntimeBuffer(Buffer):
         in a worker thread. Always a checkpoint. Cancellation never splits a
         request (see :meth:`_off_loop`): the ids are decided and applied or
         staged together, and the report is returned; the cancellation follows
-        at the next checkpoint. ``ids`` is materialized before the thread
-        starts (a bare ``str`` is still a :class:`InvalidType`)."""
-        if isinstance(ids, str | bytes):
-            raise InvalidType("prune takes a collection of ids, not a bare str")
-        if not hasattr(ids, "__iter__"):
-            raise InvalidType(f"prune takes a collection of ids, not {type(ids).__name__}")
-        id_list = list(ids)
-        return await self._off_loop(
-            functools.partial(self.prune, id_list, reason=reason, actor=actor, turn=turn)
+        at the next checkpoint. A removal no reader holds is reported
+        ``PRUNED``, as by the sync call, even when the scheduler (woken from
+        the worker thread) applied it. Arguments are checked by :meth:`prune` itself
+        (a bare ``str`` is an :class:`InvalidType`, nothing changes)."""
+        report = await self._off_loop(
+            functools.partial(self.prune, ids, reason=reason, actor=actor, turn=turn)
         )
+        deferred = report.ids(Status.DEFERRED)
+        if not deferred or not (self._in_flight or self.has_due()):
+            return report
+        # From a worker thread the staging woke the scheduler, which may take
+        # the batch (no reader holds it) before the prune can apply it itself:
+        # let that batch land, then report what the sync call would.
+        with anyio.CancelScope(shield=True), contextlib.suppress(LogWriteError):
+            await self.quiesce()
+        tombs = self.tombstones
+        outcomes = {
+            i: Outcome(Status.PRUNED) if i in deferred and i in tombs else o
+            for i, o in report.items()
+        }
+        return PruneReport(outcomes, self.version)
 
     async def aedit(self, plan: EditPlan) -> EditReport:
         """:meth:`edit` for code on the event loop: all or nothing, as the
