@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 from autogen_agentchat.agents import AssistantAgent
 from autogen_core import FunctionCall, Image
@@ -32,7 +31,8 @@ from autogen_core.models import (
 )
 from autogen_ext.models.replay import ReplayChatCompletionClient
 
-from quiesce import Buffer, EditPlan, InvalidArgument, Prune, Snapshot, SQLiteLog, open_buffer
+from _scenario import Scenario
+from quiesce import Buffer, InvalidArgument, SQLiteLog, open_buffer
 from quiesce.integrations.autogen import QuiesceChatCompletionContext
 
 THOUGHT = "Two lookups, in parallel."
@@ -101,32 +101,14 @@ def note_of(messages: list[LLMMessage]) -> str:
     )
 
 
-class PruneCall:
-    """Proposes removing call ``c1`` and its result once armed."""
-
-    def __init__(self) -> None:
-        self.armed = False
-
-    async def __call__(self, snap: Snapshot, /) -> EditPlan | None:
-        if not self.armed:
-            return None
-        ids = [e.id for e in snap if "c1" in (e.meta.get("call_id"), e.meta.get("result_of"))]
-        if not ids or any(snap.is_stale(i) for i in ids):
-            return None
-        return EditPlan([Prune(i) for i in ids], reason="lookup a is superseded", actor="test")
-
-
 def make_agent(
-    client: ReplayChatCompletionClient, buf: Any, pruner: Any, state: dict[str, Any]
+    client: ReplayChatCompletionClient, buf: Any, pruner: Any, scenario: Scenario
 ) -> AssistantAgent:
+    scenario.buf = buf
+
     async def lookup(q: str) -> str:
         """Look something up."""
-        state["lookups"] += 1
-        if q == "a" and state["lookups"] == 3:
-            state["release"].set()
-            await state["unpinned"].wait()
-            await buf.quiesce()
-        return f"result for {q}"
+        return await scenario.lookup(q)
 
     return AssistantAgent(
         "assistant",
@@ -156,28 +138,12 @@ async def test_agent_end_to_end(tmp_path: Path) -> None:
         ],
         model_info=INFO,
     )
-    pruner = PruneCall()
-    state: dict[str, Any] = {"lookups": 0, "release": anyio.Event(), "unpinned": anyio.Event()}
-    seen_in_pin: list[bool] = []
+    scenario = Scenario()
     async with open_buffer(log=SQLiteLog(path)) as buf:
-        agent = make_agent(client, buf, pruner, state)
+        agent = make_agent(client, buf, scenario.pruner, scenario)
         await agent.run(task="find a and b")
         assert call_ids(requests(client)[1]) == {"c1", "c2"}
-
-        async def pinned_reader() -> None:
-            with buf.snapshot() as snap:
-                pinned.set()
-                await state["release"].wait()
-                seen_in_pin.append(any(e.meta.get("call_id") == "c1" for e in snap))
-            state["unpinned"].set()
-
-        pinned = anyio.Event()
-        pruner.armed = True
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(pinned_reader)
-            await pinned.wait()
-            await agent.run(task="again")
-        assert seen_in_pin == [True]
+        await scenario.run_while_pinned(lambda: agent.run(task="again"))
         reqs = requests(client)
         assert "c1" in call_ids(reqs[2])
         assert "stale entries, shown unchanged]" in note_of(reqs[2])
@@ -187,7 +153,7 @@ async def test_agent_end_to_end(tmp_path: Path) -> None:
 
     async with open_buffer(log=SQLiteLog(path)) as buf2:
         assert buf2.version == version
-        agent2 = make_agent(client, buf2, None, state)
+        agent2 = make_agent(client, buf2, None, scenario)
         result = await agent2.run(task="still there?")
         assert result.messages[-1].to_text() == "Still here."
         last = requests(client)[-1]

@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
@@ -28,7 +27,8 @@ from langchain_core.messages import (
 )
 from langgraph.checkpoint.memory import InMemorySaver
 
-from quiesce import EditPlan, InvalidArgument, Prune, Snapshot, SQLiteLog, open_buffer
+from _scenario import PruneCall, Scenario
+from quiesce import InvalidArgument, SQLiteLog, open_buffer
 from quiesce.integrations.langchain import QuiesceMiddleware, sync_messages
 
 THINKING = [
@@ -56,6 +56,19 @@ class RecordingModel(FakeMessagesListChatModel):
         return super()._generate(messages, *args, **kwargs)
 
 
+def two_turns() -> RecordingModel:
+    """A model for two runs: parallel calls with thinking, then two answers."""
+    model = RecordingModel(
+        responses=[
+            AIMessage(content=THINKING, tool_calls=calls(("c1", "a"), ("c2", "b"))),
+            AIMessage(content="done"),
+            AIMessage(content="done again"),
+        ]
+    )
+    model.requests = []
+    return model
+
+
 def calls(*pairs: tuple[str, str]) -> list[dict[str, Any]]:
     return [{"name": "lookup", "args": {"q": q}, "id": i, "type": "tool_call"} for i, q in pairs]
 
@@ -78,39 +91,19 @@ def call_ids(request: list[BaseMessage]) -> set[str]:
     return {str(tc["id"]) for m in request if isinstance(m, AIMessage) for tc in m.tool_calls}
 
 
-class PruneCall:
-    """A model-driven pruner stand-in: proposes removing call ``c1`` and its result."""
-
-    def __init__(self) -> None:
-        self.armed = False
-
-    async def __call__(self, snap: Snapshot, /) -> EditPlan | None:
-        if not self.armed:
-            return None
-        ids = [e.id for e in snap if "c1" in (e.meta.get("call_id"), e.meta.get("result_of"))]
-        if not ids or any(snap.is_stale(i) for i in ids):
-            return None
-        return EditPlan([Prune(i) for i in ids], reason="lookup a is superseded", actor="test")
-
-
 def make_agent(
     buf: Any,
     model: RecordingModel,
     pruner: Any,
     saver: InMemorySaver,
-    state: dict[str, Any],
+    scenario: Scenario,
     **kw: Any,
 ) -> Any:
+    scenario.buf = buf
+
     async def lookup(q: str) -> str:
         """Look something up."""
-        state["lookups"] += 1
-        if q == "a" and state["lookups"] == 3:
-            # The re-run of the pruned call: let the pinned reader go, then
-            # wait for the deferred removal to be applied.
-            state["release"].set()
-            await state["unpinned"].wait()
-            await buf.quiesce()
-        return f"result for {q}"
+        return await scenario.lookup(q)
 
     return create_agent(
         model=model,
@@ -140,31 +133,16 @@ async def test_agent_end_to_end(tmp_path: Path) -> None:
     model.requests = []
     saver = InMemorySaver()
     cfg = {"configurable": {"thread_id": "t1"}}
-    pruner = PruneCall()
-    state: dict[str, Any] = {"lookups": 0, "release": anyio.Event(), "unpinned": anyio.Event()}
-    seen_in_pin: list[bool] = []
+    scenario = Scenario()
 
     async with open_buffer(log=SQLiteLog(path)) as buf:
-        agent = make_agent(buf, model, pruner, saver, state)
+        agent = make_agent(buf, model, scenario.pruner, saver, scenario)
         await agent.ainvoke({"messages": [HumanMessage("find a and b")]}, cfg)
         assert len(model.requests) == 2
         assert call_ids(model.requests[1]) == {"c1", "c2"}
-
-        async def pinned_reader() -> None:
-            with buf.snapshot() as snap:
-                pinned.set()
-                await state["release"].wait()
-                # Still the version pinned before the run: c1 is readable.
-                seen_in_pin.append(any(e.meta.get("call_id") == "c1" for e in snap))
-            state["unpinned"].set()
-
-        pinned = anyio.Event()
-        pruner.armed = True
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(pinned_reader)
-            await pinned.wait()
-            await agent.ainvoke({"messages": [HumanMessage("again")]}, cfg)
-        assert seen_in_pin == [True]
+        await scenario.run_while_pinned(
+            lambda: agent.ainvoke({"messages": [HumanMessage("again")]}, cfg)
+        )
         # Request 3: the prune was deferred (the reader held c1): still shown, marked stale.
         assert "c1" in call_ids(model.requests[2])
         assert "stale entries, shown unchanged]" in str(model.requests[2][0].content)
@@ -176,23 +154,27 @@ async def test_agent_end_to_end(tmp_path: Path) -> None:
         version = buf.version
 
     # A new run over the reopened log continues the same thread.
-    model.requests.clear()
     async with open_buffer(log=SQLiteLog(path)) as buf2:
         assert buf2.version == version
-        agent2 = make_agent(buf2, model, None, saver, state)
+        agent2 = make_agent(buf2, model, None, saver, scenario)
         out = await agent2.ainvoke({"messages": [HumanMessage("still there?")]}, cfg)
         assert out["messages"][-1].content == "Still here."
-        (req,) = model.requests
+        assert len(model.requests) == 5
+        req = model.requests[-1]
         assert call_ids(req) == {"c2", "c3"}
         assert "[quiesce: removed from this context]" in str(req[0].content)
         # The full history stays in LangGraph's state (non-destructive).
         assert "c1" in call_ids(out["messages"])
 
-    for req in [*model.requests]:
+    for req in model.requests:
         answered(req)
-    for m in (m for req in model.requests for m in req):
-        if isinstance(m, AIMessage) and m.tool_calls and m.tool_calls[0]["id"] == "c1":
-            assert m.content == THINKING
+    first_turn = [
+        m
+        for req in model.requests
+        for m in req
+        if isinstance(m, AIMessage) and m.tool_calls and m.tool_calls[0]["id"] == "c1"
+    ]
+    assert len(first_turn) == 2 and all(m.content == THINKING for m in first_turn)
 
 
 @pytest.mark.anyio
@@ -200,19 +182,11 @@ async def test_every_request_answered_and_thinking_unchanged() -> None:
     """Across a run with a pruned result whose call survives, each request's
     calls are answered (a stand-in replaces the result) and the signed
     thinking block is byte-identical. (asyncio only: LangGraph.)"""
-    model = RecordingModel(
-        responses=[
-            AIMessage(content=THINKING, tool_calls=calls(("c1", "a"), ("c2", "b"))),
-            AIMessage(content="done"),
-            AIMessage(content="done again"),
-        ]
-    )
-    model.requests = []
+    model = two_turns()
     saver = InMemorySaver()
     cfg = {"configurable": {"thread_id": "t2"}}
-    state: dict[str, Any] = {"lookups": 0, "release": anyio.Event(), "unpinned": anyio.Event()}
     async with open_buffer() as buf:
-        agent = make_agent(buf, model, None, saver, state)
+        agent = make_agent(buf, model, None, saver, Scenario())
         await agent.ainvoke({"messages": [HumanMessage("go")]}, cfg)
         with buf.snapshot() as snap:
             result = next(e.id for e in snap if e.meta.get("result_of") == "c2")
@@ -234,20 +208,12 @@ async def test_destructive_state_holds_no_orphans() -> None:
     """``destructive=True``: after a prune, LangGraph's saved state has neither
     the pruned call nor its result, and the AI message keeps its other call.
     (asyncio only: LangGraph.)"""
-    model = RecordingModel(
-        responses=[
-            AIMessage(content=THINKING, tool_calls=calls(("c1", "a"), ("c2", "b"))),
-            AIMessage(content="done"),
-            AIMessage(content="done again"),
-        ]
-    )
-    model.requests = []
+    model = two_turns()
     saver = InMemorySaver()
     cfg = {"configurable": {"thread_id": "t3"}}
     pruner = PruneCall()
-    state: dict[str, Any] = {"lookups": 0, "release": anyio.Event(), "unpinned": anyio.Event()}
     async with open_buffer() as buf:
-        agent = make_agent(buf, model, pruner, saver, state, destructive=True)
+        agent = make_agent(buf, model, pruner, saver, Scenario(), destructive=True)
         await agent.ainvoke({"messages": [HumanMessage("go")]}, cfg)
         pruner.armed = True
         out = await agent.ainvoke({"messages": [HumanMessage("more")]}, cfg)
@@ -298,14 +264,7 @@ def test_sync_invoke_runs_the_pruner() -> None:
     (No event loop: the sync path.)"""
     from quiesce import Buffer
 
-    model = RecordingModel(
-        responses=[
-            AIMessage(content=THINKING, tool_calls=calls(("c1", "a"), ("c2", "b"))),
-            AIMessage(content="done"),
-            AIMessage(content="done again"),
-        ]
-    )
-    model.requests = []
+    model = two_turns()
     buf = Buffer()
     pruner = PruneCall()
 

@@ -37,14 +37,13 @@ from openai.types.responses import (
 )
 from openai.types.responses.response_reasoning_item import Summary
 
+from _scenario import Scenario
 from quiesce import (
     Buffer,
-    EditPlan,
+    Entry,
     InvalidType,
     Kind,
     ProtectedEntry,
-    Prune,
-    Snapshot,
     SQLiteLog,
     open_buffer,
 )
@@ -127,33 +126,18 @@ def call_ids(items: list[dict[str, Any]]) -> set[str]:
     return {i["call_id"] for i in items if i.get("type") == "function_call"}
 
 
-class PruneCall:
-    """Proposes removing call ``c1`` and its output once armed."""
-
-    def __init__(self) -> None:
-        self.armed = False
-
-    async def __call__(self, snap: Snapshot, /) -> EditPlan | None:
-        if not self.armed:
-            return None
-        ids = [
-            e.id for e in snap if e.id == "c1" or (e.kind is Kind.TOOL_OUTPUT and e.refs == ("c1",))
-        ]
-        if not ids or any(snap.is_stale(i) for i in ids):
-            return None
-        return EditPlan([Prune(i) for i in ids], reason="lookup a is superseded", actor="test")
+def adapter_c1(e: Entry) -> bool:
+    """Call ``c1`` or its output, as the Responses adapter names them."""
+    return e.id == "c1" or (e.kind is Kind.TOOL_OUTPUT and e.refs == ("c1",))
 
 
-def make_agent(model: ScriptedModel, state: dict[str, Any], buf: Any) -> Agent[Any]:
+def make_agent(model: ScriptedModel, scenario: Scenario, buf: Any) -> Agent[Any]:
+    scenario.buf = buf
+
     @function_tool
     async def lookup(q: str) -> str:
         """Look something up."""
-        state["lookups"] += 1
-        if q == "a" and state["lookups"] == 3:
-            state["release"].set()
-            await state["unpinned"].wait()
-            await buf.quiesce()
-        return f"result for {q}"
+        return await scenario.lookup(q)
 
     return Agent(name="a", instructions="Be terse.", model=model, tools=[lookup])
 
@@ -174,13 +158,11 @@ async def test_session_and_filter_end_to_end(tmp_path: Path) -> None:
             [text("m3", "Still here.")],
         ]
     )
-    pruner = PruneCall()
-    state: dict[str, Any] = {"lookups": 0, "release": anyio.Event(), "unpinned": anyio.Event()}
-    seen_in_pin: list[bool] = []
+    scenario = Scenario(adapter_c1)
     async with open_buffer(log=SQLiteLog(path)) as buf:
         session = QuiesceSession("s1", buf)
-        agent = make_agent(model, state, buf)
-        cfg = RunConfig(call_model_input_filter=quiesce_input_filter(buf, pruner=pruner))
+        agent = make_agent(model, scenario, buf)
+        cfg = RunConfig(call_model_input_filter=quiesce_input_filter(buf, pruner=scenario.pruner))
         await Runner.run(agent, "find a and b", session=session, run_config=cfg)
         assert call_ids(model.inputs[1]) == {"c1", "c2"}
         sent = model.inputs[1][1]
@@ -190,21 +172,9 @@ async def test_session_and_filter_end_to_end(tmp_path: Path) -> None:
             "encrypted_content": REASONING.encrypted_content,
             "summary": [{"type": "summary_text", "text": "Two lookups."}],
         }
-
-        async def pinned_reader() -> None:
-            with buf.snapshot() as snap:
-                pinned.set()
-                await state["release"].wait()
-                seen_in_pin.append(any(e.id == "c1" for e in snap))
-            state["unpinned"].set()
-
-        pinned = anyio.Event()
-        pruner.armed = True
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(pinned_reader)
-            await pinned.wait()
-            await Runner.run(agent, "again", session=session, run_config=cfg)
-        assert seen_in_pin == [True]
+        await scenario.run_while_pinned(
+            lambda: Runner.run(agent, "again", session=session, run_config=cfg)
+        )
         # Input 3: the prune was deferred (a reader held c1): still shown, marked stale.
         assert "c1" in call_ids(model.inputs[2])
         assert "[quiesce: stale" in json.dumps(model.inputs[2])
@@ -218,7 +188,7 @@ async def test_session_and_filter_end_to_end(tmp_path: Path) -> None:
     async with open_buffer(log=SQLiteLog(path)) as buf2:
         assert buf2.version == version
         session2 = QuiesceSession("s1", buf2)
-        agent2 = make_agent(model, state, buf2)
+        agent2 = make_agent(model, scenario, buf2)
         cfg2 = RunConfig(call_model_input_filter=quiesce_input_filter(buf2))
         result = await Runner.run(agent2, "still there?", session=session2, run_config=cfg2)
         assert result.final_output == "Still here."
@@ -243,10 +213,9 @@ async def test_concurrent_runs_lose_nothing() -> None:
     """Two runs on one session at once: every item of both is kept, and
     pop_item removes the newest with a tombstone naming the host. (asyncio only.)"""
     model = ScriptedModel([[text("x1", "one")], [text("x2", "two")]])
-    state: dict[str, Any] = {"lookups": 0, "release": anyio.Event(), "unpinned": anyio.Event()}
     async with open_buffer() as buf:
         session = QuiesceSession("s2", buf)
-        agent = make_agent(model, state, buf)
+        agent = make_agent(model, Scenario(), buf)
         async with anyio.create_task_group() as tg:
             tg.start_soon(functools.partial(Runner.run, agent, "first", session=session))
             tg.start_soon(functools.partial(Runner.run, agent, "second", session=session))

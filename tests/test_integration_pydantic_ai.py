@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 from pydantic_ai import Agent
 from pydantic_ai.capabilities import ProcessHistory
@@ -32,7 +31,8 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from quiesce import Buffer, EditPlan, InvalidArgument, Prune, Snapshot, SQLiteLog, open_buffer
+from _scenario import Scenario
+from quiesce import Buffer, InvalidArgument, SQLiteLog, open_buffer
 from quiesce.integrations.pydantic_ai import QuiesceHistoryProcessor, sync_messages
 
 THINKING = ThinkingPart(
@@ -95,22 +95,8 @@ def note_of(messages: list[ModelMessage]) -> str:
     )
 
 
-class PruneCall:
-    """Proposes removing call ``c1`` and its result once armed."""
-
-    def __init__(self) -> None:
-        self.armed = False
-
-    async def __call__(self, snap: Snapshot, /) -> EditPlan | None:
-        if not self.armed:
-            return None
-        ids = [e.id for e in snap if "c1" in (e.meta.get("call_id"), e.meta.get("result_of"))]
-        if not ids or any(snap.is_stale(i) for i in ids):
-            return None
-        return EditPlan([Prune(i) for i in ids], reason="lookup a is superseded", actor="test")
-
-
-def make_agent(script: Script, buf: Any, pruner: Any, state: dict[str, Any]) -> Agent[None, str]:
+def make_agent(script: Script, buf: Any, pruner: Any, scenario: Scenario) -> Agent[None, str]:
+    scenario.buf = buf
     agent = Agent(
         FunctionModel(script),
         instructions="Be terse.",
@@ -120,12 +106,7 @@ def make_agent(script: Script, buf: Any, pruner: Any, state: dict[str, Any]) -> 
     @agent.tool_plain
     async def lookup(q: str) -> str:
         """Look something up."""
-        state["lookups"] += 1
-        if q == "a" and state["lookups"] == 3:
-            state["release"].set()
-            await state["unpinned"].wait()
-            await buf.quiesce()
-        return f"result for {q}"
+        return await scenario.lookup(q)
 
     return agent
 
@@ -149,28 +130,14 @@ async def test_agent_end_to_end(tmp_path: Path) -> None:
             ModelResponse(parts=[TextPart("Still here.")]),
         ]
     )
-    pruner = PruneCall()
-    state: dict[str, Any] = {"lookups": 0, "release": anyio.Event(), "unpinned": anyio.Event()}
-    seen_in_pin: list[bool] = []
+    scenario = Scenario()
     async with open_buffer(log=SQLiteLog(path)) as buf:
-        agent = make_agent(script, buf, pruner, state)
+        agent = make_agent(script, buf, scenario.pruner, scenario)
         r1 = await agent.run(["find a and b in this", IMAGE])
         assert call_ids(script.requests[1]) == {"c1", "c2"}
-
-        async def pinned_reader() -> None:
-            with buf.snapshot() as snap:
-                pinned.set()
-                await state["release"].wait()
-                seen_in_pin.append(any(e.meta.get("call_id") == "c1" for e in snap))
-            state["unpinned"].set()
-
-        pinned = anyio.Event()
-        pruner.armed = True
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(pinned_reader)
-            await pinned.wait()
-            r2 = await agent.run("again", message_history=r1.all_messages())
-        assert seen_in_pin == [True]
+        r2 = await scenario.run_while_pinned(
+            lambda: agent.run("again", message_history=r1.all_messages())
+        )
         assert "c1" in call_ids(script.requests[2])
         assert "stale entries, shown unchanged]" in note_of(script.requests[2])
         assert call_ids(script.requests[3]) == {"c2", "c3"}
@@ -180,7 +147,7 @@ async def test_agent_end_to_end(tmp_path: Path) -> None:
 
     async with open_buffer(log=SQLiteLog(path)) as buf2:
         assert buf2.version == version
-        agent2 = make_agent(script, buf2, None, state)
+        agent2 = make_agent(script, buf2, None, scenario)
         r3 = await agent2.run("still there?", message_history=history)
         assert r3.output == "Still here."
         last = script.requests[-1]
@@ -219,9 +186,8 @@ async def test_pruned_result_gets_a_stand_in() -> None:
             ModelResponse(parts=[TextPart("done again")]),
         ]
     )
-    state: dict[str, Any] = {"lookups": 0, "release": anyio.Event(), "unpinned": anyio.Event()}
     async with open_buffer() as buf:
-        agent = make_agent(script, buf, None, state)
+        agent = make_agent(script, buf, None, Scenario())
         r1 = await agent.run("go")
         with buf.snapshot() as snap:
             result = next(e.id for e in snap if e.meta.get("result_of") == "c2")
