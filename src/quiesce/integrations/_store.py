@@ -39,17 +39,23 @@ the note — every request keeps every tool call answered.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .._core.buffer import Buffer, Snapshot
 from .._core.entry import Entry, Kind, content_hash, thaw
-from .._core.errors import DuplicateEntry, InvalidArgument, ReadmissionRefused, UnknownEntry
-from .._core.records import Override, Tombstone
-from ..adapters._common import NOTE_PREFIX, escape_field, removal_note
+from .._core.errors import InvalidArgument, UnknownEntry
+from .._core.records import Tombstone
+from ..adapters._common import (
+    NOTE_PREFIX,
+    Read,
+    ReadmitPolicy,
+    SyncReport,
+    admit,
+    escape_field,
+    removal_note,
+)
 
 __all__ = [
     "Call",
@@ -57,7 +63,6 @@ __all__ = [
     "Slot",
     "SyncReport",
     "Unit",
-    "fingerprint",
     "notes",
     "sync_units",
     "window",
@@ -115,24 +120,6 @@ class Slot:
     @property
     def call_ids(self) -> set[str]:
         return {c.call_id for c in self.calls}
-
-
-@dataclass(frozen=True)
-class SyncReport:
-    """What :func:`sync_units` did: unit ids appended, already held (live),
-    already tombstoned (not re-appended), and entry ids re-admitted with an
-    ``Override`` (re-runs of pruned calls or content)."""
-
-    appended: tuple[str, ...]
-    held: tuple[str, ...]
-    tombstoned: tuple[str, ...]
-    readmitted: tuple[str, ...]
-
-
-def fingerprint(value: Any) -> str:
-    """A stable content id for a JSON value: 16 hex digits of its canonical sha256."""
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _held(snap: Snapshot, entry_id: str) -> Entry | Tombstone | None:
@@ -202,6 +189,7 @@ def sync_units(
     units: Sequence[Unit],
     *,
     framework: str,
+    readmit: ReadmitPolicy = "record",
     turn: int | None = None,
     new_ids: str = "#q:",
 ) -> SyncReport:
@@ -213,18 +201,21 @@ def sync_units(
     stale copy of a pruned message is not re-appended), each held entry
     matching at most one message; an unmatched one gets the id
     ``<new_ids><head version>.<position>`` (the prefix starts with ``#``,
-    the reserved character of generated ids: no framework id takes it). ``Unit.lead`` (a position in
-    ``units``) becomes a ref to that unit's entry when it is live.
+    the reserved character of generated ids: no framework id takes it).
+    ``Unit.lead`` (a position in ``units``) becomes a ref to that unit's
+    entry when it is live.
 
+    Appending is the adapters' :func:`~quiesce.adapters._common.admit`: every
+    re-admission is decided before the first append (``readmit`` as in the
+    adapters: ``"record"`` appends a re-run with an automatic, logged
+    ``Override`` and escalates ``OSCILLATION`` on its second cycle), and the
+    result is the adapters' :class:`SyncReport` (positions in ``units``).
     Synchronous and without awaits, so on one event loop it is atomic with
     respect to other coroutines. O(u log n) for u units over n entries.
     Raises :class:`InvalidArgument` (nothing appended) if two new units share
     an id or an entry cannot be built.
     """
-    appended: list[str] = []
-    held: list[str] = []
-    tombstoned: list[str] = []
-    readmitted: list[str] = []
+    reads: list[Read] = []
     with buf.snapshot() as snap:
         call_entry = {
             str(e.meta["call_id"]): e.id
@@ -234,55 +225,31 @@ def sync_units(
         by_content = any(u.id is None for u in units)
         live_by_hash, tombs_by_hash = _primaries(snap) if by_content else ({}, {})
         ids: list[str | None] = []  # each unit's entry id, None when tombstoned
-        todo: list[tuple[Unit, list[Entry]]] = []
         seen: set[str] = set()
         for position, unit in enumerate(units):
             if unit.id is None:
                 body, native = _primary(unit)
                 h = content_hash(body, native)
                 if live_by_hash.get(h):
-                    held.append(live_by_hash[h].pop(0))
-                    ids.append(held[-1])
-                    continue
-                if tombs_by_hash.get(h):
-                    tombstoned.append(tombs_by_hash[h].pop(0))
-                    ids.append(None)
-                    continue
-                new_id = f"{new_ids}{snap.version}.{position}"
-                while _held(snap, new_id) is not None or new_id in seen:
-                    new_id += "'"
-                unit = replace(unit, id=new_id)
+                    unit = replace(unit, id=live_by_hash[h].pop(0))
+                elif tombs_by_hash.get(h):
+                    unit = replace(unit, id=tombs_by_hash[h].pop(0))
+                else:
+                    new_id = f"{new_ids}{snap.version}.{position}"
+                    while _held(snap, new_id) is not None or new_id in seen:
+                        new_id += "'"
+                    unit = replace(unit, id=new_id)
             assert unit.id is not None
             found = _held(snap, unit.id)
-            if isinstance(found, Tombstone):
-                tombstoned.append(unit.id)
-                ids.append(None)
-                continue
-            if found is not None:
-                held.append(unit.id)
-                ids.append(unit.id)
-                continue
-            if unit.id in seen:
-                raise InvalidArgument(f"{framework}: message id {unit.id!r} appears twice")
-            seen.add(unit.id)
-            ids.append(unit.id)
+            if found is None:
+                if unit.id in seen:
+                    raise InvalidArgument(f"{framework}: message id {unit.id!r} appears twice")
+                seen.add(unit.id)
+            ids.append(None if isinstance(found, Tombstone) else unit.id)
             lead = ids[unit.lead] if unit.lead is not None and unit.lead < position else None
-            todo.append((unit, _entries(unit, framework, call_entry, lead)))
-    for unit, entries in todo:
-        for e in entries:
-            try:
-                buf.append(e)
-            except ReadmissionRefused:
-                # The framework already ran it: record the re-run, never refuse
-                # history. Without a turn, the override names the head version.
-                reason = f"re-run recorded by quiesce.integrations.{framework}"
-                buf.append(e, override=Override(reason, buf.version if turn is None else turn))
-                readmitted.append(e.id)
-            except DuplicateEntry:
-                continue  # another thread synced the same message first
-        assert unit.id is not None
-        appended.append(unit.id)
-    return SyncReport(tuple(appended), tuple(held), tuple(tombstoned), tuple(readmitted))
+            entries = _entries(unit, framework, call_entry, lead)
+            reads.append(Read(position, unit.id, entries))
+    return admit(buf, reads, api=f"integrations.{framework}", readmit=readmit, turn=turn, sync=True)
 
 
 def window(snap: Snapshot) -> list[Slot]:

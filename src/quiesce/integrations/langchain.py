@@ -41,6 +41,7 @@ import anyio
 from .._core.buffer import Buffer, Snapshot
 from .._core.entry import Kind
 from .._core.errors import InvalidArgument
+from ..adapters._common import ReadmitPolicy, SyncReport, fingerprint
 from ..pruner import Pruner
 from . import _store
 from ._glue import check_setup, missing_extra, prune_round
@@ -89,7 +90,7 @@ def _unit(index: int, m: object) -> _store.Unit:
         )
     name = type(m).__name__
     native = message_to_dict(m)
-    mid = m.id if isinstance(m.id, str) and m.id else f"#lc:{_store.fingerprint(native)}"
+    mid = m.id if isinstance(m.id, str) and m.id else f"#lc:{fingerprint(native)}"
     if isinstance(m, ToolMessage):
         call_id = m.tool_call_id
         if not isinstance(call_id, str) or not call_id:
@@ -129,9 +130,13 @@ def to_units(messages: Sequence[object]) -> list[_store.Unit]:
     return units
 
 
-def sync_messages(buffer: Buffer, messages: Sequence[object]) -> _store.SyncReport:
-    """Append the messages the buffer does not hold yet (by ``message.id``)."""
-    return _store.sync_units(buffer, to_units(messages), framework=FRAMEWORK)
+def sync_messages(
+    buffer: Buffer, messages: Sequence[object], *, readmit: ReadmitPolicy = "record"
+) -> SyncReport:
+    """Append the messages the buffer does not hold yet (by ``message.id``);
+    idempotent. ``readmit`` and the report are the adapters'
+    (:func:`quiesce.adapters.openai.sync_messages`)."""
+    return _store.sync_units(buffer, to_units(messages), framework=FRAMEWORK, readmit=readmit)
 
 
 def _without_calls(msg: AIMessage, live: set[str]) -> AIMessage:

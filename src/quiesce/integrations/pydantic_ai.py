@@ -36,6 +36,7 @@ from typing import Any
 from .._core.buffer import Buffer, Snapshot
 from .._core.entry import Kind
 from .._core.errors import InvalidArgument
+from ..adapters._common import ReadmitPolicy, SyncReport
 from ..pruner import Pruner
 from . import _store
 from ._glue import check_setup, missing_extra, prune_round
@@ -136,9 +137,15 @@ def to_units(messages: Sequence[object]) -> list[_store.Unit]:
     return [_unit(i, m) for i, m in enumerate(messages)]
 
 
-def sync_messages(buffer: Buffer, messages: Sequence[object]) -> _store.SyncReport:
-    """Append the messages the buffer does not hold yet (see the module docstring)."""
-    return _store.sync_units(buffer, to_units(messages), framework=FRAMEWORK, new_ids="#pa:")
+def sync_messages(
+    buffer: Buffer, messages: Sequence[object], *, readmit: ReadmitPolicy = "record"
+) -> SyncReport:
+    """Append the messages the buffer does not hold yet (see the module
+    docstring); idempotent. ``readmit`` and the report are the adapters'
+    (:func:`quiesce.adapters.openai.sync_messages`)."""
+    return _store.sync_units(
+        buffer, to_units(messages), framework=FRAMEWORK, readmit=readmit, new_ids="#pa:"
+    )
 
 
 def _stamp(m: ModelMessage, unit: str) -> ModelMessage:
