@@ -18,10 +18,13 @@ Ids. Foreign ids (tool-call ids, Responses item ids) are kept verbatim and stay
 addressable, but may not contain :data:`RESERVED` (``#``): every id the
 adapters generate contains it, so no foreign id can take a generated one. A
 tool result is ``"<call id>#result"``; a message without a foreign id is keyed
-by its content: ``"#<16 hex digits of sha256 of its canonical JSON>.<n>"``,
-``n`` counting the identical messages before it, and its parts are
-``"<key>/<index>"``. The same message read again gets the same ids, which is
-what makes :func:`sync` idempotent.
+by its content, ``"#<16 hex digits of sha256 of its canonical JSON>.<n>"``
+(``cache_control`` hints left out), ``n`` counting the identical messages
+before it; the blocks of a message without an id of their own are
+``"<message key>#<index>"``, the key being the content key or the message's
+first foreign id (its first tool use, or the result id of its first tool
+result). The same message read again gets the same ids: that is what makes
+``sync_messages`` idempotent.
 
 Notes. Everything quiesce writes into a rendered window is a *note*: one line
 that starts with ``[quiesce:`` and ends with ``]``:
@@ -45,9 +48,9 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, TypeVar
 
 from .._core.buffer import Buffer, Snapshot
 from .._core.entry import Entry, Kind, canonical_json, freeze, result_id, thaw
@@ -71,6 +74,8 @@ __all__ = [
     "SyncReport",
     "result_id",
 ]
+
+_T = TypeVar("_T")
 
 #: The character no foreign id may contain; every generated id contains it.
 RESERVED = "#"
@@ -163,9 +168,24 @@ def entry(index: int, *args: Any, **kwargs: Any) -> Entry:
         raise fail(index, str(exc)) from None
 
 
+#: Keys that are hints to the API, not content: a framework may move them
+#: between turns (Anthropic prompt caching marks the latest block), so they do
+#: not count in a message's fingerprint. The entry keeps them all the same.
+HINTS = frozenset({"cache_control"})
+
+
 def fingerprint(value: object) -> str:
-    """16 hex digits of sha256 of ``value``'s canonical JSON."""
-    return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()[:16]
+    """16 hex digits of sha256 of ``value``'s canonical JSON, :data:`HINTS`
+    left out at every depth."""
+    return hashlib.sha256(canonical_json(_without_hints(value)).encode("utf-8")).hexdigest()[:16]
+
+
+def _without_hints(value: object) -> object:
+    if isinstance(value, Mapping):
+        return {k: _without_hints(v) for k, v in value.items() if k not in HINTS}
+    if isinstance(value, list | tuple):
+        return [_without_hints(v) for v in value]
+    return value
 
 
 class Keys:
@@ -450,6 +470,82 @@ def check_readmit(readmit: object) -> None:
         )
 
 
+class Reader(Protocol):
+    """An adapter's reader: its messages (bound with ``functools.partial``)
+    read against ``head`` (``None``: no buffer), with message keys from
+    ``keys`` and ``calls`` made earlier."""
+
+    def __call__(
+        self, *, head: Version | None, keys: Keys, calls: Collection[str]
+    ) -> list[Read]: ...
+
+
+def read_entries(read: Reader, calls: Collection[str]) -> list[Entry]:
+    """The body of ``to_entries``: read without a buffer, deterministic keys."""
+    return [e for r in read(head=None, keys=Keys(), calls=calls) for e in r.entries]
+
+
+def read_and_admit(
+    buf: Buffer, read: Reader, *, api: str, readmit: object, turn: int | None, sync: bool
+) -> SyncReport:
+    """The body of ``append_messages`` (``sync=False``: message keys avoid
+    every key the buffer used) and ``sync_messages`` (``sync=True``: keys
+    count identical messages in the list, so a list read again gets the same
+    ids); then :func:`admit`."""
+    if not isinstance(buf, Buffer):
+        raise InvalidType(f"buf must be a Buffer, not {type(buf).__name__}")
+    check_readmit(readmit)
+    head = buf.head()
+    reads = read(head=head, keys=Keys(None if sync else head), calls=())
+    return admit(buf, reads, api=api, readmit=readmit, turn=turn, sync=sync)
+
+
+def render_with(source: object, render: Callable[[Snapshot], _T]) -> _T:
+    """``render`` of a snapshot passed in, or of a new snapshot of a buffer
+    (released when done, also on error)."""
+    snap, opened = snapshot_of(source)
+    try:
+        return render(snap)
+    finally:
+        if opened:
+            snap.__exit__(None, None, None)
+
+
+def parts_text(
+    index: int,
+    content: object,
+    what: str,
+    *,
+    noun: str,
+    fields: Mapping[str, str],
+    only_text: bool = False,
+) -> str:
+    """The text of a content value: a str as is, or a list of parts/blocks
+    whose text fields (``fields``: type → field) are joined by newlines, any
+    other part as ``[type]`` (or an error when ``only_text``)."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list | tuple):
+        raise fail(
+            index,
+            f"{what} must be a str or a list of {noun}, not {type(content).__name__}",
+            type_error=True,
+        )
+    texts: list[str] = []
+    for n, part in enumerate(content):
+        if not isinstance(part, Mapping):
+            raise fail(index, f"{what}[{n}] must be a dict", type_error=True)
+        kind = check_nonempty(index, part.get("type"), f"{what}[{n}].type")
+        field_name = fields.get(kind)
+        if field_name is not None:
+            texts.append(check_str(index, part.get(field_name), f"{what}[{n}].{field_name}"))
+        elif only_text:
+            raise fail(index, f"{what}[{n}] must be a text part, not {kind!r}")
+        else:
+            texts.append(f"[{kind}]")
+    return "\n".join(texts)
+
+
 def _cycles(head: Version, e: Entry, tomb: Tombstone) -> int:
     """Prune/re-admit cycles of ``e``'s content or key within the window,
     counting this one. O(tombstones)."""
@@ -481,6 +577,12 @@ def admit(
     with an ``Override`` naming the adapter; the second cycle of one content
     or key within :data:`OSCILLATION_WINDOW` versions is escalated. O(entries
     · log n), plus O(tombstones) per re-admission.
+
+    Everything is decided against the head read at the start. A writer in
+    another thread that appends a conflicting id meanwhile makes a later
+    append of the batch raise (:class:`DuplicateEntry`), and the messages
+    appended before it stay: the adapters do not hold the buffer's write
+    lock across the batch. Cancellation: nothing here awaits.
     """
     check_readmit(readmit)
     head = buf.head()

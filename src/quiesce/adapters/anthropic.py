@@ -52,6 +52,7 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from .._core.buffer import Buffer, Snapshot
@@ -62,7 +63,6 @@ from ._common import (
     Read,
     ReadmitPolicy,
     SyncReport,
-    admit,
     check_kind,
     check_messages,
     check_nonempty,
@@ -77,10 +77,13 @@ from ._common import (
     json_value,
     missing_result_note,
     outputs_by_call,
+    parts_text,
     plain,
+    read_and_admit,
+    read_entries,
     removal_note,
+    render_with,
     result_id,
-    snapshot_of,
     stale_note,
     tool_name,
 )
@@ -124,24 +127,7 @@ def _result_text(index: int, content: object, what: str) -> str:
     """A tool result's content as text (text blocks joined; others ``[type]``)."""
     if content is None:
         return ""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list | tuple):
-        raise fail(
-            index,
-            f"{what} must be a str or a list of blocks, not {type(content).__name__}",
-            type_error=True,
-        )
-    texts: list[str] = []
-    for n, block in enumerate(content):
-        if not isinstance(block, Mapping):
-            raise fail(index, f"{what}[{n}] must be a dict", type_error=True)
-        kind = check_nonempty(index, block.get("type"), f"{what}[{n}].type")
-        if kind == "text":
-            texts.append(check_str(index, block.get("text"), f"{what}[{n}].text"))
-        else:
-            texts.append(f"[{kind}]")
-    return "\n".join(texts)
+    return parts_text(index, content, what, noun="blocks", fields={"text": "text"})
 
 
 def _block_text(index: int, block: Mapping[str, Any], kind: str, what: str) -> str:
@@ -330,17 +316,15 @@ def to_entries(
     """Entries for ``system`` and ``messages``, in order; ``calls`` are ids
     of tool uses made earlier. Deterministic ids. Raises
     ``InvalidArgument``/``InvalidType`` naming the first bad message and field."""
-    reads = _read(
+    read = partial(
+        _read,
         messages,
         system=system,
-        head=None,
-        keys=Keys(),
-        calls=calls,
         turn=turn,
         user_kind=user_kind,
         assistant_kind=assistant_kind,
     )
-    return [e for r in reads for e in r.entries]
+    return read_entries(read, calls)
 
 
 def append_messages(
@@ -356,18 +340,15 @@ def append_messages(
     """Append ``system`` and ``messages`` (all new) to ``buf``; returns the
     head version. See :func:`quiesce.adapters.openai.append_messages` for
     ``readmit`` and the all-or-nothing validation."""
-    head = buf.head()
-    reads = _read(
+    read = partial(
+        _read,
         messages,
         system=system,
-        head=head,
-        keys=Keys(head),
-        calls=(),
         turn=turn,
         user_kind=user_kind,
         assistant_kind=assistant_kind,
     )
-    return admit(buf, reads, api=API, readmit=readmit, turn=turn, sync=False).version
+    return read_and_admit(buf, read, api=API, readmit=readmit, turn=turn, sync=False).version
 
 
 def sync_messages(
@@ -385,18 +366,15 @@ def sync_messages(
     else a content key; idempotent; pruned messages sent back are reported
     ``tombstoned``, not re-appended. See
     :func:`quiesce.adapters.openai.sync_messages`."""
-    head = buf.head()
-    reads = _read(
+    read = partial(
+        _read,
         messages,
         system=system,
-        head=head,
-        keys=Keys(),
-        calls=(),
         turn=turn,
         user_kind=user_kind,
         assistant_kind=assistant_kind,
     )
-    return admit(buf, reads, api=API, readmit=readmit, turn=turn, sync=True)
+    return read_and_admit(buf, read, api=API, readmit=readmit, turn=turn, sync=True)
 
 
 # -- render -------------------------------------------------------------------
@@ -428,7 +406,8 @@ def _blocks(e: Entry, note: str | None) -> list[Block]:
             return [{**block, "text": f"{note}\n{block['text']}"}]
         return [_text(note), block]
     if e.kind is Kind.TOOL_CALL:
-        block = {"type": "tool_use", "id": e.id, "name": tool_name(e), "input": _input(e)}
+        kind = "server_tool_use" if e.meta.get("block") == "server_tool_use" else "tool_use"
+        block = {"type": kind, "id": e.id, "name": tool_name(e), "input": _input(e)}
         return [block] if note is None else [_text(note), block]
     text = escape_text(e.body)
     return [_text(text if note is None else f"{note}\n{text}")]
@@ -489,15 +468,12 @@ def render(
     prompt. Entries from elsewhere are rendered from their bodies.
     O(n + tombstones).
     """
-    snap, opened = snapshot_of(source)
-    try:
-        return _render(snap, annotate_stale, tombstone_notes)
-    finally:
-        if opened:
-            snap.__exit__(None, None, None)
+    return render_with(
+        source, partial(_render, annotate_stale=annotate_stale, tombstone_notes=tombstone_notes)
+    )
 
 
-def _render(snap: Snapshot, annotate_stale: bool, tombstone_notes: bool) -> dict[str, Any]:
+def _render(snap: Snapshot, *, annotate_stale: bool, tombstone_notes: bool) -> dict[str, Any]:
     entries = snap.entries()
     marks = snap.marks if annotate_stale else {}
     tombstones = snap.tombstones

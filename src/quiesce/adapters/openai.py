@@ -16,8 +16,8 @@ Shapes read and given back unchanged (each entry keeps its message's JSON in
 * every other field a message carries — ``name``, ``refusal``,
   ``reasoning_content``, ``annotations``, ``audio``, ``function_call: None``,
   whatever an SDK's ``model_dump()`` adds — kept verbatim;
-* ``tool_calls`` (each call kept verbatim) and ``tool`` messages whose content
-  is a str or a list of text parts.
+* ``tool_calls`` (``function`` and ``custom`` calls, each kept verbatim) and
+  ``tool`` messages whose content is a str or a list of text parts.
 
 Entries: ``system``/``developer`` → ``INSTRUCTION``; ``user`` → ``user_kind``
 (``INSTRUCTION``); ``assistant`` text → ``assistant_kind`` (``REASONING``);
@@ -47,6 +47,7 @@ appended and the head version is unchanged.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from .._core.buffer import Buffer, Snapshot
@@ -57,7 +58,6 @@ from ._common import (
     Read,
     ReadmitPolicy,
     SyncReport,
-    admit,
     annotated,
     arguments_json,
     check_kind,
@@ -74,10 +74,13 @@ from ._common import (
     json_value,
     missing_result_note,
     outputs_by_call,
+    parts_text,
     plain,
+    read_and_admit,
+    read_entries,
     removal_note,
+    render_with,
     result_id,
-    snapshot_of,
     stale_note,
     tool_name,
 )
@@ -105,28 +108,10 @@ def _parts_text(index: int, content: object, what: str, *, text_only: bool = Fal
     text parts joined by newlines, other parts as ``[type]``."""
     if content is None:
         return ""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list | tuple):
-        raise fail(
-            index,
-            f"{what} must be a str or a list of content parts, not {type(content).__name__}",
-            type_error=True,
-        )
-    texts: list[str] = []
-    for n, part in enumerate(content):
-        if not isinstance(part, Mapping):
-            raise fail(index, f"{what}[{n}] must be a dict", type_error=True)
-        kind = check_nonempty(index, part.get("type"), f"{what}[{n}].type")
-        if kind == "text":
-            texts.append(check_str(index, part.get("text"), f"{what}[{n}].text"))
-        elif text_only:
-            raise fail(index, f"{what}[{n}] must be a text part, not {kind!r}")
-        elif kind == "refusal":
-            texts.append(check_str(index, part.get("refusal"), f"{what}[{n}].refusal"))
-        else:
-            texts.append(f"[{kind}]")
-    return "\n".join(texts)
+    fields = {"text": "text"} if text_only else {"text": "text", "refusal": "refusal"}
+    return parts_text(
+        index, content, what, noun="content parts", fields=fields, only_text=text_only
+    )
 
 
 def _body(index: int, m: Mapping[str, Any]) -> str:
@@ -147,13 +132,15 @@ def _call(index: int, n: int, raw: object, seen: set[str]) -> tuple[str, str, st
     if call_id in seen:
         raise fail(index, f"tool call id {call_id!r} is used twice")
     seen.add(call_id)
-    if raw.get("type", "function") != "function":
-        raise fail(index, f"{what}.type must be 'function', not {raw.get('type')!r}")
-    fn = raw.get("function")
+    kind = raw.get("type", "function")
+    if kind not in ("function", "custom"):
+        raise fail(index, f"{what}.type must be 'function' or 'custom', not {kind!r}")
+    fn = raw.get(kind)
     if not isinstance(fn, Mapping):
-        raise fail(index, f"{what}.function must be a dict", type_error=True)
-    name = check_nonempty(index, fn.get("name"), f"{what}.function.name")
-    arguments = check_str(index, fn.get("arguments"), f"{what}.function.arguments")
+        raise fail(index, f"{what}.{kind} must be a dict", type_error=True)
+    name = check_nonempty(index, fn.get("name"), f"{what}.{kind}.name")
+    field = "arguments" if kind == "function" else "input"
+    arguments = check_str(index, fn.get(field), f"{what}.{kind}.{field}")
     return call_id, name, arguments
 
 
@@ -262,16 +249,14 @@ def to_entries(
     deterministic: the same list always gives the same entries. Raises
     ``InvalidArgument``/``InvalidType`` naming the first bad message and field.
     O(total size)."""
-    reads = _read(
+    read = partial(
+        _read,
         messages,
-        head=None,
-        keys=Keys(),
-        calls=calls,
         turn=turn,
         user_kind=user_kind,
         assistant_kind=assistant_kind,
     )
-    return [e for r in reads for e in r.entries]
+    return read_entries(read, calls)
 
 
 def append_messages(
@@ -298,17 +283,14 @@ def append_messages(
     :class:`~quiesce.adapters.Readmission` and returns one of those words or
     an ``Override``. O(n) to index the head, plus O(size of messages).
     """
-    head = buf.head()
-    reads = _read(
+    read = partial(
+        _read,
         messages,
-        head=head,
-        keys=Keys(head),
-        calls=(),
         turn=turn,
         user_kind=user_kind,
         assistant_kind=assistant_kind,
     )
-    return admit(buf, reads, api=API, readmit=readmit, turn=turn, sync=False).version
+    return read_and_admit(buf, read, api=API, readmit=readmit, turn=turn, sync=False).version
 
 
 def sync_messages(
@@ -332,17 +314,14 @@ def sync_messages(
     and leaves the buffer unchanged. Returns a frozen
     :class:`~quiesce.adapters.SyncReport`.
     """
-    head = buf.head()
-    reads = _read(
+    read = partial(
+        _read,
         messages,
-        head=head,
-        keys=Keys(),
-        calls=(),
         turn=turn,
         user_kind=user_kind,
         assistant_kind=assistant_kind,
     )
-    return admit(buf, reads, api=API, readmit=readmit, turn=turn, sync=True)
+    return read_and_admit(buf, read, api=API, readmit=readmit, turn=turn, sync=True)
 
 
 # -- render -------------------------------------------------------------------
@@ -393,15 +372,12 @@ def render(
     elsewhere (another adapter, summaries, rewrites) are rendered from their
     bodies. O(n + tombstones).
     """
-    snap, opened = snapshot_of(source)
-    try:
-        return _render(snap, annotate_stale, tombstone_notes)
-    finally:
-        if opened:
-            snap.__exit__(None, None, None)
+    return render_with(
+        source, partial(_render, annotate_stale=annotate_stale, tombstone_notes=tombstone_notes)
+    )
 
 
-def _render(snap: Snapshot, annotate_stale: bool, tombstone_notes: bool) -> list[Message]:
+def _render(snap: Snapshot, *, annotate_stale: bool, tombstone_notes: bool) -> list[Message]:
     entries = snap.entries()
     marks = snap.marks if annotate_stale else {}
     tombstones = snap.tombstones
@@ -437,7 +413,7 @@ def _render(snap: Snapshot, annotate_stale: bool, tombstone_notes: bool) -> list
         message["role"] = "assistant"
         message["tool_calls"] = [_tool_call(c) for c in calls]
         out.append(message)
-        live = sorted((results[c.id] for c in calls if c.id in results), key=lambda r: order[r.id])
+        live = _as_read([results[c.id] for c in calls if c.id in results], group.key, order)
         for r in live:
             call_id = r.refs[0]
             mark = marks.get(r.id) or marks.get(call_id)
@@ -460,6 +436,23 @@ def _render(snap: Snapshot, annotate_stale: bool, tombstone_notes: bool) -> list
             at += 1
         out.insert(at, {"role": "system", "content": note})
     return out
+
+
+def _as_read(live: list[Entry], start: object, order: Mapping[str, int]) -> list[Entry]:
+    """Results in the order they were read (each names the message before it
+    in ``meta["after"]``), whatever moves did to the window; results that
+    lost their chain follow in window order."""
+    rest = sorted(live, key=lambda r: order[r.id])
+    out: list[Entry] = []
+    at = start
+    while rest:
+        nxt = next((r for r in rest if r.meta.get("after") == at), None)
+        if nxt is None:
+            break
+        out.append(nxt)
+        rest.remove(nxt)
+        at = nxt.meta.get("msg")
+    return out + rest
 
 
 # -- validate -----------------------------------------------------------------

@@ -50,6 +50,7 @@ appended and the head version is unchanged.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from .._core.buffer import Buffer, Snapshot
@@ -60,7 +61,6 @@ from ._common import (
     Read,
     ReadmitPolicy,
     SyncReport,
-    admit,
     arguments_json,
     check_kind,
     check_messages,
@@ -75,10 +75,13 @@ from ._common import (
     json_value,
     missing_result_note,
     outputs_by_call,
+    parts_text,
     plain,
+    read_and_admit,
+    read_entries,
     removal_note,
+    render_with,
     result_id,
-    snapshot_of,
     stale_note,
     tool_name,
 )
@@ -105,25 +108,7 @@ _TEXT_PARTS = {"input_text": "text", "output_text": "text", "refusal": "refusal"
 
 
 def _parts_text(index: int, content: object, what: str) -> str:
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list | tuple):
-        raise fail(
-            index,
-            f"{what} must be a str or a list of parts, not {type(content).__name__}",
-            type_error=True,
-        )
-    texts: list[str] = []
-    for n, part in enumerate(content):
-        if not isinstance(part, Mapping):
-            raise fail(index, f"{what}[{n}] must be a dict", type_error=True)
-        kind = check_nonempty(index, part.get("type"), f"{what}[{n}].type")
-        field = _TEXT_PARTS.get(kind)
-        if field is not None:
-            texts.append(check_str(index, part.get(field), f"{what}[{n}].{field}"))
-        else:
-            texts.append(f"[{kind}]")
-    return "\n".join(texts)
+    return parts_text(index, content, what, noun="parts", fields=_TEXT_PARTS)
 
 
 def _reasoning_text(index: int, item: Mapping[str, Any]) -> str:
@@ -260,16 +245,14 @@ def to_entries(
     """Entries for ``items``, in order (one per item); ``calls`` are the
     ``call_id`` s of function calls made earlier. Deterministic ids. Raises
     ``InvalidArgument``/``InvalidType`` naming the first bad item and field."""
-    reads = _read(
+    read = partial(
+        _read,
         items,
-        head=None,
-        keys=Keys(),
-        calls=calls,
         turn=turn,
         user_kind=user_kind,
         assistant_kind=assistant_kind,
     )
-    return [e for r in reads for e in r.entries]
+    return read_entries(read, calls)
 
 
 def append_messages(
@@ -284,17 +267,14 @@ def append_messages(
     """Append ``items`` (all new) to ``buf``; returns the head version. See
     :func:`quiesce.adapters.openai.append_messages` for ``readmit`` and the
     all-or-nothing validation."""
-    head = buf.head()
-    reads = _read(
+    read = partial(
+        _read,
         items,
-        head=head,
-        keys=Keys(head),
-        calls=(),
         turn=turn,
         user_kind=user_kind,
         assistant_kind=assistant_kind,
     )
-    return admit(buf, reads, api=API, readmit=readmit, turn=turn, sync=False).version
+    return read_and_admit(buf, read, api=API, readmit=readmit, turn=turn, sync=False).version
 
 
 def sync_messages(
@@ -311,17 +291,14 @@ def sync_messages(
     content key; idempotent; pruned items sent back are reported
     ``tombstoned``, not re-appended. See
     :func:`quiesce.adapters.openai.sync_messages`."""
-    head = buf.head()
-    reads = _read(
+    read = partial(
+        _read,
         items,
-        head=head,
-        keys=Keys(),
-        calls=(),
         turn=turn,
         user_kind=user_kind,
         assistant_kind=assistant_kind,
     )
-    return admit(buf, reads, api=API, readmit=readmit, turn=turn, sync=True)
+    return read_and_admit(buf, read, api=API, readmit=readmit, turn=turn, sync=True)
 
 
 # -- render -------------------------------------------------------------------
@@ -379,26 +356,28 @@ def render(
     Items this adapter read come back as given; marks become note parts.
     A ``function_call`` whose output is not live is followed by a
     ``function_call_output`` holding the output's tombstone note, or a note
-    that none was recorded. Removals are listed in one ``system`` message
-    after the leading system/developer messages. Entries from elsewhere are
-    rendered from their bodies. O(n + tombstones).
+    that none was recorded. A reasoning item whose turn is gone (no live item
+    cites it; only unsigned reasoning can be left so) is left out, as the API
+    refuses a reasoning item without its following item. Removals are listed
+    in one ``system`` message after the leading system/developer messages.
+    Entries from elsewhere are rendered from their bodies. O(n + tombstones).
     """
-    snap, opened = snapshot_of(source)
-    try:
-        return _render(snap, annotate_stale, tombstone_notes)
-    finally:
-        if opened:
-            snap.__exit__(None, None, None)
+    return render_with(
+        source, partial(_render, annotate_stale=annotate_stale, tombstone_notes=tombstone_notes)
+    )
 
 
-def _render(snap: Snapshot, annotate_stale: bool, tombstone_notes: bool) -> list[Item]:
+def _render(snap: Snapshot, *, annotate_stale: bool, tombstone_notes: bool) -> list[Item]:
     entries = snap.entries()
     marks = snap.marks if annotate_stale else {}
     tombstones = snap.tombstones
     results = outputs_by_call(entries)
     out: list[Item] = []
     in_place: set[str] = set()
+    cited = {ref for e in entries for ref in e.refs}
     for e in entries:
+        if e.meta.get("type") == "reasoning" and e.id not in cited:
+            continue  # its turn was pruned: the API refuses a reasoning item alone
         mark = marks.get(e.id)
         if e.kind is Kind.TOOL_OUTPUT and mark is None and e.refs:
             mark = marks.get(e.refs[0])
