@@ -15,22 +15,23 @@ Each framework message is read into a :class:`Unit`. A unit becomes entries:
 * one ``TOOL_OUTPUT`` entry per tool result, citing the call it answers (and
   its container): the pair is pruned together or not at all.
 
-A unit that *is* one call or one result (a LangChain ``ToolMessage``, a
-Responses ``function_call`` item) is ``bare``: that one entry carries the dump.
+A unit that *is* one result (a LangChain ``ToolMessage``) is ``bare``: that
+one entry carries the dump. (The Agents SDK's Responses items go through
+:mod:`quiesce.adapters.responses` instead.)
 
 :func:`sync_units` is idempotent: a unit whose id the buffer holds, live or
 tombstoned, is not appended again (a framework handing its stale copy of a
 pruned message back does not resurrect it). New units are checked whole before
 anything is appended; a re-run of a pruned call (its key or content matches a
-tombstone) is *recorded* with an ``Override`` naming the integration, never
-refused: the call already happened.
+tombstone) is *recorded* with an automatic ``Override`` by default
+(``readmit="record"``, the adapters' policy): the call already happened.
 
 :func:`window` reads a snapshot back into slots (native dump, live calls, live
 results) in window order, and :func:`notes` the note of removals and stale
 marks, in the adapters' escaped note format (no reason, id or actor can forge
 a note line). Framework messages are given back byte for byte, so text in them
-that imitates a note is *not* escaped: the note lives in the system
-message / instructions, where no message text can reach.
+that imitates a note is *not* escaped: the note is a system message or
+system part of its own, which no message text can reach.
 
 Every integration renders with *pairing*: a result whose call is
 gone is dropped, a call whose result was pruned gets a stand-in result carrying
@@ -90,9 +91,7 @@ class Result:
 class Unit:
     """One framework message, read: see the module docstring. ``id`` is
     ``None`` when the framework gives the message no identity (it is then
-    matched by content); ``lead`` is the position, in the same sync, of the
-    unit this one must not outlive the reasoning of (a Responses ``reasoning``
-    item that precedes the calls and message of its response)."""
+    matched by content)."""
 
     id: str | None
     kind: Kind
@@ -101,7 +100,6 @@ class Unit:
     calls: tuple[Call, ...] = ()
     results: tuple[Result, ...] = ()
     bare: bool = False
-    lead: int | None = None
 
 
 @dataclass
@@ -129,26 +127,21 @@ def _held(snap: Snapshot, entry_id: str) -> Entry | Tombstone | None:
         return None
 
 
-def _entries(
-    unit: Unit, framework: str, call_entry: dict[str, str], lead: str | None
-) -> list[Entry]:
+def _entries(unit: Unit, framework: str, call_entry: dict[str, str]) -> list[Entry]:
     assert unit.id is not None
     meta_base = {"fw": framework, "unit": unit.id}
-    lead_refs: tuple[str, ...] = () if lead is None else (lead,)
     out: list[Entry] = []
     if unit.bare:
         if len(unit.calls) + len(unit.results) != 1:
             raise InvalidArgument(f"{framework}: a bare unit is one call or one result")
     else:
-        out.append(
-            Entry(unit.id, unit.kind, unit.body, lead_refs, None, None, meta_base, unit.native)
-        )
+        out.append(Entry(unit.id, unit.kind, unit.body, (), None, None, meta_base, unit.native))
     native = unit.native if unit.bare else None
     for c in unit.calls:
         eid = unit.id if unit.bare else f"{unit.id}/{c.call_id}"
         key = f"{c.name} {c.arguments}"
         meta: dict[str, Any] = {**meta_base, "call_id": c.call_id, "tool": c.name}
-        refs = lead_refs if unit.bare else (unit.id,)
+        refs = () if unit.bare else (unit.id,)
         out.append(Entry(eid, Kind.TOOL_CALL, key, refs, None, key, meta, native))
         call_entry[c.call_id] = eid
     for r in unit.results:
@@ -202,8 +195,6 @@ def sync_units(
     matching at most one message; an unmatched one gets the id
     ``<new_ids><head version>.<position>`` (the prefix starts with ``#``,
     the reserved character of generated ids: no framework id takes it).
-    ``Unit.lead`` (a position in ``units``) becomes a ref to that unit's
-    entry when it is live.
 
     Appending is the adapters' :func:`~quiesce.adapters._common.admit`: every
     re-admission is decided before the first append (``readmit`` as in the
@@ -224,7 +215,6 @@ def sync_units(
         }
         by_content = any(u.id is None for u in units)
         live_by_hash, tombs_by_hash = _primaries(snap) if by_content else ({}, {})
-        ids: list[str | None] = []  # each unit's entry id, None when tombstoned
         seen: set[str] = set()
         for position, unit in enumerate(units):
             if unit.id is None:
@@ -245,9 +235,7 @@ def sync_units(
                 if unit.id in seen:
                     raise InvalidArgument(f"{framework}: message id {unit.id!r} appears twice")
                 seen.add(unit.id)
-            ids.append(None if isinstance(found, Tombstone) else unit.id)
-            lead = ids[unit.lead] if unit.lead is not None and unit.lead < position else None
-            entries = _entries(unit, framework, call_entry, lead)
+            entries = _entries(unit, framework, call_entry)
             reads.append(Read(position, unit.id, entries))
     return admit(buf, reads, api=f"integrations.{framework}", readmit=readmit, turn=turn, sync=True)
 
