@@ -22,6 +22,9 @@ What they keep true, for ``Runner.run(agent, ..., session=..., run_config=...)``
   ``INSTRUCTION``) is never removed, and ``pop_item`` raises
   :class:`~quiesce.ProtectedEntry` instead, removing nothing (the SDK's
   rewind treats a failing ``pop_item`` as "cannot rewind" and restores).
+  A popped item keeps its tombstone: adding it back under its own ``id`` /
+  ``call_id`` raises :class:`~quiesce.DuplicateEntry`, appending nothing (the
+  SDK's restore after a failed rewind is best effort and logs that).
 * :func:`quiesce_input_filter` is the value for
   ``RunConfig(call_model_input_filter=...)``: before each model call inside a
   run it syncs the input items into the buffer (the adapter's idempotent
@@ -121,6 +124,7 @@ class QuiesceSession:
         self.session_id = session_id
         self.buffer = buffer
         self.pruner = pruner
+        self._pop_lock = anyio.Lock()
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The stored items, oldest first; the newest ``limit`` items if given
@@ -151,15 +155,16 @@ class QuiesceSession:
         The removal is a prune by ``host:openai-agents``: tombstoned at once,
         or staged (and already left out of :meth:`get_items`) while a reader
         still pins it. A protected item raises :class:`ProtectedEntry` and
-        nothing changes. Cancellation: the prune is applied or not as a whole."""
-        with self.buffer.snapshot() as snap:
-            staged = self.buffer.staged()
-            live = [e for e in snap if e.id not in staged and e.content is not None]
-        if not live:
-            await anyio.lowlevel.checkpoint()
-            return None
-        newest = live[-1]
-        report = await _prune(self.buffer, [newest.id], reason="pop_item")
+        nothing changes. Concurrent pops take turns (each removes a different
+        item). Cancellation: the prune is applied or not as a whole."""
+        async with self._pop_lock:  # two pops never pick the same newest item
+            with self.buffer.snapshot() as snap:
+                staged = self.buffer.staged()
+                live = [e for e in snap if e.id not in staged and e.content is not None]
+            if not live:
+                return None
+            newest = live[-1]
+            report = await _prune(self.buffer, [newest.id], reason="pop_item")
         outcome = report[newest.id]
         if outcome.status not in (Status.PRUNED, Status.DEFERRED):
             why = outcome.refusal.name if outcome.refusal else outcome.status.name
