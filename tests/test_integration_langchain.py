@@ -285,3 +285,70 @@ def test_sync_invoke_runs_the_pruner() -> None:
     assert call_ids(model.requests[-1]) == {"c2"}
     for req in model.requests:
         answered(req)
+
+
+def test_summary_and_rewrite_render_as_plain_messages() -> None:
+    """A summary a pruner made (no framework dump) renders as an ``AIMessage``
+    in the place of the turn it covers; a rewritten message renders with its
+    new text; every call left is still answered. (No event loop.)"""
+    from quiesce import Buffer, EditPlan, Entry, Kind, Rewrite, Summarize
+    from quiesce.integrations.langchain import render_messages
+
+    buf = Buffer()
+    history = [
+        HumanMessage("find a", id="h1"),
+        AIMessage(content=THINKING, tool_calls=calls(("c1", "a")), id="a1"),
+        ToolMessage("result for a", tool_call_id="c1", id="t1"),
+        AIMessage(content="a is 1.", id="a2"),
+        HumanMessage("and b?", id="h2"),
+        AIMessage(content="b is 2, probably.", id="a3"),
+    ]
+    sync_messages(buf, history)
+    summary = Entry("s1", Kind.SUMMARY, "Looked up a: it is 1.")
+    plan = EditPlan(
+        [
+            Summarize(["a1", "a1/c1", "t1", "a2"], into=summary),
+            Rewrite("a3", "b is 2."),
+        ],
+        reason="compact",
+    )
+    assert buf.edit(plan).applied
+    with buf.snapshot() as snap:
+        messages, note = render_messages(snap)
+    assert [type(m).__name__ for m in messages] == [
+        "HumanMessage",
+        "AIMessage",
+        "HumanMessage",
+        "AIMessage",
+    ]
+    assert messages[1].content == "Looked up a: it is 1."
+    assert messages[3].content == "b is 2."
+    answered(messages)
+    assert note is not None and "[quiesce: removed from this context]" in note
+
+
+def test_readmit_refuse_keeps_the_head() -> None:
+    """``readmit="refuse"``: a re-run of a pruned call raises
+    ``ReadmissionRefused`` and appends nothing; the default records it."""
+    from quiesce import Buffer, ReadmissionRefused
+
+    buf = Buffer()
+    first = [
+        HumanMessage("find a", id="h1"),
+        AIMessage(content="", tool_calls=calls(("c1", "a")), id="a1"),
+        ToolMessage("result for a", tool_call_id="c1", id="t1"),
+    ]
+    sync_messages(buf, first)
+    buf.prune(["a1", "a1/c1", "t1"], reason="stale")
+    rerun = [
+        *first,
+        AIMessage(content="", tool_calls=calls(("c2", "a")), id="a2"),
+        ToolMessage("result for a", tool_call_id="c2", id="t2"),
+    ]
+    version = buf.version
+    with pytest.raises(ReadmissionRefused):
+        sync_messages(buf, rerun, readmit="refuse")
+    assert buf.version == version
+    report = sync_messages(buf, rerun)
+    assert report.tombstoned == (1, 2) and report.appended == (3, 4)
+    assert report.readmitted == ("a2/c2",)
