@@ -1,7 +1,10 @@
 """AutoGen end to end with ``QuiesceChatCompletionContext`` (offline).
 
-AutoGen's agents run on **asyncio only** (``autogen_core`` uses asyncio queues
-and tasks), so every async test here runs on asyncio only. The model is
+AutoGen's ``AssistantAgent`` runs its tools with asyncio (under trio it fails
+with "no running event loop"), so the end-to-end test runs on **asyncio
+only**; the context on its own (``add_message``, ``get_messages``,
+``save_state``/``load_state``) is anyio code, and its tests run on asyncio
+**and** trio. The model is
 AutoGen's own ``ReplayChatCompletionClient`` (canned ``CreateResult``\\ s with
 parallel ``FunctionCall``\\ s and a ``thought``), whose ``create_calls``
 record every request.
@@ -45,12 +48,6 @@ INFO = ModelInfo(
     structured_output=False,
 )
 PIXEL = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="  # noqa: E501 (a 1x1 PNG)
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    """AutoGen is asyncio-only."""
-    return "asyncio"
 
 
 def calls(*pairs: tuple[str, str], thought: str | None = None) -> CreateResult:
@@ -121,12 +118,13 @@ def make_agent(
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # AssistantAgent's tool loop
 async def test_agent_end_to_end(tmp_path: Path) -> None:
     """Two parallel calls with a thought; a pinned reader defers a prune that
     is then applied; the pruned call re-runs without crashing; the thought
     reaches the model unchanged; a reopened SQLite log continues the
     conversation in a new context; every request answers every call.
-    (asyncio only: AutoGen.)"""
+    (asyncio only: AssistantAgent runs its tools with asyncio.)"""
     path = tmp_path / "ag.sqlite"
     client = ReplayChatCompletionClient(
         [
@@ -177,7 +175,7 @@ async def test_agent_end_to_end(tmp_path: Path) -> None:
 async def test_state_image_and_stand_in() -> None:
     """An image message round-trips; ``save_state``/``load_state`` into a
     context over the same buffer append nothing; a result pruned while its
-    call stays gets a stand-in. (asyncio only: AutoGen.)"""
+    call stays gets a stand-in. (asyncio and trio: no agent loop.)"""
     async with open_buffer() as buf:
         ctx = QuiesceChatCompletionContext(buf)
         image = Image.from_base64(PIXEL)
@@ -213,7 +211,8 @@ async def test_state_image_and_stand_in() -> None:
 
 @pytest.mark.anyio
 async def test_bad_message_is_refused() -> None:
-    """A message the context cannot represent names its type; nothing is appended."""
+    """A message the context cannot represent names its type; nothing is
+    appended. (asyncio and trio.)"""
     buf = Buffer()
     ctx = QuiesceChatCompletionContext(buf)
     with pytest.raises(

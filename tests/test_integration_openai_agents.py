@@ -1,8 +1,10 @@
 """The OpenAI Agents SDK end to end with ``QuiesceSession`` and
 ``quiesce_input_filter`` (offline).
 
-The SDK runs on **asyncio only** (its runner, sessions and tool execution use
-asyncio tasks), so every async test here runs on asyncio only. The model is a
+The SDK's runner is asyncio-only (under trio it fails: its model-provider
+cleanup and tool execution use asyncio), so the tests that run an agent run on
+**asyncio only**; the session on its own is anyio code and its test runs on
+asyncio **and** trio. The model is a
 ``agents.models.interface.Model`` subclass returning canned Responses output
 items (reasoning with ``encrypted_content``, parallel function calls,
 messages) and recording every input it receives.
@@ -59,12 +61,6 @@ REASONING = ResponseReasoningItem(
     summary=[Summary(type="summary_text", text="Two lookups.")],
     encrypted_content="ZW5jcnlwdGVkLXJlYXNvbmluZw==",
 )
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    """The Agents SDK is asyncio-only."""
-    return "asyncio"
 
 
 def call(call_id: str, q: str) -> ResponseFunctionToolCall:
@@ -149,6 +145,7 @@ def make_agent(model: ScriptedModel, scenario: Scenario, buf: Any) -> Agent[Any]
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # the SDK's runner
 async def test_session_and_filter_end_to_end(tmp_path: Path) -> None:
     """Two parallel calls after a signed reasoning item; a pinned reader defers
     a prune that is then applied; the pruned call re-runs without crashing;
@@ -215,6 +212,7 @@ async def test_session_and_filter_end_to_end(tmp_path: Path) -> None:
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # the SDK's runner
 async def test_concurrent_runs_lose_nothing() -> None:
     """Two runs on one session at once: every item of both is kept, and
     pop_item removes the newest with a tombstone naming the host. (asyncio only.)"""
@@ -255,7 +253,8 @@ async def test_concurrent_runs_lose_nothing() -> None:
 
 @pytest.mark.anyio
 async def test_bad_item_is_refused_whole() -> None:
-    """An item the adapter cannot represent names its index and field; nothing is appended."""
+    """An item the adapter cannot represent names its index and field; nothing
+    is appended. (asyncio and trio: no runner.)"""
     buf = Buffer()
     session = QuiesceSession("s3", buf)
     with pytest.raises(

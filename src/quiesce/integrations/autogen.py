@@ -22,7 +22,9 @@ What it keeps true:
   reopened durable buffer continues the conversation.
 
 The context keeps nothing of its own: ``_messages`` (the base class's list)
-is not used. AutoGen's agents run on asyncio only.
+is not used. The context is anyio code and runs on asyncio and trio;
+AutoGen's ``AssistantAgent`` runs its tools with asyncio, so an agent using it
+runs on asyncio only.
 """
 
 from __future__ import annotations

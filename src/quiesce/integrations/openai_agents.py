@@ -33,7 +33,8 @@ What they keep true, for ``Runner.run(agent, ..., session=..., run_config=...)``
   adapter's rendering of the window: stale items annotated, removals listed
   in a ``system`` item, every call answered.
 
-The SDK runs on asyncio only (its runner and sessions use asyncio tasks).
+The session and the filter are anyio code (they run on trio too); the SDK's
+runner is asyncio-only, so an agent run using them is.
 """
 
 from __future__ import annotations
