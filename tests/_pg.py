@@ -150,8 +150,15 @@ class Cluster:
     def start(self) -> None:
         """Start the server and wait until it accepts connections."""
         self._run(
-            "pg_ctl", "-D", self.datadir, "-l", os.path.join(self.root, "server.log"),
-            "-w", "-t", "60", "start",
+            "pg_ctl",
+            "-D",
+            self.datadir,
+            "-l",
+            os.path.join(self.root, "server.log"),
+            "-w",
+            "-t",
+            "60",
+            "start",
         )
 
     def stop(self, mode: str = "fast") -> None:
