@@ -506,6 +506,11 @@ class Buffer:
         self._unmarked_new: list[str] = []
         self._gids = itertools.count(1)
         self._backlog_alarm = False
+        # Readers outside this process (a shared buffer's other members): the
+        # lowest version they may still read, or None for none. A removal is
+        # due only when its grace version is <= this too; -1 holds every
+        # removal back (a replica never applies one itself).
+        self._grace_floor: int | None = None
         # due signalling (the runtime installs _due_hook to wake its scheduler)
         self._due_hook: Callable[[], None] | None = None
         self._due_flag = False
@@ -603,7 +608,7 @@ class Buffer:
         if not staged:
             return
         with self._pin_lock:
-            oldest = self._oldest_pin()
+            oldest = self._with_floor(self._oldest_pin())
         try:
             grace = staged[0][0]
         except IndexError:  # applied meanwhile by a writer in another thread
@@ -652,6 +657,14 @@ class Buffer:
         with self._pin_lock:
             return self._oldest_pin()
 
+    def _with_floor(self, oldest: int | None) -> int | None:
+        """``oldest`` lowered to the readers outside this process
+        (``_grace_floor``): what a removal's grace version is compared with."""
+        floor = self._grace_floor
+        if floor is None or (oldest is not None and oldest <= floor):
+            return oldest
+        return floor
+
     # -- due removals ------------------------------------------------------
 
     def _signal_due(self) -> None:
@@ -699,7 +712,7 @@ class Buffer:
         staged = self._staged
         if not staged:
             return False
-        oldest = self.oldest_pin()
+        oldest = self._with_floor(self.oldest_pin())
         try:
             grace = staged[0][0]
         except IndexError:  # applied meanwhile by another thread
@@ -738,7 +751,7 @@ class Buffer:
 
     def _pop_due(self) -> list[_Group]:
         with self._pin_lock:
-            oldest = self._oldest_pin()
+            oldest = self._with_floor(self._oldest_pin())
         staged = self._staged
         groups: list[_Group] = []
         while staged and (oldest is None or staged[0][0] <= oldest):
