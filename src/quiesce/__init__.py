@@ -58,6 +58,11 @@ from .pruner import run_pruner as run_pruner
 if TYPE_CHECKING:
     from ._log.postgres import PostgresLog as PostgresLog
     from ._log.postgres import WriterFenced as WriterFenced
+    from ._shared import LeaseLost as LeaseLost
+    from ._shared import SharedBuffer as SharedBuffer
+    from ._shared import SharedStats as SharedStats
+    from ._shared import SharedWriteTimeout as SharedWriteTimeout
+    from ._shared import open_shared_buffer as open_shared_buffer
 
 __version__ = "0.1.0"
 
@@ -66,6 +71,11 @@ __version__ = "0.1.0"
 _LAZY = {
     "PostgresLog": "quiesce._log.postgres",
     "WriterFenced": "quiesce._log.postgres",
+    "open_shared_buffer": "quiesce._shared",
+    "SharedBuffer": "quiesce._shared",
+    "SharedStats": "quiesce._shared",
+    "LeaseLost": "quiesce._shared",
+    "SharedWriteTimeout": "quiesce._shared",
 }
 
 

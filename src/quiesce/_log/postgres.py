@@ -54,7 +54,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -311,6 +311,14 @@ class PostgresLog:
         self._lock = threading.Lock()
         self._commits = 0
         self.writer_epoch = 0
+        #: Called inside each write's transaction, after the COPY, with the
+        #: cursor and the batch; may raise to abort the batch, and may return
+        #: a function to call once the COMMIT succeeded (used by
+        #: :func:`quiesce.open_shared_buffer` to store forwarded requests'
+        #: results with their records and to re-check member horizons).
+        self.before_commit: (
+            Callable[[psycopg.Cursor[Any], Sequence[LogRecord]], Callable[[], None] | None] | None
+        ) = None
         self._broken = False
         self._closed = False
         self._conn: psycopg.Connection[Any] | None = None
@@ -411,6 +419,8 @@ class PostgresLog:
                                     encode_record(rec),
                                 )
                             )
+                    hook = self.before_commit
+                    committed = None if hook is None else hook(cur, batch)
                     cur.execute("SELECT pg_notify(%s, %s)", (self.channel, str(expected - 1)))
             except psycopg.Error as exc:
                 self._broken = True
@@ -420,6 +430,8 @@ class PostgresLog:
                 raise LogWriteError(message) from None
             self._next_seq = expected
             self._commits += 1
+            if committed is not None:
+                committed()
 
     def close(self) -> None:
         """Close the connection. Idempotent; ``write`` after it raises."""
