@@ -67,7 +67,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -1186,11 +1186,26 @@ async def open_shared_buffer(
         max_pin_age=max_pin_age,
         flush_interval=flush_interval,
     )
-    async with AsyncExitStack() as stack:
-        tg = await stack.enter_async_context(anyio.create_task_group())
-        try:
+    failure: BaseException | None = None
+    try:
+        async with anyio.create_task_group() as tg:
             await shared._start(tg)
-            yield shared
-        finally:
-            await shared._close()
-            tg.cancel_scope.cancel()
+            try:
+                yield shared
+            except BaseException as exc:  # re-raised as itself, not in a group
+                failure = exc
+            finally:
+                await shared._close()
+                tg.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        raise _single(group) from None
+    if failure is not None:
+        raise failure
+
+
+def _single(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The one exception inside (nested) single-member groups, else the group."""
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
