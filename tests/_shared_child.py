@@ -48,8 +48,8 @@ async def _writes(buf: SharedBuffer, prefix: str, n: int, timeout: float) -> dic
             acked.append(eid)
         except SharedWriteTimeout:
             unknown.append(eid)
-        except QuiesceError:
-            failed.append(eid)
+        except QuiesceError as exc:
+            failed.append(f"{eid}: {type(exc).__name__}: {exc}")
             await anyio.sleep(0.05)
     return {"acked": acked, "failed": failed, "unknown": unknown}
 
@@ -97,6 +97,8 @@ async def _serve(conn: Connection, buf: SharedBuffer) -> None:
             elif name == "flush":
                 await buf.flush()
                 value = len(buf.log)
+            elif name == "pending":
+                value = buf.local.pending_records
             elif name == "stats":
                 st = buf.stats()
                 value = {
@@ -138,7 +140,20 @@ async def _main(dsn: str, backend: str, conn: Connection, options: dict[str, Any
 
 
 def child(dsn: str, backend: str, conn: Connection, options: dict[str, Any]) -> None:
-    """The process entry point."""
+    """The process entry point (SIGUSR1 dumps every thread's stack)."""
+    import faulthandler
+    import signal
+
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+
+    def tasks(*_: object) -> None:  # SIGUSR2: every asyncio task's stack
+        import asyncio
+        import sys
+
+        for t in asyncio.all_tasks():
+            t.print_stack(file=sys.stderr)
+
+    signal.signal(signal.SIGUSR2, tasks)
     try:
         anyio.run(_main, dsn, backend, conn, options, backend=backend)
     except Exception as exc:  # reported to the parent, which fails the test

@@ -452,6 +452,7 @@ class SharedBuffer:
         self._held_alarmed: set[tuple[str, int]] = set()
         self._wake_pump = anyio.Event()
         self._closing = False
+        self._needs_rebuild = False  # demoted with records that were not durable
         self.forwarded = 0
         self.served = 0
         self.failovers = 0
@@ -843,7 +844,16 @@ class SharedBuffer:
                 buf._grace_floor = -1
             with self._results_lock:
                 self._results.clear()  # their records die with the local buffer
+            self._needs_rebuild = True
+            try:
+                await self._rebuild()
+            except LogWriteError:
+                pass  # the pump retries; the diverged buffer is never followed
+
+    async def _rebuild(self) -> None:
+        if self._needs_rebuild:
             await self._host_local()
+            self._needs_rebuild = False
 
     async def _heartbeat_loop(self) -> None:
         interval = min(self._lease / 4, 0.05 if self._lease <= 2 else self._lease / 8)
@@ -995,6 +1005,8 @@ class SharedBuffer:
 
     async def _catch_up(self) -> None:
         """Read the log past what is applied and apply it as one version."""
+        if self._needs_rebuild:
+            await self._rebuild()
         sink = self._sink
         buf = self.local
         assert sink is not None

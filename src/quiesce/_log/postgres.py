@@ -378,7 +378,11 @@ class PostgresLog:
             except psycopg.Error as exc:
                 self._broken = True
                 raise LogWriteError(f"{self.where}: {_server_message(exc)}") from None
-        return _decode_rows(rows, self.where, seq)
+        records = _decode_rows(rows, self.where, seq)
+        if records:  # a follower's idea of where the log ends, for when it writes
+            with self._lock:
+                self._next_seq = max(self._next_seq, records[-1].seq + 1)
+        return records
 
     def write(self, records: Sequence[LogRecord]) -> None:
         """Store ``records`` in one transaction: COPY, one NOTIFY carrying the
@@ -488,21 +492,25 @@ class PostgresLog:
     # -- internals --------------------------------------------------------
 
     def _open_conn(self) -> psycopg.Connection[Any]:
-        conn = self._conn
-        if conn is None:
+        if self._closed:
             raise LogWriteError(f"{self.where}: the log is closed")
-        return conn
+        return self._usable_conn()
 
     def _usable_conn(self) -> psycopg.Connection[Any]:
         """The connection, replaced by a fresh one (and a fresh idea of where
-        the log ends) after a failure. Call under the lock."""
-        conn = self._open_conn()
-        if self._broken or conn.closed:
+        the log ends) after a failure; a failed reconnect is retried on the
+        next call. Call under the lock."""
+        if self._closed:
+            raise LogWriteError(f"{self.where}: the log is closed")
+        conn = self._conn
+        if conn is None or self._broken or conn.closed:
             self._conn = None
-            try:
-                conn.close()
-            except psycopg.Error:  # pragma: no cover - closing a dead connection
-                pass
+            self._broken = True
+            if conn is not None:
+                try:
+                    conn.close()
+                except psycopg.Error:  # pragma: no cover - closing a dead connection
+                    pass
             self._conn = conn = self._connect()
             self._broken = False
         return conn
