@@ -15,8 +15,12 @@ import itertools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from .draft import Draft as _Draft
 from .entry import Entry, Kind
 from .errors import LogFormatError
+from .grace import Group as _Group
+from .policy import IMMUTABLE_KINDS
+from .publish import count_record as _count
 from .records import FORMAT, LogRecord, Mark, Tombstone
 
 if TYPE_CHECKING:
@@ -44,8 +48,6 @@ def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
     lock). The head is replaced once, only if the records publish a version.
     Raises :class:`LogFormatError` for a record from a newer format or out of
     order."""
-    from .buffer import _count, _Draft, _Group
-    from .policy import IMMUTABLE_KINDS
 
     draft = _Draft(buf._head)
     number = buf._head.number
