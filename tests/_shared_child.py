@@ -116,9 +116,10 @@ async def _serve(conn: Connection, buf: SharedBuffer) -> None:
             elif name == "pin_log":
                 value = pin_log
             elif name == "escalations":
-                value = [
-                    {"kind": e.kind.value, "detail": e.detail, "data": dict(e.data)}
-                    for e in buf.local.drain_escalations()
+                value = [  # from the log: the runtime streams them to a consumer
+                    {"kind": r.detail["kind"], "detail": r.reason, "data": r.detail["data"]}
+                    for r in buf.log
+                    if r.op == "escalate"
                 ]
             elif name == "snapshot_error":
                 try:

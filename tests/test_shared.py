@@ -247,6 +247,33 @@ class TestScenarios:
         b("unpin")
         converge(members)
 
+    def test_a_held_back_removal_names_the_remote_process_and_task(
+        self, pg_dsn: str, members: list[Member], backend: str
+    ) -> None:
+        """A removal held back by another member's reader for longer than
+        max_pin_age is escalated (READER_PINNED) naming that member, its pid
+        and the task that pins."""
+        a = start(members, pg_dsn, backend, max_pin_age=0.3)
+        b = start(members, pg_dsn, backend)
+        v = a("append", ("x", "the dump"))
+        a("flush")
+        b("wait_applied", v)
+        b("pin")
+        assert a("prune", ["x"]) == {"x": "DEFERRED"}
+
+        def escalated() -> list[dict[str, Any]]:
+            return [e for e in a("escalations") if e["data"].get("member") is not None]
+
+        found = wait_for(escalated, timeout=10)
+        esc = found[0]
+        assert esc["kind"] == "reader_pinned"
+        assert esc["data"]["pid"] == b.pid
+        assert esc["data"]["version"] == v
+        assert "_serve" in esc["data"]["task"] or "_main" in esc["data"]["task"]
+        assert f"pid {b.pid}" in esc["detail"]
+        b("unpin")
+        wait_for(lambda: a("summary")["tombstones"] == ["x"])
+
     def test_forwarded_reports_and_errors_are_the_sequencers(
         self, pg_dsn: str, members: list[Member], backend: str
     ) -> None:
