@@ -146,9 +146,6 @@ def _pin_cases(dsn: str, n: int) -> list[Case]:
         def setup(b: Buffer = buf) -> Buffer:
             return b
 
-        def setup(b: Buffer = buf) -> Buffer:
-            return b
-
         def prepare(b: Buffer, count: int) -> Callable[[], None]:
             snapshot = b.snapshot
 
