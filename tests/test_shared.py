@@ -491,3 +491,44 @@ class TestInProcess:
             assert a.version == v
             assert a.stats().local.version == v
 
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_readme_many_processes_example(pg_dsn: str, backend: str) -> None:
+    """README's "Many processes" example runs as printed, as two processes at
+    once (planner and verifier), on asyncio and trio: one is the sequencer,
+    both prunes are DEFERRED behind their own reader, and both entries end
+    up in one log."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    (code,) = [b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S) if "shared" in b]
+    if backend == "trio":
+        code = code.replace(
+            'anyio.run(agent, sys.argv[1] if len(sys.argv) > 1 else "planner")',
+            'anyio.run(agent, sys.argv[1] if len(sys.argv) > 1 else "planner", backend="trio")',
+        )
+    env = dict(os.environ, QUIESCE_DSN=pg_dsn, PYTHONPATH=os.pathsep.join(sys.path))
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, name], env=env, stdout=subprocess.PIPE, text=True
+        )
+        for name in ("planner", "verifier")
+    ]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0]
+    roles = sorted(out.split()[1] for out in outs)
+    assert roles in (["replica", "sequencer"], ["sequencer", "sequencer"])
+    assert all(out.split()[2] == "DEFERRED" for out in outs)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        ids = {
+            r[0]
+            for r in conn.execute(
+                "SELECT record::json->'ids'->>0 FROM quiesce_log "
+                "WHERE buffer_id = 'conversation-42' AND op = 'append'"
+            )
+        }
+    assert ids == {"planner-1", "verifier-1"}
