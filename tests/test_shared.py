@@ -466,18 +466,35 @@ class TestInProcess:
 
     @pytest.mark.anyio
     async def test_lease_lost_voids_snapshots(self, pg_dsn: str, anyio_backend: str) -> None:
-        """A member that cannot renew its member lease in time raises LeaseLost
-        from snapshot() until it has re-joined."""
+        """A member that could not renew its member lease in time: the
+        snapshots it held raise LeaseLost on every read, also after the
+        member re-joined; snapshots taken after that work."""
         async with open_shared_buffer(pg_dsn, "b", **FAST) as a:
-            a._member_valid_until = 0.0  # as if its renewals had stalled
-            a._lease_lost = LeaseLost("member lease expired")
-            with pytest.raises(LeaseLost, match=r"^member lease expired$"):
-                a.snapshot()
-            with anyio.fail_after(5):
-                while a._lease_lost is not None:
-                    await anyio.sleep(0.02)
+            await a.append(Entry("x", Kind.REASONING, "x"))
+            with a.snapshot() as held:
+                assert [e.id for e in held] == ["x"]
+                a._member_valid_until = 0.0  # as if its renewals had stalled
+                with anyio.fail_after(5):  # the next heartbeat notices, then re-joins
+                    while getattr(a.local, "_lease_lost_at", None) is None:
+                        await anyio.sleep(0.005)
+                with pytest.raises(LeaseLost, match=r"^this snapshot \(version 1\) was pinned"):
+                    held.entries()
+                with anyio.fail_after(5):
+                    while a._lease_lost is not None:
+                        await anyio.sleep(0.01)
+                with pytest.raises(LeaseLost):
+                    assert held.version  # still void after the member re-joined
             with a.snapshot() as snap:
-                assert snap.version == a.version
+                assert [e.id for e in snap] == ["x"]
+
+    @pytest.mark.anyio
+    async def test_snapshot_refused_while_the_lease_is_lost(
+        self, pg_dsn: str, anyio_backend: str
+    ) -> None:
+        async with open_shared_buffer(pg_dsn, "b", **FAST) as a:
+            a._lease_lost = LeaseLost("member m could not renew its lease")
+            with pytest.raises(LeaseLost, match=r"^member m could not renew its lease$"):
+                a.snapshot()
 
     @pytest.mark.anyio
     async def test_bad_arguments(self, pg_dsn: str, anyio_backend: str) -> None:

@@ -32,8 +32,9 @@ What it keeps true across processes (each member is one
    oldest pin and the smallest horizon among members with live leases are both
    ``>= g``. A member joins with horizon 0 (holding every removal back) before
    it reads the log. A member whose lease expired is excluded; when it notices
-   (its own clock: last renewal sent + lease − margin) it raises
-   :class:`LeaseLost` from ``snapshot()`` until it has re-joined.
+   (its own clock: last renewal sent + lease − margin) its snapshots pinned
+   at that moment raise :class:`LeaseLost` on every read from then on, and
+   ``snapshot()`` raises it until the member has re-joined.
 5. Failover. When the lease expires (the sequencer died, paused or was cut
    off), a replica takes it with epoch + 1, reads the log to its end, attaches
    the sink and serves, including requests the old sequencer had not
@@ -96,6 +97,7 @@ from ._core.records import (
 )
 from ._core.replay import replay
 from ._core.tasks import task_name
+from ._core.version import Version
 from ._log.postgres import PostgresLog, WriterFenced, connect, ensure_schema
 from ._runtime import RuntimeBuffer, open_buffer
 
@@ -113,6 +115,24 @@ class LeaseLost(QuiesceError):
 class _HeldBack(LogWriteError):
     """A removal's intent found a live member's horizon below its grace
     version (the sequencer's floor was stale): the batch is not committed."""
+
+
+class _LeasedSnapshot(Snapshot):
+    """A shared member's snapshot: void once the member's lease expired while
+    it was pinned (the other members stopped waiting for it). Same layout as
+    :class:`Snapshot`; only reads pay one attribute check."""
+
+    __slots__ = ()
+
+    def _v(self) -> Version:
+        v = Snapshot._v(self)
+        lost_at: float | None = getattr(self._buffer, "_lease_lost_at", None)
+        if lost_at is not None and self._since <= lost_at:
+            raise LeaseLost(
+                f"this snapshot (version {v.number}) was pinned when its member's lease "
+                f"expired: other processes may have removed what it shows"
+            )
+        return v
 
 
 class SharedWriteTimeout(LogWriteError, TimeoutError):
@@ -500,7 +520,9 @@ class SharedBuffer:
         lost = self._lease_lost
         if lost is not None:
             raise lost
-        return self.local.snapshot()
+        snap = self.local.snapshot()
+        snap.__class__ = _LeasedSnapshot
+        return snap
 
     def oldest_pin(self) -> int | None:
         return self.local.oldest_pin()
@@ -863,6 +885,8 @@ class SharedBuffer:
             await anyio.sleep(interval)
             now = time.monotonic()
             if now > self._member_valid_until and self._lease_lost is None:
+                local = self.local
+                local._lease_lost_at = local._clock()  # type: ignore[attr-defined]
                 self._lease_lost = LeaseLost(
                     f"member {self.member_id} could not renew its lease within "
                     f"{self._lease:g}s: its snapshots are void until it re-joins"
