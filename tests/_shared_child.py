@@ -82,7 +82,10 @@ async def _serve(conn: Connection, buf: SharedBuffer) -> None:
             elif name == "unpin":
                 now = time.time()
                 for snap, since in pins:
-                    pin_log.append((snap.version, since, now, [e.id for e in snap]))
+                    try:
+                        pin_log.append((snap.version, since, now, [e.id for e in snap]))
+                    except QuiesceError:  # void (LeaseLost): still unpinned below
+                        pass
                     snap.__exit__(None, None, None)
                 pins.clear()
                 value = now
@@ -113,6 +116,14 @@ async def _serve(conn: Connection, buf: SharedBuffer) -> None:
                 }
             elif name == "writes":
                 value = await _writes(buf, *args)
+            elif name == "read_pins":
+                out = []
+                for snap, _ in pins:
+                    try:
+                        out.append([e.id for e in snap])
+                    except QuiesceError as exc:
+                        out.append(f"{type(exc).__name__}: {exc}")
+                value = out
             elif name == "pin_log":
                 value = pin_log
             elif name == "escalations":

@@ -389,6 +389,48 @@ class TestFaults:
         check_log(pg_dsn)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_partition_of_a_replica_through_a_tcp_proxy(
+    pg_cluster: Any, pg_dsn: str, members: list[Member], backend: str
+) -> None:
+    """Cut one replica off from PostgreSQL (a TCP proxy that stops relaying):
+    its writes fail within their timeout instead of hanging, its local reads
+    go on and stats() says it is disconnected; once its lease has expired the
+    sequencer stops waiting for it (a removal its reader held back is
+    applied) and the reader's snapshot is void (LeaseLost). After the
+    partition heals it re-joins, catches up and converges."""
+    from _proxy import Proxy
+
+    proxy = Proxy(("127.0.0.1", pg_cluster.port))
+    try:
+        a = start(members, pg_dsn, backend)
+        options = pg_dsn.split("options=", 1)[1]
+        via_proxy = f"{pg_cluster.tcp_dsn(port=proxy.port)}?options={options}"
+        b = start(members, via_proxy, backend, timeout=1.0)
+        v = b("append", ("x", "before the partition"))
+        b("wait_applied", v)
+        b("pin")
+        assert a("prune", ["x"]) == {"x": "DEFERRED"}
+        proxy.partition()
+        r = b("writes", ("p", 2, 0.5))
+        assert r["acked"] == [] and len(r["failed"]) + len(r["unknown"]) == 2
+        assert b("summary")["entries"] == ["x"]  # local reads go on
+        wait_for(lambda: not b("stats")["connected"], timeout=10)
+        wait_for(lambda: a("summary")["tombstones"] == ["x"], timeout=15)  # b excluded
+        wait_for(lambda: isinstance(b("read_pins")[0], str), timeout=10)
+        assert b("read_pins")[0].startswith("LeaseLost: this snapshot")
+        proxy.heal()
+        wait_for(lambda: b("stats")["connected"] and b("stats")["lease_valid"], timeout=30)
+        b("unpin")
+        after = b("writes", ("q", 3, 5.0))
+        assert len(after["acked"]) == 3
+        final = converge(members)
+        assert "x" in final["tombstones"]
+        check_log(pg_dsn)
+    finally:
+        proxy.close()
+
+
 class TestInProcess:
     """Two members in one process (and one event loop): the API surface and
     bad input, on asyncio and trio."""

@@ -670,6 +670,7 @@ class SharedBuffer:
                         "args": json.dumps(args),
                         "ch": self.request_channel,
                     },
+                    abandon_on_cancel=True,  # a partition must not hold the caller
                 )
                 self.forwarded += 1
                 while request_id not in self._answers:
@@ -725,7 +726,7 @@ class SharedBuffer:
                 old._sink = None  # it never writes again
             old_stop.set()
         assert self._tg is not None and self._sink is not None
-        records = await anyio.to_thread.run_sync(self._sink.read_from, 0)
+        records = await self._db(self._sink.read_from, 0)
         stop = anyio.Event()
         self._local_stop = stop
         self._local = await self._tg.start(self._run_local, records, stop)
@@ -778,7 +779,19 @@ class SharedBuffer:
         return f"{self.member_id}/{self._incarnation}"
 
     async def _ctl_run(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        return await anyio.to_thread.run_sync(self._ctl.run, sql, params)
+        rows: list[tuple[Any, ...]] = await self._db(self._ctl.run, sql, params)
+        return rows
+
+    async def _db(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` in a worker thread, given up after ``timeout``: a
+        database that stops answering (a partition: no error, no reply) fails
+        the call with :class:`LogWriteError` instead of hanging the member.
+        The abandoned thread finishes or fails on its own once the network
+        answers again."""
+        with anyio.move_on_after(self._timeout):
+            return await anyio.to_thread.run_sync(fn, *args, abandon_on_cancel=True)
+        self._ctl.connected = False
+        raise LogWriteError(f"no answer from PostgreSQL within {self._timeout:g}s")
 
     # -- leases --------------------------------------------------------------
 
@@ -1034,7 +1047,7 @@ class SharedBuffer:
         sink = self._sink
         buf = self.local
         assert sink is not None
-        records = await anyio.to_thread.run_sync(sink.read_from, len(buf._records))
+        records = await self._db(sink.read_from, len(buf._records))
         if not records or self._role == _SEQUENCER:
             return
         with buf._write_lock:
