@@ -539,6 +539,36 @@ class TestInProcess:
                 a.snapshot()
 
     @pytest.mark.anyio
+    async def test_a_member_joining_below_grace_vetoes_the_removal(
+        self, pg_dsn: str, anyio_backend: str
+    ) -> None:
+        """A member that joined (horizon 0) after the sequencer last read the
+        horizons: the removal's intent transaction sees it and the removal
+        is requeued, not published (the prune reports DEFERRED, nothing
+        raises); it is applied once that member's horizon passes its grace."""
+        async with open_shared_buffer(pg_dsn, "b", **FAST) as a:
+            await a.append(Entry("x", Kind.REASONING, "x"))
+            await a.flush()
+            with psycopg.connect(pg_dsn, autocommit=True) as conn:
+                conn.execute(
+                    "INSERT INTO quiesce_member VALUES "
+                    "('b', 'ghost', 'i', now() + interval '1 hour', 0, 0, '{}')"
+                )
+                a.local._grace_floor = None  # the floor it read before the ghost joined
+                report = await a.prune(["x"], reason="stale")
+                assert report["x"].status.name == "DEFERRED"
+                assert "x" in a.staged()
+                await anyio.sleep(0.3)  # heartbeats, scheduler wake-ups
+                assert "x" not in a.head().tombs.by_id
+                ops = [r.op for r in a.log]  # the vetoed intent, if the floor was stale
+                assert ops in (["append", "prune"], ["append", "prune", "tombstone"])
+                conn.execute("UPDATE quiesce_member SET horizon = 99 WHERE member_id = 'ghost'")
+            with anyio.fail_after(10):
+                while "x" not in a.head().tombs.by_id:
+                    await anyio.sleep(0.02)
+            a._check()
+
+    @pytest.mark.anyio
     async def test_bad_arguments(self, pg_dsn: str, anyio_backend: str) -> None:
         with pytest.raises(InvalidArgument, match=r"^lease must be > 0, got 0$"):
             async with open_shared_buffer(pg_dsn, "b", lease=0):

@@ -112,11 +112,6 @@ class LeaseLost(QuiesceError):
     snapshots are void until it has re-joined."""
 
 
-class _HeldBack(LogWriteError):
-    """A removal's intent found a live member's horizon below its grace
-    version (the sequencer's floor was stale): the batch is not committed."""
-
-
 class _LeasedSnapshot(Snapshot):
     """A shared member's snapshot: void once the member's lease expired while
     it was pinned (the other members stopped waiting for it). Same layout as
@@ -1114,28 +1109,33 @@ class SharedBuffer:
         """The sink's ``before_commit``, inside each batch's transaction:
         (1) a removal intent in the batch re-checks the live members'
         horizons against its groups' grace versions (the authoritative
-        cross-process grace test; raises :class:`_HeldBack` to abort);
+        cross-process grace test): a group held back is taken out of the
+        buffer's ``_applying``, so its removal is requeued, not published;
         (2) store the results of forwarded requests whose records are all in
         this batch."""
         buf = self._local
         if buf is not None:
-            graces = [
-                g.grace
+            groups = [
+                g
                 for rec in batch
                 if rec.op == "tombstone"
                 for gid in rec.detail.get("gids", ())
                 if (g := buf._applying.get(gid)) is not None
             ]
-            if graces:
+            if groups:
                 cur.execute(_HORIZON_CHECK, {"b": self._buffer_id, "m": self.member_id})
                 row = cur.fetchone()
                 floor = None if row is None or row[0] is None else int(row[0])
-                if floor is not None and floor < max(graces):
-                    buf._grace_floor = floor
+                held = [g for g in groups if floor is not None and floor < g.grace]
+                if held:
+                    # The intent itself is harmless (recovery ignores it);
+                    # taking the groups out of _applying makes the buffer
+                    # requeue them instead of publishing the removal.
+                    with buf._write_lock:
+                        for g in held:
+                            buf._applying.pop(g.gid, None)
+                        buf._grace_floor = floor
                     self._floor = floor
-                    raise _HeldBack(
-                        f"a member's horizon {floor} is below grace version {max(graces)}"
-                    )
         last_seq = batch[-1].seq
         with self._results_lock:
             done = [r for r in self._results if r[2] <= last_seq + 1]
