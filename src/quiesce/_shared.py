@@ -30,8 +30,11 @@ What it keeps true across processes (each member is one
    covers a reader about to pin a version the member has not yet seen marked).
    The sequencer applies a removal of grace version ``g`` only when its own
    oldest pin and the smallest horizon among members with live leases are both
-   ``>= g``. A member joins with horizon 0 (holding every removal back) before
-   it reads the log. A member whose lease expired is excluded; when it notices
+   ``>= g``: it reads the horizons on every heartbeat, and re-checks them
+   inside the removal intent's own transaction, under an advisory lock that
+   a member's registration also takes (a removal that fails the re-check is
+   requeued, not published). A member joins with horizon 0 (holding every
+   removal back) before it reads the log. A member whose lease expired is excluded; when it notices
    (its own clock: last renewal sent + lease − margin) its snapshots pinned
    at that moment raise :class:`LeaseLost` on every read from then on, and
    ``snapshot()`` raises it until the member has re-joined.
