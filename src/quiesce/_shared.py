@@ -84,6 +84,7 @@ from ._core.buffer import Snapshot
 from ._core.entry import Entry
 from ._core.errors import InvalidArgument, InvalidType, LogWriteError, QuiesceError
 from ._core.log import EditLog
+from ._core.pins import _NOT_ENTERED, _new_object
 from ._core.plan import EditPlan, Move, Op, Prune, Rewrite, Summarize
 from ._core.policy import Policy
 from ._core.records import (
@@ -516,10 +517,14 @@ class SharedBuffer:
         :class:`LeaseLost` while this member's lease is expired: the other
         members no longer wait for its readers."""
         lost = self._lease_lost
-        if lost is not None:
-            raise lost
-        snap = self.local.snapshot()
-        snap.__class__ = _LeasedSnapshot
+        local = self._local
+        if lost is not None or local is None:
+            raise lost or _errors.BufferClosed("the shared buffer is not open")
+        # Buffer.snapshot(), written out for the subclass (the pin fast path)
+        snap: Snapshot = _new_object(_LeasedSnapshot)
+        snap._buffer = local
+        snap._version = None
+        snap._task = _NOT_ENTERED
         return snap
 
     def oldest_pin(self) -> int | None:
@@ -1190,7 +1195,9 @@ class SharedBuffer:
 
     async def _flusher(self) -> None:
         while True:
-            await anyio.sleep(self._flush_interval)
+            # a replica has nothing to flush: it only looks for a promotion
+            idle = self._role != _SEQUENCER
+            await anyio.sleep(self._poll if idle else self._flush_interval)
             if self._role == _SEQUENCER and (self.local.pending_records or self._results):
                 try:
                     await anyio.to_thread.run_sync(self._flush)

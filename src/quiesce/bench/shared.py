@@ -10,8 +10,9 @@ measured in this one run, side by side:
 1. ``mark_stale`` on the sequencer's buffer (a ``PostgresLog`` sink, no
    flusher) / in memory — the mark path never touches the network. Timed like
    the durability section (CPU time, ``Case`` repetitions).
-2. pin + unpin on a replica's local buffer (built by following the log) / on
-   a local buffer with the same entries.
+2. pin + unpin through a replica's ``SharedBuffer.snapshot()`` (a real
+   replica, its event loop in another thread) / on a local buffer with the
+   same entries.
 3. ``flush()`` of 1,000 records: ``PostgresLog`` / ``SQLiteLog`` (wall time,
    paired repetitions).
 4. Replica lag: the sequencer's flush returns → the replica's local version
@@ -124,29 +125,38 @@ def _mark_cases(dsn: str, n: int) -> tuple[list[Case], list[Any]]:
 # -- 2. pins on a replica's buffer ------------------------------------------------
 
 
-def _pin_cases(dsn: str, n: int) -> list[Case]:
-    from quiesce import PostgresLog
-    from quiesce._core.replay import replay
+@contextlib.contextmanager
+def _replica(dsn: str, entries: list[Entry]) -> Iterator[Any]:
+    """A real replica (with its sequencer), run by an event loop in another
+    thread; yields the replica's ``SharedBuffer`` once it holds ``entries``."""
+    from anyio.from_thread import start_blocking_portal
 
-    entries = _FIXTURES.entries(n)
+    from quiesce import open_shared_buffer
+
     bid = uuid.uuid4().hex
-    with PostgresLog(dsn, bid) as log:
-        source = Buffer(log=log)
-        for e in entries:
-            source.append(e)
-        source.flush()
-        replica = Buffer()
-        replica._grace_floor = -1
-        with replica._write_lock:
-            replay(replica, log.load())
+    with start_blocking_portal() as portal:
+        seq_cm = portal.wrap_async_context_manager(open_shared_buffer(dsn, bid, poll=1.0))
+        with seq_cm as seq:
+            for e in entries:
+                portal.call(seq.append, e)
+            portal.call(seq.flush)
+            rep_cm = portal.wrap_async_context_manager(open_shared_buffer(dsn, bid, poll=1.0))
+            with rep_cm as rep:
+                if rep.role != "replica" or rep.version != seq.version:
+                    raise RuntimeError("the benchmark's replica did not start as expected")
+                yield rep
+
+
+def _pin_cases(replica: Any, n: int) -> list[Case]:
+    entries = _FIXTURES.entries(n)
     local = Fixtures.buffer(entries)
     cases = []
     for impl, buf in (("local", local), ("replica", replica)):
 
-        def setup(b: Buffer = buf) -> Buffer:
+        def setup(b: Any = buf) -> Any:
             return b
 
-        def prepare(b: Buffer, count: int) -> Callable[[], None]:
+        def prepare(b: Any, count: int) -> Callable[[], None]:
             snapshot = b.snapshot
 
             def run() -> None:
@@ -291,9 +301,10 @@ def bench_shared(cfg: Config) -> SectionResult:
             return _skip(res, "no PostgreSQL server (set QUIESCE_BENCH_DSN or install it)")
         dsn = _schema(dsn)
         cases, opened = _mark_cases(dsn, n)
-        pins = _pin_cases(dsn, n)
         try:
-            measure([*cases, *pins], cfg)
+            with _replica(dsn, _FIXTURES.entries(n)) as replica:
+                pins = _pin_cases(replica, n)
+                measure([*cases, *pins], cfg)
         finally:
             for sink in opened:
                 sink.close()
