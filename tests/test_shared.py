@@ -143,9 +143,7 @@ def converge(members: list[Member]) -> dict[str, Any]:
 
 
 def appended_ids(dsn: str) -> set[str]:
-    return {
-        json.loads(r[4])["ids"][0] for r in db_log(dsn) if r[2] == "append"
-    }
+    return {json.loads(r[4])["ids"][0] for r in db_log(dsn) if r[2] == "append"}
 
 
 def wait_for(predicate: Any, timeout: float = 20.0, interval: float = 0.05) -> Any:
@@ -579,7 +577,6 @@ class TestInProcess:
                 await a.prune(["x"], reason="")
             assert a.version == v
             assert a.stats().local.version == v
-
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -78,7 +78,6 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from . import _core
 from ._core import errors as _errors
 from ._core.buffer import Snapshot
 from ._core.entry import Entry
@@ -106,8 +105,6 @@ from ._log.postgres import PostgresLog, WriterFenced, connect, ensure_schema
 from ._runtime import RuntimeBuffer, open_buffer
 
 __all__ = ["LeaseLost", "SharedBuffer", "SharedStats", "SharedWriteTimeout", "open_shared_buffer"]
-
-assert _core  # the package, for the error-name lookup below
 
 
 class LeaseLost(QuiesceError):
@@ -314,10 +311,7 @@ def _result_from_dict(op: str, d: dict[str, Any], plan: EditPlan | None) -> Any:
         return Mark(i, reason, turn, version)
     if op == "prune":
         return PruneReport(
-            {
-                i: Outcome(Status(s), None if r is None else Refusal(r))
-                for i, s, r in d["outcomes"]
-            },
+            {i: Outcome(Status(s), None if r is None else Refusal(r)) for i, s, r in d["outcomes"]},
             d["version"],
         )
     esc = d["escalation"]
@@ -400,10 +394,6 @@ class _Control:
             conn, self._conn = self._conn, None
             if conn is not None:
                 conn.close()
-
-    def backend_pid(self) -> int | None:
-        conn = self._conn
-        return None if conn is None or conn.closed else int(conn.info.backend_pid)
 
 
 class SharedBuffer:
