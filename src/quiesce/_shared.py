@@ -462,6 +462,7 @@ class SharedBuffer:
         self._wake_pump = anyio.Event()
         self._closing = False
         self._needs_rebuild = False  # demoted with records that were not durable
+        self._lost_records = 0  # records dropped at a demotion, not yet reported
         self.forwarded = 0
         self.served = 0
         self.failovers = 0
@@ -597,11 +598,20 @@ class SharedBuffer:
     async def flush(self) -> None:
         """On the sequencer: return once every change made before the call is
         durable. On a replica: a checkpoint (its forwarded writes are durable
-        when they return)."""
+        when they return). Raises :class:`LeaseLost` if this member, as
+        sequencer, lost the lease while some of its writes were not yet
+        durable (they were dropped): a flush that returns means every write
+        it acknowledged before is in the log."""
         if self._role == _SEQUENCER:
             await anyio.to_thread.run_sync(self._flush)
         else:
             await anyio.lowlevel.checkpoint()
+        lost, self._lost_records = self._lost_records, 0
+        if lost:
+            raise LeaseLost(
+                f"this member lost the writer lease before {lost} of its records were "
+                f"durable: those writes are not in the log"
+            )
 
     async def wait_applied(self, version: int, *, timeout: float | None = None) -> None:
         """Return once the local head is at ``version`` or newer
@@ -868,6 +878,7 @@ class SharedBuffer:
             self._role = _REPLICA
             buf = self.local
             with buf._write_lock:
+                self._lost_records += buf.pending_records  # told by the next flush()
                 buf._sink = None
                 buf._grace_floor = -1
             with self._results_lock:
