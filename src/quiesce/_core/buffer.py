@@ -164,6 +164,7 @@ class Buffer(Editor):
         self._unmarked_new: list[str] = []
         self._gids = itertools.count(1)
         self._backlog_alarm = False
+        self._grace_floor = None  # no readers in other processes (grace.py)
         # due signalling (the runtime installs _due_hook to wake its scheduler)
         self._due_hook = None
         self._due_flag = False

@@ -85,6 +85,10 @@ class Grace(Pins):
     _due_hook: Callable[[], None] | None  #: the runtime's wake-up, else None
     _due_flag: bool  #: a due removal waits for the writer holding the lock
     _due_since: float | None
+    #: The lowest version readers in *other processes* may still hold (a
+    #: shared buffer's members, set by ``quiesce._shared``), or ``None`` for
+    #: none; ``-1`` holds every removal back (a replica never applies one).
+    _grace_floor: int | None
 
     if TYPE_CHECKING:  # provided by .publish.Publisher and .buffer.Buffer
 
@@ -108,9 +112,14 @@ class Grace(Pins):
     def _horizon(self) -> int | None:
         """The oldest version a reader may still hold (``None``: no reader):
         a staged group is due once its grace is at or below it. The local
-        oldest pin, O(1) amortized; the seam for remote members' horizons."""
+        oldest pin, lowered to ``_grace_floor`` (the other processes'
+        readers of a shared buffer). O(1) amortized."""
         with self._pin_lock:
-            return self._oldest_pin()
+            oldest = self._oldest_pin()
+        floor = self._grace_floor
+        if floor is None or (oldest is not None and oldest <= floor):
+            return oldest
+        return floor
 
     def _signal_due(self) -> None:
         if self._due_since is None:

@@ -136,6 +136,15 @@ class Publisher(Grace):
             raise
         lock.acquire()
         try:
+            # A group the sink took back out of ``_applying`` while making the
+            # intent durable (a shared buffer whose remote readers turned out
+            # to be below its grace) is requeued, not published.
+            vetoed = [g for g in groups if g.gid not in self._applying]
+            if vetoed:
+                self._requeue(vetoed)
+                groups = [g for g in groups if g.gid in self._applying]
+                if not groups:
+                    return ()
             try:
                 removed = self._remove_groups(groups, intent)
             except BaseException:

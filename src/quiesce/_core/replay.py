@@ -22,7 +22,6 @@ from .grace import Group as _Group
 from .policy import IMMUTABLE_KINDS
 from .publish import count_record as _count
 from .records import FORMAT, LogRecord, Mark, Tombstone
-from .version import Version
 
 if TYPE_CHECKING:
     from .buffer import Buffer
@@ -44,13 +43,16 @@ def _tomb(d: dict[str, Any]) -> Tombstone:
 
 
 def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
-    """Load ``records`` into the (new, empty) ``buf``. Raises
-    :class:`LogFormatError` for a record from a newer format or out of order."""
+    """Load ``records`` into ``buf``: a new, empty buffer, or one whose log
+    they continue (a replica following a shared log; call under its write
+    lock). The head is replaced once, only if the records publish a version.
+    Raises :class:`LogFormatError` for a record from a newer format or out of
+    order."""
 
-    draft = _Draft(Version.empty())
-    number = 0
-    groups: dict[int, _Group] = {}
-    for index, rec in enumerate(records):
+    draft = _Draft(buf._head)
+    number = buf._head.number
+    groups: dict[int, _Group] = {g.gid: g for _, _, g in buf._staged}
+    for index, rec in enumerate(records, len(buf._records)):
         if rec.format > FORMAT:
             raise LogFormatError(
                 f"log record {index} has format {rec.format}; this quiesce reads up to {FORMAT}"
@@ -111,14 +113,19 @@ def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
             number = v
         buf._records.append(rec)
         _count(buf, rec)
-    buf._head = head = draft.finish(number)
+    if number != buf._head.number:
+        buf._head = draft.finish(number)
+    head = buf._head
+    buf._unmarked_new.clear()
     buf._unmarked = {
         i
         for i, slot in head.live.items()
         if i not in head.marks and slot.entry.kind not in IMMUTABLE_KINDS
     }
+    buf._staged.clear()
+    buf._staged_ids.clear()
     for g in groups.values():
         for i in g.ids:
             buf._staged_ids[i] = g
         heapq.heappush(buf._staged, (g.grace, g.gid, g))
-    buf._gids = itertools.count(max(groups, default=0) + 1 + len(records))
+    buf._gids = itertools.count(max(groups, default=0) + 1 + len(buf._records))

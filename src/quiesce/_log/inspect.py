@@ -76,6 +76,10 @@ def _tomb_dict(t: Tombstone) -> dict[str, Any]:
 
 
 def _read(path: str) -> tuple[str, int, list[LogRecord], int]:
+    if path.startswith(("postgresql://", "postgres://")):
+        from .postgres import read_postgres  # psycopg only when asked for
+
+        return ("postgresql", *read_postgres(path), 0)
     kind = sniff(path)
     if kind == "sqlite":
         fmt, records = read_sqlite(path)
