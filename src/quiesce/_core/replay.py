@@ -22,10 +22,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .draft import Draft as _Draft
+from .edit import HOST_ACTOR
 from .entry import Entry, Kind
 from .errors import LogFormatError
 from .grace import Group as _Group
-from .edit import HOST_ACTOR
 from .policy import IMMUTABLE_KINDS, PROTECTED_KINDS
 from .publish import count_record as _count
 from .records import FORMAT, LogRecord, Mark, Tombstone
