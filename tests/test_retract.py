@@ -351,3 +351,24 @@ class TestForgeries:
             rec.buffer._check()
         with pytest.raises(LogFormatError):
             Buffer(log=MemorySink(list(rec.buffer.log)))  # type: ignore[arg-type]
+
+
+@pytest.mark.anyio
+async def test_a_pruner_may_not_speak_as_the_host(anyio_backend: str) -> None:
+    """A model-driven pruner returning a host plan is refused before anything
+    is submitted: the host's override is the host application's alone.
+    (asyncio and trio.)"""
+    from quiesce import InvalidArgument, run_pruner
+
+    buf = filled(Buffer())
+
+    async def impostor(snap: object) -> EditPlan:
+        return retract("u2")
+
+    version, log = buf.version, len(buf.log)
+    with pytest.raises(
+        InvalidArgument, match=r"^a pruner's plan may not claim the host actor 'host'; "
+    ):
+        await run_pruner(buf, impostor)
+    assert buf.version == version and len(buf.log) == log and "u2" in buf.head().live
+    buf._check(expect_no_pins=True)
