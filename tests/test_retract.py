@@ -28,6 +28,7 @@ from quiesce import (
     Kind,
     LogFormatError,
     LogRecord,
+    Move,
     Override,
     Prune,
     Refusal,
@@ -172,6 +173,29 @@ class TestRetracted:
         remove_rec = buf.log[-1]
         assert remove_rec.detail["retracted"] == ["u2"]
         buf._check(expect_no_pins=True)
+
+    @pytest.mark.parametrize("meanwhile", ["moved", "cited"])
+    def test_refused_at_the_grace_point_keeps_the_mark(self, meanwhile: str) -> None:
+        """Re-validated when due like any removal: an immutable moved since,
+        or cited by a new entry, stays — refused, logged — and keeps the
+        retraction's mark (marks are monotone), the one mark an immutable
+        entry can carry; every checker and recovery accept it. (Found by the
+        seeded simulation.)"""
+        buf = filled(Buffer())
+        with buf.snapshot():
+            assert buf.edit(retract("sys")).deferred == ("sys",)
+            if meanwhile == "moved":
+                assert buf.edit(EditPlan([Move("sys")], reason="to the end")).applied
+            else:
+                buf.append(Entry("why", Kind.REASONING, "English, as asked", refs=("sys",)))
+        assert "sys" in buf.head().live and "sys" not in buf.tombstones
+        assert buf.head().marks["sys"].reason == "undo"
+        refusal = Refusal.CONFLICT if meanwhile == "moved" else Refusal.REFERENCED
+        assert buf.log[-1].op == "remove" and buf.log[-1].detail["refused"] == {
+            "sys": refusal.value
+        }
+        buf._check(expect_no_pins=True)
+        assert Buffer(log=MemorySink(list(buf.log))).head().marks["sys"] == buf.head().marks["sys"]  # type: ignore[arg-type]
 
     def test_check_history_accepts_it(self) -> None:
         rec = Recorder(filled(Buffer()))

@@ -66,16 +66,20 @@ def check_buffer(buf: Buffer, expect_no_pins: bool) -> None:
         i for i, slot in live.items() if i not in head.marks and slot.entry.kind not in _IMMUTABLE
     }
     assert buf._markable() == unmarked, "the unmarked index disagrees with the head"
-    # marks only on live, mutable entries; versions within range.
+    # marks only on live, mutable entries (but see retraction_marks below);
+    # versions within range.
+    marked_immutables: list[str] = []
     for i, mark in head.marks.items():
         assert i in live, f"mark on non-live {i!r}"
-        if live[i].entry.kind in _IMMUTABLE:  # only the host's retraction stages one
-            g = buf._staged_ids.get(i)
-            assert g is not None and i in g.retracted, f"immutable {i!r} is marked"
+        if live[i].entry.kind in _IMMUTABLE:
+            marked_immutables.append(i)
         assert 0 < mark.version <= head.number
     # (3) exactly one tombstone and one log record per removal; the log grows.
     removed_in_log: Counter[str] = Counter()
     retracted: set[str] = set()  #: the host's retractions, as the removal records say
+    # Only the host's retraction marks an immutable (staging it); the mark
+    # stays if the removal is then refused (moved since, or newly cited).
+    retraction_marks: set[str] = set()
     records = buf._records
     for seq in range(len(records)):
         rec = materialize(records, seq)
@@ -84,6 +88,11 @@ def check_buffer(buf: Buffer, expect_no_pins: bool) -> None:
             for t in rec.detail.get("tombstones", ()):
                 removed_in_log[t["id"]] += 1
             retracted.update(rec.detail.get("retracted", ()))
+        elif rec.op == "edit" and rec.actor == HOST_ACTOR and rec.detail.get("retracted"):
+            marked = {m[0] for m in rec.detail.get("marks", ())}
+            retraction_marks.update(marked.intersection(rec.detail["retracted"]))
+    for i in marked_immutables:
+        assert i in retraction_marks, f"immutable {i!r} is marked"
     tombs = head.tombs.by_id
     assert set(removed_in_log) == set(tombs), "tombstones and removal records disagree"
     assert all(c == 1 for c in removed_in_log.values()), "an entry was removed twice"
