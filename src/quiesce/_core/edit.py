@@ -67,9 +67,12 @@ class Editor(Publisher):
         usual, and the removal is staged (the entry marked) and applied at its
         grace point like any other, with a tombstone whose actor is
         ``"host"``. The edit record and the removal record list the ids under
-        ``retracted``; the invariant checkers (``Buffer._check``,
-        :func:`quiesce.testing.check_history`, recovery) accept a protected
-        removal only with that record. Summaries and rewrites get no such
+        ``retracted``. Re-validated when due like any removal, a retraction
+        may still be refused then (the entry moved since, or gained a citer):
+        the entry stays with the retraction's mark — for an immutable entry,
+        the only mark it can ever carry. The invariant checkers
+        (``Buffer._check``, :func:`quiesce.testing.check_history`, recovery)
+        accept a protected removal only with those records. Summaries and rewrites get no such
         exception: the host retracts, it does not paraphrase.
 
         A rewrite keeps the entry's stale mark: the mark judged the earlier
