@@ -143,12 +143,14 @@ class Workload:
             ops = (Summarize(covered, into=into),)
         else:
             ops = (Prune(self._id(b)),)
+        # Some prunes are the host's: with an override, a retraction of any kind.
+        host = which == 3 and d % 2 == 1
         buf.edit(
             EditPlan(
                 ops,
                 reason=f"self-edit {a}",
                 rationale=rationale,
-                actor="editor",
+                actor="host" if host else "editor",
                 turn=self.n,
                 base=base,
                 override=Override("allowed", self.n) if c % 5 == 0 else None,

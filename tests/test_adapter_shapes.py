@@ -524,6 +524,18 @@ class TestReadmission:
         out = openai.render(buf)
         openai.validate(out)
 
+    def test_the_caller_names_itself(self) -> None:
+        """``actor=`` replaces the adapter's name in the Override's reason and
+        in the oscillation escalation; a bad one is refused before anything."""
+        buf = self.loop()
+        with pytest.raises(InvalidArgument, match=r"^actor must be a non-empty str$"):
+            openai.append_messages(buf, rerun(1), actor="")
+        assert "call_r1" not in buf.head().live
+        openai.append_messages(buf, rerun(1), turn=3, actor="myapp.loop")
+        record = next(r for r in buf.log if r.op == "append" and r.ids == ("call_r1",))
+        assert record.reason is not None
+        assert record.reason.startswith("re-admitted by myapp.loop (readmit='record')")
+
     def test_second_cycle_escalates_oscillation(self) -> None:
         buf = self.loop()
         report = openai.sync_messages(buf, LOOP + rerun(1))

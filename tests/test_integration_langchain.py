@@ -352,3 +352,7 @@ def test_readmit_refuse_keeps_the_head() -> None:
     report = sync_messages(buf, rerun)
     assert report.tombstoned == (1, 2) and report.appended == (3, 4)
     assert report.readmitted == ("a2/c2",)
+    # the override names the integration (its module), not an adapter
+    record = next(r for r in buf.log if r.op == "append" and r.ids == ("a2/c2",))
+    assert record.outcome == "overridden" and record.reason is not None
+    assert record.reason.startswith("re-admitted by quiesce.integrations.langchain (readmit=")

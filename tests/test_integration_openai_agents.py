@@ -215,7 +215,8 @@ async def test_session_and_filter_end_to_end(tmp_path: Path) -> None:
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])  # the SDK's runner
 async def test_concurrent_runs_lose_nothing() -> None:
     """Two runs on one session at once: every item of both is kept, and
-    pop_item removes the newest with a tombstone naming the host. (asyncio only.)"""
+    pop_item removes the newest with a tombstone naming the host — a user
+    message too (the host's retraction). (asyncio only.)"""
     model = ScriptedModel([[text("x1", "one")], [text("x2", "two")]])
     async with open_buffer() as buf:
         session = QuiesceSession("s2", buf)
@@ -242,13 +243,79 @@ async def test_concurrent_runs_lose_nothing() -> None:
         assert buf.version == version
         tombs = list(buf.tombstones.values())
         assert len(tombs) == 2
-        assert {(t.actor, t.reason) for t in tombs} == {("host:openai-agents", "pop_item")}
+        assert {(t.actor, t.reason) for t in tombs} == {("host", "pop_item")}
         while (await session.get_items(limit=1))[0].get("role") == "assistant":
             await session.pop_item()
         kept = await session.get_items()
-        with pytest.raises(ProtectedEntry, match=r"^pop_item: the newest item .* is protected"):
-            await session.pop_item()
-        assert await session.get_items() == kept
+        user = await session.pop_item()
+        assert user == kept[-1] and user is not None and user.get("role") == "user"
+        assert await session.get_items() == kept[:-1]
+        tomb = max(buf.tombstones.values(), key=lambda t: t.version)
+        assert (tomb.actor, tomb.kind) == ("host", Kind.INSTRUCTION)
+        buf._check()
+
+
+USERS = [{"content": w, "role": "user"} for w in ("first", "second", "third")]
+
+
+@pytest.mark.anyio
+async def test_pop_item_retracts_user_messages() -> None:
+    """pop_item is the host's undo: a user message (``INSTRUCTION``, protected
+    and immutable) is retracted — staged while a reader pins it, left out of
+    get_items at once, tombstoned as the host's when the reader leaves, and
+    logged as ``retracted``. Two concurrent pops take turns (two different
+    items). (asyncio and trio: the session alone, no runner.)"""
+    buf = Buffer()
+    session = QuiesceSession("s4", buf)
+    await session.add_items(USERS)  # type: ignore[arg-type]
+    with buf.snapshot() as reader:
+        popped: list[Any] = []
+        async with anyio.create_task_group() as tg:
+            for _ in range(2):
+                tg.start_soon(lambda: _append(popped, session.pop_item()))
+        assert sorted(p["content"] for p in popped) == ["second", "third"]
+        assert await session.get_items() == USERS[:1]
+        assert len(reader) == 3 and not buf.tombstones  # the reader still sees them
+        buf._check()
+    tombs = sorted(buf.tombstones.values(), key=lambda t: t.id)
+    assert [(t.actor, t.reason, t.kind) for t in tombs] == [
+        ("host", "pop_item", Kind.INSTRUCTION)
+    ] * 2
+    edits = [r for r in buf.log if r.op == "edit"]
+    assert [r.actor for r in edits] == ["host", "host"]
+    assert sorted(i for r in edits for i in r.detail["retracted"]) == sorted(t.id for t in tombs)
+    assert all(
+        r.detail["plan"]["override"]["reason"]
+        == "pop_item: the host's undo, by quiesce.integrations.openai_agents"
+        for r in edits
+    )
+    removed = [i for r in buf.log if r.op == "remove" for i in r.detail["retracted"]]
+    assert sorted(removed) == sorted(t.id for t in tombs)
+    assert await session.pop_item() == USERS[0]
+    assert await session.pop_item() is None
+    assert await session.get_items() == []
+    buf._check(expect_no_pins=True)
+
+
+@pytest.mark.anyio
+async def test_pop_item_never_leaves_a_dangling_reference() -> None:
+    """An item another entry still cites is not removed, even by the host:
+    ProtectedEntry, nothing changes. (asyncio and trio: no runner.)"""
+    buf = Buffer()
+    session = QuiesceSession("s5", buf)
+    await session.add_items(USERS[:1])  # type: ignore[arg-type]
+    (item,) = buf.head().entries()
+    buf.append(Entry("note", Kind.REASONING, "the user asked first", refs=(item.id,)))
+    version, items = buf.version, await session.get_items()
+    with pytest.raises(
+        ProtectedEntry,
+        match=rf"^pop_item: the buffer refuses to remove the newest item {item.id!r} "
+        r"\(REFERENCED\)$",
+    ):
+        await session.pop_item()
+    assert await session.get_items() == items
+    assert not buf.tombstones and not buf.staged() and buf.version == version
+    buf._check(expect_no_pins=True)
 
 
 @pytest.mark.anyio

@@ -492,15 +492,21 @@ class Workload:
                     before = None
                 ops.append(Move(target, before))
         rationale = tuple(rng.sample(seen, 1)) if rng.random() < 0.4 else ()
+        turn = rng.randint(0, 50)
+        plan_base = base if rng.random() < 0.5 else None
+        override = Override("editor override", 3) if rng.random() < 0.1 else None
+        # A plan of prunes only, with an override, is the host's: a retraction
+        # of any kind (the one exception to invariant 4 the checker accepts).
+        host = override is not None and all(isinstance(op, Prune) for op in ops)
         try:
             return EditPlan(
                 ops,
                 reason="tidy the window",
                 rationale=rationale,
-                actor="editor",
-                turn=rng.randint(0, 50),
-                base=base if rng.random() < 0.5 else None,
-                override=Override("editor override", 3) if rng.random() < 0.1 else None,
+                actor="host" if host else "editor",
+                turn=turn,
+                base=plan_base,
+                override=override,
             )
         except InvalidArgument:
             return None  # two ops on one id: shape error, not a schedule

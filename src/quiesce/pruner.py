@@ -32,6 +32,7 @@ from typing import Protocol, runtime_checkable
 import anyio
 
 from ._core.buffer import Buffer, Snapshot
+from ._core.edit import HOST_ACTOR
 from ._core.entry import Entry, Kind
 from ._core.errors import InvalidArgument, InvalidType
 from ._core.plan import EditPlan, Prune
@@ -85,7 +86,10 @@ async def run_pruner(buf: Buffer, pruner: Pruner, *, max_retries: int = 3) -> Ed
     last refused report is returned when the bound is reached. Any other
     refusal is returned at once (the buffer has logged and escalated it).
 
-    Always a checkpoint. Cancellation while the model runs unpins the
+    A plan whose actor is ``"host"`` raises :class:`InvalidArgument`,
+    submitting nothing: the host's override (retraction of any kind, protected
+    summaries) is for the host application's own ``Buffer.edit`` calls, never
+    a model's. Always a checkpoint. Cancellation while the model runs unpins the
     snapshot (the ``with`` block's exit is synchronous) and submits nothing.
     """
     if not isinstance(buf, Buffer):
@@ -105,6 +109,13 @@ async def run_pruner(buf: Buffer, pruner: Pruner, *, max_retries: int = 3) -> Ed
         if not isinstance(plan, EditPlan):
             raise InvalidType(
                 f"a pruner must return an EditPlan or None, not {type(plan).__name__}"
+            )
+        if plan.actor == HOST_ACTOR:
+            # A pruner is model-driven: it may not speak as the host, whose
+            # override retracts any kind and mints protected summaries.
+            raise InvalidArgument(
+                f"a pruner's plan may not claim the host actor {HOST_ACTOR!r}; "
+                "submit host edits with Buffer.edit"
             )
         # No await between the unpin and the submission: the plan is checked
         # against the head as of now, and against ``base`` for what changed.

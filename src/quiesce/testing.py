@@ -42,7 +42,10 @@ equal to the plain string):
     a mark vanished or changed while its entry stayed live (marks are monotone
     and the first mark stands).
 ``protected-removed`` / ``immutable-changed``
-    invariant 4.
+    invariant 4. The one removal of a protected entry it accepts is the
+    host's retraction: an applied edit by actor ``"host"`` with an override
+    listing the id under ``retracted``, the removal record of that version
+    listing it again, and a tombstone whose actor is ``"host"``.
 ``dangling-reference``
     a live entry cites a removed one (invariant 2).
 ``missing-tombstone`` / ``log-mismatch`` / ``log-rewritten``
@@ -94,6 +97,7 @@ from typing import Any
 
 from ._core.buffer import Buffer, Snapshot
 from ._core.draft import Draft
+from ._core.edit import HOST_ACTOR
 from ._core.entry import Entry
 from ._core.log import LogSink
 from ._core.plan import EditPlan, Rewrite, Summarize
@@ -663,6 +667,28 @@ class _Checker:
             prev = p.version
         self.logged = {r.version for r in h.log if r.version is not None}
         self.record_op = {r.version: r.op for r in h.log if r.version is not None}
+        # The one exception to invariant 4, the host's retraction: an applied
+        # edit of actor "host" with an override names the ids under
+        # ``retracted``, and the removal record of the version that removes
+        # them names them again. Both are required (and a host tombstone).
+        self.host_retracts: set[str] = set()
+        self.retracted_at: dict[int, set[str]] = {}
+        for r in h.log:
+            ids = r.detail.get("retracted", ())
+            if r.op == "edit" and r.outcome == "applied" and r.actor == HOST_ACTOR:
+                if (r.detail.get("plan") or {}).get("override") is not None:
+                    self.host_retracts.update(ids)
+            elif r.op == "remove" and r.version is not None:
+                self.retracted_at[r.version] = set(ids)
+
+    def is_retraction(self, i: str, v: Version, tomb: Tombstone | None) -> bool:
+        """Whether removing ``i`` in ``v`` is the host's logged retraction."""
+        return (
+            tomb is not None
+            and tomb.actor == HOST_ACTOR
+            and i in self.host_retracts
+            and i in self.retracted_at.get(v.number, ())
+        )
 
     def add(self, kind: AnomalyKind, detail: str) -> None:
         self.out.append(Anomaly(kind, detail))
@@ -716,7 +742,9 @@ class _Checker:
                             AnomalyKind.MISSING_TOMBSTONE,
                             f"{i!r}'s tombstone in version {v.number} has the wrong hash",
                         )
-                    if _is_protected(policy, e) or _is_immutable(e):
+                    if (_is_protected(policy, e) or _is_immutable(e)) and not (
+                        self.is_retraction(i, v, tomb)
+                    ):
                         self.add(
                             AnomalyKind.PROTECTED_REMOVED,
                             f"protected {e.kind.name} {i!r} removed in version {v.number}",

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from .edit import HOST_ACTOR
 from .log import materialize
 from .policy import IMMUTABLE_KINDS as _IMMUTABLE
 from .policy import PROTECTED_KINDS
@@ -65,13 +66,20 @@ def check_buffer(buf: Buffer, expect_no_pins: bool) -> None:
         i for i, slot in live.items() if i not in head.marks and slot.entry.kind not in _IMMUTABLE
     }
     assert buf._markable() == unmarked, "the unmarked index disagrees with the head"
-    # marks only on live, mutable entries; versions within range.
+    # marks only on live, mutable entries (but see retraction_marks below);
+    # versions within range.
+    marked_immutables: list[str] = []
     for i, mark in head.marks.items():
         assert i in live, f"mark on non-live {i!r}"
-        assert live[i].entry.kind not in _IMMUTABLE, f"immutable {i!r} is marked"
+        if live[i].entry.kind in _IMMUTABLE:
+            marked_immutables.append(i)
         assert 0 < mark.version <= head.number
     # (3) exactly one tombstone and one log record per removal; the log grows.
     removed_in_log: Counter[str] = Counter()
+    retracted: set[str] = set()  #: the host's retractions, as the removal records say
+    # Only the host's retraction marks an immutable (staging it); the mark
+    # stays if the removal is then refused (moved since, or newly cited).
+    retraction_marks: set[str] = set()
     records = buf._records
     for seq in range(len(records)):
         rec = materialize(records, seq)
@@ -79,14 +87,23 @@ def check_buffer(buf: Buffer, expect_no_pins: bool) -> None:
         if rec.op == "remove":
             for t in rec.detail.get("tombstones", ()):
                 removed_in_log[t["id"]] += 1
+            retracted.update(rec.detail.get("retracted", ()))
+        elif rec.op == "edit" and rec.actor == HOST_ACTOR and rec.detail.get("retracted"):
+            marked = {m[0] for m in rec.detail.get("marks", ())}
+            retraction_marks.update(marked.intersection(rec.detail["retracted"]))
+    for i in marked_immutables:
+        assert i in retraction_marks, f"immutable {i!r} is marked"
     tombs = head.tombs.by_id
     assert set(removed_in_log) == set(tombs), "tombstones and removal records disagree"
     assert all(c == 1 for c in removed_in_log.values()), "an entry was removed twice"
     for t in tombs.values():
         assert head.tombs.by_hash.get(t.content_hash) is not None
-        # (4) no protected entry is ever removed.
-        if t.kind is not None:
-            assert t.kind not in PROTECTED_KINDS, f"protected {t.id!r} was removed (invariant 4)"
+        # (4) no protected entry is ever removed, except by the host's
+        # explicit retraction: logged as one, and tombstoned as the host's.
+        if t.kind is not None and t.kind in PROTECTED_KINDS:
+            assert t.id in retracted and t.actor == HOST_ACTOR, (
+                f"protected {t.id!r} was removed (invariant 4)"
+            )
     # (4) no immutable entry's bytes ever change; every live one is tracked
     # (mark_stale relies on it).
     for i, slot in live.items():

@@ -32,14 +32,13 @@ __all__ = ["HOST_ACTOR", "Editor"]
 
 #: the ``EditPlan.actor`` of the host application: with an ``override``, its
 #: plans may create entries of protected and immutable kinds (a summary into a
-#: system instruction); no other actor's may
+#: system instruction) and *retract* entries of any kind (a ``Prune`` of a user
+#: message: the host's undo); no other actor's may
 HOST_ACTOR = "host"
 
 
 class Editor(Publisher):
     """Edit plans on a :class:`~.buffer.Buffer` (a base class)."""
-
-    _immutable_hashes: dict[str, str]  #: invariant 4: the bytes each immutable was admitted with
 
     def edit(self, plan: EditPlan) -> EditReport:
         """Seed 002's all-or-nothing self-edit.
@@ -58,6 +57,23 @@ class Editor(Publisher):
         permanent instruction — unless ``plan.actor`` is ``"host"`` and the
         plan carries an ``override`` (a rewrite keeps its entry's kind, and
         protected kinds are never rewritten, so only a summary can try).
+
+        Host retraction, the one exception to invariant 4: in a plan whose
+        ``actor`` is ``"host"`` and which carries an ``override``, a
+        :class:`Prune` removes its entry whatever its kind or protection —
+        protected, immutable, negative. Every other rule still holds: a cited
+        entry is refused ``REFERENCED`` unless its citers go in the same plan,
+        rationale, ``base``, unknown ids and re-admission are checked as
+        usual, and the removal is staged (the entry marked) and applied at its
+        grace point like any other, with a tombstone whose actor is
+        ``"host"``. The edit record and the removal record list the ids under
+        ``retracted``. Re-validated when due like any removal, a retraction
+        may still be refused then (the entry moved since, or gained a citer):
+        the entry stays with the retraction's mark — for an immutable entry,
+        the only mark it can ever carry. The invariant checkers
+        (``Buffer._check``, :func:`quiesce.testing.check_history`, recovery)
+        accept a protected removal only with those records. Summaries and rewrites get no such
+        exception: the host retracts, it does not paraphrase.
 
         A rewrite keeps the entry's stale mark: the mark judged the earlier
         content, which its version (older than the rewrite's) says, and the
@@ -110,6 +126,7 @@ class Editor(Publisher):
         rationale = set(plan.rationale)
         host_override = plan.actor == HOST_ACTOR and plan.override is not None
         removed: dict[str, None] = {}
+        retracted: dict[str, None] = {}  #: host retractions (see the docstring)
         new_refs: dict[str, tuple[str, ...]] = {}
         touched: dict[str, None] = {}
 
@@ -177,7 +194,10 @@ class Editor(Publisher):
             if isinstance(op, Prune):
                 e = live_entry(op.id)
                 if e is not None:
-                    check_removable(e, "pruned")
+                    if host_override:
+                        retracted[op.id] = None  # the host's undo: any kind
+                    else:
+                        check_removable(e, "pruned")
                     removed[op.id] = None
             elif isinstance(op, Rewrite):
                 e = live_entry(op.id)
@@ -243,7 +263,7 @@ class Editor(Publisher):
         if refusals:
             return self._refuse_edit(plan, tuple(refusals), why)
         return self._apply_edit(
-            plan, head, rewrites, summaries, moves, tuple(removed), bool(overridden)
+            plan, head, rewrites, summaries, moves, tuple(removed), bool(overridden), retracted
         )
 
     def _refuse_edit(
@@ -293,6 +313,7 @@ class Editor(Publisher):
         moves: list[Move],
         removed: tuple[str, ...],
         overridden: bool = False,
+        retracted: dict[str, None] | None = None,
     ) -> EditReport:
         n = head.number + 1
         draft = Draft(head)
@@ -320,7 +341,14 @@ class Editor(Publisher):
         if staged_ids:
             grace = max(draft.marks[i].version for i in staged_ids)
             group = Group(
-                next(self._gids), tuple(staged_ids), grace, n, plan.reason, plan.actor, plan.turn
+                next(self._gids),
+                tuple(staged_ids),
+                grace,
+                n,
+                plan.reason,
+                plan.actor,
+                plan.turn,
+                frozenset(i for i in staged_ids if retracted and i in retracted),
             )
         self._append_record(
             self._record(
@@ -354,6 +382,8 @@ class Editor(Publisher):
                     "refusals": [],
                     # the override let content matching a tombstone back in
                     **({"readmission_overridden": True} if overridden else {}),
+                    # the host's explicit retraction (any kind; see edit())
+                    **({"retracted": list(retracted)} if retracted else {}),
                 },
             )
         )

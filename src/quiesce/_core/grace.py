@@ -67,6 +67,9 @@ class Group:
     reason: str
     actor: str | None
     turn: int | None
+    #: members the host retracts (a host plan with an override, :mod:`.edit`):
+    #: removed at the grace point even if protected or immutable
+    retracted: frozenset[str] = frozenset()
 
 
 class Grace(Pins):

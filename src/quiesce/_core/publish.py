@@ -65,6 +65,7 @@ class Publisher(Grace):
     _escalations_dropped: int
     _intents: dict[int, int]  #: gid -> seq of the intent record logged for it
     _in_sink_write: int | None  #: the thread in sink.write, if any (callbacks.py)
+    _immutable_hashes: dict[str, str]  #: invariant 4: each live immutable's admitted bytes
 
     if TYPE_CHECKING:  # provided by .buffer.Buffer
 
@@ -196,6 +197,8 @@ class Publisher(Grace):
                     continue
                 if slot.changed > g.staged:
                     refused[i] = Refusal.CONFLICT
+                elif i in g.retracted:
+                    removal[i] = g  # the host's explicit, logged retraction (edit.py)
                 elif self._is_immutable(slot.entry):
                     refused[i] = Refusal.IMMUTABLE
                 else:
@@ -216,6 +219,7 @@ class Publisher(Grace):
             assert draft is not None
             draft.remove(tomb)
         ids = tuple(i for g in groups for i in g.ids)
+        retracted = [i for i, g in removal.items() if i in g.retracted]
         record = self._record(
             "remove",
             n if removal else None,
@@ -230,6 +234,7 @@ class Publisher(Grace):
                 "refused": {i: r.value for i, r in refused.items()},
                 "refusals": [r.value for r in refused.values()],
                 **({} if intent is None else {"intent": intent}),
+                **({"retracted": retracted} if retracted else {}),
             },
         )
         if removal:
@@ -245,6 +250,8 @@ class Publisher(Grace):
             )
             self._head = new
             self._markable().difference_update(removal)
+            for i in retracted:  # a retracted immutable is gone, with its tombstone
+                self._immutable_hashes.pop(i, None)
         else:
             self._append_record(record)
         for g in groups:

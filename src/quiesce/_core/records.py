@@ -130,7 +130,9 @@ class Tombstone(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class Override:
-    """An explicit, logged permission to re-admit content that matches a tombstone."""
+    """An explicit, logged permission: to re-admit content that matches a
+    tombstone, and — in an :class:`EditPlan` whose actor is ``"host"`` — to
+    create protected summaries and retract entries of any kind."""
 
     reason: str
     turn: int

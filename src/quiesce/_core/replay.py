@@ -6,6 +6,12 @@ head is rebuilt exactly by applying the records in ``seq`` order to one draft.
 Refusals and escalations change no state; they are replayed into the
 in-memory log and the counters only. Staged removals that were not applied
 come back staged. O(records · log n).
+
+Invariant 4 is checked on the way: a removal record that tombstones an entry
+of a protected kind is refused (:class:`LogFormatError`) unless it lists the
+id as ``retracted`` and the tombstone's actor is ``"host"`` — the host's
+explicit retraction (:mod:`.edit`), the one exception; an edit record claims
+``retracted`` ids only as a host plan with an override.
 """
 
 from __future__ import annotations
@@ -16,10 +22,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .draft import Draft as _Draft
+from .edit import HOST_ACTOR
 from .entry import Entry, Kind
 from .errors import LogFormatError
 from .grace import Group as _Group
-from .policy import IMMUTABLE_KINDS
+from .policy import IMMUTABLE_KINDS, PROTECTED_KINDS
 from .publish import count_record as _count
 from .records import FORMAT, LogRecord, Mark, Tombstone
 
@@ -40,6 +47,20 @@ def _tomb(d: dict[str, Any]) -> Tombstone:
         None if d.get("kind") is None else Kind(d["kind"]),
         d.get("key"),
     )
+
+
+def _retracted(rec: LogRecord, index: int) -> list[str]:
+    """The ids an applied edit record retracts: only a host plan with an
+    override may (edit.py); anything else claiming it is refused."""
+    ids = rec.detail.get("retracted")
+    if not ids:
+        return []
+    plan = rec.detail.get("plan") or {}
+    if rec.actor != HOST_ACTOR or plan.get("override") is None:
+        raise LogFormatError(
+            f"log record {index} retracts {ids!r} but is not a host plan with an override"
+        )
+    return list(ids)
 
 
 def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
@@ -90,13 +111,34 @@ def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
                         draft.set_key(i, float(key), v if v is not None else number, touch=touch)
                     for i, reason, turn in det.get("marks", ()):
                         draft.marks[i] = Mark(i, reason, turn, v if v is not None else number)
+                    retracted = frozenset(_retracted(rec, index))
                     for gid, ids, grace, staged in det.get("staged", ()):
                         groups[gid] = _Group(
-                            gid, tuple(ids), grace, staged, rec.reason or "", rec.actor, rec.turn
+                            gid,
+                            tuple(ids),
+                            grace,
+                            staged,
+                            rec.reason or "",
+                            rec.actor,
+                            rec.turn,
+                            retracted.intersection(ids),
                         )
             elif op == "remove":
+                retracted = frozenset(det.get("retracted", ()))
                 for t in det.get("tombstones", ()):
-                    draft.remove(_tomb(t))
+                    tomb = _tomb(t)
+                    kind = tomb.kind
+                    if (
+                        kind is not None
+                        and kind in PROTECTED_KINDS
+                        and (tomb.id not in retracted or tomb.actor != HOST_ACTOR)
+                    ):
+                        raise LogFormatError(
+                            f"log record {index} removes protected {tomb.id!r} "
+                            f"({kind.name}) without a host retraction (invariant 4)"
+                        )
+                    draft.remove(tomb)
+                    buf._immutable_hashes.pop(tomb.id, None)
                 for gid in det.get("gids", ()):
                     groups.pop(gid, None)
             elif op in ("refuse", "escalate", "tombstone"):

@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
 from .._core.buffer import Buffer, Snapshot
-from .._core.entry import Entry, Kind, canonical_json, freeze, result_id, thaw
+from .._core.entry import Entry, Kind, canonical_json, check_text, freeze, result_id, thaw
 from .._core.errors import (
     DanglingReference,
     DuplicateEntry,
@@ -486,7 +486,14 @@ def read_entries(read: Reader, calls: Collection[str]) -> list[Entry]:
 
 
 def read_and_admit(
-    buf: Buffer, read: Reader, *, api: str, readmit: object, turn: int | None, sync: bool
+    buf: Buffer,
+    read: Reader,
+    *,
+    api: str,
+    readmit: object,
+    turn: int | None,
+    sync: bool,
+    actor: str | None = None,
 ) -> SyncReport:
     """The body of ``append_messages`` (``sync=False``: message keys avoid
     every key the buffer used) and ``sync_messages`` (``sync=True``: keys
@@ -497,7 +504,7 @@ def read_and_admit(
     check_readmit(readmit)
     head = buf.head()
     reads = read(head=head, keys=Keys(None if sync else head), calls=())
-    return admit(buf, reads, api=api, readmit=readmit, turn=turn, sync=sync)
+    return admit(buf, reads, api=api, readmit=readmit, turn=turn, sync=sync, actor=actor)
 
 
 def render_with(source: object, render: Callable[[Snapshot], _T]) -> _T:
@@ -566,6 +573,7 @@ def admit(
     readmit: object,
     turn: int | None,
     sync: bool,
+    actor: str | None = None,
 ) -> SyncReport:
     """Append what ``reads`` hold that the buffer does not, deciding every
     re-admission before the first append (so ``"refuse"`` or a bad answer
@@ -574,7 +582,9 @@ def admit(
     With ``sync``, a message whose entries the buffer already knows is held
     or tombstoned, not appended; without it, a known id is a
     :class:`DuplicateEntry`. Each re-admission under ``"record"`` is appended
-    with an ``Override`` naming the adapter; the second cycle of one content
+    with an ``Override`` naming the caller — ``actor``, the full name of the
+    code that re-admits (an integration passes its module's), by default
+    ``quiesce.adapters.<api>``; the second cycle of one content
     or key within :data:`OSCILLATION_WINDOW` versions is escalated. O(entries
     · log n), plus O(tombstones) per re-admission.
 
@@ -585,6 +595,9 @@ def admit(
     lock across the batch. Cancellation: nothing here awaits.
     """
     check_readmit(readmit)
+    if actor is not None:
+        check_text(actor, "actor")
+    who = f"quiesce.adapters.{api}" if actor is None else actor
     head = buf.head()
     live, tombs = head.live, head.tombs.by_id
     appended: list[int] = []
@@ -619,7 +632,7 @@ def admit(
             override = None
             tomb = head.tombs.matching(e.content_hash, e.key)
             if tomb is not None:
-                override = _decide(readmit, r.index, e, tomb, _cycles(head, e, tomb), api, turn)
+                override = _decide(readmit, r.index, e, tomb, _cycles(head, e, tomb), who, turn)
             plan.append((e, override, r.index))
             batch.add(e.id)
         if r.entries:
@@ -638,7 +651,7 @@ def admit(
                 escalations.append(
                     buf.escalate(
                         EscalationKind.OSCILLATION,
-                        f"{e.id!r} re-admitted by quiesce.adapters.{api}: cycle {cycles} of "
+                        f"{e.id!r} re-admitted by {who}: cycle {cycles} of "
                         f"pruning and re-admitting the content of {tomb.id!r}",
                         data={"ids": [e.id, tomb.id], "cycles": cycles, "adapter": api},
                     )
@@ -659,7 +672,7 @@ def _decide(
     e: Entry,
     tomb: Tombstone,
     cycles: int,
-    api: str,
+    who: str,
     turn: int | None,
 ) -> Override:
     decision = readmit
@@ -681,7 +694,7 @@ def _decide(
         )
     when = turn if turn is not None else (tomb.turn if tomb.turn is not None else 0)
     return Override(
-        f"re-admitted by quiesce.adapters.{api} (readmit='record'): the loop sent "
+        f"re-admitted by {who} (readmit='record'): the loop sent "
         f"content matching the tombstone of {tomb.id!r} again",
         when,
     )

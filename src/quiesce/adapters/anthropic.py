@@ -334,6 +334,7 @@ def append_messages(
     system: str | Sequence[Mapping[str, Any]] | None = None,
     readmit: ReadmitPolicy = "record",
     turn: int | None = None,
+    actor: str | None = None,
     user_kind: Kind = Kind.INSTRUCTION,
     assistant_kind: Kind = Kind.REASONING,
 ) -> int:
@@ -348,7 +349,9 @@ def append_messages(
         user_kind=user_kind,
         assistant_kind=assistant_kind,
     )
-    return read_and_admit(buf, read, api=API, readmit=readmit, turn=turn, sync=False).version
+    return read_and_admit(
+        buf, read, api=API, readmit=readmit, turn=turn, sync=False, actor=actor
+    ).version
 
 
 def sync_messages(
@@ -358,6 +361,7 @@ def sync_messages(
     system: str | Sequence[Mapping[str, Any]] | None = None,
     readmit: ReadmitPolicy = "record",
     turn: int | None = None,
+    actor: str | None = None,
     user_kind: Kind = Kind.INSTRUCTION,
     assistant_kind: Kind = Kind.REASONING,
 ) -> SyncReport:
@@ -374,7 +378,7 @@ def sync_messages(
         user_kind=user_kind,
         assistant_kind=assistant_kind,
     )
-    return read_and_admit(buf, read, api=API, readmit=readmit, turn=turn, sync=True)
+    return read_and_admit(buf, read, api=API, readmit=readmit, turn=turn, sync=True, actor=actor)
 
 
 # -- render -------------------------------------------------------------------

@@ -265,6 +265,7 @@ def append_messages(
     *,
     readmit: ReadmitPolicy = "record",
     turn: int | None = None,
+    actor: str | None = None,
     user_kind: Kind = Kind.INSTRUCTION,
     assistant_kind: Kind = Kind.REASONING,
 ) -> int:
@@ -277,7 +278,8 @@ def append_messages(
     ``readmit`` says what to do with content (or a tool call's name and
     arguments) that matches a tombstone — a model re-running a pruned call:
     ``"record"`` (default) appends it with an automatic, logged ``Override``
-    naming this adapter and escalates ``OSCILLATION`` on the second
+    naming this adapter — or ``actor``, the full name of the code calling it
+    (an integration passes its module's) — and escalates ``OSCILLATION`` on the second
     prune/re-admit cycle within the window; ``"refuse"`` raises
     :class:`~quiesce.ReadmissionRefused`; a callable is given a
     :class:`~quiesce.adapters.Readmission` and returns one of those words or
@@ -290,7 +292,9 @@ def append_messages(
         user_kind=user_kind,
         assistant_kind=assistant_kind,
     )
-    return read_and_admit(buf, read, api=API, readmit=readmit, turn=turn, sync=False).version
+    return read_and_admit(
+        buf, read, api=API, readmit=readmit, turn=turn, sync=False, actor=actor
+    ).version
 
 
 def sync_messages(
@@ -299,6 +303,7 @@ def sync_messages(
     *,
     readmit: ReadmitPolicy = "record",
     turn: int | None = None,
+    actor: str | None = None,
     user_kind: Kind = Kind.INSTRUCTION,
     assistant_kind: Kind = Kind.REASONING,
 ) -> SyncReport:
@@ -321,7 +326,7 @@ def sync_messages(
         user_kind=user_kind,
         assistant_kind=assistant_kind,
     )
-    return read_and_admit(buf, read, api=API, readmit=readmit, turn=turn, sync=True)
+    return read_and_admit(buf, read, api=API, readmit=readmit, turn=turn, sync=True, actor=actor)
 
 
 # -- render -------------------------------------------------------------------

@@ -261,6 +261,7 @@ def append_messages(
     *,
     readmit: ReadmitPolicy = "record",
     turn: int | None = None,
+    actor: str | None = None,
     user_kind: Kind = Kind.INSTRUCTION,
     assistant_kind: Kind = Kind.REASONING,
 ) -> int:
@@ -274,7 +275,9 @@ def append_messages(
         user_kind=user_kind,
         assistant_kind=assistant_kind,
     )
-    return read_and_admit(buf, read, api=API, readmit=readmit, turn=turn, sync=False).version
+    return read_and_admit(
+        buf, read, api=API, readmit=readmit, turn=turn, sync=False, actor=actor
+    ).version
 
 
 def sync_messages(
@@ -283,6 +286,7 @@ def sync_messages(
     *,
     readmit: ReadmitPolicy = "record",
     turn: int | None = None,
+    actor: str | None = None,
     user_kind: Kind = Kind.INSTRUCTION,
     assistant_kind: Kind = Kind.REASONING,
 ) -> SyncReport:
@@ -298,7 +302,7 @@ def sync_messages(
         user_kind=user_kind,
         assistant_kind=assistant_kind,
     )
-    return read_and_admit(buf, read, api=API, readmit=readmit, turn=turn, sync=True)
+    return read_and_admit(buf, read, api=API, readmit=readmit, turn=turn, sync=True, actor=actor)
 
 
 # -- render -------------------------------------------------------------------

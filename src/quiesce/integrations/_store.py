@@ -185,6 +185,7 @@ def sync_units(
     readmit: ReadmitPolicy = "record",
     turn: int | None = None,
     new_ids: str = "#q:",
+    actor: str | None = None,
 ) -> SyncReport:
     """Append the units the buffer does not hold yet (see the module docstring).
 
@@ -237,7 +238,15 @@ def sync_units(
                 seen.add(unit.id)
             entries = _entries(unit, framework, call_entry)
             reads.append(Read(position, unit.id, entries))
-    return admit(buf, reads, api=f"integrations.{framework}", readmit=readmit, turn=turn, sync=True)
+    return admit(
+        buf,
+        reads,
+        api=f"integrations.{framework}",
+        readmit=readmit,
+        turn=turn,
+        sync=True,
+        actor=actor,
+    )
 
 
 def window(snap: Snapshot) -> list[Slot]:

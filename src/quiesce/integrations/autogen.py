@@ -210,7 +210,11 @@ class QuiesceChatCompletionContext(ChatCompletionContext):
         self.pruner = pruner
         if initial_messages:
             _store.sync_units(
-                buffer, to_units(initial_messages), framework=FRAMEWORK, new_ids="#ag:"
+                buffer,
+                to_units(initial_messages),
+                framework=FRAMEWORK,
+                actor=__name__,
+                new_ids="#ag:",
             )
 
     async def add_message(self, message: LLMMessage) -> None:
@@ -220,7 +224,7 @@ class QuiesceChatCompletionContext(ChatCompletionContext):
         (unit,) = to_units([message])
         unit_id = f"#ag:{self.buffer.version}.0"
         fresh = _store.Unit(unit_id, unit.kind, unit.body, unit.native, unit.calls, unit.results)
-        _store.sync_units(self.buffer, [fresh], framework=FRAMEWORK)
+        _store.sync_units(self.buffer, [fresh], framework=FRAMEWORK, actor=__name__)
 
     async def get_messages(self) -> list[LLMMessage]:
         """One pruning round, then the pinned window (see the module docstring)."""
@@ -255,4 +259,6 @@ class QuiesceChatCompletionContext(ChatCompletionContext):
         """Sync the state's messages in by content (see the module docstring)."""
         await anyio.lowlevel.checkpoint()
         messages = ChatCompletionContextState.model_validate(state).messages
-        _store.sync_units(self.buffer, to_units(messages), framework=FRAMEWORK, new_ids="#ag:")
+        _store.sync_units(
+            self.buffer, to_units(messages), framework=FRAMEWORK, actor=__name__, new_ids="#ag:"
+        )

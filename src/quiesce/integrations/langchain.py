@@ -136,7 +136,9 @@ def sync_messages(
     """Append the messages the buffer does not hold yet (by ``message.id``);
     idempotent. ``readmit`` and the report are the adapters'
     (:func:`quiesce.adapters.openai.sync_messages`)."""
-    return _store.sync_units(buffer, to_units(messages), framework=FRAMEWORK, readmit=readmit)
+    return _store.sync_units(
+        buffer, to_units(messages), framework=FRAMEWORK, actor=__name__, readmit=readmit
+    )
 
 
 def _without_calls(msg: AIMessage, live: set[str]) -> AIMessage:

@@ -16,12 +16,16 @@ What they keep true, for ``Runner.run(agent, ..., session=..., run_config=...)``
   with every ``function_call`` answered (a pruned output is replaced by a
   note output). ``limit`` keeps the newest items, then drops a leading output
   whose call was cut off.
-* ``pop_item`` is the host's undo: it prunes the newest item, as actor
-  ``host:openai-agents``, leaving a tombstone and a log record. The buffer's
-  policy still holds: a protected item (a user or system message is
-  ``INSTRUCTION``) is never removed, and ``pop_item`` raises
-  :class:`~quiesce.ProtectedEntry` instead, removing nothing (the SDK's
-  rewind treats a failing ``pop_item`` as "cannot rewind" and restores).
+* ``pop_item`` is the host's undo: it *retracts* the newest item whatever
+  its kind — a user message (``INSTRUCTION``) too — with an edit plan of
+  actor ``"host"`` carrying an :class:`~quiesce.Override` that names this
+  module (the core's host retraction, the one logged exception to
+  invariant 4; see :meth:`quiesce.Buffer.edit`). The item is tombstoned
+  (actor ``"host"``) at its grace point, and the edit and removal records
+  list it as ``retracted``. Every other rule holds: an item another one
+  still cites is not removed, and ``pop_item`` raises
+  :class:`~quiesce.ProtectedEntry`, removing nothing (the SDK's rewind
+  treats a failing ``pop_item`` as "cannot rewind" and restores).
   A popped item keeps its tombstone: adding it back under its own ``id`` /
   ``call_id`` raises :class:`~quiesce.DuplicateEntry`, appending nothing (the
   SDK's restore after a failed rewind is best effort and logs that).
@@ -46,9 +50,11 @@ from typing import Any, cast
 import anyio
 
 from .._core.buffer import Buffer
+from .._core.edit import HOST_ACTOR
 from .._core.entry import thaw as plain
 from .._core.errors import InvalidArgument, InvalidType, ProtectedEntry
-from .._core.records import Status
+from .._core.plan import EditPlan, Prune
+from .._core.records import EditReport, Override
 from .._runtime import RuntimeBuffer
 from ..adapters import responses
 from ..pruner import Pruner
@@ -148,30 +154,40 @@ class QuiesceSession:
         or :class:`InvalidType` and nothing is appended."""
         await anyio.lowlevel.checkpoint()
         with _named():
-            responses.append_messages(self.buffer, cast(list[dict[str, Any]], items))
+            responses.append_messages(
+                self.buffer, cast(list[dict[str, Any]], items), actor=__name__
+            )
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove and return the newest item, or ``None`` if there is none.
 
-        The removal is a prune by ``host:openai-agents``: tombstoned at once,
-        or staged (and already left out of :meth:`get_items`) while a reader
-        still pins it. A protected item raises :class:`ProtectedEntry` and
-        nothing changes. Concurrent pops take turns (each removes a different
-        item). Cancellation: the prune is applied or not as a whole."""
+        The removal is the host's retraction (see the module docstring), of
+        any kind of item: tombstoned at once, or staged (and already left out
+        of :meth:`get_items`) while a reader still pins it. An item the buffer
+        refuses to remove even so (another item cites it) raises
+        :class:`ProtectedEntry` and nothing changes. Concurrent pops take
+        turns (each removes a different item). Cancellation: the retraction
+        is applied or not as a whole."""
         async with self._pop_lock:  # two pops never pick the same newest item
             with self.buffer.snapshot() as snap:
                 staged = self.buffer.staged()
                 live = [e for e in snap if e.id not in staged and e.content is not None]
+                base = snap.version
             if not live:
                 return None
             newest = live[-1]
-            report = await _prune(self.buffer, [newest.id], reason="pop_item")
-        outcome = report[newest.id]
-        if outcome.status not in (Status.PRUNED, Status.DEFERRED):
-            why = outcome.refusal.name if outcome.refusal else outcome.status.name
+            plan = EditPlan(
+                [Prune(newest.id)],
+                reason="pop_item",
+                actor=HOST_ACTOR,
+                base=base,
+                override=Override(f"pop_item: the host's undo, by {__name__}", base),
+            )
+            report = await _edit(self.buffer, plan)
+        if not report.applied:
+            why = ", ".join(r.name for r in report.refusals)
             raise ProtectedEntry(
-                f"pop_item: the newest item {newest.id!r} is protected by the buffer's "
-                f"policy ({why})"
+                f"pop_item: the buffer refuses to remove the newest item {newest.id!r} ({why})"
             )
         return cast(TResponseInputItem, plain(newest.content))
 
@@ -184,6 +200,12 @@ class QuiesceSession:
             await _prune(self.buffer, ids, reason="clear_session")
         else:
             await anyio.lowlevel.checkpoint()
+
+
+async def _edit(buf: Buffer, plan: EditPlan) -> EditReport:
+    if isinstance(buf, RuntimeBuffer):
+        return await buf.aedit(plan)
+    return await anyio.to_thread.run_sync(lambda: buf.edit(plan), abandon_on_cancel=False)
 
 
 async def _prune(buf: Buffer, ids: list[str], *, reason: str) -> Any:
@@ -208,7 +230,7 @@ def quiesce_input_filter(
     async def call_model_input_filter(data: CallModelData[Any]) -> ModelInputData:
         items = cast(list[dict[str, Any]], data.model_data.input)
         with _named():
-            responses.sync_messages(buffer, items)
+            responses.sync_messages(buffer, items, actor=__name__)
         await prune_round(buffer, pruner)
         with buffer.snapshot() as snap:
             rendered = responses.render(snap)

@@ -144,7 +144,12 @@ def sync_messages(
     docstring); idempotent. ``readmit`` and the report are the adapters'
     (:func:`quiesce.adapters.openai.sync_messages`)."""
     return _store.sync_units(
-        buffer, to_units(messages), framework=FRAMEWORK, readmit=readmit, new_ids="#pa:"
+        buffer,
+        to_units(messages),
+        framework=FRAMEWORK,
+        actor=__name__,
+        readmit=readmit,
+        new_ids="#pa:",
     )
 
 
