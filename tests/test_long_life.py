@@ -1,0 +1,207 @@
+"""Issue 13, long-lived agents: the sinks' read-back API (``read_range``), the
+bounded in-memory log tail (``Records``) and ``EditLog`` reading old records
+from the sink; a missing or damaged record raises ``LogFormatError``, never
+returns another record. Real SQLite and JSONL files throughout."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from quiesce import Buffer, EditLog, Entry, JsonlLog, Kind, LogFormatError, LogRecord, SQLiteLog
+from quiesce._core.errors import LogRecordDropped, QuiesceError
+from quiesce._core.log import ReadableSink, Records, check_read, materialize, materialize_range
+
+Sink = SQLiteLog | JsonlLog
+
+
+def _open(kind: str, path: Path) -> Sink:
+    return SQLiteLog(path) if kind == "sqlite" else JsonlLog(path)
+
+
+def _churn(buf: Buffer, rounds: int, batch: int = 7, start: int = 0) -> int:
+    """Rounds of appends, marks and a prune, flushing after each round (so
+    the sink gets many batches). Returns the next entry number."""
+    i = start
+    for _ in range(rounds):
+        ids = []
+        for _ in range(batch):
+            e = Entry(f"e{i}", Kind.REASONING, f"reasoning step {i}")
+            buf.append(e)
+            ids.append(e.id)
+            i += 1
+        for eid in ids[:3]:
+            buf.mark_stale(eid, "superseded")
+        buf.prune(ids[:2], reason="old")
+        buf.flush()
+    return i
+
+
+@pytest.fixture(params=["sqlite", "jsonl"])
+def kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def _records(kind: str, tmp_path: Path, rounds: int = 30) -> tuple[Path, list[LogRecord]]:
+    path = tmp_path / f"log.{kind}"
+    buf = Buffer(log=_open(kind, path))
+    _churn(buf, rounds)
+    records = list(buf.log)
+    buf.sink.close()  # type: ignore[union-attr]
+    return path, records
+
+
+def test_read_range_matches_load(kind: str, tmp_path: Path) -> None:
+    path, records = _records(kind, tmp_path)
+    assert len(records) > 200
+    with _open(kind, path) as sink:
+        assert isinstance(sink, ReadableSink)
+        for start, stop in [(0, 1), (0, len(records)), (63, 65), (64, 128), (100, 101), (5, 5)]:
+            got = sink.read_range(start, stop)
+            assert [r.to_dict() for r in got] == [r.to_dict() for r in records[start:stop]]
+        (last,) = sink.read_range(len(records) - 1, len(records))
+        assert last.seq == len(records) - 1
+
+
+def test_read_range_past_the_end_raises(kind: str, tmp_path: Path) -> None:
+    path, records = _records(kind, tmp_path, rounds=3)
+    with _open(kind, path) as sink, pytest.raises(LogFormatError, match="missing"):
+        sink.read_range(len(records) - 1, len(records) + 1)
+
+
+def test_read_range_sees_records_written_after_the_index(kind: str, tmp_path: Path) -> None:
+    """The JSONL offset index is built on first use and extended as the log
+    grows; SQLite reads by its primary key."""
+    path = tmp_path / f"grow.{kind}"
+    sink = _open(kind, path)
+    buf = Buffer(log=sink)
+    nxt = _churn(buf, 5)
+    assert sink.read_range(0, 3)[0].seq == 0  # builds the JSONL index
+    _churn(buf, 20, start=nxt)
+    total = len(buf.log)
+    got = sink.read_range(0, total)
+    assert [r.seq for r in got] == list(range(total))
+    assert [r.to_dict() for r in got] == [r.to_dict() for r in buf.log]
+    sink.close()
+
+
+def test_jsonl_damaged_record_raises_never_another(tmp_path: Path) -> None:
+    """A record line changed on disk after opening (its seq altered, same
+    length): reading it back raises, it is never returned as another."""
+    path, _ = _records("jsonl", tmp_path, rounds=10)
+    with JsonlLog(path) as sink:
+        sink.read_range(0, 1)  # index built from the intact file
+        data = path.read_bytes()
+        needle = b'"seq":40,'
+        at = data.index(needle)
+        path.write_bytes(data[:at] + b'"seq":41,' + data[at + len(needle) :])
+        with pytest.raises(LogFormatError, match="returned 41 where record 40 was due"):
+            sink.read_range(40, 41)
+        assert sink.read_range(39, 40)[0].seq == 39  # the record before is intact
+        # lines cut out: every later read is refused, not shifted
+        lines = path.read_bytes().split(b"\n")
+        del lines[45]
+        path.write_bytes(b"\n".join(lines))
+        with pytest.raises(LogFormatError):
+            sink.read_range(50, 60)
+
+
+def test_sqlite_missing_record_raises(tmp_path: Path) -> None:
+    """A row deleted behind the log's back (its triggers dropped first):
+    reading the range raises LogFormatError naming the gap."""
+    path, _ = _records("sqlite", tmp_path, rounds=10)
+    conn = sqlite3.connect(path)
+    conn.execute("DROP TRIGGER quiesce_log_no_delete")
+    conn.execute("DELETE FROM quiesce_log WHERE seq = 20")
+    conn.commit()
+    conn.close()
+    with SQLiteLog(path) as sink:
+        assert [r.seq for r in sink.read_range(10, 20)] == list(range(10, 20))
+        with pytest.raises(LogFormatError, match="gone missing"):
+            sink.read_range(15, 25)
+
+
+def test_check_read_refuses_wrong_records(tmp_path: Path) -> None:
+    _, records = _records("sqlite", tmp_path, rounds=3)
+    assert check_read(records[3:6], 3, 6) == records[3:6]
+    with pytest.raises(LogFormatError, match="record 4 was due"):
+        check_read([records[3], records[5], records[5]], 3, 6)
+    with pytest.raises(LogFormatError, match="returned 2 record"):
+        check_read(records[3:5], 3, 6)
+
+
+# -- Records: the in-memory tail ------------------------------------------------
+
+
+def _tail_of(
+    records: list[LogRecord], reader: Callable[[int, int], list[LogRecord]] | None
+) -> Records:
+    tail = Records()
+    tail.reader = reader
+    tail.extend(records)
+    return tail
+
+
+def test_records_trim_reads_old_ones_from_the_sink(kind: str, tmp_path: Path) -> None:
+    path, records = _records(kind, tmp_path)
+    with _open(kind, path) as sink:
+        tail = _tail_of(records, sink.read_range)
+        total = len(records)
+        assert len(tail) == total
+        assert tail.trim(durable=total, keep=64) == total - 64
+        assert len(tail) == total and tail.first == total - 64 and tail.held() == 64
+        assert tail.dropped == 0
+        view = EditLog(tail)
+        assert [r.to_dict() for r in view] == [r.to_dict() for r in records]
+        assert view[3].to_dict() == records[3].to_dict()
+        assert view[-1] is records[-1]  # still in memory: the same object
+        assert view.first == 0 and view.in_memory == 64 and view.dropped == 0
+        assert [r.seq for r in view[10:20]] == list(range(10, 20))
+        assert [r.seq for r in materialize_range(tail, total - 70, total)] == list(
+            range(total - 70, total)
+        )
+        assert materialize(tail, 0).seq == 0
+
+
+def test_records_trim_is_amortized_and_keeps_what_is_not_durable(tmp_path: Path) -> None:
+    _, records = _records("sqlite", tmp_path, rounds=10)
+    tail = _tail_of(records, lambda a, b: records[a:b])
+    total = len(records)
+    assert tail.trim(durable=50, keep=1000) == 0  # fewer than `keep` would go
+    assert tail.trim(durable=total - 10, keep=5) == total - 10  # never past durable
+    assert tail.first == total - 10
+
+
+def test_records_without_a_sink_count_what_they_drop(tmp_path: Path) -> None:
+    _, records = _records("sqlite", tmp_path, rounds=10)
+    tail = _tail_of(records, None)
+    total = len(records)
+    dropped = tail.trim(durable=total, keep=64)
+    assert dropped == total - 64 == tail.dropped
+    view = EditLog(tail)
+    assert view.first == total - 64 and view.dropped == dropped
+    assert [r.seq for r in view] == list(range(total - 64, total))  # what it still holds
+    assert "dropped" in repr(view)
+    with pytest.raises(LogRecordDropped, match="dropped from memory") as info:
+        view[0]
+    assert isinstance(info.value, QuiesceError) and isinstance(info.value, IndexError)
+    with pytest.raises(LogRecordDropped):
+        view[0:5]
+
+
+def test_records_builds_compact_records_with_their_absolute_seq(tmp_path: Path) -> None:
+    """A compact record in the tail is built with its absolute seq, after a trim."""
+    _, records = _records("sqlite", tmp_path, rounds=10)
+    tail = _tail_of(records, lambda a, b: records[a:b])
+    total = len(records)
+    assert tail.trim(durable=total, keep=0) == total
+    assert tail.held() == 0
+    rec = records[-1]
+    tail.append((lambda seq, r: r._replace(seq=seq), rec))
+    built = materialize(tail, total)
+    assert built.seq == total and materialize(tail, total) is built
+    with pytest.raises(IndexError):
+        materialize(tail, total + 1)
