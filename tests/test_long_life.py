@@ -10,8 +10,23 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from quiesce import Buffer, EditLog, Entry, JsonlLog, Kind, LogFormatError, LogRecord, SQLiteLog
+from quiesce import (
+    Buffer,
+    EditLog,
+    Entry,
+    JsonlLog,
+    Kind,
+    LogFormatError,
+    LogRecord,
+    Policy,
+    Refusal,
+    SQLiteLog,
+    Status,
+    default_negative_classifier,
+)
 from quiesce._core.errors import LogRecordDropped, QuiesceError
 from quiesce._core.log import ReadableSink, Records, check_read, materialize, materialize_range
 
@@ -205,3 +220,55 @@ def test_records_builds_compact_records_with_their_absolute_seq(tmp_path: Path) 
     assert built.seq == total and materialize(tail, total) is built
     with pytest.raises(IndexError):
         materialize(tail, total + 1)
+
+
+# -- classification: once per entry, a few ns per byte ---------------------------
+
+_WORDS = [
+    "do not",
+    "DO  NOT",
+    "don't",
+    "Don’t",
+    "failed",
+    "FAILED",
+    "avoidance",
+    "unsafe",
+    "timed out",
+    "Timed\tOut",
+    "never",
+    "nevertheless",
+    "knot",
+    "donut",
+    "unſafe",
+    "ok",
+]
+
+
+@given(st.lists(st.one_of(st.sampled_from(_WORDS), st.text(max_size=12)), max_size=8))
+def test_default_classifier_agrees_with_the_regex(parts: list[str]) -> None:
+    """The str.find prefilter never changes a verdict (ASCII and not)."""
+    from quiesce._core.policy import _NEGATIVE
+
+    body = " ".join(parts)
+    e = Entry("x", Kind.REASONING, body)
+    assert default_negative_classifier(e) is (_NEGATIVE.search(body) is not None)
+
+
+def test_the_classifier_runs_once_per_entry() -> None:
+    calls: list[str] = []
+
+    def classifier(e: Entry) -> bool:
+        calls.append(e.id)
+        return "keep" in e.body
+
+    buf = Buffer(policy=Policy(negative=classifier))
+    buf.append(Entry("a", Kind.REASONING, "x" * 16_000))
+    buf.append(Entry("k", Kind.REASONING, "keep this"))
+    with buf.snapshot():
+        report = buf.prune(["a", "k"], reason="old")  # a is deferred: a reader holds it
+        assert report["a"].status is Status.DEFERRED
+        assert report["k"].refusal is Refusal.NEGATIVE
+    buf.apply_due()
+    assert "a" in buf.tombstones
+    assert sorted(calls) == ["a", "k"]  # the removal at the grace point asked again: memo
+    buf._check(expect_no_pins=True)

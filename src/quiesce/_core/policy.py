@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .entry import Entry, Kind
 from .errors import InvalidArgument, InvalidType
@@ -35,18 +35,36 @@ RULES: dict[Kind, tuple[bool, bool]] = {
 PROTECTED_KINDS = frozenset(k for k, (p, _) in RULES.items() if p)
 IMMUTABLE_KINDS = frozenset(k for k, (_, i) in RULES.items() if i)
 
+#: verdicts a Policy remembers (see :meth:`Policy.protection`)
+VERDICTS_KEPT = 4096
+
 _NEGATIVE = re.compile(
     r"\b(?:do\s+not|don['’]t|failed|avoid\w*|unsafe|timed\s+out|never)\b", re.IGNORECASE
 )
 
 
+#: Every match of ``_NEGATIVE`` in an ASCII text contains one of these in
+#: its lowercase form (the regex runs only if one is there).
+_NEGATIVE_HINTS = ("not", "don", "fail", "avoid", "unsafe", "timed", "never")
+
+
 def default_negative_classifier(entry: Entry) -> bool:
     """Seed 000's test: the body says "do not", "don't", "failed", "avoid",
     "unsafe", "timed out" or "never", or the entry records a verifier rejection
-    (``meta["verdict"] == "rejected"``). O(len(body))."""
+    (``meta["verdict"] == "rejected"``). O(len(body)), a few ns per byte: an
+    ASCII body is searched for the words' cores with ``str.find`` first
+    (every match of the case-insensitive regex contains one of them in the
+    lowercased body), and the regex runs only when one is found. A
+    non-ASCII body always goes to the regex (Unicode case folding matches
+    more than ``str.lower`` shows, e.g. the long s)."""
     if entry.meta.get("verdict") == "rejected":
         return True
-    return _NEGATIVE.search(entry.body) is not None
+    body = entry.body
+    if body.isascii():
+        low = body.lower()
+        if not any(h in low for h in _NEGATIVE_HINTS):
+            return False
+    return _NEGATIVE.search(body) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +79,11 @@ class Policy:
 
     negative: Callable[[Entry], bool] = default_negative_classifier
     max_backlog: int = 1000
+    #: entry -> protection: an entry is classified once (a prune and the
+    #: removal at its grace point ask twice); bounded, cleared when full
+    _verdicts: dict[Entry, str | None] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         if not callable(self.negative):
@@ -77,9 +100,24 @@ class Policy:
 
     def protection(self, entry: Entry) -> str | None:
         """``"protected"`` for a protected kind, ``"negative"`` when the
-        classifier flags it, else ``None``."""
+        classifier flags it, else ``None``.
+
+        The classifier runs once per entry (equal entries share a verdict):
+        the verdict is remembered in a bounded table (:data:`VERDICTS_KEPT`
+        entries, cleared when full), so a prune and the removal at its grace
+        point classify a big body once. A classifier must therefore be a
+        function of the entry. O(len(body)) the first time, O(1) after."""
         if entry.kind in PROTECTED_KINDS:
             return "protected"
-        if self.negative(entry):
-            return "negative"
-        return None
+        verdicts = self._verdicts
+        try:
+            return verdicts[entry]
+        except KeyError:
+            pass
+        except TypeError:  # an unhashable meta value: no memo
+            return "negative" if self.negative(entry) else None
+        verdict = "negative" if self.negative(entry) else None
+        if len(verdicts) >= VERDICTS_KEPT:
+            verdicts.clear()
+        verdicts[entry] = verdict
+        return verdict
