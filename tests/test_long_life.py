@@ -272,3 +272,57 @@ def test_the_classifier_runs_once_per_entry() -> None:
     assert "a" in buf.tombstones
     assert sorted(calls) == ["a", "k"]  # the removal at the grace point asked again: memo
     buf._check(expect_no_pins=True)
+
+
+# -- the ordered view, built incrementally ----------------------------------------
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["add", "remove", "mark", "iterate"]), st.integers(0, 50)),
+        max_size=120,
+    )
+)
+def test_a_derived_view_equals_the_sorted_one(ops: list[tuple[str, int]]) -> None:
+    """Versions chained by derive (appends, removals, marks; iterated at
+    random points, so chains of every length occur) always have exactly the
+    view a sort of their live slots gives."""
+    from quiesce._core.version import ADD, MAX_CHAIN, REMOVE, Slot, Version
+
+    v = Version.empty()
+    v.entries()
+    n = 0
+    for op, x in ops:
+        if op == "add":
+            e = Entry(f"v{n}", Kind.REASONING, f"body {n}")
+            key = v.next_key
+            new = Version(
+                v.number + 1,
+                v.live.set(e.id, Slot(e, key, n)),
+                v.marks,
+                v.tombs,
+                v.referrers,
+                key + 1.0,
+            )
+            new.derive(v, ADD, (e, key))
+            n += 1
+        elif op == "remove" and len(v.live):
+            ids = sorted(v.live)[x % len(v.live) :][:3]
+            live = v.live
+            for i in ids:
+                live = live.delete(i)
+            new = Version(v.number + 1, live, v.marks, v.tombs, v.referrers, v.next_key)
+            new.derive(v, REMOVE, frozenset(ids))
+        elif op == "mark":
+            new = v.with_marks(v.number + 1, v.marks)
+        else:
+            v.entries()
+            continue
+        assert new._depth <= MAX_CHAIN
+        v = new
+        expect = sorted(v.live.values(), key=lambda s: s.key)
+        if x % 4 == 0:
+            assert v.entries() == tuple(s.entry for s in expect)
+            assert v.keys() == tuple(s.key for s in expect)
+            assert v._base is None  # the link is dropped once built
+    assert list(v) == [s.entry for s in sorted(v.live.values(), key=lambda s: s.key)]
