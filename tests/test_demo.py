@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from quiesce import _demo
+from quiesce.demo import app as _demo
 from quiesce.__main__ import main as cli
 
 FAST = ["--tick", "0", "--turns", "40", "--plain"]

@@ -15,8 +15,12 @@ import itertools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from .draft import Draft as _Draft
 from .entry import Entry, Kind
 from .errors import LogFormatError
+from .grace import Group as _Group
+from .policy import IMMUTABLE_KINDS
+from .publish import count_record as _count
 from .records import FORMAT, LogRecord, Mark, Tombstone
 from .version import Version
 
@@ -42,8 +46,6 @@ def _tomb(d: dict[str, Any]) -> Tombstone:
 def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
     """Load ``records`` into the (new, empty) ``buf``. Raises
     :class:`LogFormatError` for a record from a newer format or out of order."""
-    from .buffer import _count, _Draft, _Group
-    from .policy import IMMUTABLE_KINDS
 
     draft = _Draft(Version.empty())
     number = 0

@@ -60,21 +60,35 @@ from typing import Any, ClassVar, Protocol, TextIO
 import anyio
 import anyio.abc
 
-from ._core.buffer import Buffer, Snapshot
-from ._core.entry import Entry, Kind
-from ._core.errors import (
+from quiesce import (
+    Buffer,
     DanglingReference,
+    EditPlan,
+    EditReport,
+    Entry,
     EntryPruned,
+    Escalation,
+    HeuristicPruner,
+    Kind,
+    LogSink,
+    Mark,
+    Move,
+    Override,
+    Policy,
     ProtectedEntry,
+    Prune,
     QuiesceError,
     ReadmissionRefused,
+    Refusal,
+    Rewrite,
+    RuntimeBuffer,
+    Snapshot,
+    Status,
+    Summarize,
+    Tombstone,
+    open_buffer,
+    run_pruner,
 )
-from ._core.log import LogSink
-from ._core.plan import EditPlan, Move, Prune, Rewrite, Summarize
-from ._core.policy import Policy
-from ._core.records import EditReport, Escalation, Mark, Override, Refusal, Status, Tombstone
-from ._runtime import RuntimeBuffer, open_buffer
-from .pruner import HeuristicPruner, run_pruner
 
 __all__ = ["main"]
 
@@ -1172,7 +1186,7 @@ class Outcome:
 
 def _sqlite_sink(path: str) -> LogSink | None:
     try:
-        from ._log.sqlite import SQLiteLog
+        from quiesce import SQLiteLog
     except ImportError:  # pragma: no cover - the durable sink is optional here
         return None
     return SQLiteLog(path)
