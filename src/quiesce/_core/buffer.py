@@ -49,13 +49,14 @@ from .entry import Entry, check_id, check_text, check_turn
 from .errors import (
     DanglingReference,
     DuplicateEntry,
+    InvalidArgument,
     InvalidType,
     LogWriteError,
     ProtectedEntry,
     ReadmissionRefused,
 )
 from .grace import Group, components
-from .log import EditLog, LogSink
+from .log import DEFAULT_RETENTION, EditLog, LogSink, ReadableSink, Records
 from .pins import _NOT_ENTERED, Snapshot, _missing, _new_object
 from .policy import IMMUTABLE_KINDS as _IMMUTABLE
 from .policy import Policy
@@ -105,6 +106,16 @@ class Buffer(Editor):
     marks, tombstones, staged removals, the log and the version number).
     ``policy`` decides what may be removed (``None``: :class:`Policy()`).
 
+    Memory stays bounded by the live window, not by history (issue 13): with
+    a sink that can read records back (``SQLiteLog``, ``JsonlLog``), the
+    in-memory log keeps only the records not yet durable plus a tail of
+    :data:`~quiesce._core.log.DURABLE_TAIL` durable ones, and ``buf.log``
+    reads older records from the sink. Without a sink it keeps the newest
+    ``log_retention`` records (default :data:`~quiesce._core.log.DEFAULT_RETENTION`,
+    10,000) and counts the ones it dropped (``buf.log.dropped``; reading one
+    raises :class:`LogRecordDropped`). A sink without ``read_range`` keeps
+    the whole log in memory.
+
     Every public method is synchronous and safe to call from coroutines and
     from worker threads. Only the methods that make removals durable
     (``prune``, ``edit``, ``apply_due``, ``flush``) may wait for a disk.
@@ -117,6 +128,7 @@ class Buffer(Editor):
         *,
         clock: Callable[[], float] = time.monotonic,
         escalation_capacity: int = 10_000,
+        log_retention: int = DEFAULT_RETENTION,
     ) -> None:
         if policy is None:
             policy = Policy()
@@ -124,6 +136,10 @@ class Buffer(Editor):
             raise InvalidType(f"policy must be a Policy, not {type(policy).__name__}")
         if log is not None and not isinstance(log, LogSink):
             raise InvalidType(f"log must be a LogSink, not {type(log).__name__}")
+        if type(log_retention) is not int:
+            raise InvalidType(f"log_retention must be an int, not {type(log_retention).__name__}")
+        if log_retention < 0:
+            raise InvalidArgument(f"log_retention must be >= 0, got {log_retention}")
         gil_enabled = getattr(sys, "_is_gil_enabled", None)  # Python >= 3.13
         if gil_enabled is not None and not gil_enabled():
             raise RuntimeError(
@@ -166,7 +182,11 @@ class Buffer(Editor):
         self._escalations = deque(maxlen=escalation_capacity)
         self._escalations_dropped = 0
         # the log
-        self._records = []  # LogRecords and compact records (log.py)
+        # the in-memory tail of the log (log.py): a readable sink holds the rest
+        self._records = Records()
+        self._retention = log_retention
+        if isinstance(log, ReadableSink):
+            self._records.reader = log.read_range
         self._log_view = EditLog(self._records)
         self._synced = 0
         self._log_failing = False
@@ -180,6 +200,8 @@ class Buffer(Editor):
             if records:
                 replay(self, records)
                 self._synced = len(self._records)
+                del records
+                self._trim_log()
 
     # -- reading --------------------------------------------------------
 
@@ -612,13 +634,29 @@ for _cls, _fields in _FAST_PATH_FIELDS.items():
 
 def _build_mark_record(seq: int, mark: Mark, at: float) -> LogRecord:
     return LogRecord(
-        seq, at, "mark", mark.version, (mark.id,), None, mark.reason, mark.turn, "applied",
+        seq,
+        at,
+        "mark",
+        mark.version,
+        (mark.id,),
+        None,
+        mark.reason,
+        mark.turn,
+        "applied",
         _EMPTY_DETAIL,
     )
 
 
 def _build_append_record(seq: int, entry: Entry, key: float, n: int, at: float) -> LogRecord:
     return LogRecord(
-        seq, at, "append", n, (entry.id,), None, None, entry.turn, "applied",
+        seq,
+        at,
+        "append",
+        n,
+        (entry.id,),
+        None,
+        None,
+        entry.turn,
+        "applied",
         {"entry": entry.to_dict(), "key": key},
     )

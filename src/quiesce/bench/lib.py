@@ -510,7 +510,11 @@ SECTIONS: dict[str, SectionFn] = {}
 
 #: modules that register more sections when imported; a listed module that
 #: does not exist is skipped, so a section can be planned before it is written.
-SECTION_MODULES: list[str] = ["quiesce.bench.agent", "quiesce.bench.durability"]
+SECTION_MODULES: list[str] = [
+    "quiesce.bench.agent",
+    "quiesce.bench.durability",
+    "quiesce.bench.long_life",
+]
 
 
 def load_section_modules() -> list[str]:

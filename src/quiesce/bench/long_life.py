@@ -39,7 +39,7 @@ Figures (keys of the goals; the issue's goal table, in order):
 * ``ll_sqlite_open``: ``SQLiteLog(path)`` on the long log / the short one.
 * ``ll_prune_big_body``: pruning a 16 KB entry / a 160 B one.
 
-Run alone: ``python -m quiesce._bench_long_life [--quick] [--out FILE.json]``.
+Run alone: ``python -m quiesce.bench.long_life [--quick] [--out FILE.json]``.
 """
 
 from __future__ import annotations
@@ -58,8 +58,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import Buffer, EditPlan, Entry, Kind, Move, Prune, SQLiteLog
-from ._benchlib import FULL, QUICK, Config, Goal, SectionResult, section
+from .. import Buffer, EditPlan, Entry, Kind, Move, Prune, SQLiteLog
+from .lib import FULL, QUICK, Config, Goal, SectionResult, section
 
 __all__ = ["LongLifeConfig", "bench_long_life", "churn", "main"]
 
