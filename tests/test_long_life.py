@@ -6,7 +6,7 @@ returns another record. Real SQLite and JSONL files throughout."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -17,6 +17,8 @@ from quiesce import (
     Buffer,
     EditLog,
     Entry,
+    InvalidArgument,
+    InvalidType,
     JsonlLog,
     Kind,
     LogFormatError,
@@ -326,3 +328,121 @@ def test_a_derived_view_equals_the_sorted_one(ops: list[tuple[str, int]]) -> Non
             assert v.keys() == tuple(s.key for s in expect)
             assert v._base is None  # the link is dropped once built
     assert list(v) == [s.entry for s in sorted(v.live.values(), key=lambda s: s.key)]
+
+
+# -- the buffer's bounded log ------------------------------------------------------
+
+
+@pytest.fixture
+def small_tail(monkeypatch: pytest.MonkeyPatch) -> int:
+    """A durable tail of 16 records (the default, 1,024, needs long logs)."""
+    import quiesce._core.publish as publish
+
+    monkeypatch.setattr(publish, "DURABLE_TAIL", 16)
+    return 16
+
+
+def test_a_durable_log_keeps_only_a_tail_and_reads_the_rest(
+    kind: str, tmp_path: Path, small_tail: int
+) -> None:
+    path = tmp_path / f"tail.{kind}"
+    buf = Buffer(log=_open(kind, path))
+    _churn(buf, 60)
+    total = len(buf.log)
+    assert total > 500
+    assert buf.log.in_memory <= small_tail + 2 * max(small_tail, 64) + 40
+    assert buf.log.first == 0 and buf.log.dropped == 0
+    everything = list(buf.log)
+    assert [r.seq for r in everything] == list(range(total))
+    buf._check(expect_no_pins=True)
+    first = buf.log[0]
+    assert first.op == "append" and first.ids == ("e0",)
+    assert buf.log[3].to_dict() == everything[3].to_dict()
+    assert buf.log[-1] is buf.log[-1]  # the tail: the same object each time
+    assert [r.seq for r in buf.log.for_id("e0")] == [r.seq for r in everything if "e0" in r.ids]
+    buf.sink.close()  # type: ignore[union-attr]
+    again = Buffer(log=_open(kind, path))
+    assert again.log.in_memory <= small_tail + 2 * max(small_tail, 64)
+    assert [r.to_dict() for r in again.log] == [r.to_dict() for r in everything]
+    assert list(again.head().entries()) == list(buf.head().entries())
+    again._check(expect_no_pins=True)
+    again.sink.close()  # type: ignore[union-attr]
+
+
+def test_without_a_sink_retention_bounds_the_log_and_counts_the_drop() -> None:
+    buf = Buffer(log_retention=100)
+    _churn(buf, 80)
+    total = len(buf.log)
+    assert total > 700
+    assert 100 <= buf.log.in_memory < 100 + 2 * 100 + 20
+    assert buf.log.dropped == buf.log.first == total - buf.log.in_memory
+    assert [r.seq for r in buf.log] == list(range(buf.log.first, total))
+    with pytest.raises(LogRecordDropped, match="no sink"):
+        buf.log[0]
+    assert buf.log[-1].seq == total - 1
+    assert buf.stats().log_records == total
+    buf._check(expect_no_pins=True)
+
+
+def test_the_default_retention_is_bounded() -> None:
+    from quiesce._core.log import DEFAULT_RETENTION
+
+    buf = Buffer()
+    assert buf._retention == DEFAULT_RETENTION == 10_000
+    _churn(buf, 1800, batch=10)  # 27,000 records: a trim drops at twice the retention
+    assert len(buf.log) > 2 * DEFAULT_RETENTION
+    assert DEFAULT_RETENTION <= buf.log.in_memory <= 2 * DEFAULT_RETENTION
+    assert buf.log.dropped == len(buf.log) - buf.log.in_memory > 0
+
+
+@pytest.mark.parametrize(
+    ("value", "error"), [("5", InvalidType), (1.5, InvalidType), (-1, InvalidArgument)]
+)
+def test_a_bad_retention_is_refused(value: object, error: type[Exception]) -> None:
+    with pytest.raises(error, match="log_retention"):
+        Buffer(log_retention=value)  # type: ignore[arg-type]
+
+
+def test_a_record_gone_from_the_sink_raises_never_another(tmp_path: Path, small_tail: int) -> None:
+    """A row deleted from the SQLite file behind the buffer's back: reading
+    it back through ``buf.log`` raises LogFormatError."""
+    path = tmp_path / "gone.sqlite"
+    buf = Buffer(log=SQLiteLog(path))
+    _churn(buf, 40)
+    conn = sqlite3.connect(path)
+    conn.execute("DROP TRIGGER quiesce_log_no_delete")
+    conn.execute("DELETE FROM quiesce_log WHERE seq = 30")
+    conn.commit()
+    conn.close()
+    assert buf.log[29].seq == 29
+    with pytest.raises(LogFormatError, match="missing"):
+        buf.log[30]
+    with pytest.raises(LogFormatError):
+        list(buf.log)
+    assert buf.log[-1].seq == len(buf.log) - 1  # the tail is still in memory
+    buf.sink.close()  # type: ignore[union-attr]
+
+
+class _WriteOnly:
+    """A sink without read_range: the buffer keeps its whole log."""
+
+    def __init__(self) -> None:
+        self.records: list[LogRecord] = []
+
+    def load(self) -> list[LogRecord]:
+        return []
+
+    def write(self, records: Sequence[LogRecord]) -> None:
+        self.records.extend(records)
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_sink_that_cannot_read_back_keeps_everything(small_tail: int) -> None:
+    sink = _WriteOnly()
+    buf = Buffer(log=sink)
+    _churn(buf, 60)
+    assert buf.log.in_memory == len(buf.log) == len(sink.records)
+    assert buf.log.dropped == 0
+    buf._check(expect_no_pins=True)
