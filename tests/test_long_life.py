@@ -446,3 +446,68 @@ def test_a_sink_that_cannot_read_back_keeps_everything(small_tail: int) -> None:
     assert buf.log.in_memory == len(buf.log) == len(sink.records)
     assert buf.log.dropped == 0
     buf._check(expect_no_pins=True)
+
+
+# -- moves and summaries place by bisection ------------------------------------------
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["move", "move_end", "summarize", "append", "prune", "iterate"]),
+            st.integers(0, 1000),
+            st.integers(0, 1000),
+        ),
+        max_size=60,
+    )
+)
+def test_moves_and_summaries_keep_the_model_order(ops: list[tuple[str, int, int]]) -> None:
+    """Random moves (also into one gap over and over), summaries, appends and
+    prunes: the window is always the order a plain list model gives, and the
+    buffer's invariants hold."""
+    from quiesce import EditPlan, Move, Summarize
+
+    buf = Buffer()
+    model: list[str] = []
+    n = 0
+
+    def new_entry() -> Entry:
+        nonlocal n
+        n += 1
+        return Entry(f"m{n}", Kind.REASONING, f"step {n}")
+
+    for _ in range(6):
+        e = new_entry()
+        buf.append(e)
+        model.append(e.id)
+    for op, a, b in ops:
+        if op == "append" or len(model) < 3:
+            e = new_entry()
+            buf.append(e)
+            model.append(e.id)
+        elif op in ("move", "move_end"):
+            mover = model[a % len(model)]
+            rest = [i for i in model if i != mover]
+            before = None if op == "move_end" else rest[b % len(rest)]
+            assert buf.edit(EditPlan([Move(mover, before=before)], reason="rerank")).applied
+            model = rest
+            model.insert(len(model) if before is None else model.index(before), mover)
+        elif op == "summarize":
+            start = a % (len(model) - 1)
+            covered = model[start : start + 2]
+            s = new_entry()
+            report = buf.edit(EditPlan([Summarize(covered, into=s)], reason="compress"))
+            assert report.applied
+            model.insert(model.index(covered[0]), s.id)
+            for i in covered:
+                model.remove(i)
+        elif op == "prune":
+            victim = model[a % len(model)]
+            buf.prune([victim], reason="old")
+            model.remove(victim)
+        else:
+            with buf.snapshot() as snap:
+                assert [e.id for e in snap] == model
+    with buf.snapshot() as snap:
+        assert [e.id for e in snap] == model
+    buf._check(expect_no_pins=True)

@@ -75,7 +75,9 @@ from .records import (
 )
 from .replay import replay
 from .tasks import task_name
+from .version import ADD as _ADD
 from .version import EMPTY_MAP, Slot, Version
+from .version import SAME as _SAME
 
 __all__ = ["Buffer", "Snapshot"]
 
@@ -321,6 +323,7 @@ class Buffer(Editor):
             for ref in entry.refs:
                 referrers = referrers.set(ref, referrers.get(ref, EMPTY_MAP).set(eid, None))
             new = Version(n, new_live, head.marks, head.tombs, referrers, key + 1.0)
+            new.derive(head, _ADD, (entry, key))  # the view: head's plus this entry
             if entry.kind in _IMMUTABLE:
                 self._immutable_hashes[eid] = entry.content_hash
             else:
@@ -397,6 +400,9 @@ class Buffer(Editor):
             new.referrers = head.referrers
             new.next_key = head.next_key
             new._entries = head._entries  # marks change neither order nor content
+            new._keys = head._keys
+            if new._entries is None:
+                new.derive(head, _SAME)
             self._head = new
             return mark
         finally:

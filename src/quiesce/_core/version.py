@@ -41,15 +41,21 @@ from immutables import Map
 from .entry import Entry
 from .records import Mark, Tombstone
 
-__all__ = ["EMPTY_MAP", "MAX_CHAIN", "Slot", "Tombs", "Version"]
+__all__ = ["EMPTY_MAP", "MAX_CHAIN", "PATCH_MAX", "Slot", "Tombs", "Version"]
 
 #: Longest chain of uncached versions a view is derived through; a longer
 #: one sorts (and bounds the old versions a child keeps alive).
 MAX_CHAIN = 64
 
 #: ``Version._delta`` kinds: the order is the parent's (marks), plus one
-#: entry at the end (an append), minus some ids (removals).
-SAME, ADD, REMOVE = 0, 1, 2
+#: entry at the end (an append), minus some ids (removals), or a small
+#: patch: slots taken out by their old keys, slots put in at their new keys
+#: (moves, summaries, rewrites, a few removals).
+SAME, ADD, REMOVE, PATCH = 0, 1, 2, 3
+
+#: Most slots a PATCH delta moves (each is one C-level memmove of the view);
+#: a bigger change sorts, or filters for removals only.
+PATCH_MAX = 32
 
 EMPTY_MAP: Map[str, None] = Map()
 
@@ -139,9 +145,10 @@ class Version:
     def derive(self, base: Version, kind: int, payload: Any = None) -> None:
         """Record that this (new, unpublished) version's order is ``base``'s
         changed by ``(kind, payload)``: ``SAME`` (marks only), ``ADD``
-        (``payload`` = (entry, key), appended at the end) or ``REMOVE``
-        (``payload`` = a set of removed ids). O(1). Ignored when the chain
-        would grow past :data:`MAX_CHAIN` (the view then sorts)."""
+        (``payload`` = (entry, key), appended at the end), ``REMOVE``
+        (``payload`` = a set of removed ids) or ``PATCH`` (``payload`` =
+        (old keys taken out, ((entry, key), ...) put in)). O(1). Ignored when
+        the chain would grow past :data:`MAX_CHAIN` (the view then sorts)."""
         if base._entries is not None:
             depth = 1
         else:
@@ -240,6 +247,14 @@ class Version:
                 pairs = [(e, k) for e, k in zip(entries, keys, strict=True) if e.id not in payload]
                 entries = tuple(e for e, _ in pairs)
                 keys = tuple(k for _, k in pairs)
+            elif kind == PATCH:
+                if added_e:
+                    entries, keys = entries + tuple(added_e), keys + tuple(added_k)
+                    added_e, added_k = [], []
+                patched = _patch(entries, keys, payload)
+                if patched is None:  # pragma: no cover - a key not where it should be
+                    return None
+                entries, keys = patched
         if added_e:
             entries, keys = entries + tuple(added_e), keys + tuple(added_k)
         return entries, keys
@@ -263,6 +278,28 @@ class Version:
             f"<Version {self.number}: {len(self.live)} live, {len(self.marks)} marked, "
             f"{len(self.tombs.by_id)} tombstones>"
         )
+
+
+def _patch(
+    entries: tuple[Entry, ...], keys: tuple[float, ...], payload: Any
+) -> tuple[tuple[Entry, ...], tuple[float, ...]] | None:
+    """``entries``/``keys`` with the slots at ``payload[0]``'s keys taken out
+    and ``payload[1]``'s (entry, key) pairs put in at their keys' places.
+    O(n) C-level copying plus O(log n) per slot; ``None`` if an old key is
+    not in the view (never, for a payload a Draft made)."""
+    out_keys, put = payload
+    es, ks = list(entries), list(keys)
+    for k in out_keys:
+        i = bisect_left(ks, k)
+        if i == len(ks) or ks[i] != k:
+            return None
+        del es[i]
+        del ks[i]
+    for e, k in put:
+        i = bisect_left(ks, k)
+        es.insert(i, e)
+        ks.insert(i, k)
+    return tuple(es), tuple(ks)
 
 
 def _slot_key(slot: Slot) -> float:
