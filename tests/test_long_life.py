@@ -511,3 +511,30 @@ def test_moves_and_summaries_keep_the_model_order(ops: list[tuple[str, int, int]
     with buf.snapshot() as snap:
         assert [e.id for e in snap] == model
     buf._check(expect_no_pins=True)
+
+
+def test_a_huge_refused_edit_logs_capped_reasons() -> None:
+    """100 prunes, each target cited by the same 100 survivors: refused
+    (REFERENCED), with the first WHY_KEPT reasons and a count of the rest in
+    the record and the escalation; nothing changes."""
+    from quiesce import EditPlan, Prune
+    from quiesce._core.edit import WHY_KEPT
+
+    buf = Buffer()
+    targets = [f"t{i}" for i in range(100)]
+    for t in targets:
+        buf.append(Entry(t, Kind.REASONING, f"finding {t}"))
+    for i in range(100):
+        buf.append(Entry(f"r{i}", Kind.REASONING, f"uses all {i}", refs=tuple(targets)))
+    version = buf.version
+    report = buf.edit(EditPlan([Prune(t) for t in targets], reason="too much"))
+    assert not report.applied and report.refusals == (Refusal.REFERENCED,)
+    assert buf.version == version
+    rec = buf.log[-1]
+    assert rec.outcome == "refused"
+    assert len(rec.detail["why"]) == WHY_KEPT
+    assert rec.detail["why_more"] == 100 - WHY_KEPT
+    assert rec.detail["why"][0] == "'t0' would be removed but 'r0' cites it"
+    assert report.escalation is not None
+    assert report.escalation.detail.endswith(f"; and {100 - WHY_KEPT} more")
+    buf._check(expect_no_pins=True)

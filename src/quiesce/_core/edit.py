@@ -29,7 +29,11 @@ from .publish import Publisher
 from .records import EditReport, Escalation, EscalationKind, Mark, Refusal
 from .version import Slot, Version
 
-__all__ = ["Editor"]
+__all__ = ["WHY_KEPT", "Editor"]
+
+#: Distinct refusal reasons a refused plan's record and escalation keep
+#: (the rest are counted): a refused 800-op plan logs a bounded record.
+WHY_KEPT = 10
 
 
 class Editor(Publisher):
@@ -88,11 +92,16 @@ class Editor(Publisher):
         if plan.base is not None and plan.base > head.number:
             raise InvalidArgument(f"plan base {plan.base} is newer than the head {head.number}")
         refusals: dict[Refusal, None] = {}
-        why: list[str] = []
+        why: dict[str, None] = {}  # the first WHY_KEPT distinct reasons
+        more = 0  # reasons past those
 
         def refuse(r: Refusal, msg: str) -> None:
+            nonlocal more
             refusals[r] = None
-            why.append(msg)
+            if len(why) < WHY_KEPT:
+                why[msg] = None
+            elif msg not in why:
+                more += 1
 
         policy = self._policy
         rationale = set(plan.rationale)
@@ -191,13 +200,18 @@ class Editor(Publisher):
                 if op.before is not None and op.before not in head.live:
                     refuse(Refusal.UNKNOWN, f"move target {op.before!r} is not a live entry")
                 moves.append(op)
-        # No survivor may cite a removed entry.
+        # No survivor may cite a removed entry. The referrers index is exact,
+        # so only a rewritten referrer's new refs need looking at; one
+        # surviving referrer per removed id is enough to refuse (O(ops + refs)).
+        rewritten_refs = {r: frozenset(refs) for r, refs in new_refs.items()}
         for i in removed:
             for r in head.cited_by(i):
                 if r in removed:
                     continue
-                if i in new_refs.get(r, head.live[r].entry.refs):
+                cites = rewritten_refs.get(r)
+                if cites is None or i in cites:
                     refuse(Refusal.REFERENCED, f"{i!r} would be removed but {r!r} cites it")
+                    break
         for r, refs in new_refs.items():
             for ref in refs:
                 if ref in removed:
@@ -213,16 +227,21 @@ class Editor(Publisher):
                 if slot is not None and slot.changed > plan.base:
                     refuse(Refusal.CONFLICT, f"{i!r} changed at version {slot.changed} > base")
         if refusals:
-            return self._refuse_edit(plan, tuple(refusals), why)
+            return self._refuse_edit(plan, tuple(refusals), list(why), more)
         return self._apply_edit(
             plan, head, rewrites, summaries, moves, tuple(removed), bool(overridden)
         )
 
     def _refuse_edit(
-        self, plan: EditPlan, refusals: tuple[Refusal, ...], why: list[str]
+        self, plan: EditPlan, refusals: tuple[Refusal, ...], why: list[str], more: int = 0
     ) -> EditReport:
+        """Log and escalate a refused plan. ``why`` holds the first
+        :data:`WHY_KEPT` distinct reasons and ``more`` counts the rest, so a
+        huge refused plan costs a bounded record and message."""
         head = self._head
         detail = "; ".join(dict.fromkeys(why))
+        if more:
+            detail += f"; and {more} more"
         esc = Escalation(EscalationKind.REFUSED_EDIT, detail, plan, refusals, head.number)
         self._append_record(
             self._record(
@@ -237,6 +256,7 @@ class Editor(Publisher):
                     "plan": plan.to_dict(),
                     "refusals": [r.value for r in refusals],
                     "why": list(dict.fromkeys(why)),
+                    **({"why_more": more} if more else {}),
                     "rationale": self._rationale_copy(plan),
                     "escalation": EscalationKind.REFUSED_EDIT.value,
                 },
