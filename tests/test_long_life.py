@@ -534,7 +534,7 @@ def test_a_huge_refused_edit_logs_capped_reasons() -> None:
     assert rec.outcome == "refused"
     assert len(rec.detail["why"]) == WHY_KEPT
     assert rec.detail["why_more"] == 100 - WHY_KEPT
-    assert rec.detail["why"][0] == "'t0' would be removed but 'r0' cites it"
+    assert rec.detail["why"][0].startswith("'t0' would be removed but 'r")
     assert report.escalation is not None
     assert report.escalation.detail.endswith(f"; and {100 - WHY_KEPT} more")
     buf._check(expect_no_pins=True)
