@@ -523,6 +523,7 @@ class Buffer(Editor):
                 reason,
                 actor,
                 turn,
+                checked=True,
             )
             for comp in components(head, candidates)
         ]

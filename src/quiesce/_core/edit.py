@@ -227,21 +227,22 @@ class Editor(Publisher):
                 if slot is not None and slot.changed > plan.base:
                     refuse(Refusal.CONFLICT, f"{i!r} changed at version {slot.changed} > base")
         if refusals:
-            return self._refuse_edit(plan, tuple(refusals), list(why), more)
+            reasons = list(why)
+            if more:
+                reasons.append(f"and {more} more")
+            return self._refuse_edit(plan, tuple(refusals), reasons)
         return self._apply_edit(
             plan, head, rewrites, summaries, moves, tuple(removed), bool(overridden)
         )
 
     def _refuse_edit(
-        self, plan: EditPlan, refusals: tuple[Refusal, ...], why: list[str], more: int = 0
+        self, plan: EditPlan, refusals: tuple[Refusal, ...], why: list[str]
     ) -> EditReport:
         """Log and escalate a refused plan. ``why`` holds the first
-        :data:`WHY_KEPT` distinct reasons and ``more`` counts the rest, so a
-        huge refused plan costs a bounded record and message."""
+        :data:`WHY_KEPT` distinct reasons and, if there were more, a last
+        ``"and N more"``: a huge refused plan costs a bounded record."""
         head = self._head
         detail = "; ".join(dict.fromkeys(why))
-        if more:
-            detail += f"; and {more} more"
         esc = Escalation(EscalationKind.REFUSED_EDIT, detail, plan, refusals, head.number)
         self._append_record(
             self._record(
@@ -256,7 +257,6 @@ class Editor(Publisher):
                     "plan": plan.to_dict(),
                     "refusals": [r.value for r in refusals],
                     "why": list(dict.fromkeys(why)),
-                    **({"why_more": more} if more else {}),
                     "rationale": self._rationale_copy(plan),
                     "escalation": EscalationKind.REFUSED_EDIT.value,
                 },
@@ -311,7 +311,14 @@ class Editor(Publisher):
         if staged_ids:
             grace = max(draft.marks[i].version for i in staged_ids)
             group = Group(
-                next(self._gids), tuple(staged_ids), grace, n, plan.reason, plan.actor, plan.turn
+                next(self._gids),
+                tuple(staged_ids),
+                grace,
+                n,
+                plan.reason,
+                plan.actor,
+                plan.turn,
+                checked=True,
             )
         self._append_record(
             self._record(

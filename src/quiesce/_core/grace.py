@@ -66,6 +66,10 @@ class Group:
     reason: str
     actor: str | None
     turn: int | None
+    #: the members passed the policy when staged (by this process): a member
+    #: unchanged since is not classified again at removal (issue 13:
+    #: classify once). False for groups recovered from a log.
+    checked: bool = False
 
 
 class Grace(Pins):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .entry import Entry, Kind
 from .errors import InvalidArgument, InvalidType
@@ -34,9 +34,6 @@ RULES: dict[Kind, tuple[bool, bool]] = {
 
 PROTECTED_KINDS = frozenset(k for k, (p, _) in RULES.items() if p)
 IMMUTABLE_KINDS = frozenset(k for k, (_, i) in RULES.items() if i)
-
-#: verdicts a Policy remembers (see :meth:`Policy.protection`)
-VERDICTS_KEPT = 4096
 
 _NEGATIVE = re.compile(
     r"\b(?:do\s+not|don['’]t|failed|avoid\w*|unsafe|timed\s+out|never)\b", re.IGNORECASE
@@ -79,11 +76,6 @@ class Policy:
 
     negative: Callable[[Entry], bool] = default_negative_classifier
     max_backlog: int = 1000
-    #: entry -> protection: an entry is classified once (a prune and the
-    #: removal at its grace point ask twice); bounded, cleared when full
-    _verdicts: dict[Entry, str | None] = field(
-        default_factory=dict, init=False, repr=False, compare=False
-    )
 
     def __post_init__(self) -> None:
         if not callable(self.negative):
@@ -100,24 +92,11 @@ class Policy:
 
     def protection(self, entry: Entry) -> str | None:
         """``"protected"`` for a protected kind, ``"negative"`` when the
-        classifier flags it, else ``None``.
-
-        The classifier runs once per entry (equal entries share a verdict):
-        the verdict is remembered in a bounded table (:data:`VERDICTS_KEPT`
-        entries, cleared when full), so a prune and the removal at its grace
-        point classify a big body once. A classifier must therefore be a
-        function of the entry. O(len(body)) the first time, O(1) after."""
+        classifier flags it, else ``None``. O(len(body)) for the default
+        classifier (a few ns per byte). A staged removal is not classified
+        again at its grace point if the entry is unchanged (``Group.checked``)."""
         if entry.kind in PROTECTED_KINDS:
             return "protected"
-        verdicts = self._verdicts
-        try:
-            return verdicts[entry]
-        except KeyError:
-            pass
-        except TypeError:  # an unhashable meta value: no memo
-            return "negative" if self.negative(entry) else None
-        verdict = "negative" if self.negative(entry) else None
-        if len(verdicts) >= VERDICTS_KEPT:
-            verdicts.clear()
-        verdicts[entry] = verdict
-        return verdict
+        if self.negative(entry):
+            return "negative"
+        return None

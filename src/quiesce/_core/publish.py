@@ -172,6 +172,10 @@ class Publisher(Grace):
                     continue
                 if slot.changed > g.staged:
                     refused[i] = Refusal.CONFLICT
+                elif g.checked:
+                    # Unchanged since staged, and it passed the policy then:
+                    # a big body is classified once, not at every step.
+                    removal[i] = g
                 elif policy.is_immutable(slot.entry):
                     refused[i] = Refusal.IMMUTABLE
                 else:
