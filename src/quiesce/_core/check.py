@@ -130,8 +130,13 @@ def check_buffer(buf: Buffer, expect_no_pins: bool) -> None:
             )
             # Empty sets left behind are bounded: each is the head's (kept for
             # its next reader) or still in the pin order, where the walk frees it.
+            # Only asserted when no reader may be pinning: a reader between
+            # creating its version's set and registering in it (Snapshot.
+            # __enter__) leaves an empty set outside the order for a moment,
+            # and a write may make that version old meanwhile (it withdraws
+            # and frees the set).
             for n, size in sizes:
-                assert size or n == head.number or n in order, (
+                assert size or n == head.number or n in order or not expect_no_pins, (
                     f"the empty pin set of version {n} can never be freed (invariant 7)"
                 )
         if expect_no_pins:

@@ -59,8 +59,9 @@ __all__ = [
 DEFAULT_RETENTION = 10_000
 
 #: Durable records a buffer with a readable sink keeps in memory past the
-#: last one it made durable (the rest are read back from the sink).
-DURABLE_TAIL = 1_024
+#: last one it made durable (the rest are read back from the sink). Small:
+#: a kept append record keeps its entry's body alive, pruned or not.
+DURABLE_TAIL = 32
 
 #: Records read from a sink per call while iterating an old part of the log.
 READ_CHUNK = 1_024
@@ -119,13 +120,14 @@ class Records(list[Any]):
         ``durable``: records ``0 .. durable - 1`` can be read back from
         ``reader`` (pass ``len(self)`` and no reader to drop by retention; the
         drop is then counted in :attr:`dropped`). Drops only when at least
-        ``keep`` records (and at least 64) would go, so the O(tail) move is
-        amortized O(1) per record. Returns the number dropped. Call with
-        the buffer's write lock held (no record is appended meanwhile).
+        ``keep`` records (and at least 16) would go, so the O(tail) move is
+        amortized O(1) per record. Returns the number dropped. Safe while
+        other threads append (``list.append`` only adds at the end) and read
+        (the seqlock and the build lock).
         """
         cut = min(durable, len(self) - keep)
         count = cut - self.first
-        if count < max(keep, 64):
+        if count < max(keep, 16):
             return 0
         with _build_lock:
             self._gen += 1
