@@ -6,13 +6,16 @@ returns another record. Real SQLite and JSONL files throughout."""
 from __future__ import annotations
 
 import sqlite3
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from _workload import Workload, state
 from quiesce import (
     Buffer,
     EditLog,
@@ -31,6 +34,7 @@ from quiesce import (
 )
 from quiesce._core.errors import LogRecordDropped, QuiesceError
 from quiesce._core.log import ReadableSink, Records, check_read, materialize, materialize_range
+from quiesce._log._format import encode_record
 
 Sink = SQLiteLog | JsonlLog
 
@@ -538,3 +542,123 @@ def test_a_huge_refused_edit_logs_capped_reasons() -> None:
     assert report.escalation is not None
     assert report.escalation.detail.endswith(f"; and {100 - WHY_KEPT} more")
     buf._check(expect_no_pins=True)
+
+
+# -- state machines: both logs with a short durable tail, and retention ---------------
+
+
+class _DurableTailMachine(RuleBasedStateMachine):
+    """The shared workload (appends, marks, prunes, edits, pins, flushes) on a
+    buffer whose durable log keeps a 16-record tail in memory; at any point
+    the log read through ``buf.log`` (tail and sink) is the log it was, and
+    reopening the file rebuilds the same state and log."""
+
+    kind = "sqlite"
+
+    def __init__(self) -> None:
+        import quiesce._core.publish as publish
+
+        super().__init__()
+        self._publish = publish
+        self._old_tail = publish.DURABLE_TAIL
+        publish.DURABLE_TAIL = 16
+        self._dir = tempfile.TemporaryDirectory()
+        self.path = Path(self._dir.name) / f"log.{self.kind}"
+        self.buf = Buffer(log=_open(self.kind, self.path))
+        self.work = Workload(self.buf)
+        self.seen: dict[int, str] = {}  # seq -> the record as first read (JSON)
+
+    @rule(op=st.tuples(*(st.integers(0, 15) for _ in range(5))))
+    def operate(self, op: tuple[int, ...]) -> None:
+        self.work.run(op)
+
+    @rule(ops=st.lists(st.tuples(*(st.integers(0, 15) for _ in range(5))), max_size=30))
+    def burst(self, ops: list[tuple[int, ...]]) -> None:
+        for op in ops:
+            self.work.run(op)
+        self.buf.flush()
+
+    @rule(i=st.integers(0, 10**6))
+    def look(self, i: int) -> None:
+        if not len(self.buf.log):
+            return
+        seq = i % len(self.buf.log)
+        got = encode_record(self.buf.log[seq])
+        assert self.seen.setdefault(seq, got) == got
+
+    @rule()
+    def reopen(self) -> None:
+        self.work.release_all()
+        self.buf.flush()
+        before = state(self.buf)
+        self.buf.sink.close()  # type: ignore[union-attr]
+        self.buf = Buffer(log=_open(self.kind, self.path))
+        self.work = Workload(self.buf, prefix=f"r{len(self.buf.log)}-")
+        assert state(self.buf) == before
+
+    @invariant()
+    def bounded_and_consistent(self) -> None:
+        buf = self.buf
+        assert buf.log.in_memory <= buf.pending_records + 2 * 16 + 1
+        assert buf.log.dropped == 0 and buf.log.first == 0
+        buf._check()
+
+    def teardown(self) -> None:
+        self.work.release_all()
+        self.buf.sink.close()  # type: ignore[union-attr]
+        self._dir.cleanup()
+        self._publish.DURABLE_TAIL = self._old_tail
+
+
+class _JsonlTailMachine(_DurableTailMachine):
+    kind = "jsonl"
+
+
+class _RetentionMachine(RuleBasedStateMachine):
+    """The shared workload without a sink, keeping 20 records: the log
+    holds the newest ones, says how many it dropped, refuses the dropped
+    ones, and never changes a record it still holds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.buf = Buffer(log_retention=20)
+        self.work = Workload(self.buf)
+        self.seen: dict[int, str] = {}
+
+    @rule(ops=st.lists(st.tuples(*(st.integers(0, 15) for _ in range(5))), max_size=30))
+    def burst(self, ops: list[tuple[int, ...]]) -> None:
+        for op in ops:
+            self.work.run(op)
+
+    @rule(i=st.integers(0, 10**6))
+    def look(self, i: int) -> None:
+        log = self.buf.log
+        if not len(log):
+            return
+        seq = i % len(log)
+        if seq < log.first:
+            with pytest.raises(LogRecordDropped):
+                log[seq]
+            return
+        got = encode_record(log[seq])
+        assert self.seen.setdefault(seq, got) == got
+
+    @invariant()
+    def bounded_and_counted(self) -> None:
+        log = self.buf.log
+        assert log.dropped == log.first == len(log) - log.in_memory
+        assert log.in_memory <= 2 * 20 + 1 or not log.dropped
+        assert [r.seq for r in log] == list(range(log.first, len(log)))
+        self.buf._check()
+
+    def teardown(self) -> None:
+        self.work.release_all()
+
+
+_machine_settings = settings(max_examples=25, stateful_step_count=25)
+TestSQLiteTailMachine = _DurableTailMachine.TestCase
+TestSQLiteTailMachine.settings = _machine_settings
+TestJsonlTailMachine = _JsonlTailMachine.TestCase
+TestJsonlTailMachine.settings = _machine_settings
+TestRetentionMachine = _RetentionMachine.TestCase
+TestRetentionMachine.settings = _machine_settings
