@@ -53,13 +53,12 @@ import sys
 import tempfile
 import threading
 import time
-import tracemalloc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .. import Buffer, EditPlan, Entry, Kind, Move, Prune, SQLiteLog
-from .lib import FULL, QUICK, Config, Goal, SectionResult, section
+from .lib import FULL, QUICK, Config, Goal, SectionResult, _traced, section
 
 __all__ = ["LongLifeConfig", "bench_long_life", "churn", "main"]
 
@@ -144,20 +143,6 @@ def churn(buf: Buffer, ops: int, live: int, batch: int, start: int = 0) -> int:
             del window[:pos]
             pos = 0
     return i
-
-
-def _traced(fn: Callable[[], Any]) -> tuple[int, Any]:
-    """Bytes still allocated after ``fn()`` (tracemalloc), and its result."""
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        out = fn()
-        gc.collect()
-        after = tracemalloc.get_traced_memory()[0]
-    finally:
-        tracemalloc.stop()
-    return after - before, out
 
 
 def _fresh_like(buf: Buffer) -> Callable[[], Buffer]:
@@ -282,13 +267,14 @@ def _memory_and_recovery(
         )
     )
     keep.append(mbuf)
-    dbuf.sink.close()  # type: ignore[union-attr]
+    dbuf.sink.close()
 
     # the short log: same live window, ops_short operations
-    sbuf = Buffer(log=SQLiteLog(short_path))
+    short_sink = SQLiteLog(short_path)
+    sbuf = Buffer(log=short_sink)
     churn(sbuf, ll.ops_short, ll.live, ll.batch)
     sbuf.flush()
-    sbuf.sink.close()  # type: ignore[union-attr]
+    short_sink.close()
     res.extra["short_records"] = len(sbuf.log)
     del sbuf
 
@@ -296,7 +282,7 @@ def _memory_and_recovery(
         def run() -> float:
             gc.collect()
             t, buf = _timed(lambda: Buffer(log=SQLiteLog(path)))
-            buf.sink.close()  # type: ignore[union-attr]
+            buf.sink.close()
             return t
 
         return run
@@ -347,7 +333,7 @@ def _memory_and_recovery(
             note=f"{rec_bytes / 1e6:.1f} MB / {fresh_bytes / 1e6:.2f} MB",
         )
     )
-    rbuf.sink.close()  # type: ignore[union-attr]
+    rbuf.sink.close()
     del rbuf
 
     def open_log(path: str) -> Callable[[], float]:
@@ -390,7 +376,7 @@ def _big_outputs(ll: LongLifeConfig, tmp: str, res: SectionResult) -> None:
         return buf
 
     grown, buf = _traced(run)
-    buf.sink.close()  # type: ignore[union-attr]
+    buf.sink.close()
     res.goals.append(
         Goal(
             "ll_big_outputs",
