@@ -5,13 +5,15 @@ returns another record. Real SQLite and JSONL files throughout."""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
@@ -283,13 +285,49 @@ def test_the_classifier_runs_once_per_entry() -> None:
 # -- the ordered view, built incrementally ----------------------------------------
 
 
+def _check_view(v: Any) -> None:
+    """A built view's invariants: chunks non-empty and at most twice CHUNK,
+    maxes their last keys, keys ascending, each entry at its slot's key."""
+    import quiesce._core.version as version
+
+    view = v.view()
+    assert all(0 < len(c) <= 2 * version.CHUNK for c in view.keys)
+    assert view.maxes == tuple(c[-1] for c in view.keys)
+    flat = [k for c in view.keys for k in c]
+    assert flat == sorted(flat) and len(flat) == len(v.live)
+    for ce, ck in zip(view.entries, view.keys, strict=True):
+        for e, k in zip(ce, ck, strict=True):
+            assert v.live[e.id].key == k and v.live[e.id].entry is e
+
+
+@contextlib.contextmanager
+def _small_chunks(size: int = 3) -> Iterator[None]:
+    """Chunks of 3 entries (6 before a split), so small windows split,
+    empty and bisect across chunks."""
+    import quiesce._core.version as version
+
+    old = version.CHUNK
+    version.CHUNK = size
+    try:
+        yield
+    finally:
+        version.CHUNK = old
+
+
 @given(
     st.lists(
         st.tuples(st.sampled_from(["add", "remove", "mark", "iterate"]), st.integers(0, 50)),
         max_size=120,
     )
 )
+@example([("add", 0)] * 7 + [("add", 4)])  # a split ends a derivation
+@example([("add", 1)] * 20 + [("remove", 4), ("add", 4), ("mark", 0), ("add", 8)])
 def test_a_derived_view_equals_the_sorted_one(ops: list[tuple[str, int]]) -> None:
+    with _small_chunks():
+        _derived_view_equals_the_sorted_one(ops)
+
+
+def _derived_view_equals_the_sorted_one(ops: list[tuple[str, int]]) -> None:
     """Versions chained by derive (appends, removals, marks; iterated at
     random points, so chains of every length occur) always have exactly the
     view a sort of their live slots gives."""
@@ -327,10 +365,11 @@ def test_a_derived_view_equals_the_sorted_one(ops: list[tuple[str, int]]) -> Non
         assert new._depth <= MAX_CHAIN
         v = new
         expect = sorted(v.live.values(), key=lambda s: s.key)
-        if x % 4 == 0:
+        if x % 2 == 0:
             assert v.entries() == tuple(s.entry for s in expect)
             assert v.keys() == tuple(s.key for s in expect)
             assert v._base is None  # the link is dropped once built
+            _check_view(v)
     assert list(v) == [s.entry for s in sorted(v.live.values(), key=lambda s: s.key)]
 
 
@@ -466,6 +505,11 @@ def test_a_sink_that_cannot_read_back_keeps_everything(small_tail: int) -> None:
     )
 )
 def test_moves_and_summaries_keep_the_model_order(ops: list[tuple[str, int, int]]) -> None:
+    with _small_chunks():
+        _moves_and_summaries_keep_the_model_order(ops)
+
+
+def _moves_and_summaries_keep_the_model_order(ops: list[tuple[str, int, int]]) -> None:
     """Random moves (also into one gap over and over), summaries, appends and
     prunes: the window is always the order a plain list model gives, and the
     buffer's invariants hold."""
@@ -512,6 +556,7 @@ def test_moves_and_summaries_keep_the_model_order(ops: list[tuple[str, int, int]
         else:
             with buf.snapshot() as snap:
                 assert [e.id for e in snap] == model
+            _check_view(buf.head())
     with buf.snapshot() as snap:
         assert [e.id for e in snap] == model
     buf._check(expect_no_pins=True)

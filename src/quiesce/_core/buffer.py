@@ -400,8 +400,8 @@ class Buffer(Editor):
             new.referrers = head.referrers
             new.next_key = head.next_key
             new._entries = head._entries  # marks change neither order nor content
-            new._keys = head._keys
-            if new._entries is None:
+            new._view = view = head._view
+            if view is None:
                 new.derive(head, _SAME)
             self._head = new
             return mark

@@ -396,13 +396,11 @@ def _place(
     float gap was exhausted and every key was renumbered.
 
     Each placement takes the midpoint between the new neighbours' keys,
-    found by bisecting the head's ordered view (``Version.keys``) and the
+    found by bisecting the head's chunked view (``Version.key_before``) and the
     keys placed earlier in the plan: O(log n + ops) per op, no other key
     changes. Only when a gap has no float left between its ends (about 50
     placements into one gap) does it fall back to :func:`_place_renumbering`,
     O(n)."""
-    hkeys = head.keys()
-    hentries = head.entries()
     live = head.live
     key_of: dict[str, float] = {}
     placed_keys: list[float] = []  # sorted keys given by this plan so far
@@ -414,11 +412,8 @@ def _place(
 
     def key_before(hi: float) -> float | None:
         """The greatest current key below ``hi``."""
-        idx = bisect_left(hkeys, hi) - 1
-        while idx >= 0 and hentries[idx].id in gone:
-            idx -= 1
+        a = head.key_before(hi, gone)
         j = bisect_left(placed_keys, hi) - 1
-        a = hkeys[idx] if idx >= 0 else None
         b = placed_keys[j] if j >= 0 else None
         return b if a is None else a if b is None else max(a, b)
 
