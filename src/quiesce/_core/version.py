@@ -16,16 +16,19 @@ Layout, chosen so that the hottest write (a mark) touches the fewest maps:
 * ``referrers``: target id → Map of live ids that cite it; makes "is this
   entry cited by a survivor?" O(referrers) instead of O(n).
 
-Iterating a version builds its ordered view once, at first use, and caches
-the tuple of entries (and the parallel tuple of order keys) on the version (a
-version is immutable, so the cache never goes stale): iteration is then as
-cheap as iterating a tuple. The view is built *incrementally* when it can be
-(issue 13): a version made by an append, a mark or removals records its
-parent and the change (:meth:`Version.derive`), and its view is the nearest
-cached ancestor's view with those changes applied — a tuple concatenation
-(C-level, ~1 ns per entry) for appends, one filtering pass for removals —
-instead of an O(n log n) sort. Chains are bounded (:data:`MAX_CHAIN`
-versions; a longer one, or a change that reorders, sorts again), and a
+Each version's ordered view (:class:`View`) is built once, at first use, and
+cached (a version is immutable, so the cache never goes stale): the live
+entries in window order in chunks of about :data:`CHUNK`, with their keys and
+each chunk's last key, so a position is found by bisection, O(log n). The
+view is built *incrementally* when it can be (issue 13): a version made by an
+append, a mark, removals or a small edit records its parent and the change
+(:meth:`Version.derive`), and its view is the nearest cached ancestor's with
+those changes applied — copying only the chunks they touch and the chunk
+index, O(n / CHUNK + CHUNK) per entry placed — instead of an O(n log n)
+sort. Iteration uses one flat tuple of the entries, concatenated from the
+chunks on first use (C-level, about a nanosecond per entry), so it is as
+cheap as iterating a tuple. Chains are bounded (:data:`MAX_CHAIN` versions;
+a longer one, or a change that reorders wholesale, sorts again), and a
 version drops its parent link once its view is built, so old versions are
 never kept alive for long by their children.
 """
