@@ -56,7 +56,7 @@ from .errors import (
     ReadmissionRefused,
 )
 from .grace import Group, components
-from .log import EditLog, LogSink
+from .log import DEFAULT_RETENTION, EditLog, LogSink, ReadableSink, Records
 from .pins import _NOT_ENTERED, Snapshot, _missing, _new_object
 from .policy import IMMUTABLE_KINDS as _IMMUTABLE
 from .policy import Policy, sealed_conflicts
@@ -75,7 +75,9 @@ from .records import (
 )
 from .replay import replay
 from .tasks import task_name
+from .version import ADD as _ADD
 from .version import EMPTY_MAP, Slot, Version
+from .version import SAME as _SAME
 
 __all__ = ["Buffer", "Snapshot"]
 
@@ -106,6 +108,16 @@ class Buffer(Editor):
     marks, tombstones, staged removals, the log and the version number).
     ``policy`` decides what may be removed (``None``: :class:`Policy()`).
 
+    Memory stays bounded by the live window, not by history (issue 13): with
+    a sink that can read records back (``SQLiteLog``, ``JsonlLog``), the
+    in-memory log keeps only the records not yet durable plus a tail of
+    :data:`~quiesce._core.log.DURABLE_TAIL` durable ones, and ``buf.log``
+    reads older records from the sink. Without a sink it keeps the newest
+    ``log_retention`` records (default :data:`~quiesce._core.log.DEFAULT_RETENTION`,
+    10,000) and counts the ones it dropped (``buf.log.dropped``; reading one
+    raises :class:`LogRecordDropped`). A sink without ``read_range`` keeps
+    the whole log in memory.
+
     Every public method is synchronous and safe to call from coroutines and
     from worker threads. Only the methods that make removals durable
     (``prune``, ``edit``, ``apply_due``, ``flush``) may wait for a disk.
@@ -118,6 +130,7 @@ class Buffer(Editor):
         *,
         clock: Callable[[], float] = time.monotonic,
         escalation_capacity: int = 10_000,
+        log_retention: int = DEFAULT_RETENTION,
     ) -> None:
         if policy is None:
             policy = Policy()
@@ -133,6 +146,10 @@ class Buffer(Editor):
             )
         if escalation_capacity < 0:
             raise InvalidArgument(f"escalation_capacity must be >= 0, got {escalation_capacity}")
+        if type(log_retention) is not int:
+            raise InvalidType(f"log_retention must be an int, not {type(log_retention).__name__}")
+        if log_retention < 0:
+            raise InvalidArgument(f"log_retention must be >= 0, got {log_retention}")
         gil_enabled = getattr(sys, "_is_gil_enabled", None)  # Python >= 3.13
         if gil_enabled is not None and not gil_enabled():
             raise RuntimeError(
@@ -178,7 +195,11 @@ class Buffer(Editor):
         self._in_sink_write = None
         self._intents = {}
         # the log
-        self._records = []  # LogRecords and compact records (log.py)
+        # the in-memory tail of the log (log.py): a readable sink holds the rest
+        self._records = Records()
+        self._retention = log_retention
+        if isinstance(log, ReadableSink):
+            self._records.reader = log.read_range
         self._log_view = EditLog(self._records)
         self._synced = 0
         self._log_failing = False
@@ -192,6 +213,8 @@ class Buffer(Editor):
             if records:
                 replay(self, records)
                 self._synced = len(self._records)
+                del records
+                self._trim_log()
 
     # -- reading --------------------------------------------------------
 
@@ -311,6 +334,7 @@ class Buffer(Editor):
             for ref in entry.refs:
                 referrers = referrers.set(ref, referrers.get(ref, EMPTY_MAP).set(eid, None))
             new = Version(n, new_live, head.marks, head.tombs, referrers, key + 1.0)
+            new.derive(head, _ADD, (entry, key))  # the view: head's plus this entry
             if entry.kind in _IMMUTABLE:
                 self._immutable_hashes[eid] = entry.content_hash
             else:
@@ -387,6 +411,9 @@ class Buffer(Editor):
             new.referrers = head.referrers
             new.next_key = head.next_key
             new._entries = head._entries  # marks change neither order nor content
+            new._view = view = head._view
+            if view is None:
+                new.derive(head, _SAME)
             self._head = new
             return mark
         finally:
@@ -509,6 +536,7 @@ class Buffer(Editor):
                 reason,
                 actor,
                 turn,
+                checked=True,
             )
             for comp in components(head, candidates)
         ]
@@ -627,13 +655,29 @@ for _cls, _fields in _FAST_PATH_FIELDS.items():
 
 def _build_mark_record(seq: int, mark: Mark, at: float) -> LogRecord:
     return LogRecord(
-        seq, at, "mark", mark.version, (mark.id,), None, mark.reason, mark.turn, "applied",
+        seq,
+        at,
+        "mark",
+        mark.version,
+        (mark.id,),
+        None,
+        mark.reason,
+        mark.turn,
+        "applied",
         _EMPTY_DETAIL,
     )
 
 
 def _build_append_record(seq: int, entry: Entry, key: float, n: int, at: float) -> LogRecord:
     return LogRecord(
-        seq, at, "append", n, (entry.id,), None, None, entry.turn, "applied",
+        seq,
+        at,
+        "append",
+        n,
+        (entry.id,),
+        None,
+        None,
+        entry.turn,
+        "applied",
         {"entry": entry.to_dict(), "key": key},
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from .entry import Entry
 from .records import Tombstone
-from .version import EMPTY_MAP, Slot, Version
+from .version import EMPTY_MAP, PATCH, PATCH_MAX, REMOVE, SAME, Slot, Version
 
 __all__ = ["Draft"]
 
@@ -22,7 +22,18 @@ class Draft:
     by every multi-part change and by recovery. ``finish`` freezes it.
     """
 
-    __slots__ = ("base", "live", "marks", "next_key", "referrers", "tombs")
+    __slots__ = (
+        "base",
+        "live",
+        "marks",
+        "next_key",
+        "put",
+        "referrers",
+        "removed",
+        "reordered",
+        "taken",
+        "tombs",
+    )
 
     def __init__(self, base: Version) -> None:
         self.base = base
@@ -31,13 +42,30 @@ class Draft:
         self.tombs = base.tombs
         self.referrers = base.referrers.mutate()
         self.next_key = base.next_key
+        # How the finished version's ordered view derives from the base's
+        # (version.py): the base keys taken out of the view, the slots put
+        # in (id -> (entry, key)), the ids removed, and whether the live
+        # slots were written directly (then the view sorts).
+        self.taken: list[float] = []
+        self.put: dict[str, tuple[Entry, float]] = {}
+        self.removed: set[str] = set()
+        self.reordered = False
+
+    def _unplace(self, entry_id: str) -> None:
+        """Record that ``entry_id`` leaves its place in the view: its base
+        key the first time (an id put in by this draft has no base place)."""
+        if self.put.pop(entry_id, None) is None:
+            self.taken.append(self.live[entry_id].key)
 
     def add(self, entry: Entry, key: float | None, number: int) -> float:
         if key is None:
             key = self.next_key
         if key >= self.next_key:
             self.next_key = float(int(key) + 1)
+        if entry.id in self.live:  # pragma: no cover - callers add new ids only
+            self._unplace(entry.id)
         self.live[entry.id] = Slot(entry, key, number)
+        self.put[entry.id] = (entry, key)
         for ref in entry.refs:
             self.referrers[ref] = self.referrers.get(ref, EMPTY_MAP).set(entry.id, None)
         return key
@@ -56,7 +84,9 @@ class Draft:
     def replace(self, entry: Entry, number: int) -> None:
         old: Slot = self.live[entry.id]
         self._unlink(old.entry)
+        self._unplace(entry.id)
         self.live[entry.id] = Slot(entry, old.key, number)
+        self.put[entry.id] = (entry, old.key)
         for ref in entry.refs:
             self.referrers[ref] = self.referrers.get(ref, EMPTY_MAP).set(entry.id, None)
 
@@ -64,20 +94,26 @@ class Draft:
         """Give ``entry_id`` a new order key; ``touch`` records the change as
         made at ``number`` (a renumbering alone is not a change to the entry)."""
         old: Slot = self.live[entry_id]
+        self._unplace(entry_id)
         self.live[entry_id] = Slot(old.entry, key, number if touch else old.changed)
+        self.put[entry_id] = (old.entry, key)
         if key >= self.next_key:
             self.next_key = float(int(key) + 1)
 
     def remove(self, tomb: Tombstone) -> None:
         slot: Slot = self.live[tomb.id]
         self._unlink(slot.entry)
+        self._unplace(tomb.id)
         del self.live[tomb.id]
+        self.removed.add(tomb.id)
         if tomb.id in self.marks:
             del self.marks[tomb.id]
         self.tombs = self.tombs.add(tomb)
 
     def finish(self, number: int) -> Version:
-        return Version(
+        """The new version. Its ordered view derives from the base's (see
+        ``version.py``) when the draft only removed entries or marked them."""
+        new = Version(
             number,
             self.live.finish(),
             self.marks.finish(),
@@ -85,3 +121,12 @@ class Draft:
             self.referrers.finish(),
             self.next_key,
         )
+        if self.reordered:
+            return new
+        if not self.taken and not self.put:
+            new.derive(self.base, SAME)
+        elif len(self.taken) + len(self.put) <= PATCH_MAX:
+            new.derive(self.base, PATCH, (tuple(self.taken), tuple(self.put.values())))
+        elif not self.put:
+            new.derive(self.base, REMOVE, frozenset(self.removed))
+        return new

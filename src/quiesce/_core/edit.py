@@ -6,14 +6,16 @@ rationale's bytes — if any op breaks a rule (see :meth:`Editor.edit`);
 otherwise its rewrites, moves and summaries are published in one version
 and its removals are staged like a prune's (:mod:`.grace`). Window order
 after an edit is the order the plan asked for; order keys stay unique
-(:func:`_place` takes midpoints, and renumbers every key in the rare case
-float precision runs out).
+(:func:`_place` takes midpoints found by bisection, O(log n + ops) per op,
+and renumbers every key in the rare case float precision runs out).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
+from bisect import bisect_left, insort
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,13 +30,17 @@ from .publish import Publisher
 from .records import EditReport, Escalation, EscalationKind, Mark, Refusal
 from .version import Slot, Version
 
-__all__ = ["HOST_ACTOR", "Editor"]
+__all__ = ["HOST_ACTOR", "WHY_KEPT", "Editor"]
 
 #: the ``EditPlan.actor`` of the host application: with an ``override``, its
 #: plans may create entries of protected and immutable kinds (a summary into a
 #: system instruction) and *retract* entries of any kind (a ``Prune`` of a user
 #: message: the host's undo); no other actor's may
 HOST_ACTOR = "host"
+
+#: Distinct refusal reasons a refused plan's record and escalation keep
+#: (the rest are counted): a refused 800-op plan logs a bounded record.
+WHY_KEPT = 10
 
 
 class Editor(Publisher):
@@ -84,8 +90,9 @@ class Editor(Publisher):
         :meth:`prune`. A summary id that is live or tombstoned raises
         :class:`DuplicateEntry`; a ref to an unknown entry raises
         :class:`DanglingReference`; a ``base`` newer than the head raises
-        :class:`InvalidArgument`. O(ops·log n), plus O(n) for a plan with a
-        move or summary (window order).
+        :class:`InvalidArgument`. O(ops·log n), plus the first use of the
+        head's ordered view (derived from its parent's, O(n) C-level copying)
+        for a plan with a move or summary.
         """
         if type(plan) is not EditPlan:
             raise InvalidType(f"edit takes an EditPlan, not {type(plan).__name__}")
@@ -117,11 +124,16 @@ class Editor(Publisher):
         if plan.base is not None and plan.base > head.number:
             raise InvalidArgument(f"plan base {plan.base} is newer than the head {head.number}")
         refusals: dict[Refusal, None] = {}
-        why: list[str] = []
+        why: dict[str, None] = {}  # the first WHY_KEPT distinct reasons
+        more = 0  # reasons past those
 
         def refuse(r: Refusal, msg: str) -> None:
+            nonlocal more
             refusals[r] = None
-            why.append(msg)
+            if len(why) < WHY_KEPT:
+                why[msg] = None
+            elif msg not in why:
+                more += 1
 
         rationale = set(plan.rationale)
         host_override = plan.actor == HOST_ACTOR and plan.override is not None
@@ -235,13 +247,18 @@ class Editor(Publisher):
                 moves.append(op)
         for why_sealed in sealed_conflicts(head, removed).values():
             refuse(Refusal.REFERENCED, why_sealed)
-        # No survivor may cite a removed entry.
+        # No survivor may cite a removed entry. The referrers index is exact,
+        # so only a rewritten referrer's new refs need looking at; one
+        # surviving referrer per removed id is enough to refuse (O(ops + refs)).
+        rewritten_refs = {r: frozenset(refs) for r, refs in new_refs.items()}
         for i in removed:
             for r in head.cited_by(i):
                 if r in removed:
                     continue
-                if i in new_refs.get(r, head.live[r].entry.refs):
+                cites = rewritten_refs.get(r)
+                if cites is None or i in cites:
                     refuse(Refusal.REFERENCED, f"{i!r} would be removed but {r!r} cites it")
+                    break
         for r, refs in new_refs.items():
             for ref in refs:
                 if ref in removed:
@@ -261,7 +278,10 @@ class Editor(Publisher):
                 if mark is not None and mark.version > plan.base:
                     refuse(Refusal.CONFLICT, f"{i!r} was marked at version {mark.version} > base")
         if refusals:
-            return self._refuse_edit(plan, tuple(refusals), why)
+            reasons = list(why)
+            if more:
+                reasons.append(f"and {more} more")
+            return self._refuse_edit(plan, tuple(refusals), reasons)
         return self._apply_edit(
             plan, head, rewrites, summaries, moves, tuple(removed), bool(overridden), retracted
         )
@@ -269,6 +289,9 @@ class Editor(Publisher):
     def _refuse_edit(
         self, plan: EditPlan, refusals: tuple[Refusal, ...], why: list[str]
     ) -> EditReport:
+        """Log and escalate a refused plan. ``why`` holds the first
+        :data:`WHY_KEPT` distinct reasons and, if there were more, a last
+        ``"and N more"``: a huge refused plan costs a bounded record."""
         head = self._head
         detail = "; ".join(dict.fromkeys(why))
         esc = Escalation(EscalationKind.REFUSED_EDIT, detail, plan, refusals, head.number)
@@ -349,6 +372,7 @@ class Editor(Publisher):
                 plan.actor,
                 plan.turn,
                 frozenset(i for i in staged_ids if retracted and i in retracted),
+                checked=True,
             )
         self._append_record(
             self._record(
@@ -432,7 +456,66 @@ def _place(
 ) -> set[str] | None:
     """Insert summaries and apply moves in window order, filling ``keys`` with
     every new order key. Returns ``None``, or the ids the plan placed when the
-    float gap was exhausted and every key was renumbered. O(n)."""
+    float gap was exhausted and every key was renumbered.
+
+    Each placement takes the midpoint between the new neighbours' keys,
+    found by bisecting the head's chunked view (``Version.key_before``) and the
+    keys placed earlier in the plan: O(log n + ops) per op, no other key
+    changes. Only when a gap has no float left between its ends (about 50
+    placements into one gap) does it fall back to :func:`_place_renumbering`,
+    O(n)."""
+    live = head.live
+    key_of: dict[str, float] = {}
+    placed_keys: list[float] = []  # sorted keys given by this plan so far
+    gone: set[str] = set()  # ids whose slot in the head's view is not their place
+
+    def current(i: str) -> float:
+        got = key_of.get(i)
+        return got if got is not None else live[i].key
+
+    def key_before(hi: float) -> float | None:
+        """The greatest current key below ``hi``."""
+        a = head.key_before(hi, gone)
+        j = bisect_left(placed_keys, hi) - 1
+        b = placed_keys[j] if j >= 0 else None
+        return b if a is None else a if b is None else max(a, b)
+
+    def put(i: str, hi: float | None) -> bool:
+        key = _key_between(key_before(math.inf if hi is None else hi), hi)
+        if key is None:
+            return False
+        key_of[i] = key
+        insort(placed_keys, key)
+        return True
+
+    for op, covered in summaries:
+        if not put(op.into.id, min(current(i) for i in covered)):
+            return _place_renumbering(head, draft, summaries, moves, keys, n)
+    for mv in moves:
+        old = key_of.pop(mv.id, None)
+        if old is not None:
+            placed_keys.remove(old)
+        gone.add(mv.id)
+        if not put(mv.id, None if mv.before is None else current(mv.before)):
+            return _place_renumbering(head, draft, summaries, moves, keys, n)
+    for op, _covered in summaries:
+        draft.add(op.into, key_of[op.into.id], n)
+    for i, key in key_of.items():
+        draft.set_key(i, key, n)
+        keys[i] = key
+    return None
+
+
+def _place_renumbering(
+    head: Version,
+    draft: Draft,
+    summaries: Sequence[tuple[Summarize, tuple[str, ...]]],
+    moves: Sequence[Move],
+    keys: dict[str, float],
+    n: int,
+) -> set[str] | None:
+    """:func:`_place` on a list of the whole window order, renumbering every
+    key when a gap is exhausted. O(n)."""
     order = head.ordered_ids()
     key_of: dict[str, float] = {}
     placed: set[str] = set()
@@ -471,6 +554,7 @@ def _place(
             keys[i] = key
         return None
     # Renumber every key in the new order (rare: ~50 halvings of one gap).
+    draft.reordered = True  # slots written directly: the new view sorts
     for idx, i in enumerate(order):
         slot: Slot = draft.live[i]
         draft.live[i] = Slot(slot.entry, float(idx), n if i in placed else slot.changed)

@@ -106,3 +106,9 @@ class LogWriteError(QuiesceError, OSError):
 class LogFormatError(QuiesceError, ValueError):
     """A log file is not a quiesce log, is corrupt beyond a torn tail, or was
     written by a newer format. Nothing is written to it."""
+
+
+class LogRecordDropped(QuiesceError, IndexError):
+    """A log record was dropped from memory by the retention of a buffer that
+    has no durable sink to read it back from (``buf.log.dropped`` says how many
+    records are gone; ``buf.log.first`` is the oldest one still held)."""

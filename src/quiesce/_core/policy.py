@@ -56,13 +56,28 @@ _NEGATIVE = re.compile(
 )
 
 
+#: Every match of ``_NEGATIVE`` in an ASCII text contains one of these in
+#: its lowercase form (the regex runs only if one is there).
+_NEGATIVE_HINTS = ("not", "don", "fail", "avoid", "unsafe", "timed", "never")
+
+
 def default_negative_classifier(entry: Entry) -> bool:
     """Seed 000's test: the body says "do not", "don't", "failed", "avoid",
     "unsafe", "timed out" or "never", or the entry records a verifier rejection
-    (``meta["verdict"] == "rejected"``). O(len(body))."""
+    (``meta["verdict"] == "rejected"``). O(len(body)), a few ns per byte: an
+    ASCII body is searched for the words' cores with ``str.find`` first
+    (every match of the case-insensitive regex contains one of them in the
+    lowercased body), and the regex runs only when one is found. A
+    non-ASCII body always goes to the regex (Unicode case folding matches
+    more than ``str.lower`` shows, e.g. the long s)."""
     if entry.meta.get("verdict") == "rejected":
         return True
-    return _NEGATIVE.search(entry.body) is not None
+    body = entry.body
+    if body.isascii():
+        low = body.lower()
+        if not any(h in low for h in _NEGATIVE_HINTS):
+            return False
+    return _NEGATIVE.search(body) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +108,9 @@ class Policy:
 
     def protection(self, entry: Entry) -> str | None:
         """``"protected"`` for a protected kind, ``"negative"`` when the
-        classifier flags it, else ``None``."""
+        classifier flags it, else ``None``. O(len(body)) for the default
+        classifier (a few ns per byte). A staged removal is not classified
+        again at its grace point if the entry is unchanged (``Group.checked``)."""
         if entry.kind in PROTECTED_KINDS:
             return "protected"
         if self.negative(entry):

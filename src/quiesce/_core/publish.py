@@ -37,7 +37,7 @@ from .draft import Draft
 from .entry import Entry, check_text
 from .errors import InvalidArgument, InvalidType, LogWriteError, ReentrantWrite
 from .grace import Grace, Group
-from .log import Records, materialize_range
+from .log import DURABLE_TAIL, Records, materialize_range
 from .policy import Policy, default_negative_classifier
 from .records import Escalation, EscalationKind, LogRecord, Refusal, Tombstone
 from .version import Version
@@ -54,6 +54,7 @@ class Publisher(Grace):
     _flush_lock: threading.Lock  #: one sink write at a time
     _records: Records  #: LogRecords and compact records (log.py)
     _synced: int  #: records [0, _synced) are durable in the sink
+    _retention: int  #: records kept in memory without a sink (log.py)
     _log_failing: bool
     _counts: Counter[str]
     _refusals: Counter[Refusal]
@@ -199,6 +200,10 @@ class Publisher(Grace):
                     refused[i] = Refusal.CONFLICT
                 elif i in g.retracted:
                     removal[i] = g  # the host's explicit, logged retraction (edit.py)
+                elif g.checked:
+                    # Unchanged since staged, and it passed the policy then:
+                    # a big body is classified once, not at every step.
+                    removal[i] = g
                 elif self._is_immutable(slot.entry):
                     refused[i] = Refusal.IMMUTABLE
                 else:
@@ -245,9 +250,7 @@ class Publisher(Grace):
             self._append_record(record)
             assert draft is not None
             new = draft.finish(n)
-            self._max_removed_grace = max(
-                self._max_removed_grace, max(g.grace for g in groups)
-            )
+            self._max_removed_grace = max(self._max_removed_grace, max(g.grace for g in groups))
             self._head = new
             self._markable().difference_update(removal)
             for i in retracted:  # a retracted immutable is gone, with its tombstone
@@ -349,6 +352,20 @@ class Publisher(Grace):
     def _append_record(self, record: LogRecord) -> None:
         self._records.append(record)
         count_record(self, record)
+        if self._sink is None:
+            self._trim_log()
+
+    def _trim_log(self) -> None:
+        """Keep the in-memory log bounded (issue 13; see ``log.py``): with a
+        readable sink, drop what is durable except the last
+        :data:`~.log.DURABLE_TAIL` records; without a sink, keep the newest
+        ``log_retention`` records and count the rest as dropped; a sink that
+        cannot read back keeps everything. Amortized O(1) per record."""
+        records = self._records
+        if records.reader is not None:
+            records.trim(self._synced, DURABLE_TAIL)
+        elif self._sink is None:
+            records.trim(len(records), self._retention)
 
     def flush(self) -> None:
         """Return once every change made before the call is durable in the sink.
@@ -359,6 +376,7 @@ class Publisher(Grace):
         """
         sink = self._sink
         if sink is None:
+            self._trim_log()
             return
         me = _get_ident()
         if self._in_sink_write == me:  # the sink's write called back (callbacks.py)
@@ -385,6 +403,7 @@ class Publisher(Grace):
                 self._in_sink_write = None
             self._log_failing = False
             self._synced = start + len(batch)
+            self._trim_log()
 
     @property
     def pending_records(self) -> int:

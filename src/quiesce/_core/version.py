@@ -16,22 +16,54 @@ Layout, chosen so that the hottest write (a mark) touches the fewest maps:
 * ``referrers``: target id → Map of live ids that cite it; makes "is this
   entry cited by a survivor?" O(referrers) instead of O(n).
 
-Iterating a version sorts the live slots once, at first use, and caches the
-tuple of entries on the version (a version is immutable, so the cache never
-goes stale): iteration is then as cheap as iterating a tuple.
+Each version's ordered view (:class:`View`) is built once, at first use, and
+cached (a version is immutable, so the cache never goes stale): the live
+entries in window order in chunks of about :data:`CHUNK`, with their keys and
+each chunk's last key, so a position is found by bisection, O(log n). The
+view is built *incrementally* when it can be (issue 13): a version made by an
+append, a mark, removals or a small edit records its parent and the change
+(:meth:`Version.derive`), and its view is the nearest cached ancestor's with
+those changes applied — copying only the chunks they touch and the chunk
+index, O(n / CHUNK + CHUNK) per entry placed — instead of an O(n log n)
+sort. Iteration uses one flat tuple of the entries, concatenated from the
+chunks on first use (C-level, about a nanosecond per entry), so it is as
+cheap as iterating a tuple. Chains are bounded (:data:`MAX_CHAIN` versions;
+a longer one, or a change that reorders wholesale, sorts again), and a
+version drops its parent link once its view is built, so old versions are
+never kept alive for long by their children.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import NamedTuple
+from bisect import bisect_left
+from collections.abc import Iterator, Set
+from itertools import chain
+from typing import Any, NamedTuple
 
 from immutables import Map
 
 from .entry import Entry
 from .records import Mark, Tombstone
 
-__all__ = ["EMPTY_MAP", "Slot", "Tombs", "Version"]
+__all__ = ["CHUNK", "EMPTY_MAP", "MAX_CHAIN", "PATCH_MAX", "Slot", "Tombs", "Version", "View"]
+
+#: Longest chain of uncached versions a view is derived through; a longer
+#: one sorts (and bounds the old versions a child keeps alive).
+MAX_CHAIN = 64
+
+#: ``Version._delta`` kinds: the order is the parent's (marks), plus one
+#: entry at the end (an append), minus some ids (removals), or a small
+#: patch: slots taken out by their old keys, slots put in at their new keys
+#: (moves, summaries, rewrites, a few removals).
+SAME, ADD, REMOVE, PATCH = 0, 1, 2, 3
+
+#: Entries per chunk of a version's ordered view (a chunk grows to twice
+#: this before it splits).
+CHUNK = 512
+
+#: Most slots a PATCH delta moves (each is one C-level memmove of the view);
+#: a bigger change sorts, or filters for removals only.
+PATCH_MAX = 32
 
 EMPTY_MAP: Map[str, None] = Map()
 
@@ -71,7 +103,19 @@ EMPTY_TOMBS = Tombs(Map(), Map(), Map())
 class Version:
     """One published, immutable state of a buffer. See the module docstring."""
 
-    __slots__ = ("_entries", "live", "marks", "next_key", "number", "referrers", "tombs")
+    __slots__ = (
+        "_base",
+        "_delta",
+        "_depth",
+        "_entries",
+        "_view",
+        "live",
+        "marks",
+        "next_key",
+        "number",
+        "referrers",
+        "tombs",
+    )
 
     number: int
     live: Map[str, Slot]
@@ -79,7 +123,11 @@ class Version:
     tombs: Tombs
     referrers: Map[str, Map[str, None]]
     next_key: float
-    _entries: tuple[Entry, ...] | None
+    _entries: tuple[Entry, ...] | None  #: the flat view, built from _view on demand
+    _view: View | None  #: the chunked ordered view
+    _base: Version | None  #: the version this one's view is derived from
+    _delta: tuple[Any, ...] | None  #: (kind, payload): the change from _base
+    _depth: int  #: uncached versions on the chain down to a cached one
 
     def __init__(
         self,
@@ -97,6 +145,27 @@ class Version:
         self.referrers = referrers
         self.next_key = next_key
         self._entries = None
+        self._view = None
+        self._base = None
+        self._delta = None
+        self._depth = 0
+
+    def derive(self, base: Version, kind: int, payload: Any = None) -> None:
+        """Record that this (new, unpublished) version's order is ``base``'s
+        changed by ``(kind, payload)``: ``SAME`` (marks only), ``ADD``
+        (``payload`` = (entry, key), appended at the end), ``REMOVE``
+        (``payload`` = a set of removed ids) or ``PATCH`` (``payload`` =
+        (old keys taken out, ((entry, key), ...) put in)). O(1). Ignored when
+        the chain would grow past :data:`MAX_CHAIN` (the view then sorts)."""
+        if getattr(base, "_view", None) is not None:
+            depth = 1
+        else:
+            depth = getattr(base, "_depth", 0) + 1
+            if getattr(base, "_base", None) is None or depth > MAX_CHAIN:
+                return
+        self._base = base
+        self._delta = (kind, payload)
+        self._depth = depth
 
     @classmethod
     def empty(cls) -> Version:
@@ -111,19 +180,100 @@ class Version:
         new.tombs = self.tombs
         new.referrers = self.referrers
         new.next_key = self.next_key
-        # Marks do not change order or content: the entries tuple is shared.
+        # Marks do not change order or content: the views are shared.
         new._entries = self._entries
+        new._view = view = getattr(self, "_view", None)
+        new._base = None
+        new._delta = None
+        new._depth = 0
+        if view is None:
+            new.derive(self, SAME)
         return new
 
     # -- reading --------------------------------------------------------
 
     def entries(self) -> tuple[Entry, ...]:
-        """Live entries in window order; O(n log n) once per version, then O(1)."""
+        """Live entries in window order, as one tuple; built once per version
+        (O(n) C-level copying of the chunked view), then O(1)."""
         cached = self._entries
         if cached is None:
-            slots = sorted(self.live.values(), key=_slot_key)
-            cached = self._entries = tuple(s.entry for s in slots)
+            chunks = self.view().entries
+            cached = chunks[0] if len(chunks) == 1 else tuple(chain.from_iterable(chunks))
+            self._entries = cached
         return cached
+
+    def keys(self) -> tuple[float, ...]:
+        """The order keys of :meth:`entries`, in window order (ascending)."""
+        return tuple(chain.from_iterable(self.view().keys))
+
+    def view(self) -> View:
+        """The chunked ordered view: built once per version, derived from the
+        nearest cached ancestor's when it can be (see the module docstring),
+        else sorted. Deriving costs O(n / CHUNK + CHUNK) per appended, moved
+        or patched entry, one O(n) pass per removal step."""
+        view = getattr(self, "_view", None)
+        if view is None:
+            view = self._derived()
+            if view is None:
+                slots = sorted(self.live.values(), key=_slot_key)
+                view = _chunked([s.entry for s in slots], [s.key for s in slots])
+            self._view = view
+            self._base = None  # never keep an old version alive once built
+            self._delta = None
+        return view
+
+    def key_before(self, hi: float, skip: Set[str]) -> float | None:
+        """The greatest order key below ``hi`` of a live entry whose id is not
+        in ``skip``, or ``None``. O(log n + the skipped entries it passes)."""
+        view = self.view()
+        maxes, ekeys, ents = view.maxes, view.keys, view.entries
+        c = bisect_left(maxes, hi)
+        if c == len(maxes):
+            c -= 1
+            i = len(ekeys[c]) - 1 if c >= 0 else -1
+        else:
+            i = bisect_left(ekeys[c], hi) - 1
+        while c >= 0:
+            chunk = ents[c]
+            while i >= 0:
+                if chunk[i].id not in skip:
+                    return ekeys[c][i]
+                i -= 1
+            c -= 1
+            if c >= 0:
+                i = len(ekeys[c]) - 1
+        return None
+
+    def _derived(self) -> View | None:
+        """The view from the nearest cached ancestor and the changes since,
+        or ``None`` (no chain: sort instead)."""
+        deltas: list[tuple[Any, ...]] = []
+        v: Version | None = self
+        while v is not None and getattr(v, "_view", None) is None:
+            delta = getattr(v, "_delta", None)
+            if delta is None:
+                return None
+            deltas.append(delta)
+            v = getattr(v, "_base", None)
+        if v is None:
+            return None
+        base = v._view
+        if base is None:  # pragma: no cover - a racing build
+            return None
+        work = _Work(base)
+        for kind, payload in reversed(deltas):
+            if kind == ADD:
+                work.put(payload[0], payload[1])
+            elif kind == REMOVE:
+                work.remove_ids(payload)
+            elif kind == PATCH:
+                out_keys, put = payload
+                for k in out_keys:
+                    if not work.take(k):  # pragma: no cover - never, for a Draft's payload
+                        return None
+                for e, k in put:
+                    work.put(e, k)
+        return work.freeze()
 
     def __iter__(self) -> Iterator[Entry]:
         return iter(self.entries())
@@ -143,6 +293,103 @@ class Version:
         return (
             f"<Version {self.number}: {len(self.live)} live, {len(self.marks)} marked, "
             f"{len(self.tombs.by_id)} tombstones>"
+        )
+
+
+class View(NamedTuple):
+    """A version's window order in chunks of about :data:`CHUNK` entries:
+    ``entries[c]`` and ``keys[c]`` are the c-th chunk's entries and their
+    (ascending) order keys; ``maxes[c]`` is its last key. A change copies the
+    chunks it touches and the chunk index, never the whole window."""
+
+    entries: tuple[tuple[Entry, ...], ...]
+    keys: tuple[tuple[float, ...], ...]
+    maxes: tuple[float, ...]
+
+
+def _chunked(entries: list[Entry], keys: list[float]) -> View:
+    es = tuple(tuple(entries[i : i + CHUNK]) for i in range(0, len(entries), CHUNK))
+    ks = tuple(tuple(keys[i : i + CHUNK]) for i in range(0, len(keys), CHUNK))
+    return View(es, ks, tuple(k[-1] for k in ks))
+
+
+class _Work:
+    """A view being changed: chunk lists copied on first touch."""
+
+    __slots__ = ("entries", "keys", "maxes", "touched")
+
+    def __init__(self, view: View) -> None:
+        self.entries: list[Any] = list(view.entries)
+        self.keys: list[Any] = list(view.keys)
+        self.maxes: list[float] = list(view.maxes)
+        self.touched: set[int] = set()
+
+    def _own(self, c: int) -> None:
+        if c not in self.touched:
+            self.entries[c] = list(self.entries[c])
+            self.keys[c] = list(self.keys[c])
+            self.touched.add(c)
+
+    def put(self, entry: Entry, key: float) -> None:
+        maxes = self.maxes
+        if not maxes:
+            self.entries.append([entry])
+            self.keys.append([key])
+            maxes.append(key)
+            self.touched = {0}
+            return
+        c = bisect_left(maxes, key)
+        if c == len(maxes):
+            c -= 1
+        self._own(c)
+        ks = self.keys[c]
+        i = bisect_left(ks, key)
+        ks.insert(i, key)
+        self.entries[c].insert(i, entry)
+        maxes[c] = ks[-1]
+        if len(ks) > 2 * CHUNK:  # split, keeping every chunk near CHUNK
+            self.touched = {t + (t > c) for t in self.touched} | {c + 1}
+            self.entries[c + 1 : c + 1] = [self.entries[c][CHUNK:]]
+            self.keys[c + 1 : c + 1] = [ks[CHUNK:]]
+            del self.entries[c][CHUNK:]
+            del ks[CHUNK:]
+            maxes[c : c + 1] = [ks[-1], self.keys[c + 1][-1]]
+
+    def take(self, key: float) -> bool:
+        maxes = self.maxes
+        c = bisect_left(maxes, key)
+        if c == len(maxes):
+            return False
+        i = bisect_left(self.keys[c], key)
+        if i == len(self.keys[c]) or self.keys[c][i] != key:
+            return False
+        self._own(c)
+        del self.keys[c][i]
+        del self.entries[c][i]
+        if self.keys[c]:
+            maxes[c] = self.keys[c][-1]
+        else:
+            del self.keys[c], self.entries[c], maxes[c]
+            self.touched = {t - (t > c) for t in self.touched if t != c}
+        return True
+
+    def remove_ids(self, ids: Set[str]) -> None:
+        es: list[Entry] = []
+        ks: list[float] = []
+        for ce, ck in zip(self.entries, self.keys, strict=True):
+            for e, k in zip(ce, ck, strict=True):
+                if e.id not in ids:
+                    es.append(e)
+                    ks.append(k)
+        view = _chunked(es, ks)
+        self.entries, self.keys, self.maxes = list(view.entries), list(view.keys), list(view.maxes)
+        self.touched = set()
+
+    def freeze(self) -> View:
+        return View(
+            tuple(tuple(e) if i in self.touched else e for i, e in enumerate(self.entries)),
+            tuple(tuple(k) if i in self.touched else k for i, k in enumerate(self.keys)),
+            tuple(self.maxes),
         )
 
 

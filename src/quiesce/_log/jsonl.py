@@ -55,11 +55,13 @@ import os
 import threading
 import time
 import zlib
-from collections.abc import Sequence
+from array import array
+from collections.abc import Iterator, Sequence
 from types import TracebackType
 from typing import NamedTuple
 
 from .._core.errors import LogFormatError
+from .._core.log import check_read
 from .._core.records import FORMAT, LogRecord
 from ._format import (
     JSONL_TAG,
@@ -271,6 +273,79 @@ class JsonlLog:
             data = _pread_all(self._fd, self._size)
         return _scan(data, self._path).records
 
+    # -- reading back (ReadableSink, issue 13) -----------------------------
+
+    #: file offsets of the record lines whose seq is a multiple of
+    #: _INDEX_EVERY, built lazily by read_range and extended as the log grows
+    _index: array[int] | None = None
+    _index_pos = 0  #: where the index scan resumes (a line start)
+    _index_seq = 0  #: the seq of the next record line at _index_pos
+
+    def read_range(self, start: int, stop: int) -> Sequence[LogRecord]:
+        """Records ``start`` .. ``stop - 1`` (the ``ReadableSink`` method, see
+        ``quiesce._core.log``), read from the file by a sparse offset index
+        (one offset per :data:`_INDEX_EVERY` records: 8 bytes per 64 records),
+        built on first use by one streaming pass over the committed data and
+        extended over what was written since. O(log size + the bytes read).
+        Every record read is decoded and its ``seq`` checked: a missing or
+        damaged one raises :class:`LogFormatError`, never another record."""
+        if start >= stop:
+            return []
+        with self._lock:
+            self._check_open()
+            if start < 0 or stop > self._next_seq:
+                raise LogFormatError(
+                    f"{self._path}: records {start}..{stop - 1} asked, the log holds "
+                    f"{self._next_seq}: a record has gone missing"
+                )
+            index = self._extend_index()
+            slot = start // _INDEX_EVERY
+            if slot >= len(index):
+                raise LogFormatError(f"{self._path}: record {start} is not in the file")
+            seq = slot * _INDEX_EVERY
+            out: list[LogRecord] = []
+            for offset, line in _lines(self._fd, index[slot], self._size):
+                if line.startswith(_COMMIT_PREFIX):
+                    continue
+                if seq >= start:
+                    where = f"{self._path}: record {seq} (byte {offset})"
+                    try:
+                        obj = json.loads(line)
+                    except ValueError:
+                        raise LogFormatError(f"{where} is not valid JSON") from None
+                    out.append(decode_record(obj, where))
+                    if len(out) == stop - start:
+                        break
+                seq += 1
+        return check_read(out, start, stop)
+
+    def _extend_index(self) -> array[int]:
+        """The sparse offset index, extended to the committed end (call
+        under the lock). Counts record lines; read_range checks every
+        record it returns, so a miscount is an error, not a wrong record."""
+        index = self._index
+        if index is None:
+            index = self._index = array("q")
+            header = os.pread(self._fd, 1 << 16, 0)
+            nl = header.find(b"\n")
+            while nl < 0 and len(header) < self._size:
+                header = os.pread(self._fd, len(header) * 2, 0)
+                nl = header.find(b"\n")
+            self._index_pos = nl + 1
+            self._index_seq = 0
+        if self._index_pos < self._size:
+            seq = self._index_seq
+            pos = self._index_pos
+            for offset, line in _lines(self._fd, pos, self._size):
+                pos = offset + len(line) + 1
+                if line.startswith(_COMMIT_PREFIX):
+                    continue
+                if seq % _INDEX_EVERY == 0:
+                    index.append(offset)
+                seq += 1
+            self._index_pos, self._index_seq = pos, seq
+        return index
+
     def write(self, records: Sequence[LogRecord]) -> None:
         """Append ``records`` as one batch and ``fsync``: when this returns
         they are durable; when it raises, none of them will be recovered.
@@ -393,6 +468,35 @@ class JsonlLog:
             os.close(self._fd)
         self._fd = fd
         self._read_only = False
+
+
+#: record lines per entry of the JSONL read-back index
+_INDEX_EVERY = 64
+_COMMIT_PREFIX = b'{"commit":'
+_READ_CHUNK = 1 << 20
+
+
+def _lines(fd: int, pos: int, end: int) -> Iterator[tuple[int, bytes]]:
+    """``(offset, line)`` of each complete line of ``fd`` from ``pos`` to
+    ``end``, read in chunks (streaming: memory is one chunk plus one line)."""
+    data = b""
+    base = pos  # file offset of data[0]
+    i = 0
+    while True:
+        nl = data.find(b"\n", i)
+        if nl < 0:
+            if pos >= end:
+                return
+            chunk = os.pread(fd, min(_READ_CHUNK, end - pos), pos)
+            if not chunk:
+                return
+            data = data[i:] + chunk
+            base += i
+            i = 0
+            pos += len(chunk)
+            continue
+        yield base + i, data[i:nl]
+        i = nl + 1
 
 
 def _is_read_only(exc: OSError) -> bool:

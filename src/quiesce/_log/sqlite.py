@@ -66,6 +66,7 @@ from collections.abc import Sequence
 from types import TracebackType
 
 from .._core.errors import LogFormatError
+from .._core.log import check_read
 from .._core.records import FORMAT, LogRecord
 from ._format import (
     APPLICATION_ID,
@@ -267,6 +268,21 @@ class SQLiteLog:
             conn = self._open_conn()
             rows = conn.execute("SELECT seq, record FROM quiesce_log ORDER BY seq").fetchall()
         return _decode_rows(rows, self._path)
+
+    def read_range(self, start: int, stop: int) -> Sequence[LogRecord]:
+        """Records ``start`` .. ``stop - 1`` (the ``ReadableSink`` method, see
+        ``quiesce._core.log``): one indexed range query on ``seq``, O(log
+        records + the records read). Raises :class:`LogFormatError` if any of
+        them is missing or damaged (never returns another record)."""
+        if start >= stop:
+            return []
+        with self._lock:
+            conn = self._open_conn()
+            rows = conn.execute(
+                "SELECT seq, record FROM quiesce_log WHERE seq >= ? AND seq < ? ORDER BY seq",
+                (start, stop),
+            ).fetchall()
+        return check_read(_decode_rows(rows, self._path, start), start, stop)
 
     def write(self, records: Sequence[LogRecord]) -> None:
         """Insert ``records`` in one transaction and commit: when this returns

@@ -514,6 +514,7 @@ SECTION_MODULES: list[str] = [
     "quiesce.bench.agent",
     "quiesce.bench.durability",
     "quiesce.bench.shared",
+    "quiesce.bench.long_life",
 ]
 
 

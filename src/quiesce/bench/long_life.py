@@ -1,0 +1,678 @@
+"""``quiesce bench`` section ``long_life``: a long-lived agent's costs (issue 13).
+
+What this section keeps true: every figure is a ratio of two things measured
+side by side in one run (the aged buffer against a fresh buffer holding the
+same live entries, a long log against a short one with the same live window,
+a big body against a small one), and each figure is reported with both sides
+in its note, so a reader sees the absolute numbers too.
+
+The workload (:func:`churn`) is an agent's steady state: a window of
+``live`` entries; each round appends ``batch`` new entries, marks the
+``batch`` oldest stale and prunes them in one request (so a round is
+``3 * batch`` operations: ``batch`` appends, ``batch`` marks, ``batch``
+per-id prunes). With a durable sink every prune makes its tombstones durable
+(one commit), which is what a real runtime pays.
+
+Figures (keys of the goals; the issue's goal table, in order):
+
+* ``ll_memory_durable``: tracemalloc bytes held by a buffer (and its sink
+  object) after ``ops`` operations with a SQLite log / a fresh buffer built
+  with the same live entries.
+* ``ll_memory_in_memory``: the same without a sink (default retention).
+* ``ll_memory_recovered``: a buffer recovered from the long log / fresh.
+* ``ll_big_outputs``: bytes still held after ``cycles`` append+prune cycles
+  of 100 KB tool outputs in a window of ten, with a SQLite log (absolute MB).
+* ``ll_recovery_long_short``: recovery time of the long log / a short log
+  (``ops_short`` operations) with the same live window.
+* ``ll_recovery_vs_read``: recovery time of the long log / reading its rows
+  (the newest checkpoint and its tail, once checkpoints exist; today the
+  whole file).
+* ``ll_move``: one ``Move`` at n = 1e5 / at n = 1e3.
+* ``ll_first_iter``: the first iteration of a snapshot after an append /
+  iterating a list of the same entries, n = 1e4.
+* ``ll_refused_edit_wait``: the longest ``mark_stale`` call in another thread
+  while an 800-op edit with 800 referrers per target is refused (seconds).
+* ``ll_per_op_aged``: per-op cost (append, mark, prune, pin) on the aged
+  in-memory buffer / on a fresh one (the worst of the four).
+* ``ll_gc_pause``: a full ``gc.collect()`` with the aged buffers alive / with
+  the fresh ones.
+* ``ll_sqlite_open``: ``SQLiteLog(path)`` on the long log / the short one.
+* ``ll_prune_big_body``: pruning a 16 KB entry / a 160 B one.
+
+Run alone: ``python -m quiesce.bench.long_life [--quick] [--out FILE.json]``.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import random
+import sqlite3
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .. import Buffer, EditPlan, Entry, Kind, Move, Prune, SQLiteLog
+from .lib import FULL, QUICK, Config, Goal, SectionResult, _traced, section
+
+__all__ = ["LongLifeConfig", "bench_long_life", "churn", "main"]
+
+SECTION = "long_life"
+
+
+@dataclass(frozen=True)
+class LongLifeConfig:
+    """The sizes of one run of the section."""
+
+    ops: int  #: operations of the long run (1e6 in the issue)
+    ops_short: int  #: operations of the short log (1e4)
+    live: int  #: live window (1e3)
+    batch: int  #: entries appended, marked and pruned per round
+    big_cycles: int  #: append+prune cycles of 100 KB outputs (2,000)
+    move_n: tuple[int, int]  #: (small, large) buffer sizes for Move (1e3, 1e5)
+    iter_n: int  #: buffer size for the first-iteration figure (1e4)
+    edit_m: int  #: prunes in the refused edit, and referrers of each (800)
+    repeat: int
+
+
+FULL_LL = LongLifeConfig(
+    ops=1_000_000,
+    ops_short=10_000,
+    live=1_000,
+    batch=100,
+    big_cycles=2_000,
+    move_n=(1_000, 100_000),
+    iter_n=10_000,
+    edit_m=800,
+    repeat=5,
+)
+
+QUICK_LL = LongLifeConfig(
+    ops=30_000,
+    ops_short=3_000,
+    live=300,
+    batch=50,
+    big_cycles=100,
+    move_n=(1_000, 10_000),
+    iter_n=10_000,
+    edit_m=60,
+    repeat=3,
+)
+
+
+def _entry(i: int, size: int = 0) -> Entry:
+    body = f"reasoning step {i}: looked at the input and kept the relevant part"
+    if size > len(body):
+        body = (body + " " + "lorem ipsum dolor sit amet " * (size // 27 + 1))[:size]
+    return Entry(f"e{i}", Kind.REASONING, body)
+
+
+def churn(buf: Buffer, ops: int, live: int, batch: int, start: int = 0) -> int:
+    """Run the steady-state workload on ``buf``: fill the window to ``live``
+    entries (``live`` appends), then rounds of ``batch`` appends, ``batch``
+    marks and one prune of the ``batch`` oldest, until ``ops`` operations
+    are done. Returns the next entry number."""
+    i = start
+    window: list[str] = []
+    done = 0
+    for _ in range(live):
+        e = _entry(i)
+        buf.append(e)
+        window.append(e.id)
+        i += 1
+        done += 1
+    pos = 0  # window[pos:] is live
+    while done < ops:
+        for _ in range(batch):
+            e = _entry(i)
+            buf.append(e)
+            window.append(e.id)
+            i += 1
+        old = window[pos : pos + batch]
+        for eid in old:
+            buf.mark_stale(eid, "superseded")
+        buf.prune(old, reason="window full")
+        pos += batch
+        done += 3 * batch
+        if pos > 4096:
+            del window[:pos]
+            pos = 0
+    return i
+
+
+def _fresh_like(buf: Buffer) -> Callable[[], Buffer]:
+    """A builder of a fresh in-memory buffer with ``buf``'s live entries
+    (entries rebuilt inside, so their bytes count, as they do in ``buf``)."""
+    dicts = [e.to_dict() for e in buf.head().entries()]
+
+    def build() -> Buffer:
+        fresh = Buffer()
+        for d in dicts:
+            fresh.append(Entry.from_dict(d))
+        return fresh
+
+    return build
+
+
+def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def _alternate(
+    a: Callable[[], float], b: Callable[[], float], repeat: int
+) -> tuple[list[float], list[float]]:
+    """Seconds of ``a`` and ``b``, run alternately ``repeat`` times each."""
+    xs, ys = [], []
+    for _ in range(repeat):
+        xs.append(a())
+        ys.append(b())
+    return xs, ys
+
+
+def _ratio_goal(
+    key: str, text: str, xs: Sequence[float], ys: Sequence[float], limit: float, unit: str = "s"
+) -> Goal:
+    """A ``<=`` goal on median(xs) / median(ys) (spread: per-pair ratios)."""
+    pairs = [x / y for x, y in zip(xs, ys, strict=True) if y > 0]
+    mx, my = statistics.median(xs), statistics.median(ys)
+    value = mx / my if my > 0 else None
+    spread = (min(pairs), max(pairs)) if pairs else None
+    return Goal(
+        key,
+        text,
+        value,
+        limit,
+        "<=",
+        spread,
+        note=f"{_fmt(mx, unit)} / {_fmt(my, unit)}",
+        of_mins=min(xs) / min(ys) if min(ys) > 0 else None,
+    )
+
+
+def _fmt(x: float, unit: str) -> str:
+    if unit == "s":
+        return f"{x * 1e3:.2f} ms" if x < 1 else f"{x:.2f} s"
+    if unit == "B":
+        return f"{x / 1e6:.2f} MB"
+    return f"{x:g} {unit}"
+
+
+# -- the figures -------------------------------------------------------------
+
+
+def _memory_and_recovery(
+    ll: LongLifeConfig, tmp: str, res: SectionResult, keep: list[Any]
+) -> tuple[str, str]:
+    """Figures 1-3, 5, 6, 13. Returns the long and short log paths."""
+    long_path = os.path.join(tmp, "long.sqlite")
+    short_path = os.path.join(tmp, "short.sqlite")
+
+    def durable() -> Buffer:
+        buf = Buffer(log=SQLiteLog(long_path))
+        churn(buf, ll.ops, ll.live, ll.batch)
+        buf.flush()
+        return buf
+
+    t_durable, (durable_bytes, dbuf) = _timed(lambda: _traced(durable))
+    fresh_bytes, _fresh = _traced(_fresh_like(dbuf))
+    records_long = len(dbuf.log)
+    res.extra["durable"] = {
+        "ops": ll.ops,
+        "records": records_long,
+        "seconds_traced": round(t_durable, 2),
+        "bytes": durable_bytes,
+        "fresh_bytes": fresh_bytes,
+        "live": len(dbuf),
+        "tombstones": len(dbuf.tombstones),
+        "file_bytes": os.path.getsize(long_path),
+    }
+    res.goals.append(
+        Goal(
+            "ll_memory_durable",
+            f"memory after {ll.ops:,} ops, {ll.live:,} live, SQLite log / fresh buffer",
+            durable_bytes / fresh_bytes,
+            10.0,
+            "<=",
+            note=f"{durable_bytes / 1e6:.1f} MB / {fresh_bytes / 1e6:.2f} MB",
+        )
+    )
+    keep.append(dbuf)
+    keep.append(_fresh)
+
+    def in_memory() -> Buffer:
+        buf = Buffer()
+        churn(buf, ll.ops, ll.live, ll.batch)
+        return buf
+
+    mem_bytes, mbuf = _traced(in_memory)
+    tombs = len(mbuf.tombstones)
+    limit = 10.0 + 100.0 * tombs / fresh_bytes
+    res.extra["in_memory"] = {"bytes": mem_bytes, "tombstones": tombs, "records": len(mbuf.log)}
+    res.goals.append(
+        Goal(
+            "ll_memory_in_memory",
+            f"memory after {ll.ops:,} ops, {ll.live:,} live, no sink / fresh "
+            f"(limit: 10x + 100 B per tombstone)",
+            mem_bytes / fresh_bytes,
+            round(limit, 2),
+            "<=",
+            note=f"{mem_bytes / 1e6:.1f} MB / {fresh_bytes / 1e6:.2f} MB, {tombs:,} tombstones",
+        )
+    )
+    keep.append(mbuf)
+    dbuf.sink.close()
+
+    # the short log: same live window, ops_short operations
+    short_sink = SQLiteLog(short_path)
+    sbuf = Buffer(log=short_sink)
+    churn(sbuf, ll.ops_short, ll.live, ll.batch)
+    sbuf.flush()
+    short_sink.close()
+    res.extra["short_records"] = len(sbuf.log)
+    del sbuf
+
+    def recover(path: str) -> Callable[[], float]:
+        def run() -> float:
+            gc.collect()
+            t, buf = _timed(lambda: Buffer(log=SQLiteLog(path)))
+            buf.sink.close()
+            return t
+
+        return run
+
+    rec_long, rec_short = _alternate(recover(long_path), recover(short_path), max(2, ll.repeat - 2))
+    res.goals.append(
+        _ratio_goal(
+            "ll_recovery_long_short",
+            f"recovery of a {records_long:,}-record log / a {res.extra['short_records']:,}-record "
+            f"log, same live window",
+            rec_long,
+            rec_short,
+            2.0,
+        )
+    )
+
+    def read_rows() -> float:
+        gc.collect()
+        t0 = time.perf_counter()
+        conn = sqlite3.connect(long_path)
+        try:
+            for _row in conn.execute("SELECT seq, record FROM quiesce_log ORDER BY seq"):
+                pass
+        finally:
+            conn.close()
+        return time.perf_counter() - t0
+
+    rec_long2, reads = _alternate(recover(long_path), read_rows, max(2, ll.repeat - 2))
+    res.goals.append(
+        _ratio_goal(
+            "ll_recovery_vs_read",
+            f"recovery of a {records_long:,}-record log / reading its rows (whole file: no "
+            f"checkpoint yet)",
+            rec_long2,
+            reads,
+            3.0,
+        )
+    )
+
+    rec_bytes, rbuf = _traced(lambda: Buffer(log=SQLiteLog(long_path)))
+    res.goals.append(
+        Goal(
+            "ll_memory_recovered",
+            f"memory of a buffer recovered from a {records_long:,}-record log / fresh",
+            rec_bytes / fresh_bytes,
+            10.0,
+            "<=",
+            note=f"{rec_bytes / 1e6:.1f} MB / {fresh_bytes / 1e6:.2f} MB",
+        )
+    )
+    rbuf.sink.close()
+    del rbuf
+
+    def open_log(path: str) -> Callable[[], float]:
+        def run() -> float:
+            t, log = _timed(lambda: SQLiteLog(path))
+            log.close()
+            return t
+
+        return run
+
+    o_long, o_short = _alternate(open_log(long_path), open_log(short_path), ll.repeat * 2)
+    res.goals.append(
+        _ratio_goal(
+            "ll_sqlite_open",
+            f"SQLiteLog open, {records_long:,} records / {res.extra['short_records']:,}",
+            o_long,
+            o_short,
+            2.0,
+        )
+    )
+    return long_path, short_path
+
+
+def _big_outputs(ll: LongLifeConfig, tmp: str, res: SectionResult) -> None:
+    """Figure 4: 100 KB tool outputs in a window of ten, with a SQLite log."""
+    path = os.path.join(tmp, "big.sqlite")
+    size = 100_000
+    filler = "tool output line with some data " * (size // 32 + 1)
+
+    def run() -> Buffer:
+        buf = Buffer(log=SQLiteLog(path))
+        window: list[str] = []
+        for i in range(ll.big_cycles + 10):
+            e = Entry(f"out{i}", Kind.TOOL_OUTPUT, f"output {i}\n" + filler[:size])
+            buf.append(e)
+            window.append(e.id)
+            if len(window) > 10:
+                buf.prune([window.pop(0)], reason="old output")
+        buf.flush()
+        return buf
+
+    grown, buf = _traced(run)
+    buf.sink.close()
+    res.goals.append(
+        Goal(
+            "ll_big_outputs",
+            f"memory held after {ll.big_cycles:,} append+prune cycles of 100 KB outputs "
+            f"(window of 10, SQLite log), MB",
+            grown / 1e6,
+            10.0,
+            "<=",
+            note=f"{grown / 1e6:.1f} MB",
+        )
+    )
+
+
+def _move(ll: LongLifeConfig, res: SectionResult) -> None:
+    """Figure 8: one Move at the large n / at the small n."""
+    rng = random.Random(7)
+
+    def build(n: int) -> tuple[Buffer, list[str]]:
+        buf = Buffer()
+        for i in range(n):
+            buf.append(_entry(i))
+        return buf, [f"e{i}" for i in range(n)]
+
+    small, large = (build(n) for n in ll.move_n)
+    k = 20
+
+    def moves(b: tuple[Buffer, list[str]]) -> Callable[[], float]:
+        buf, ids = b
+
+        def run() -> float:
+            pairs = [tuple(rng.sample(ids, 2)) for _ in range(k)]
+            t0 = time.perf_counter()
+            for a, before in pairs:
+                buf.edit(EditPlan([Move(a, before=before)], reason="bench move"))
+            return (time.perf_counter() - t0) / k
+
+        return run
+
+    moves(large)()  # warm-up: the first edit builds caches
+    moves(small)()
+    xs, ys = _alternate(moves(large), moves(small), ll.repeat * 2)
+    res.goals.append(
+        _ratio_goal(
+            "ll_move",
+            f"one Move at n = {ll.move_n[1]:g} / at n = {ll.move_n[0]:g}",
+            xs,
+            ys,
+            3.0,
+        )
+    )
+
+
+def _first_iter(ll: LongLifeConfig, res: SectionResult) -> None:
+    """Figure 9: first iteration of a snapshot after a write / a list."""
+    n = ll.iter_n
+    buf = Buffer()
+    for i in range(n):
+        buf.append(_entry(i))
+    counter = [n]
+
+    def first() -> float:
+        buf.append(_entry(counter[0]))
+        counter[0] += 1
+        with buf.snapshot() as snap:
+            t0 = time.perf_counter()
+            for _e in snap:
+                pass
+            return time.perf_counter() - t0
+
+    lst = list(buf.head().entries())
+
+    def plain() -> float:
+        t0 = time.perf_counter()
+        for _e in lst:
+            pass
+        return time.perf_counter() - t0
+
+    xs, ys = _alternate(first, plain, ll.repeat * 4)
+    res.goals.append(
+        _ratio_goal(
+            "ll_first_iter", f"first iteration after a write / a list, n = {n:g}", xs, ys, 3.0
+        )
+    )
+
+
+def _refused_edit(ll: LongLifeConfig, res: SectionResult) -> None:
+    """Figure 10: the longest mark_stale wait while a big edit is refused."""
+    m = ll.edit_m
+    buf = Buffer()
+    targets = [f"t{i}" for i in range(m)]
+    for t in targets:
+        buf.append(Entry(t, Kind.REASONING, f"target {t}: a finding"))
+    for i in range(m):
+        buf.append(Entry(f"r{i}", Kind.REASONING, f"referrer {i}", refs=tuple(targets)))
+    pool = 200_000
+    for i in range(pool):
+        buf.append(_entry(i))
+    plan = EditPlan([Prune(t) for t in targets], reason="bench: a refused edit")
+    stop = threading.Event()
+    worst = [0.0]
+    marked = [0]
+
+    def marker() -> None:
+        i = 0
+        while not stop.is_set() and i < pool:
+            t0 = time.perf_counter()
+            buf.mark_stale(f"e{i}", "bench")
+            dt = time.perf_counter() - t0
+            if dt > worst[0]:
+                worst[0] = dt
+            i += 1
+            time.sleep(0)  # let the editor run between marks
+        marked[0] = i
+
+    th = threading.Thread(target=marker)
+    th.start()
+    time.sleep(0.05)
+    t_edit, report = _timed(lambda: buf.edit(plan))
+    time.sleep(0.05)
+    stop.set()
+    th.join()
+    assert not report.applied
+    res.extra["refused_edit"] = {
+        "m": m,
+        "edit_seconds": t_edit,
+        "worst_mark_seconds": worst[0],
+        "marks": marked[0],
+    }
+    res.goals.append(
+        Goal(
+            "ll_refused_edit_wait",
+            f"refused {m}-op edit, {m} referrers: longest mark_stale in another thread, ms",
+            worst[0] * 1e3,
+            50.0,
+            "<=",
+            note=f"edit took {t_edit * 1e3:.0f} ms",
+        )
+    )
+
+
+def _per_op(ll: LongLifeConfig, aged: Buffer, res: SectionResult) -> None:
+    """Figure 11: per-op cost on the aged in-memory buffer / a fresh one."""
+    fresh = _fresh_like(aged)()
+    k = 300
+    counters = {id(aged): 10**9, id(fresh): 2 * 10**9}
+
+    def op_runs(buf: Buffer) -> dict[str, float]:
+        start = counters[id(buf)]
+        counters[id(buf)] += k
+        new = [_entry(start + j) for j in range(k)]
+        out = {}
+        t0 = time.perf_counter()
+        for e in new:
+            buf.append(e)
+        out["append"] = (time.perf_counter() - t0) / k
+        ids = [e.id for e in new]
+        t0 = time.perf_counter()
+        for i in ids:
+            buf.mark_stale(i, "bench")
+        out["mark"] = (time.perf_counter() - t0) / k
+        t0 = time.perf_counter()
+        for i in ids:
+            buf.prune([i], reason="bench")
+        out["prune"] = (time.perf_counter() - t0) / k
+        t0 = time.perf_counter()
+        for _ in range(k):
+            with buf.snapshot():
+                pass
+        out["pin"] = (time.perf_counter() - t0) / k
+        return out
+
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        op_runs(aged)
+        op_runs(fresh)
+        runs_a, runs_f = [], []
+        for _ in range(ll.repeat * 2):
+            runs_a.append(op_runs(aged))
+            runs_f.append(op_runs(fresh))
+    finally:
+        if gc_was:
+            gc.enable()
+    ratios = {}
+    for op in ("append", "mark", "prune", "pin"):
+        xs = [r[op] for r in runs_a]
+        ys = [r[op] for r in runs_f]
+        ratios[op] = statistics.median(xs) / statistics.median(ys)
+    worst = max(ratios, key=lambda o: ratios[o])
+    res.extra["per_op_ratios"] = ratios
+    res.goals.append(
+        Goal(
+            "ll_per_op_aged",
+            f"per-op cost after {ll.ops:,} ops / fresh (worst of append, mark, prune, pin)",
+            ratios[worst],
+            1.2,
+            "<=",
+            note=", ".join(f"{o} {r:.2f}x" for o, r in ratios.items()),
+        )
+    )
+
+
+def _collect_times(repeat: int) -> list[float]:
+    """Seconds of ``repeat`` full collections (figure 12)."""
+    out = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        gc.collect()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def _prune_body(ll: LongLifeConfig, res: SectionResult) -> None:
+    """Figure 14: pruning a 16 KB entry / a 160 B one (no sink)."""
+    k = 300
+    counter = [0]
+
+    def run(size: int) -> Callable[[], float]:
+        def go() -> float:
+            buf = Buffer()
+            start = counter[0]
+            counter[0] += k
+            entries = [_entry(start + j, size) for j in range(k)]
+            for e in entries:
+                buf.append(e)
+            ids = [e.id for e in entries]
+            t0 = time.perf_counter()
+            for i in ids:
+                buf.prune([i], reason="bench")
+            return (time.perf_counter() - t0) / k
+
+        return go
+
+    run(16_000)()
+    xs, ys = _alternate(run(16_000), run(160), ll.repeat * 2)
+    res.goals.append(
+        _ratio_goal("ll_prune_big_body", "prune of a 16 KB entry / of a 160 B entry", xs, ys, 2.0)
+    )
+
+
+@section(SECTION)
+def bench_long_life(cfg: Config) -> SectionResult:
+    """The long-life figures (see the module docstring)."""
+    ll = QUICK_LL if cfg.quick else FULL_LL
+    res = SectionResult(SECTION)
+    res.extra["config"] = ll.__dict__.copy()
+    res.extra["config"]["move_n"] = list(ll.move_n)
+    with tempfile.TemporaryDirectory(prefix="quiesce-long-life-") as tmp:
+        keep: list[Any] = []
+        _memory_and_recovery(ll, tmp, res, keep)
+        dbuf, fresh, mbuf = keep
+        _per_op(ll, mbuf, res)
+        with_aged = _collect_times(ll.repeat)
+        del keep, dbuf, mbuf
+        gc.collect()
+        with_fresh = _collect_times(ll.repeat)
+        res.goals.append(
+            _ratio_goal(
+                "ll_gc_pause",
+                f"full gc.collect() after {ll.ops:,} ops / with a fresh buffer of the same "
+                f"live entries",
+                with_aged,
+                with_fresh,
+                2.0,
+            )
+        )
+        del fresh
+        _big_outputs(ll, tmp, res)
+    _move(ll, res)
+    _first_iter(ll, res)
+    _refused_edit(ll, res)
+    _prune_body(ll, res)
+    res.notes.append(
+        "workload: rounds of `batch` appends, `batch` marks and one prune of the `batch` "
+        "oldest, a window of `live` entries; memory by tracemalloc (bytes still held); "
+        "SQLite commits are real (synchronous=FULL)"
+    )
+    return res
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the section alone and print its goals."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    cfg = QUICK if "--quick" in args else FULL
+    t0 = time.perf_counter()
+    res = bench_long_life(cfg)
+    for g in res.goals:
+        print(f"{g.status:4}  {g.key:24} {g.value!s:>24} (<= {g.limit})  {g.text}  [{g.note}]")
+    print(f"{time.perf_counter() - t0:.1f} s")
+    if "--out" in args:
+        import json
+
+        with open(args[args.index("--out") + 1], "w") as f:
+            json.dump(res.to_dict(), f, indent=1, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
