@@ -99,3 +99,9 @@ class LogWriteError(QuiesceError, OSError):
 class LogFormatError(QuiesceError, ValueError):
     """A log file is not a quiesce log, is corrupt beyond a torn tail, or was
     written by a newer format. Nothing is written to it."""
+
+
+class LogLocked(QuiesceError, BlockingIOError):
+    """The log file is open for writing by another sink object, in this or
+    another process: one writer per log file. Raised at once when the second
+    one opens it (it never waits); nothing is written."""

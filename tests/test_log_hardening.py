@@ -1,0 +1,329 @@
+"""Hardening of the durable sinks (issue 11): one writer per log file, whole
+record comparison on a retry, per-record encoding, checks at the call.
+
+Every test here uses real files, and the two-writer tests real processes
+(``subprocess``): the lock under test is an OS lock between processes.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from quiesce import (
+    Buffer,
+    Entry,
+    InvalidArgument,
+    InvalidType,
+    JsonlLog,
+    Kind,
+    LogFormatError,
+    LogLocked,
+    LogRecord,
+    LogWriteError,
+    QuiesceError,
+    SQLiteLog,
+)
+from quiesce._log._format import _too_deep, decode_json, encode_json, encode_record
+
+SRC = str(Path(__file__).resolve().parent.parent / "src")
+SINKS = {"sqlite": SQLiteLog, "jsonl": JsonlLog}
+
+
+def _python(code: str) -> subprocess.Popen[str]:
+    """A child Python running ``code`` against this checkout's quiesce."""
+    env = dict(os.environ, PYTHONPATH=SRC)
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+# A child that opens the log, appends "note" with its own body, reports
+# "ready", waits for a line on stdin, then flushes (retrying once, as an
+# agent loop would) and reports what happened. Exit 0: it believes its
+# record is durable; 3: it could not open the log.
+_WRITER = """
+import sys
+from quiesce import Buffer, Entry, Kind, JsonlLog, LogLocked, LogWriteError, SQLiteLog
+sink_cls = {{"sqlite": SQLiteLog, "jsonl": JsonlLog}}[{kind!r}]
+try:
+    buf = Buffer(log=sink_cls({path!r}))
+except LogLocked as exc:
+    print("locked", exc, flush=True)
+    sys.exit(3)
+buf.append(Entry("note", Kind.REASONING, {body!r}))
+print("ready", flush=True)
+sys.stdin.readline()
+for attempt in range(2):
+    try:
+        buf.flush()
+        break
+    except LogWriteError as exc:
+        print("write failed", exc, flush=True)
+else:
+    sys.exit(4)
+print("durable", flush=True)
+"""
+
+
+def _bodies(kind: str, path: Path) -> list[str]:
+    buf = Buffer(log=SINKS[kind](path))
+    try:
+        return [e.body for e in buf.head().entries()]
+    finally:
+        buf.sink.close()  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("kind", sorted(SINKS))
+class TestOneWriterPerFile:
+    def test_second_process_is_refused_and_nothing_is_lost(self, kind: str, tmp_path: Path) -> None:
+        """Two processes append to one log: the second one to open it is
+        refused with LogLocked (exit 3), and every process that reports its
+        record durable finds it in the log. (Before: both opened SQLite, both
+        exited 0, and the second body was gone.)"""
+        path = tmp_path / f"log.{kind}"
+        SINKS[kind](path).close()
+        first = _python(_WRITER.format(kind=kind, path=str(path), body="from the first"))
+        assert first.stdout is not None and first.stdout.readline().strip() == "ready"
+        second = _python(_WRITER.format(kind=kind, path=str(path), body="from the second"))
+        second_out, second_err = second.communicate("go\n", timeout=60)
+        _first_out, first_err = first.communicate("go\n", timeout=60)
+        assert first.returncode == 0, first_err
+        assert second.returncode == 3, (second_out, second_err)
+        assert "is open by another" in second_out
+        durable = {"from the first"}
+        assert set(_bodies(kind, path)) == durable
+
+    def test_lock_is_released_when_the_holder_exits(self, kind: str, tmp_path: Path) -> None:
+        """A process killed while holding the log (SIGKILL) leaves no lock
+        behind: the OS drops it with the process."""
+        path = tmp_path / f"log.{kind}"
+        child = _python(_WRITER.format(kind=kind, path=str(path), body="killed"))
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        with pytest.raises(LogLocked):
+            SINKS[kind](path)
+        child.kill()
+        child.communicate(timeout=60)
+        SINKS[kind](path).close()
+
+    def test_same_process_second_sink_is_refused(self, kind: str, tmp_path: Path) -> None:
+        """In one process too; the error is a QuiesceError and a
+        BlockingIOError (what JsonlLog raised before), and closing the first
+        sink frees the file."""
+        path = tmp_path / f"log.{kind}"
+        first = SINKS[kind](path)
+        with pytest.raises(
+            LogLocked,
+            match=r"^.* is open by another \w+Log \(in this or another "
+            r"process\): one writer per log file$",
+        ) as info:
+            SINKS[kind](path)
+        assert isinstance(info.value, QuiesceError)
+        assert isinstance(info.value, BlockingIOError)
+        first.close()
+        SINKS[kind](path).close()
+
+
+_FOREIGN_INSERT = """
+import sqlite3, sys
+from quiesce import LogRecord
+from quiesce._log._format import encode_record
+from quiesce._log.sqlite import record_crc
+rec = LogRecord(0, 1.0, "append", 1, ("note",), None, None, None, "applied",
+                {{"entry": {{"id": "note", "kind": "reasoning", "body": "foreign body"}},
+                  "key": 0.0}})
+text = encode_record(rec)
+conn = sqlite3.connect({path!r}, isolation_level=None, timeout=30)
+conn.execute("INSERT INTO quiesce_log (seq, record, crc) VALUES (0, ?, ?)",
+             (text, record_crc(0, text)))
+conn.close()
+"""
+
+
+class TestRetryComparesWholeRecords:
+    def test_a_record_stored_by_someone_else_is_not_taken_for_ours(self, tmp_path: Path) -> None:
+        """A foreign process (raw sqlite3, which no lock can stop) stores a
+        record with our seq, op, version, ids and outcome but another body.
+        Our flush fails; the retry compares the whole stored record with ours,
+        finds they differ and keeps failing — it never reports our record
+        durable. (Before: it compared five fields and skipped ours.)"""
+        path = tmp_path / "log.db"
+        buf = Buffer(log=SQLiteLog(path))
+        buf.append(Entry("note", Kind.REASONING, "our body"))
+        child = _python(_FOREIGN_INSERT.format(path=str(path)))
+        _, err = child.communicate(timeout=60)
+        assert child.returncode == 0, err
+        with pytest.raises(LogWriteError, match=r"seq must be the next one"):
+            buf.flush()
+        with pytest.raises(
+            LogWriteError,
+            match=r"^edit log write failed: records 0\.\.0 are stored with different contents: "
+            r"the log and the buffer diverged$",
+        ):
+            buf.flush()
+        assert buf.pending_records == 1
+        buf.sink.close()  # type: ignore[union-attr]
+
+    def test_a_commit_that_reached_the_disk_is_not_written_twice(self, tmp_path: Path) -> None:
+        """The retry's purpose still holds: a batch that is stored already,
+        byte for byte, is skipped (the COMMIT reported failure but landed)."""
+        path = tmp_path / "log.db"
+        buf = Buffer(log=SQLiteLog(path))
+        buf.append(Entry("note", Kind.REASONING, "our body"))
+        sink = buf.sink
+        assert isinstance(sink, SQLiteLog)
+        record = buf.log[0]
+        sink.write([record])
+        sink._broken = True  # as after a COMMIT that raised
+        sink._next_seq = 0
+        buf.flush()  # the whole record matches: skipped, not refused
+        assert sink.commits == 1
+        sink.close()
+        assert _bodies("sqlite", path) == ["our body"]
+
+
+class TestChecksAtTheCall:
+    @pytest.mark.parametrize("timeout", ["x", None, b"1", True, [1]])
+    def test_sqlite_timeout_type(self, tmp_path: Path, timeout: object) -> None:
+        with pytest.raises(InvalidType, match=r"^timeout must be a number of seconds, not \w+$"):
+            SQLiteLog(tmp_path / "log.db", timeout=timeout)  # type: ignore[arg-type]
+        assert not (tmp_path / "log.db").exists()
+
+    @pytest.mark.parametrize("timeout", [-1, float("nan"), float("inf")])
+    def test_sqlite_timeout_value(self, tmp_path: Path, timeout: float) -> None:
+        with pytest.raises(InvalidArgument, match=r"^timeout must be finite and >= 0, not "):
+            SQLiteLog(tmp_path / "log.db", timeout=timeout)
+        assert not (tmp_path / "log.db").exists()
+
+    @pytest.mark.parametrize("kind", sorted(SINKS))
+    def test_a_directory_is_not_a_log(self, kind: str, tmp_path: Path) -> None:
+        with pytest.raises(LogFormatError, match=r" is a directory, not a quiesce edit log$"):
+            SINKS[kind](tmp_path)
+
+    @pytest.mark.parametrize("kind", sorted(SINKS))
+    def test_a_fifo_is_not_a_log(self, kind: str, tmp_path: Path) -> None:
+        """Refused from its type, never opened (opening a FIFO would hang)."""
+        fifo = tmp_path / "fifo"
+        os.mkfifo(fifo)
+        with pytest.raises(
+            LogFormatError, match=r" is not a regular file, not a quiesce edit log$"
+        ):
+            SINKS[kind](fifo)
+
+    @pytest.mark.parametrize("kind", sorted(SINKS))
+    @pytest.mark.parametrize("path", [5, None, b"log"])
+    def test_path_type(self, kind: str, path: object) -> None:
+        with pytest.raises(InvalidType, match=r"path must be a str or os\.PathLike"):
+            SINKS[kind](path)  # type: ignore[arg-type]
+
+
+def _deep(depth: int) -> object:
+    value: object = "bottom"
+    for i in range(depth):
+        value = {"level": i, "inner": [value]} if i % 2 else [value, i]
+    return value
+
+
+class TestPerRecordEncoding:
+    @pytest.mark.parametrize("kind", sorted(SINKS))
+    def test_an_odd_record_never_blocks_the_others(self, kind: str, tmp_path: Path) -> None:
+        """A record whose detail JSON cannot hold as is (a tuple key, NaN, a
+        cycle, nesting too deep for the C encoder or for SQLite) sits between valid ones:
+        the whole batch is written in one commit, every record reads back, and
+        the odd values come back as their documented stand-ins. (Before: the
+        encoder raised, the batch — valid records included — failed on every
+        flush for good.)"""
+        path = tmp_path / f"log.{kind}"
+        cyclic: list[object] = []
+        cyclic.append(cyclic)
+        odd = {
+            "tuple key": {(1, 2): "x"},
+            "nan": float("nan"),
+            "cycle": cyclic,
+            "deep": _deep(600),  # 900 levels: too deep for the C encoder here, stored exactly
+            "deeper": _deep(3000),  # beyond MAX_DEPTH: cut
+        }
+        records = [
+            LogRecord(i, 1.0, "escalate", None, (), None, "why", None, "escalated", detail)
+            for i, detail in enumerate([{"n": 0}, odd, {"n": 2}])
+        ]
+        sink = SINKS[kind](path)
+        sink.write(records)
+        assert sink.commits == 1
+        sink.close()
+        sink = SINKS[kind](path)
+        loaded = list(sink.load())
+        sink.close()
+        assert [r.seq for r in loaded] == [0, 1, 2]
+        assert loaded[0].detail == {"n": 0} and loaded[2].detail == {"n": 2}
+        back = loaded[1].detail
+        assert back["tuple key"] == {"(1, 2)": "x"}
+        assert back["nan"] == "nan"
+        assert back["cycle"] == ["<cycle>"]
+        assert encode_json(back["deep"]) == encode_json(_deep(600))
+        assert '"<nested too deep>"' in encode_json(back["deeper"])
+
+    @pytest.mark.parametrize("kind", sorted(SINKS))
+    def test_a_record_that_cannot_be_encoded_at_all(self, kind: str, tmp_path: Path) -> None:
+        """A record that fails to encode (its detail raises when read) is
+        named in the error; the records before it in the batch are durable."""
+
+        class Hostile(Mapping[str, Any]):
+            def __getitem__(self, key: str) -> Any:
+                raise RuntimeError("boom")
+
+            def __iter__(self) -> Iterator[str]:
+                raise RuntimeError("boom")
+
+            def __len__(self) -> int:
+                return 1
+
+        good = LogRecord(0, 1.0, "escalate", None, (), None, "why", None, "escalated", {"n": 0})
+        bad = LogRecord(1, 1.0, "escalate", None, (), None, "why", None, "escalated", Hostile())
+        sink = SINKS[kind](path := tmp_path / f"log.{kind}")
+        with pytest.raises(ValueError, match=r"^log record 1 \(escalate\) cannot be encoded: "):
+            sink.write([good, bad])
+        sink.close()
+        sink = SINKS[kind](path)
+        assert [r.seq for r in sink.load()] == [0]
+        sink.close()
+
+    def test_encoders_agree(self) -> None:
+        """The iterative encoder writes what the C encoder writes."""
+        from quiesce._log._format import _encode_iterative
+
+        value = {"a": [1, 2.5, -0.0, 1e300, None, True, False, "é\ud83d\n"], 3: {"x": []}, "": {}}
+        import json
+
+        assert _encode_iterative(value) == json.dumps(
+            value, separators=(",", ":"), ensure_ascii=True
+        )
+        assert decode_json(_encode_iterative(value)) == json.loads(json.dumps(value))
+
+    def test_encode_record_round_trips_deep_detail(self) -> None:
+        """Up to MAX_DEPTH levels a record is stored exactly, whatever the
+        caller's stack depth; the line is then readable at any stack depth."""
+        rec = LogRecord(0, 1.0, "escalate", None, (), None, None, None, "x", {"d": _deep(650)})
+        line = _at_stack_depth(sys.getrecursionlimit() - 60, encode_record, rec)
+        back = _at_stack_depth(sys.getrecursionlimit() - 60, decode_json, line)
+        assert encode_json(back["detail"]["d"]) == encode_json(_deep(650))
+        assert not _too_deep(line)
+
+
+def _at_stack_depth(depth: int, fn: Any, *args: Any) -> Any:
+    """``fn(*args)`` called ``depth`` Python frames deep."""
+    if depth <= 0:
+        return fn(*args)
+    return _at_stack_depth(depth - 1, fn, *args)
