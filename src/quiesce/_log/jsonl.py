@@ -118,9 +118,16 @@ def _scan(data: bytes, path: str) -> JsonlContents:
     committed: list[LogRecord] = []
     pending: list[LogRecord] = []
     committed_size = batch_start = pos = end + 1
-    # The first unreadable line or failed commit, and how many commit lines
-    # were seen from it on: the torn batch may own one; a second means that
-    # committed data follows the damage, which no crash can produce.
+    # The batch being read: its record lines, and the first of them that is
+    # not a valid record. Whether that is damage or a torn tail is decided at
+    # the commit line: if the batch's CRC and count match, the batch was
+    # written whole, so an invalid record in it is refused (crafted or
+    # written so); otherwise the batch is torn.
+    batch_lines = 0
+    batch_error: LogFormatError | None = None
+    # The first failed commit, and how many commit lines were seen from it
+    # on: the torn batch may own one; a second means that committed data
+    # follows the damage, which no crash can produce.
     damaged: LogFormatError | None = None
     commits_since_damage = 0
     line_no = 1
@@ -138,28 +145,32 @@ def _scan(data: bytes, path: str) -> JsonlContents:
             obj = None
         if isinstance(obj, dict) and "commit" in obj:
             if damaged is None:
-                last = pending[-1].seq if pending else None
-                crc = zlib.crc32(data[batch_start:line_start])
-                if (
-                    type(obj["commit"]) is type(last)
-                    and obj["commit"] == last
-                    and type(obj.get("n")) is int
-                    and obj["n"] == len(pending)
+                intact = (
+                    type(obj.get("n")) is int
+                    and obj["n"] == batch_lines
                     and type(obj.get("crc")) is int
-                    and obj["crc"] == crc
-                ):
+                    and obj["crc"] == zlib.crc32(data[batch_start:line_start])
+                )
+                if intact and batch_error is not None:
+                    raise LogFormatError(f"{batch_error} (in a committed batch)")
+                last = pending[-1].seq if pending else None
+                if intact and type(obj["commit"]) is type(last) and obj["commit"] == last:
                     committed.extend(pending)
                     pending = []
+                    batch_lines = 0
                     committed_size = batch_start = pos
                     continue
-                damaged = LogFormatError(
-                    f"{where}: the commit does not match the {len(pending)} record(s) before it"
+                damaged = batch_error or LogFormatError(
+                    f"{where}: the commit does not match the {batch_lines} record(s) before it"
                 )
             commits_since_damage += 1
             if commits_since_damage > 1:
                 raise LogFormatError(f"{damaged}; committed data follows (not a torn tail)")
             continue
         if damaged is not None:
+            continue
+        batch_lines += 1
+        if batch_error is not None:
             continue
         if isinstance(obj, dict) and type(obj.get("format")) is int and obj["format"] > FORMAT:
             decode_record(obj, where)  # a newer writer's record: raises, never skipped
@@ -171,7 +182,7 @@ def _scan(data: bytes, path: str) -> JsonlContents:
             if rec.seq != expected:
                 raise LogFormatError(f"{where} has seq {rec.seq}, expected {expected}")
         except LogFormatError as exc:
-            damaged = exc  # a torn tail, unless committed data follows
+            batch_error = exc  # a torn tail, unless its commit line vouches for it
             continue
         pending.append(rec)
     return JsonlContents(fmt, committed, committed_size, len(data) - committed_size)
