@@ -327,3 +327,155 @@ def _at_stack_depth(depth: int, fn: Any, *args: Any) -> Any:
     if depth <= 0:
         return fn(*args)
     return _at_stack_depth(depth - 1, fn, *args)
+
+
+class TestInspectIsTerminalSafe:
+    """``quiesce inspect`` escapes control characters in every human-readable
+    line (defect 12): before, ESC sequences from ids and reasons reached the
+    terminal and a newline in an id forged table rows."""
+
+    EVIL_ID = "evil\x1b[2J\nrow 99  append  forged"
+    EVIL_REASON = "gone\x1b]0;pwned\x07\r\u202eeman\x85"
+
+    def _log(self, tmp_path: Path) -> Path:
+        path = tmp_path / "log.db"
+        buf = Buffer(log=SQLiteLog(path))
+        buf.append(Entry(self.EVIL_ID, Kind.REASONING, "body"))
+        buf.append(Entry("plain", Kind.REASONING, "other"))
+        buf.prune([self.EVIL_ID], reason=self.EVIL_REASON, actor="a\x1bctor", turn=1)
+        buf.apply_due()
+        buf.flush()
+        buf.sink.close()  # type: ignore[union-attr]
+        return path
+
+    def test_tables(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        from quiesce._log.inspect import main
+
+        path = self._log(tmp_path)
+        assert main([str(path)]) == 0
+        out = capsys.readouterr().out
+        assert not any(c in out for c in "\x1b\x07\r\x85\u202e")
+        assert "evil\\x1b[2J\\nrow" in out
+        # one line per record: the newline in the id forged no row
+        lines = out.splitlines()
+        start = lines.index("EDIT LOG") + 3
+        end = lines.index("TOMBSTONES") - 1
+        assert len(lines[start:end]) == 5  # append, append, prune, tombstone, remove
+        tomb_rows = [line for line in lines[lines.index("TOMBSTONES") :] if "evil" in line]
+        assert len(tomb_rows) == 1 and "\\x1b" in tomb_rows[0]
+        assert main([str(path), "--id", self.EVIL_ID]) == 0
+        out = capsys.readouterr().out
+        assert "\x1b" not in out and "--id evil\\x1b[2J\\nrow" in out
+
+    def test_json_is_ascii(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        import json
+
+        from quiesce._log.inspect import main
+
+        path = self._log(tmp_path)
+        assert main([str(path), "--json"]) == 0
+        out = capsys.readouterr().out
+        assert out.isascii() and "\x1b" not in out
+        doc = json.loads(out)
+        assert doc["tombstones"][0]["id"] == self.EVIL_ID  # exact in JSON
+
+    def test_error_message(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        from quiesce._log.inspect import main
+
+        missing = tmp_path / "no\x1b[31msuch\nfile"
+        assert main([str(missing)]) == 1
+        err = capsys.readouterr().err
+        assert "\x1b" not in err and err.count("\n") == 1
+        assert "x1b[31msuch" in err
+
+    def test_printable(self) -> None:
+        from quiesce._log.inspect import printable
+
+        assert printable("plain text, é 日本 🙂") == "plain text, é 日本 🙂"
+        assert printable("a\\b") == "a\\\\b"
+        assert printable("\x00\x1b\x7f\x9b\n\r\t\u2028\u202e\ud83d") == (
+            "\\x00\\x1b\\x7f\\x9b\\n\\r\\t\\u2028\\u202e\\ud83d"
+        )
+
+    def test_inspect_a_fifo_does_not_hang(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        from quiesce._log.inspect import main
+
+        fifo = tmp_path / "fifo"
+        os.mkfifo(fifo)
+        assert main([str(fifo)]) == 1
+        assert "is not a regular file" in capsys.readouterr().err
+
+    def test_deep_record_json(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """--json of a record nested deeper than json's own encoder can go
+        (crafted: the engine cuts at MAX_DEPTH) prints compact JSON instead
+        of a RecursionError."""
+        import json
+
+        from quiesce._log.inspect import main
+        from test_replay_checks import _jsonl
+
+        deep = "[" * 20_000 + "]" * 20_000
+        line = (
+            '{"format":1,"seq":0,"time":1.0,"op":"escalate","version":null,"ids":[],'
+            '"actor":null,"reason":null,"turn":null,"outcome":"x","detail":{"d":' + deep + "}}"
+        )
+        path = tmp_path / "log.jsonl"
+        _jsonl(path, [line])
+        assert main([str(path), "--json"]) == 0
+        out = capsys.readouterr().out
+        assert out.startswith('{"summary":') and deep in out
+        assert main([str(path)]) == 0
+        assert "escalate" in capsys.readouterr().out
+        del json
+
+
+DATA = Path(__file__).with_name("data")
+
+
+class TestLayout1Files:
+    """Files written by quiesce 0.1.0 (SQLite layout 1, no checksums) are read
+    and appended to as layout 1 (``tests/data/log-0.1.0.db`` was written by
+    0.1.0 itself)."""
+
+    def test_recovers_and_appends(self, tmp_path: Path) -> None:
+        import shutil
+        import sqlite3
+
+        path = tmp_path / "old.db"
+        shutil.copy(DATA / "log-0.1.0.db", path)
+        buf = Buffer(log=SQLiteLog(path))
+        buf._check()
+        assert buf.version == 7
+        assert [e.id for e in buf.head().entries()] == ["rule", "step"]
+        assert sorted(buf.tombstones) == ["call", "out"]
+        assert buf.head().live["step"].entry.body == "the pod is healthy"
+        buf.append(Entry("new", Kind.REASONING, "after the upgrade"))
+        buf.flush()
+        buf.sink.close()  # type: ignore[union-attr]
+        conn = sqlite3.connect(path)
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+        columns = [r[1] for r in conn.execute("PRAGMA table_info(quiesce_log)")]
+        conn.close()
+        assert "crc" not in columns
+        again = Buffer(log=SQLiteLog(path))
+        assert [e.id for e in again.head().entries()] == ["rule", "step", "new"]
+        again.sink.close()  # type: ignore[union-attr]
+
+    def test_a_flipped_schema_is_refused(self, tmp_path: Path) -> None:
+        """A bit flip in the stored schema text that turns ``seq INTEGER
+        PRIMARY KEY`` into an ordinary column made every seq NULL and the log
+        recover empty (a flip found by the bit-flip fuzzer); the schema is now
+        compared with quiesce's own."""
+        path = tmp_path / "log.db"
+        buf = Buffer(log=SQLiteLog(path))
+        buf.append(Entry("a", Kind.REASONING, "x"))
+        buf.flush()
+        buf.sink.close()  # type: ignore[union-attr]
+        data = bytearray(path.read_bytes())
+        at = data.index(b"seq     INTEGER PRIMARY KEY") + len(b"seq     INTEGER P")
+        data[at] ^= 0x01  # "INTEGER PSIMARY KEY" is a type name: seq is no longer the rowid
+        path.write_bytes(bytes(data))
+        with pytest.raises(LogFormatError, match=r"its schema is not a quiesce log's$"):
+            Buffer(log=SQLiteLog(path))

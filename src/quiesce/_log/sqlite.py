@@ -116,6 +116,7 @@ __all__ = ["SQLITE_FORMAT", "SQLiteLog", "read_sqlite", "record_crc"]
 #: the per-record ``crc`` column; 1 (quiesce 0.1.0) is still read and written.
 SQLITE_FORMAT = 2
 
+_CRC_COLUMN = "    crc     INTEGER NOT NULL,\n"
 _SCHEMA = f"""
 PRAGMA application_id = {APPLICATION_ID};
 PRAGMA user_version = {SQLITE_FORMAT};
@@ -126,8 +127,7 @@ CREATE TABLE quiesce_meta (
 CREATE TABLE quiesce_log (
     seq     INTEGER PRIMARY KEY,
     record  TEXT    NOT NULL CHECK (json_valid(record)),
-    crc     INTEGER NOT NULL,
-    format  INTEGER GENERATED ALWAYS AS (json_extract(record, '$.format')) VIRTUAL,
+{_CRC_COLUMN}    format  INTEGER GENERATED ALWAYS AS (json_extract(record, '$.format')) VIRTUAL,
     time    REAL    GENERATED ALWAYS AS (json_extract(record, '$.time')) VIRTUAL,
     op      TEXT    GENERATED ALWAYS AS (json_extract(record, '$.op')) VIRTUAL,
     version INTEGER GENERATED ALWAYS AS (json_extract(record, '$.version')) VIRTUAL,
@@ -223,13 +223,35 @@ def _check_schema(conn: sqlite3.Connection, path: str) -> int:
     return layout
 
 
+def _schema_of(layout: int) -> frozenset[tuple[object, ...]]:
+    """The ``sqlite_master`` rows a log of ``layout`` holds, exactly as
+    :func:`_create` (or quiesce 0.1.0, for layout 1) wrote them."""
+    schema = _SCHEMA if layout == SQLITE_FORMAT else _SCHEMA.replace(_CRC_COLUMN, "")
+    conn = sqlite3.connect(":memory:")
+    try:
+        conn.executescript(schema)
+        return frozenset(conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master"))
+    finally:
+        conn.close()
+
+
+_SCHEMAS = {layout: _schema_of(layout) for layout in range(1, SQLITE_FORMAT + 1)}
+
+
 def _check_pages(conn: sqlite3.Connection, path: str) -> None:
-    """``PRAGMA quick_check``: a damaged page or cell is refused, not read
-    around (a flipped cell count could otherwise hide the last records).
-    O(file size). Call under :func:`_refused_if_damaged`."""
+    """``PRAGMA quick_check`` and the schema, compared with what quiesce
+    writes: a damaged page, cell or table definition is refused, not read
+    around (a flipped cell count could hide the last records; a flipped
+    ``PRIMARY KEY`` in the schema text would make every ``seq`` read as NULL
+    and the log look empty). O(file size). Call under
+    :func:`_refused_if_damaged`."""
     problems = [r[0] for r in conn.execute("PRAGMA quick_check").fetchmany(3)]
     if problems != ["ok"]:
         raise LogFormatError(f"{path} is damaged: {'; '.join(map(str, problems))}")
+    layout = conn.execute("PRAGMA user_version").fetchone()[0]
+    schema = frozenset(conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master"))
+    if schema != _SCHEMAS.get(layout):
+        raise LogFormatError(f"{path} is damaged: its schema is not a quiesce log's")
 
 
 def record_crc(seq: int, text: str) -> int:
