@@ -214,6 +214,10 @@ def test_damaged_files(kind: str, pristine: Any, muts: list[tuple[str, int, Any]
     """Arbitrary damage (flips, overwrites, cuts, inserted junk including
     deep ``[[[[``, truncation): refused, or a buffer that passes _check();
     inspect exits 0 or 1."""
+    _damaged(kind, pristine, muts)
+
+
+def _damaged(kind: str, pristine: Any, muts: list[tuple[str, int, Any]]) -> None:
     data, _ = pristine[kind]
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / f"log.{kind}"
@@ -227,12 +231,7 @@ def test_damaged_files(kind: str, pristine: Any, muts: list[tuple[str, int, Any]
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(muts=st.lists(mutation, min_size=1, max_size=6))
 def test_damaged_files_soak(kind: str, pristine: Any, muts: list[tuple[str, int, Any]]) -> None:
-    data, _ = pristine[kind]
-    with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / f"log.{kind}"
-        path.write_bytes(_mutate(data, muts))
-        _recover(kind, path)
-        _inspect_never_raises(path)
+    _damaged(kind, pristine, muts)
 
 
 # -- crafted records ----------------------------------------------------------

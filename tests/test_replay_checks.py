@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from _workload import OP_NAMES, Workload, state
+from _workload import Workload, state
 from quiesce import Buffer, Entry, JsonlLog, Kind, LogFormatError, LogRecord, SQLiteLog
 from quiesce._log.inspect import main as inspect_main
+from test_recovery import ops_strategy
 
 SINKS: dict[str, Callable[[Path], Any]] = {"sqlite": SQLiteLog, "jsonl": JsonlLog}
 
@@ -245,18 +245,6 @@ def test_the_good_line_recovers(tmp_path: Path) -> None:
     buf = Buffer(log=JsonlLog(path))
     assert [e.id for e in buf.head().entries()] == ["a"]
     buf._check()
-
-
-ops_strategy = st.lists(
-    st.tuples(
-        st.integers(0, len(OP_NAMES) - 1),
-        st.integers(0, 15),
-        st.integers(0, 15),
-        st.integers(0, 15),
-        st.integers(0, 15),
-    ),
-    max_size=80,
-)
 
 
 class TestEngineLogsPass:

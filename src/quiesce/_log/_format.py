@@ -366,6 +366,18 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not strict JSON")
 
 
+def _member_key(text: str, pos: int) -> tuple[str, int]:
+    """An object member's key and its colon at ``pos``: the key and where
+    its value starts."""
+    if text[pos : pos + 1] != '"':
+        raise ValueError(f"expected a key at {pos}")
+    key, pos = scanstring(text, pos + 1, True)
+    pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
+    if text[pos : pos + 1] != ":":
+        raise ValueError(f"expected ':' at {pos}")
+    return key, _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
+
+
 def _loads_iterative(text: str) -> Any:
     """Parse strict JSON with an explicit stack (any nesting depth). O(size).
     Raises ``ValueError`` for anything that is not exactly one JSON value."""
@@ -405,13 +417,7 @@ def _loads_iterative(text: str) -> Any:
         if opened:
             frame = stack[-1]
             if isinstance(frame[0], dict):
-                if text[pos] != '"':
-                    raise ValueError(f"expected a key at {pos}")
-                frame[1], pos = scanstring(text, pos + 1, True)
-                pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
-                if text[pos : pos + 1] != ":":
-                    raise ValueError(f"expected ':' at {pos}")
-                pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
+                frame[1], pos = _member_key(text, pos)
             continue
         # a complete value: put it in its container, then close what ends here
         while True:
@@ -432,13 +438,7 @@ def _loads_iterative(text: str) -> Any:
             if ch == ",":
                 pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
                 if close == "}":
-                    if text[pos : pos + 1] != '"':
-                        raise ValueError(f"expected a key at {pos}")
-                    frame[1], pos = scanstring(text, pos + 1, True)
-                    pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
-                    if text[pos : pos + 1] != ":":
-                        raise ValueError(f"expected ':' at {pos}")
-                    pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
+                    frame[1], pos = _member_key(text, pos)
                 break
             if ch != close:
                 raise ValueError(f"expected ',' or {close!r} at {pos}")
@@ -566,11 +566,12 @@ def lock_exclusive(fd: int, path: str, what: str) -> None:
         ) from None
 
 
-def check_log_format(path: str, fmt: int) -> None:
-    """Refuse a log whose (header) format is newer than this code reads."""
-    if fmt > FORMAT:
+def check_log_format(path: str, fmt: int, newest: int = FORMAT) -> None:
+    """Refuse a log whose (header) format is newer than ``newest``, the
+    newest this code reads."""
+    if fmt > newest:
         raise LogFormatError(
-            f"{path} is a format {fmt} log; this quiesce reads formats up to {FORMAT} "
+            f"{path} is a format {fmt} log; this quiesce reads formats up to {newest} "
             f"(upgrade quiesce to read it)"
         )
 

@@ -187,11 +187,7 @@ def _check_layout(path: str, layout: object) -> int:
     """The file layout (``user_version``), if this code reads it."""
     if type(layout) is not int or layout < 1:
         raise LogFormatError(f"{path} has no valid quiesce layout version ({layout!r})")
-    if layout > SQLITE_FORMAT:
-        raise LogFormatError(
-            f"{path} is a format {layout} log; this quiesce reads formats up to "
-            f"{SQLITE_FORMAT} (upgrade quiesce to read it)"
-        )
+    check_log_format(path, layout, SQLITE_FORMAT)
     return layout
 
 
