@@ -22,6 +22,7 @@ from hypothesis import given, settings
 
 from _workload import Workload, state
 from quiesce import Buffer, Entry, JsonlLog, Kind, LogFormatError, LogRecord, SQLiteLog
+from quiesce._log._format import encode_json
 from quiesce._log.inspect import main as inspect_main
 from test_recovery import ops_strategy
 
@@ -290,3 +291,44 @@ class TestEngineLogsPass:
         again._check()
         assert again.head().live["deep"].entry.to_dict() == buf.head().live["deep"].entry.to_dict()
         again.sink.close()
+
+
+@pytest.mark.parametrize("kind", sorted(SINKS))
+def test_meta_900_deep_from_0_1_0_never_recursion_error(kind: str, tmp_path: Path) -> None:
+    """quiesce 0.1.0 accepted meta nested 900 deep and wrote it (defect 7:
+    recovery then raised RecursionError when it ran 100 frames deep). Such a
+    record, recovered with the caller deep in its stack: the entry comes back
+    exactly, or the log is refused with LogFormatError (an Entry depth limit)
+    — never RecursionError."""
+    import sys
+
+    meta: Any = "leaf"
+    for _ in range(900):
+        meta = {"k": meta}
+    entry = {
+        "id": "deep",
+        "kind": "reasoning",
+        "body": "x",
+        "refs": [],
+        "turn": None,
+        "key": None,
+        "meta": {"m": meta},
+    }
+    path = tmp_path / f"log.{kind}"
+    _store(kind, path, [_rec(0, "append", 1, ("deep",), entry=entry, key=0.0)])
+
+    def deep(n: int) -> Buffer | LogFormatError:
+        if n:
+            return deep(n - 1)
+        try:
+            return Buffer(log=SINKS[kind](path))
+        except LogFormatError as exc:
+            return exc
+
+    got = deep(sys.getrecursionlimit() - 200)
+    if isinstance(got, Buffer):
+        got._check()
+        assert encode_json(got.head().live["deep"].entry.meta) == encode_json({"m": meta})
+        got.sink.close()  # type: ignore[union-attr]
+    else:
+        assert str(got).startswith("log record 0 (append) is malformed")
