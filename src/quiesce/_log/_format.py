@@ -174,14 +174,15 @@ def _key(key: Any) -> str:
 #: so only free-form data (escalation ``data``) can reach it.
 MAX_DEPTH = 1000
 
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
 _BRACKET = re.compile(r"[\[\]{}]")
 
 
 def _too_deep(text: str) -> bool:
     """Whether the JSON ``text`` nests deeper than :data:`MAX_DEPTH`. O(1)
-    for short texts (depth needs two bytes a level), O(len) otherwise."""
-    if len(text) < 2 * MAX_DEPTH:
+    for short texts (depth needs two bytes a level), O(len) in C for texts
+    with few brackets, O(len) in Python only for texts with many."""
+    if len(text) < 2 * MAX_DEPTH or text.count("[") + text.count("{") <= MAX_DEPTH:
         return False
     brackets = _BRACKET.findall(_STRING.sub("", text))
     if len(brackets) < 2 * MAX_DEPTH:
@@ -378,6 +379,9 @@ def _member_key(text: str, pos: int) -> tuple[str, int]:
     return key, _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
 
 
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+
+
 def _loads_iterative(text: str) -> Any:
     """Parse strict JSON with an explicit stack (any nesting depth). O(size).
     Raises ``ValueError`` for anything that is not exactly one JSON value."""
@@ -450,10 +454,10 @@ def decode_json(data: str | bytes) -> Any:
     """Parse one strict JSON document (no ``NaN``/``Infinity`` literals) at
     any nesting depth. Raises ``ValueError`` (``UnicodeDecodeError``
     included) for anything else; never ``RecursionError``. O(size)."""
+    text = data.decode("utf-8") if isinstance(data, bytes) else data
     try:
-        return json.loads(data, parse_constant=_refuse_constant)
+        return _DECODER.decode(text)
     except RecursionError:
-        text = data.decode("utf-8") if isinstance(data, bytes) else data
         return _loads_iterative(text)
 
 
