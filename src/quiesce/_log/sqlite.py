@@ -83,6 +83,7 @@ Database File", "Write-Ahead Logging"), PostgreSQL's group commit
 from __future__ import annotations
 
 import contextlib
+import errno
 import math
 import os
 import sqlite3
@@ -196,7 +197,7 @@ def _refused_if_damaged(path: str) -> Iterator[None]:
     """Every ``sqlite3`` and decoding error of a read as :class:`LogFormatError`."""
     try:
         yield
-    except (sqlite3.Error, UnicodeError, OverflowError, MemoryError) as exc:
+    except (sqlite3.Error, UnicodeError, OverflowError) as exc:
         raise LogFormatError(f"{path} is damaged or not a quiesce edit log: {exc}") from exc
 
 
@@ -370,7 +371,9 @@ class SQLiteLog:
         _check_header(self._path)
         try:
             fd = os.open(self._path, os.O_RDWR)
-        except PermissionError:
+        except OSError as exc:
+            if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise
             fd = os.open(self._path, os.O_RDONLY)  # a read-only file still opens
         try:
             lock_exclusive(fd, self._path, "SQLiteLog")
@@ -481,7 +484,8 @@ class SQLiteLog:
     def __del__(self) -> None:
         # Like a file object: a forgotten log releases its connection and lock.
         if getattr(self, "_lock_fd", -1) >= 0:
-            self._release()
+            with contextlib.suppress(Exception):
+                self._release()
 
     # -- extras -----------------------------------------------------------
 
