@@ -479,3 +479,81 @@ class TestLayout1Files:
         path.write_bytes(bytes(data))
         with pytest.raises(LogFormatError, match=r"its schema is not a quiesce log's$"):
             Buffer(log=SQLiteLog(path))
+
+
+class TestUnderOpenBuffer:
+    """The same guarantees under the async runtime, on asyncio and trio."""
+
+    @pytest.mark.anyio
+    @pytest.mark.parametrize("kind", sorted(SINKS))
+    async def test_odd_escalation_data_never_jams_the_log(
+        self, kind: str, tmp_path: Path, anyio_backend: str
+    ) -> None:
+        """Escalation data JSON cannot hold as is (a tuple key, a set, NaN,
+        nesting deeper than the C encoder goes), between valid appends, under
+        open_buffer's group commit: every record is durable and recovers.
+        (Before: the flusher failed on it forever, silently, and the appends
+        around it never reached the file.)"""
+        from quiesce import EscalationKind, open_buffer
+
+        path = tmp_path / f"log.{kind}"
+        sink = SINKS[kind](path)
+        async with open_buffer(log=sink, flush_interval=0.001) as buf:
+            buf.append(Entry("before", Kind.REASONING, "valid"))
+            buf.escalate(
+                EscalationKind.BACKLOG,
+                "odd data",
+                data={(1, 2): {3, 4}, "nan": float("nan"), "deep": _deep(700)},
+            )
+            buf.append(Entry("after", Kind.REASONING, "valid too"))
+            await buf.aflush()
+            assert buf.pending_records == 0
+            assert not buf.stats().log_failing
+        sink.close()
+        again = Buffer(log=SINKS[kind](path))
+        assert [e.id for e in again.head().entries()] == ["before", "after"]
+        assert [r.op for r in again.log] == ["append", "escalate", "append"]
+        again._check()
+        again.sink.close()  # type: ignore[union-attr]
+
+    @pytest.mark.anyio
+    @pytest.mark.parametrize("kind", sorted(SINKS))
+    async def test_a_crafted_log_is_refused_at_open(
+        self, kind: str, tmp_path: Path, anyio_backend: str
+    ) -> None:
+        """open_buffer on a log describing an impossible history raises the
+        LogFormatError itself (no ExceptionGroup), naming the record."""
+        from quiesce import open_buffer
+        from test_replay_checks import CRAFTED
+
+        records, message = CRAFTED["tombstone for a constraint"]
+        path = tmp_path / f"log.{kind}"
+        sink = SINKS[kind](path)
+        sink.write(records)
+        sink.close()
+        sink = SINKS[kind](path)
+        with pytest.raises(LogFormatError, match=rf"^{message}$"):
+            async with open_buffer(log=sink):
+                pass  # pragma: no cover - never entered
+        sink.close()
+
+    @pytest.mark.anyio
+    @pytest.mark.parametrize("kind", sorted(SINKS))
+    async def test_a_log_held_by_another_process(
+        self, kind: str, tmp_path: Path, anyio_backend: str
+    ) -> None:
+        """A second agent process cannot open the log an open_buffer session
+        is writing; the session carries on and everything it wrote is there."""
+        from quiesce import open_buffer
+
+        path = tmp_path / f"log.{kind}"
+        sink = SINKS[kind](path)
+        async with open_buffer(log=sink, flush_interval=0.001) as buf:
+            buf.append(Entry("mine", Kind.REASONING, "from the session"))
+            await buf.aflush()
+            child = _python(_WRITER.format(kind=kind, path=str(path), body="intruder"))
+            out, err = child.communicate("go\n", timeout=60)
+            assert child.returncode == 3, (out, err)
+            buf.append(Entry("more", Kind.REASONING, "still writing"))
+        sink.close()
+        assert _bodies(kind, path) == ["from the session", "still writing"]
