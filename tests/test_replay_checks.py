@@ -126,6 +126,10 @@ CRAFTED: dict[str, tuple[list[LogRecord], str]] = {
         [_append(0, A, key="nan")],
         r"log record 0 \(append\): order key 'nan' is not a finite number",
     ),
+    "huge order key": (
+        [_append(0, A, key=2.0**53)],
+        r"log record 0 \(append\): order key 9007199254740992\.0 is out of range",
+    ),
     "a version that skips": (
         [_append(0, A), _rec(1, "mark", 5, ("a",), reason="stale")],
         r"log record 1 \(mark\): it publishes version 5 after 1",

@@ -13,8 +13,8 @@ checksums). Replay therefore checks every record against the invariants
 (``log record <seq> (<op>): ...``) for any history the engine cannot have
 written: a version that does not follow the previous one; an entry appended
 again while live or after its tombstone; a reference to an entry that is not
-live; an order key that is not a finite number or is held by another live
-entry; a mark on an entry that is not live, already marked or immutable; a
+live; an order key that is not a finite number below 2**52 in magnitude, or
+is held by another live entry; a mark on an entry that is not live, already marked or immutable; a
 rewrite of an immutable entry; a tombstone for an entry that is not live, is
 protected (a constraint, an instruction, a negative result, a prohibition),
 is still cited by an entry that stays live, or whose hash, kind or key
@@ -92,13 +92,21 @@ def _tomb(d: Mapping[str, Any]) -> Tombstone:
     )
 
 
+#: Order keys stay far below 2**53, where ``key + 1`` still exceeds ``key``
+#: (the engine's keys count appends; midpoints lie between them).
+_KEY_LIMIT = 2.0**52
+
+
 def _order_key(value: object) -> float:
-    """An order key as stored: a finite number (never a string, a bool, NaN)."""
+    """An order key as stored: a finite number (never a string, a bool, NaN)
+    of magnitude below :data:`_KEY_LIMIT`."""
     _require(
         type(value) in (int, float) and math.isfinite(value),  # type: ignore[arg-type]
         f"order key {value!r} is not a finite number",
     )
-    return float(value)  # type: ignore[arg-type]
+    key = float(value)  # type: ignore[arg-type]
+    _require(abs(key) < _KEY_LIMIT, f"order key {value!r} is out of range")
+    return key
 
 
 class _Keys:
