@@ -472,6 +472,25 @@ def test_atheris_harness() -> None:
     _run_harness(300)
 
 
+CORPUS = Path(__file__).with_name("data") / "atheris"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in CORPUS.iterdir()))
+def test_atheris_findings(name: str) -> None:
+    """Inputs the harness once failed on, replayed (regressions): e.g. a
+    damaged SQLite schema page for which sqlite3 raised MemoryError."""
+    pytest.importorskip("atheris")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent / "src"))
+    proc = subprocess.run(
+        [sys.executable, str(HARNESS), str(CORPUS / name)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
 @pytest.mark.slow
 def test_atheris_harness_soak() -> None:
     pytest.importorskip("atheris")

@@ -194,11 +194,17 @@ def _check_layout(path: str, layout: object) -> int:
 
 @contextlib.contextmanager
 def _refused_if_damaged(path: str) -> Iterator[None]:
-    """Every ``sqlite3`` and decoding error of a read as :class:`LogFormatError`."""
+    """Every ``sqlite3`` and decoding error of a read as :class:`LogFormatError`.
+    ``MemoryError`` too: ``sqlite3`` raises it for ``SQLITE_NOMEM``, which a
+    damaged schema page produces (found by the atheris harness)."""
     try:
         yield
     except (sqlite3.Error, UnicodeError, OverflowError) as exc:
         raise LogFormatError(f"{path} is damaged or not a quiesce edit log: {exc}") from exc
+    except MemoryError as exc:
+        raise LogFormatError(
+            f"{path} is damaged or not a quiesce edit log: SQLite ran out of memory reading it"
+        ) from exc
 
 
 def _check_schema(conn: sqlite3.Connection, path: str) -> int:
