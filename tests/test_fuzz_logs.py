@@ -446,12 +446,13 @@ def test_deep_record_in_a_committed_batch_is_refused(tmp_path: Path) -> None:
 HARNESS = Path(__file__).with_name("fuzz_logs_atheris.py")
 
 
-def _run_harness(runs: int) -> None:
+def _run_harness(runs: int, artifacts: Path) -> None:
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent / "src"))
     proc = subprocess.run(
         [
             sys.executable,
             str(HARNESS),
+            f"-artifact_prefix={artifacts}/",
             f"-runs={runs}",
             "-seed=1",
             "-max_len=8192",
@@ -466,10 +467,11 @@ def _run_harness(runs: int) -> None:
     assert f"Done {runs} runs" in proc.stderr
 
 
-def test_atheris_harness() -> None:
-    """The coverage-guided harness, briefly: no input breaks the property."""
+def test_atheris_harness(tmp_path: Path) -> None:
+    """The coverage-guided harness, briefly: no input breaks the property
+    (a failing input is written to ``tmp_path``; add it to tests/data/atheris)."""
     pytest.importorskip("atheris")
-    _run_harness(300)
+    _run_harness(300, tmp_path)
 
 
 CORPUS = Path(__file__).with_name("data") / "atheris"
@@ -492,6 +494,6 @@ def test_atheris_findings(name: str) -> None:
 
 
 @pytest.mark.slow
-def test_atheris_harness_soak() -> None:
+def test_atheris_harness_soak(tmp_path: Path) -> None:
     pytest.importorskip("atheris")
-    _run_harness(20_000)
+    _run_harness(50_000, tmp_path)
