@@ -74,6 +74,14 @@ then checks each row's checksum, type and ``seq``; every ``sqlite3`` error
 and every decoding error on the way is raised as :class:`LogFormatError`. A
 damaged file therefore recovers exactly or is refused — never a prefix,
 never a different record. (A fuzz test flips single bits over real files.)
+After a crash the file may have a write-ahead log (``<path>-wal``) that no
+checkpoint has folded in yet. SQLite's WAL recovery stops at the first frame
+whose checksum fails and drops the rest silently — right for a torn write,
+wrong for a flipped bit with committed transactions behind it. Opening
+therefore checks the WAL first (:func:`_check_wal`, O(WAL size)): damage
+followed by the commit of a later transaction cannot come from a crash and
+is refused; damage in the last transaction is a torn write and that
+transaction is dropped, as a JSONL log drops a torn last batch.
 
 Prior art: SQLite's own WAL documentation ("How To Corrupt An SQLite
 Database File", "Write-Ahead Logging"), PostgreSQL's group commit
@@ -87,6 +95,7 @@ import errno
 import math
 import os
 import sqlite3
+import struct
 import threading
 import time
 import urllib.parse
@@ -182,6 +191,85 @@ def _check_header(path: str) -> None:
             f"(application_id {app:#x}, expected {APPLICATION_ID:#x})"
         )
     _check_layout(path, int.from_bytes(header[60:64], "big"))
+
+
+_WAL_MAGICS = {0x377F0682: "<", 0x377F0683: ">"}  # checksum word order
+
+
+def _wal_sum(data: bytes, order: str, s0: int, s1: int) -> tuple[int, int]:
+    """SQLite's WAL checksum of ``data`` (a multiple of 8 bytes) seeded with
+    ``(s0, s1)``."""
+    for x0, x1 in struct.iter_unpack(order + "II", data):
+        s0 = (s0 + x0 + s1) & 0xFFFFFFFF
+        s1 = (s1 + x1 + s0) & 0xFFFFFFFF
+    return s0, s1
+
+
+def _wal_damage(wal: bytes, page_size: int, order: str) -> int | None:
+    """Where SQLite would stop reading ``wal`` (the index of the first frame
+    that fails its checksum, -1 for the header) if committed transactions
+    follow that point, else ``None``.
+
+    SQLite's WAL recovery keeps the frames up to the first one whose
+    cumulative checksum fails and drops the rest silently: right for a torn
+    write, wrong for a flipped bit with committed transactions behind it.
+    A frame after the damage is checked *locally* (its checksum seeded with
+    its predecessor's stored one, its salts the header's); a crash can tear
+    only the transaction being written, so damage followed by the commit
+    frames of another transaction cannot be a torn write (as a JSONL commit
+    line after damage cannot)."""
+    if len(wal) < 32:
+        return None
+    magic, version, _size, _ckpt, salt1, salt2, c0, c1 = struct.unpack(">8I", wal[:32])
+    header_ok = (
+        _WAL_MAGICS.get(magic) == order
+        and version == 3007000
+        and _wal_sum(wal[:24], order, 0, 0) == (c0, c1)
+    )
+    bad: int | None = None if header_ok else -1
+    need = 1  # commit frames after the damage that prove it is not a torn tail
+    found = 0
+    prev = (c0, c1)
+    frame = 24 + page_size
+    for k, off in enumerate(range(32, len(wal) - frame + 1, frame)):
+        pgno, db_size, s1, s2, f0, f1 = struct.unpack(">6I", wal[off : off + 24])
+        local = (s1, s2) == (salt1, salt2) and pgno > 0 and (
+            _wal_sum(wal[off : off + 8] + wal[off + 24 : off + frame], order, *prev) == (f0, f1)
+        )
+        if bad is None:
+            if not local:
+                bad, need = k, 1 if db_size else 2
+        elif local and db_size:
+            found += 1
+            if found >= need:
+                return bad
+        prev = (f0, f1)
+    return None
+
+
+def _check_wal(path: str) -> None:
+    """Refuse a log whose write-ahead log (``<path>-wal``, present after a
+    crash) is damaged before committed transactions: SQLite would recover a
+    prefix silently. Reads only; O(WAL size)."""
+    try:
+        with open(path + "-wal", "rb") as f:
+            wal = f.read()
+        with open(path, "rb") as f:
+            head = f.read(100)
+    except FileNotFoundError:
+        return
+    page_size = int.from_bytes(head[16:18], "big") if len(head) >= 18 else 0
+    page_size = 65536 if page_size == 1 else page_size
+    if page_size < 512:
+        return  # the database header is refused on its own
+    for order in ("<", ">"):  # both: the magic that says which may be the damage
+        at = _wal_damage(wal, page_size, order)
+        if at is not None:
+            where = "its header" if at < 0 else f"frame {at}"
+            raise LogFormatError(
+                f"{path} is damaged: its write-ahead log fails its checksum at {where} "
+                f"and committed transactions follow (not a torn write)"
+            )
 
 
 def _check_layout(path: str, layout: object) -> int:
@@ -335,6 +423,7 @@ def read_sqlite(path: str | os.PathLike[str]) -> tuple[int, list[LogRecord]]:
     Raises :class:`LogFormatError` like :class:`SQLiteLog`."""
     p = log_path(path, "SQLite log")
     _check_header(p)
+    _check_wal(p)
     uri = "file:" + urllib.parse.quote(os.path.abspath(p)) + "?mode=ro"
     with _refused_if_damaged(p):
         conn = sqlite3.connect(uri, uri=True)
@@ -375,6 +464,7 @@ class SQLiteLog:
         if not os.path.exists(self._path) or sniff(self._path) == "empty":
             _create(self._path)
         _check_header(self._path)
+        _check_wal(self._path)
         try:
             fd = os.open(self._path, os.O_RDWR)
         except OSError as exc:
