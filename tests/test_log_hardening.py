@@ -557,3 +557,60 @@ class TestUnderOpenBuffer:
             buf.append(Entry("more", Kind.REASONING, "still writing"))
         sink.close()
         assert _bodies(kind, path) == ["from the session", "still writing"]
+
+
+_PROBE = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+try:
+    # SQLite's SHARED lock range on the database file (PENDING_BYTE + 2, 510 bytes)
+    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 510, 0x40000002)
+    print("free")
+except OSError:
+    print("locked")
+"""
+
+
+def _sqlite_lock_held(path: Path) -> bool:
+    """Whether another process sees SQLite's POSIX SHARED lock on ``path``."""
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE, str(path)], capture_output=True, text=True, timeout=60
+    ).stdout.strip()
+    assert out in ("free", "locked"), out
+    return out == "locked"
+
+
+class TestSQLiteLocksSurvive:
+    """Closing any descriptor of a file drops every POSIX lock the process
+    holds on it, SQLite's included; a process whose SQLite lock is gone can
+    have its WAL checkpointed and deleted by another process's last close.
+    Refusing a second sink, or inspecting the log, in the process that
+    writes it must therefore never open and close the file."""
+
+    def test_a_refused_second_sink(self, tmp_path: Path) -> None:
+        path = tmp_path / "log.db"
+        buf = Buffer(log=SQLiteLog(path))
+        buf.append(Entry("a", Kind.REASONING, "x"))
+        buf.flush()
+        assert _sqlite_lock_held(path)
+        with pytest.raises(LogLocked):
+            SQLiteLog(path)
+        assert _sqlite_lock_held(path)  # before: dropped by the refused opener
+        buf.sink.close()  # type: ignore[union-attr]
+
+    def test_inspect_in_the_writing_process(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        from quiesce._log.inspect import main
+
+        path = tmp_path / "log.db"
+        buf = Buffer(log=SQLiteLog(path))
+        buf.append(Entry("a", Kind.REASONING, "x"))
+        buf.flush()
+        assert main([str(path)]) == 0
+        assert "1 records" in capsys.readouterr().out
+        assert _sqlite_lock_held(path)
+        buf.append(Entry("b", Kind.REASONING, "y"))
+        buf.flush()
+        buf.sink.close()  # type: ignore[union-attr]
+        assert _bodies("sqlite", path) == ["x", "y"]

@@ -43,7 +43,7 @@ from .._core.records import LogRecord, Tombstone
 from .._core.replay import replay
 from ._format import OPS, encode_json, log_path, sniff
 from .jsonl import read_jsonl
-from .sqlite import read_sqlite
+from .sqlite import _held_fd, read_sqlite
 
 __all__ = ["main", "printable"]
 
@@ -117,7 +117,8 @@ def _tomb_dict(t: Tombstone) -> dict[str, Any]:
 
 
 def _read(path: str) -> tuple[str, int, list[LogRecord], int]:
-    kind = sniff(log_path(path, "inspect"))
+    # A SQLite log this process writes is not opened again to sniff it.
+    kind = "sqlite" if _held_fd(path) is not None else sniff(log_path(path, "inspect"))
     if kind == "sqlite":
         fmt, records = read_sqlite(path)
         return kind, fmt, records, 0

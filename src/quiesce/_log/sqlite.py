@@ -103,7 +103,7 @@ import zlib
 from collections.abc import Iterator, Sequence
 from types import TracebackType
 
-from .._core.errors import InvalidArgument, InvalidType, LogFormatError
+from .._core.errors import InvalidArgument, InvalidType, LogFormatError, LogLocked
 from .._core.records import FORMAT, LogRecord
 from ._format import (
     APPLICATION_ID,
@@ -119,6 +119,11 @@ from ._format import (
     sniff,
     temp_name,
 )
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no advisory locks
+    fcntl = None  # type: ignore[assignment]
 
 __all__ = ["SQLITE_FORMAT", "SQLiteLog", "read_sqlite", "record_crc"]
 
@@ -176,8 +181,12 @@ _MIN_SQLITE = (3, 31, 0)
 def _check_header(path: str) -> None:
     """Refuse a non-quiesce or newer-format file from its header bytes alone
     (before SQLite opens it, so nothing can be written to it)."""
-    with open(path, "rb") as f:
-        header = f.read(100)
+    held = _held_fd(path)
+    if held is not None:
+        header = os.pread(held, 100, 0)
+    else:
+        with open(path, "rb") as f:
+            header = f.read(100)
     if not header.startswith(SQLITE_MAGIC):
         if sniff(path) == "jsonl":
             raise LogFormatError(f"{path} is a JSONL edit log; open it with JsonlLog")
@@ -233,8 +242,12 @@ def _wal_damage(wal: bytes, page_size: int, order: str) -> int | None:
     frame = 24 + page_size
     for k, off in enumerate(range(32, len(wal) - frame + 1, frame)):
         pgno, db_size, s1, s2, f0, f1 = struct.unpack(">6I", wal[off : off + 24])
-        local = (s1, s2) == (salt1, salt2) and pgno > 0 and (
-            _wal_sum(wal[off : off + 8] + wal[off + 24 : off + frame], order, *prev) == (f0, f1)
+        local = (
+            (s1, s2) == (salt1, salt2)
+            and pgno > 0
+            and (
+                _wal_sum(wal[off : off + 8] + wal[off + 24 : off + frame], order, *prev) == (f0, f1)
+            )
         )
         if bad is None:
             if not local:
@@ -270,6 +283,39 @@ def _check_wal(path: str) -> None:
                 f"{path} is damaged: its write-ahead log fails its checksum at {where} "
                 f"and committed transactions follow (not a torn write)"
             )
+
+
+#: Files a SQLiteLog of this process holds: (st_dev, st_ino) -> its lock
+#: descriptor. Nothing here opens and closes such a file again: on POSIX,
+#: closing *any* descriptor of a file drops every POSIX lock the process
+#: holds on it, SQLite's included (and another process could then take the
+#: log's WAL for abandoned and delete it).
+_HELD: dict[tuple[int, int], int] = {}
+_HELD_LOCK = threading.Lock()
+
+
+def _held_fd(path: str) -> int | None:
+    """The lock descriptor of this process's SQLiteLog on ``path``, if any."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return _HELD.get((st.st_dev, st.st_ino))
+
+
+def _writer_active(path: str) -> bool:
+    """Whether a ``SQLiteLog`` holds ``path`` open for writing now (its
+    exclusive ``flock`` refuses a shared one). Takes no lock it keeps."""
+    if fcntl is None:  # pragma: no cover - Windows
+        return False
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # before any SQLite connection of ours opens the file
+    return False
 
 
 def _check_layout(path: str, layout: object) -> int:
@@ -423,7 +469,10 @@ def read_sqlite(path: str | os.PathLike[str]) -> tuple[int, list[LogRecord]]:
     Raises :class:`LogFormatError` like :class:`SQLiteLog`."""
     p = log_path(path, "SQLite log")
     _check_header(p)
-    _check_wal(p)
+    # A live writer's WAL is not a crash's leftover (and a file this process
+    # holds must not be opened and closed again: see _HELD).
+    if _held_fd(p) is None and not _writer_active(p):
+        _check_wal(p)
     uri = "file:" + urllib.parse.quote(os.path.abspath(p)) + "?mode=ro"
     with _refused_if_damaged(p):
         conn = sqlite3.connect(uri, uri=True)
@@ -461,22 +510,33 @@ class SQLiteLog:
         self._timeout = float(timeout)
         self._lock = threading.Lock()
         self._commits = 0
-        if not os.path.exists(self._path) or sniff(self._path) == "empty":
-            _create(self._path)
-        _check_header(self._path)
-        _check_wal(self._path)
-        try:
-            fd = os.open(self._path, os.O_RDWR)
-        except OSError as exc:
-            if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+        with _HELD_LOCK:
+            # A file this process holds is refused before it is opened again:
+            # closing a second descriptor would drop the holder's POSIX locks.
+            if _held_fd(self._path) is not None:
+                raise LogLocked(
+                    f"{self._path} is open by another SQLiteLog (in this or another process): "
+                    f"one writer per log file"
+                )
+            if not os.path.exists(self._path) or sniff(self._path) == "empty":
+                _create(self._path)
+            _check_header(self._path)
+            try:
+                fd = os.open(self._path, os.O_RDWR)
+            except OSError as exc:
+                if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                    raise
+                fd = os.open(self._path, os.O_RDONLY)  # a read-only file still opens
+            try:
+                lock_exclusive(fd, self._path, "SQLiteLog")
+                _check_wal(self._path)  # under the lock: no writer is changing it
+            except BaseException:
+                os.close(fd)
                 raise
-            fd = os.open(self._path, os.O_RDONLY)  # a read-only file still opens
-        try:
-            lock_exclusive(fd, self._path, "SQLiteLog")
-        except BaseException:
-            os.close(fd)
-            raise
-        self._lock_fd = fd
+            st = os.fstat(fd)
+            self._held_key = (st.st_dev, st.st_ino)
+            _HELD[self._held_key] = fd
+            self._lock_fd = fd
         try:
             self._conn = self._connect()
         except BaseException:
@@ -575,7 +635,9 @@ class SQLiteLog:
             conn.close()
         fd, self._lock_fd = self._lock_fd, -1
         if fd >= 0:
-            os.close(fd)  # after the connection: this drops the process's POSIX locks
+            with _HELD_LOCK:
+                _HELD.pop(self._held_key, None)
+                os.close(fd)  # after the connection: this drops the process's POSIX locks
 
     def __del__(self) -> None:
         # Like a file object: a forgotten log releases its connection and lock.
