@@ -42,7 +42,9 @@ a :class:`~quiesce.QuiesceError` and a ``BlockingIOError``).
 Any content is safe to open: a line is parsed by :func:`~._format.decode_json`
 (any nesting depth, never ``RecursionError``) and every record is checked
 field by field, so a torn tail is skipped whatever it holds and damage is
-reported as :class:`LogFormatError`.
+reported as :class:`LogFormatError`. A batch whose commit line matches it
+(CRC and count) was written whole, so an invalid record inside it is refused
+rather than taken for a torn tail.
 
 Opening a file that is not a quiesce log, or a log from a newer format,
 raises :class:`LogFormatError` and writes nothing. A missing or empty file is
