@@ -223,32 +223,36 @@ def _wal_damage(wal: bytes, page_size: int, order: str) -> int | None:
     cumulative checksum fails and drops the rest silently: right for a torn
     write, wrong for a flipped bit with committed transactions behind it.
     A frame after the damage is checked *locally* (its checksum seeded with
-    its predecessor's stored one, its salts the header's); a crash can tear
-    only the transaction being written, so damage followed by the commit
-    frames of another transaction cannot be a torn write (as a JSONL commit
-    line after damage cannot)."""
+    its predecessor's stored or recomputed one, its salts the header's). A
+    crash can tear only the transaction being written, so damage followed by
+    the commit frames of another transaction cannot be a torn write (as a
+    JSONL commit line after damage cannot). The damaged frame's own commit
+    mark decides how many commits must follow (one after a damaged commit
+    frame, two otherwise): a flip that clears that mark itself can still pass
+    for a torn last transaction. O(WAL size)."""
     if len(wal) < 32:
         return None
     magic, version, _size, _ckpt, salt1, salt2, c0, c1 = struct.unpack(">8I", wal[:32])
-    header_ok = (
-        _WAL_MAGICS.get(magic) == order
-        and version == 3007000
-        and _wal_sum(wal[:24], order, 0, 0) == (c0, c1)
-    )
+    header_sum = _wal_sum(wal[:24], order, 0, 0)
+    header_ok = _WAL_MAGICS.get(magic) == order and version == 3007000 and header_sum == (c0, c1)
     bad: int | None = None if header_ok else -1
     need = 1  # commit frames after the damage that prove it is not a torn tail
     found = 0
-    prev = (c0, c1)
+    # The stored checksum of the previous frame, and the one computed over
+    # it: they differ only at the damaged frame, and either may be the true
+    # one (the flip hit its data, or its stored checksum).
+    prev_stored, prev_computed = (c0, c1), header_sum
     frame = 24 + page_size
     for k, off in enumerate(range(32, len(wal) - frame + 1, frame)):
         pgno, db_size, s1, s2, f0, f1 = struct.unpack(">6I", wal[off : off + 24])
-        local = (
-            (s1, s2) == (salt1, salt2)
-            and pgno > 0
-            and (
-                _wal_sum(wal[off : off + 8] + wal[off + 24 : off + frame], order, *prev) == (f0, f1)
+        data = wal[off : off + 8] + wal[off + 24 : off + frame]
+        computed = _wal_sum(data, order, *prev_stored)
+        local = (s1, s2) == (salt1, salt2) and pgno > 0
+        if local and computed != (f0, f1):
+            local = prev_computed != prev_stored and _wal_sum(data, order, *prev_computed) == (
+                f0,
+                f1,
             )
-        )
         if bad is None:
             if not local:
                 bad, need = k, 1 if db_size else 2
@@ -256,7 +260,7 @@ def _wal_damage(wal: bytes, page_size: int, order: str) -> int | None:
             found += 1
             if found >= need:
                 return bad
-        prev = (f0, f1)
+        prev_stored, prev_computed = (f0, f1), computed
     return None
 
 
