@@ -10,7 +10,7 @@ backlog, and the goals as measured ratios.
 
     python benchmarks/agent_loop.py [--quick] [--json PATH] [--repeats N] [--only IMPL]
 
-The code lives in ``quiesce._bench_agent`` (``benchmarks/`` is not installed),
+The code lives in ``quiesce.bench.agent`` (``benchmarks/`` is not installed),
 which also runs as the ``agent_loop`` section of ``quiesce bench``. The method
 is in its docstring.
 """
@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from quiesce._bench_agent import main as _main
+from quiesce.bench.agent import main as _main
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:

@@ -6,7 +6,7 @@ Measures mark_stale, append, snapshot pin/unpin, iteration, lookup, prune and
 edit side by side with dict, immutables.Map, copying a dict per version and
 aiorwlock, plus the memory pinned readers keep alive; prints the cases and a
 PASS/MISS table of the goals; with ``--out DIR`` writes ``DIR/results.json``.
-The method is described in ``quiesce._benchlib`` (the measuring code lives in
+The method is described in ``quiesce.bench.lib`` (the measuring code lives in
 the package, since ``benchmarks/`` is not installed); ``quiesce bench`` runs
 the same sections and also draws the plots.
 """
@@ -20,8 +20,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from quiesce._bench import write_json
-from quiesce._benchlib import CORE_SECTIONS, FULL, QUICK, format_report, run_suite
+from quiesce.bench.cli import write_json
+from quiesce.bench.lib import CORE_SECTIONS, FULL, QUICK, format_report, run_suite
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:

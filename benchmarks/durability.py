@@ -9,7 +9,7 @@ counted by the sink and by SQLite's statement trace); sustained appends with
 a flush every 10 ms (records/s, every one durable). Prints the cases and a
 PASS/MISS table of the goals; with ``--out PATH`` writes the results as JSON.
 
-The code lives in ``quiesce._bench_durability`` (``benchmarks/`` is not
+The code lives in ``quiesce.bench.durability`` (``benchmarks/`` is not
 installed), which also runs as the ``durability`` section of
 ``quiesce bench``; the method is in its docstring.
 """
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from quiesce._bench_durability import main as _main
+from quiesce.bench.durability import main as _main
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from quiesce._bench import main
+from quiesce.bench.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

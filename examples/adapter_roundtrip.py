@@ -40,7 +40,7 @@ def main() -> None:
         assert openai.render(snap) == MESSAGES, "a round trip gives the messages back"
         answer = snap.entries()[-1].id
 
-    buf.prune(["call_1", "call_1/result"], reason="dump is noise", actor="pruner", turn=41)
+    buf.prune(["call_1", "call_1#result"], reason="dump is noise", actor="pruner", turn=41)
     buf.mark_stale(answer, "superseded by a newer check", turn=42)
     with buf.snapshot() as snap:
         rendered = openai.render(snap)

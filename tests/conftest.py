@@ -83,3 +83,35 @@ def buf() -> Iterator[Buffer]:
     b = Buffer()
     yield b
     b._check(expect_no_pins=True)
+
+
+# -- PostgreSQL (issue 14) ----------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[Any]:
+    """A private PostgreSQL cluster for the whole session (tests/_pg.py).
+    Without server binaries the PostgreSQL tests skip, except under CI=true,
+    where that is a failure (.ci/run installs them)."""
+    import os
+
+    from _pg import Cluster, find_bindir, free_port
+
+    bindir = find_bindir()
+    if bindir is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("PostgreSQL server binaries (initdb, pg_ctl) not found under CI=true")
+        pytest.skip("PostgreSQL server binaries (initdb, pg_ctl) not found")
+    cluster = Cluster.create(bindir, free_port())
+    try:
+        yield cluster
+    finally:
+        cluster.destroy()
+
+
+@pytest.fixture
+def pg_dsn(pg_cluster: Any) -> str:
+    """A DSN into a fresh schema of the session's cluster (one per test)."""
+    from _pg import new_schema
+
+    return new_schema(pg_cluster.dsn)

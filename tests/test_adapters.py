@@ -1,4 +1,5 @@
-"""Chat adapters: OpenAI-style and Anthropic-style messages ⇄ entries."""
+"""Chat adapters: hand-written OpenAI-style and Anthropic-style transcripts
+(the shapes, generated round trips and SDK fixtures are in test_adapter_shapes.py)."""
 
 from __future__ import annotations
 
@@ -95,12 +96,13 @@ class TestOpenAIEntries:
         """System → INSTRUCTION; a result cites its call; a call's key is its
         tool name plus arguments."""
         entries = {e.id: e for e in openai.to_entries(OPENAI)}
-        assert entries["m0"].kind is Kind.INSTRUCTION
-        assert entries["m1"].kind is Kind.INSTRUCTION  # developer
+        by_body = {e.body: e for e in entries.values()}
+        assert by_body["You are an SRE agent."].kind is Kind.INSTRUCTION
+        assert by_body["Answer briefly."].kind is Kind.INSTRUCTION  # developer
         assert entries["call_1"].kind is Kind.TOOL_CALL
         assert entries["call_1"].key == 'kubectl {"cmd": "get pods"}'
-        assert entries["call_1/result"].kind is Kind.TOOL_OUTPUT
-        assert entries["call_1/result"].refs == ("call_1",)
+        assert entries["call_1#result"].kind is Kind.TOOL_OUTPUT
+        assert entries["call_1#result"].refs == ("call_1",)
         user = openai.to_entries(OPENAI[2:3], user_kind=Kind.REASONING)
         assert user[0].kind is Kind.REASONING
 
@@ -110,7 +112,7 @@ class TestOpenAIEntries:
         report = buf.prune(["call_3"], reason="noise")
         assert report["call_3"].status is Status.MARKED
         assert report["call_3"].refusal is Refusal.REFERENCED
-        report = buf.prune(["call_3", "call_3/result"], reason="dump is noise", turn=41)
+        report = buf.prune(["call_3", "call_3#result"], reason="dump is noise", turn=41)
         assert {o.status for o in report.values()} == {Status.PRUNED}
 
 
@@ -119,21 +121,21 @@ class TestOpenAIRender:
         """After pruning a pair, the transcript is valid and each removal is a
         one-line note after the leading system messages."""
         buf = loaded_openai()
-        buf.prune(["call_3", "call_3/result"], reason="dump is noise", turn=41)
+        buf.prune(["call_3", "call_3#result"], reason="dump is noise", turn=41)
         with buf.snapshot() as snap:
             msgs = openai.render(snap)
         openai.validate(msgs)
         assert [m["role"] for m in msgs[:3]] == ["system", "developer", "system"]
         assert msgs[2]["content"].splitlines()[1:] == [
-            "[call_3 pruned at turn 41: dump is noise]",
-            "[call_3/result pruned at turn 41: dump is noise]",
+            "[quiesce: call_3 pruned at turn 41: dump is noise]",
+            "[quiesce: call_3#result pruned at turn 41: dump is noise]",
         ]
         assert all("call_3" not in str(m.get("tool_calls")) for m in msgs)
 
     def test_result_pruned_alone_becomes_its_tombstone_note_in_place(self) -> None:
         """A result pruned without its call is answered by its tombstone note."""
         buf = loaded_openai()
-        buf.prune(["call_3/result"], reason="dump is noise", turn=41)
+        buf.prune(["call_3#result"], reason="dump is noise", turn=41)
         with buf.snapshot() as snap:
             msgs = openai.render(snap)
         openai.validate(msgs)
@@ -145,17 +147,17 @@ class TestOpenAIRender:
         assert msgs[i + 1] == {
             "role": "tool",
             "tool_call_id": "call_3",
-            "content": "[call_3/result pruned at turn 41: dump is noise]",
+            "content": "[quiesce: call_3#result pruned at turn 41: dump is noise]",
         }
-        assert not any("Removed from this context" in str(m["content"]) for m in msgs)
+        assert not any("removed from this context" in str(m["content"]) for m in msgs)
 
     def test_results_follow_their_call_after_a_move(self) -> None:
         """Even when a result was moved away in the window, it is rendered
         right after its call."""
         buf = loaded_openai()
-        assert buf.edit(EditPlan([Move("call_1/result")], reason="reorder")).applied
+        assert buf.edit(EditPlan([Move("call_1#result")], reason="reorder")).applied
         with buf.snapshot() as snap:
-            assert snap.entries()[-1].id == "call_1/result"
+            assert snap.entries()[-1].id == "call_1#result"
             msgs = openai.render(snap)
         openai.validate(msgs)
         assert msgs == OPENAI
@@ -168,7 +170,7 @@ class TestOpenAIRender:
         with buf.snapshot() as snap:
             msgs = openai.render(snap)
         openai.validate(msgs)
-        assert msgs[1]["content"] == "[no result recorded for c9]"
+        assert msgs[1]["content"] == "[quiesce: no result recorded for c9]"
 
     def test_stale_annotated_constraints_verbatim(self) -> None:
         """A marked entry gets a one-line stale note; a constraint made
@@ -183,12 +185,12 @@ class TestOpenAIRender:
         openai.validate(msgs)
         assert {"role": "system", "content": "do not modify files under /etc"} in msgs
         answer = next(m for m in msgs if m["role"] == "assistant" and m.get("tool_calls") is None)
-        assert answer["content"] == "[stale at turn 9: superseded]\nweb-0 is healthy."
+        assert answer["content"] == "[quiesce: stale at turn 9: superseded]\nweb-0 is healthy."
         result = next(m for m in msgs if m.get("tool_call_id") == "call_1")
-        assert result["content"].startswith("[stale at turn 9: old status]\n")
+        assert result["content"].startswith("[quiesce: stale at turn 9: old status]\n")
         with buf.snapshot() as snap:
             plain = openai.render(snap, annotate_stale=False)
-        assert "[stale" not in str(plain)
+        assert "stale" not in str(plain)
 
 
 class TestOpenAIBadInput:
@@ -198,7 +200,8 @@ class TestOpenAIBadInput:
             (
                 [{"role": "user", "content": "hi"}, {"role": "robot", "content": "x"}],
                 InvalidArgument,
-                r"^message 1: unknown role 'robot'",
+                r"^message 1: role must be one of \['assistant', 'developer', 'system', 'tool', "
+                r"'user'\], not 'robot'$",
             ),
             (
                 [
@@ -206,22 +209,22 @@ class TestOpenAIBadInput:
                     {"role": "tool", "tool_call_id": "zz", "content": "x"},
                 ],
                 InvalidArgument,
-                r"^message 1: tool result for 'zz' has no preceding tool call$",
+                r"^message 1: tool_call_id 'zz' answers no earlier tool call$",
             ),
             (
                 [{"role": "user", "content": ["hi"]}],
                 InvalidType,
-                r"^message 0: content must be a str, not list$",
+                r"^message 0: content\[0\] must be a dict$",
             ),
             (
                 [{"role": "user", "content": "a"}, {"role": "system", "content": None}],
                 InvalidType,
-                r"^message 1: content must be a str, not NoneType$",
+                r"^message 1: content must be a str or a list of parts$",
             ),
             (
                 [{"role": "assistant", "content": None, "tool_calls": [{"id": "c"}]}],
                 InvalidType,
-                r"^message 0: tool call 'c' needs a 'function' dict$",
+                r"^message 0: tool_calls\[0\].function must be a dict$",
             ),
             (
                 [{"role": "user", "content": "a"}, "not a dict"],
@@ -254,19 +257,22 @@ class TestOpenAIBadInput:
             buf, [{"role": "assistant", "content": None, "tool_calls": [call("c")]}]
         )
         openai.append_messages(buf, [{"role": "tool", "tool_call_id": "c", "content": "ok"}])
-        assert buf.head().live["c/result"].entry.refs == ("c",)
+        assert buf.head().live["c#result"].entry.refs == ("c",)
 
     def test_readmission_is_checked_before_anything_is_appended(self) -> None:
         """Re-running a pruned call is refused, naming the message."""
         buf = loaded_openai()
-        buf.prune(["call_3", "call_3/result"], reason="dump is noise", turn=41)
+        buf.prune(["call_3", "call_3#result"], reason="dump is noise", turn=41)
         version = buf.version
         again = [
             {"role": "user", "content": "check again"},
             {"role": "assistant", "content": None, "tool_calls": [call("call_9", "kubectl", "{}")]},
         ]
-        with pytest.raises(ReadmissionRefused, match=r"^message 1: content matches the tombstone"):
-            openai.append_messages(buf, again)
+        with pytest.raises(
+            ReadmissionRefused,
+            match=r"^message 1: entry 'call_9' matches the tombstone of 'call_3'",
+        ):
+            openai.append_messages(buf, again, readmit="refuse")
         assert buf.version == version
 
     def test_validate_accepts_results_in_any_order(self) -> None:
@@ -296,29 +302,29 @@ class TestAnthropic:
 
     def test_kinds_and_refs(self) -> None:
         entries = {e.id: e for e in anthropic.to_entries(ANTHROPIC, system=SYSTEM)}
-        assert entries["msystem"].kind is Kind.INSTRUCTION
-        assert entries["toolu_1"].key == 'kubectl {"cmd": "get"}'
-        assert entries["toolu_2/result"].refs == ("toolu_2",)
-        assert entries["toolu_2/result"].meta["is_error"] is True
+        assert next(iter(entries.values())).kind is Kind.INSTRUCTION
+        assert entries["toolu_1"].key == 'kubectl {"cmd":"get"}'
+        assert entries["toolu_2#result"].refs == ("toolu_2",)
+        assert entries["toolu_2#result"].content["is_error"] is True
 
     def test_render_after_pruning(self) -> None:
         """The pruned pair becomes notes in the system prompt; the other
         call keeps its result at the start of the next user message."""
         buf = loaded_anthropic()
-        buf.prune(["toolu_1", "toolu_1/result"], reason="dump is noise", turn=41)
+        buf.prune(["toolu_1", "toolu_1#result"], reason="dump is noise", turn=41)
         with buf.snapshot() as snap:
             out = anthropic.render(snap)
         anthropic.validate(out["messages"], system=out["system"])
         assert out["system"].endswith(
-            "[toolu_1 pruned at turn 41: dump is noise]\n"
-            "[toolu_1/result pruned at turn 41: dump is noise]"
+            "[quiesce: toolu_1 pruned at turn 41: dump is noise]\n"
+            "[quiesce: toolu_1#result pruned at turn 41: dump is noise]"
         )
         user = out["messages"][2]["content"]
         assert user[0]["tool_use_id"] == "toolu_2" and user[-1]["text"] == "Anything else?"
 
     def test_result_pruned_alone(self) -> None:
         buf = loaded_anthropic()
-        buf.prune(["toolu_2/result"], reason="flaky", turn=5)
+        buf.prune(["toolu_2#result"], reason="flaky", turn=5)
         with buf.snapshot() as snap:
             out = anthropic.render(snap)
         anthropic.validate(out["messages"])
@@ -326,7 +332,7 @@ class TestAnthropic:
         assert results[1] == {
             "type": "tool_result",
             "tool_use_id": "toolu_2",
-            "content": "[toolu_2/result pruned at turn 5: flaky]",
+            "content": "[quiesce: toolu_2#result pruned at turn 5: flaky]",
         }
 
     @pytest.mark.parametrize(
@@ -335,7 +341,7 @@ class TestAnthropic:
             (
                 [{"role": "system", "content": "x"}],
                 InvalidArgument,
-                r"^message 0: unknown role 'system'",
+                r"^message 0: role must be 'user' or 'assistant', not 'system'$",
             ),
             (
                 [
@@ -343,17 +349,22 @@ class TestAnthropic:
                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t"}]},
                 ],
                 InvalidArgument,
-                r"^message 1: tool_result for 't' has no preceding tool_use$",
+                r"^message 1: content\[0\].tool_use_id 't' answers no earlier tool_use$",
             ),
             (
                 [{"role": "user", "content": [{"type": "text", "text": 5}]}],
                 InvalidType,
-                r"^message 0: text must be a str, not int$",
+                r"^message 0: content\[0\].text must be a str, not int$",
             ),
             (
-                [{"role": "user", "content": [{"type": "image", "source": {}}]}],
-                InvalidArgument,
-                r"^message 0: unsupported content block 'image' in a user message$",
+                [{"role": "user", "content": [{"source": {}}]}],
+                InvalidType,
+                r"^message 0: content\[0\].type must be a str, not NoneType$",
+            ),
+            (
+                [{"role": "user", "content": [{"type": "tool_result"}]}],
+                InvalidType,
+                r"^message 0: content\[0\].tool_use_id must be a str, not NoneType$",
             ),
             ([{"role": "user", "content": 7}], InvalidType, r"^message 0: content must be a str"),
         ],
@@ -394,4 +405,4 @@ class TestCrossRendering:
         openai.validate(msgs)
         assert msgs[0] == {"role": "system", "content": SYSTEM}
         calls = [c for m in msgs for c in m.get("tool_calls") or ()]
-        assert calls[0]["function"] == {"name": "kubectl", "arguments": '{"cmd": "get"}'}
+        assert calls[0]["function"] == {"name": "kubectl", "arguments": '{"cmd":"get"}'}

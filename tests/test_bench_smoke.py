@@ -19,7 +19,7 @@ pytest.importorskip("matplotlib")
 pytest.importorskip("aiorwlock")
 
 from quiesce.__main__ import main as quiesce_main
-from quiesce._benchlib import SECTIONS, Config, SectionResult, section
+from quiesce.bench.lib import SECTIONS, Config, SectionResult, section
 
 ROOT = Path(__file__).resolve().parent.parent
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

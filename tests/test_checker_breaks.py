@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 import quiesce._core.buffer as core
+import quiesce._core.publish as publish
 from quiesce import (
     Buffer,
     EditPlan,
@@ -34,7 +35,10 @@ from quiesce import (
     ReadmissionRefused,
     Rewrite,
     Snapshot,
+    SnapshotReleased,
+    UnknownEntry,
 )
+from quiesce._core.draft import Draft
 from quiesce._core.version import Tombs
 from quiesce.testing import AnomalyKind, Recorder, check_history
 from test_simulation import FlakySink, run_schedule
@@ -51,7 +55,8 @@ def skip_grace_wait(mp: pytest.MonkeyPatch) -> None:
 
 def skip_reference_check(mp: pytest.MonkeyPatch) -> None:
     """Seed 000's dangling justification: no survivor is asked about."""
-    mp.setattr(core, "_cascade", lambda head, removal, refused: [])
+    for module in (core, publish):  # prune decides, the removal re-validates
+        mp.setattr(module, "cascade", lambda head, removal, refused: [])
 
 
 def drop_tombstones(mp: pytest.MonkeyPatch) -> None:
@@ -64,7 +69,7 @@ def read_head(mp: pytest.MonkeyPatch) -> None:
 
     def _v(self: Snapshot) -> Any:
         if self._version is None:
-            raise core.SnapshotReleased("released")
+            raise SnapshotReleased("released")
         return self._buffer._head
 
     mp.setattr(Snapshot, "_v", _v)
@@ -76,7 +81,7 @@ def refused_edit_applies(mp: pytest.MonkeyPatch) -> None:
 
     def leaky(self: Buffer, plan: EditPlan, refusals: Any, why: Any) -> Any:
         head = self._head
-        draft = core._Draft(head)
+        draft = Draft(head)
         n = head.number + 1
         changed = False
         for op in plan.ops:
@@ -92,14 +97,14 @@ def refused_edit_applies(mp: pytest.MonkeyPatch) -> None:
 
 def rewrite_drops_mark(mp: pytest.MonkeyPatch) -> None:
     """A rewrite forgets the entry's stale mark."""
-    original = core._Draft.replace
+    original = Draft.replace
 
     def replace(self: Any, entry: Entry, number: int) -> None:
         original(self, entry, number)
         if entry.id in self.marks:
             del self.marks[entry.id]
 
-    mp.setattr(core._Draft, "replace", replace)
+    mp.setattr(Draft, "replace", replace)
 
 
 def no_protection(mp: pytest.MonkeyPatch) -> None:
@@ -176,7 +181,7 @@ def garbage_resolve(mp: pytest.MonkeyPatch) -> None:
         got = cache.get(entry_id)
         if got is not None:
             return got
-        raise core.UnknownEntry(entry_id)
+        raise UnknownEntry(entry_id)
 
     mp.setattr(Buffer, "append", append)
     mp.setattr(Snapshot, "resolve", resolve)
@@ -233,7 +238,7 @@ def split_edit(mp: pytest.MonkeyPatch) -> None:
     def two_step(self: Buffer, plan: EditPlan, head: Any, rewrites: Any, *rest: Any) -> Any:
         if len(rewrites) < 2:
             return original(self, plan, head, rewrites, *rest)
-        draft = core._Draft(head)
+        draft = Draft(head)
         draft.replace(rewrites[0][1], head.number + 1)
         half = draft.finish(head.number + 1)
         self._head = half
@@ -448,7 +453,7 @@ def test_intermediate_read_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     def two_step(self: Buffer, plan: EditPlan, head: Any, rewrites: Any, *rest: Any) -> Any:
         if len(rewrites) < 2:
             return original(self, plan, head, rewrites, *rest)
-        draft = core._Draft(head)
+        draft = Draft(head)
         _old, new = rewrites[0]
         draft.replace(new, head.number + 1)
         half = draft.finish(head.number + 1)
@@ -517,7 +522,7 @@ def test_drained_removal_is_not_the_callers_effect() -> None:
         t.start()
         t.join()
         assert "a" in buf.head().live
-        with pytest.raises(core.UnknownEntry):
+        with pytest.raises(UnknownEntry):
             rec.mark_stale("never-existed", "stale")  # fails inside the outer write
         assert "a" in buf.head().live  # never applied in the middle of a write
     finally:

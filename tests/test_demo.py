@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from quiesce import _demo
 from quiesce.__main__ import main as cli
+from quiesce.demo import app as _demo
 
 FAST = ["--tick", "0", "--turns", "40", "--plain"]
 

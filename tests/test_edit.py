@@ -16,6 +16,7 @@ from quiesce import (
     InvalidArgument,
     Kind,
     Move,
+    Override,
     Prune,
     Refusal,
     Rewrite,
@@ -149,11 +150,18 @@ class TestSummarize:
         assert window(buf) == ["p", "s"]
 
     def test_summary_of_an_immutable_kind_becomes_immutable(self, buf: Buffer) -> None:
-        """A summary entry of kind CONSTRAINT is admitted and from then on is
-        immutable like any constraint: it cannot be rewritten."""
+        """A summary entry of kind CONSTRAINT is admitted (only from the host,
+        with an override: issue 11, defect 9) and from then on is immutable
+        like any constraint: it cannot be rewritten."""
         fill(buf, reasoning("a"), reasoning("b"))
         c = entry("c", Kind.CONSTRAINT, "keep answers under 100 words")
-        assert buf.edit(EditPlan([Summarize(("a", "b"), c)], reason="consolidate")).applied
+        plan = EditPlan(
+            [Summarize(("a", "b"), c)],
+            reason="consolidate",
+            actor="host",
+            override=Override("the host consolidates its rules", 0),
+        )
+        assert buf.edit(plan).applied
         assert refused(buf, EditPlan([Rewrite("c", "shorter")], reason="x")).refusals == (
             Refusal.IMMUTABLE,
         )

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import pytest
 
@@ -14,9 +17,14 @@ from quiesce import (
     DanglingReference,
     DuplicateEntry,
     Entry,
+    InvalidArgument,
+    InvalidType,
     Kind,
+    Override,
+    Rewrite,
     Tombstone,
 )
+from quiesce._core.entry import MAX_DEPTH, content_hash, thaw
 
 
 class TestEntry:
@@ -108,3 +116,153 @@ class TestAppend:
         assert (tomb.id, tomb.reason, tomb.turn, tomb.actor) == ("a", "stale", 4, "pruner")
         assert tomb == buf.tombstones["a"]
         assert buf.version == v
+
+
+class TestContent:
+    """Structured content (issue 12): frozen, JSON-encodable, hashed, given back."""
+
+    BLOCK: ClassVar[dict[str, Any]] = {
+        "type": "image",
+        "source": {"type": "base64", "data": "aGk="},
+        "n": [1, 2.5, None],
+    }
+
+    def test_content_is_frozen_and_thaws_back_unchanged(self) -> None:
+        """The caller's dict is copied deep; thaw gives back plain, equal JSON."""
+        block = {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}
+        e = Entry("a", Kind.REASONING, "hi", content=block)
+        block["cache_control"]["type"] = "changed"
+        assert thaw(e.content) == {
+            "type": "text",
+            "text": "hi",
+            "cache_control": {"type": "ephemeral"},
+        }
+        with pytest.raises(TypeError):
+            e.content["text"] = "x"
+        assert isinstance(e.content["cache_control"], Mapping)
+
+    def test_content_is_part_of_the_hash(self) -> None:
+        """Two entries with one body and different content hash differently;
+        without content the hash is seed 002's sha256(body)."""
+        a = Entry("a", Kind.REASONING, "[image]", content=self.BLOCK)
+        b = Entry("b", Kind.REASONING, "[image]", content={**self.BLOCK, "n": []})
+        plain = Entry("c", Kind.REASONING, "[image]")
+        assert len({a.content_hash, b.content_hash, plain.content_hash}) == 3
+        assert plain.content_hash == content_hash("[image]")
+        assert Entry("d", Kind.REASONING, "[image]", content=self.BLOCK).content_hash == (
+            a.content_hash
+        )
+
+    def test_dict_round_trip_with_content(self) -> None:
+        """to_dict is plain JSON; from_dict gives an equal entry and hash; a
+        dict written before content existed still loads."""
+        e = Entry("a", Kind.REASONING, "x", meta={"m": [1, {"k": "v"}]}, content=self.BLOCK)
+        d = e.to_dict()
+        assert json.loads(json.dumps(d)) == d
+        back = Entry.from_dict(d)
+        assert back == e and back.content_hash == e.content_hash
+        old = {
+            "id": "o",
+            "kind": "reasoning",
+            "body": "x",
+            "refs": [],
+            "turn": None,
+            "key": None,
+            "meta": {},
+        }
+        assert Entry.from_dict(old).content is None
+        assert "content" not in Entry.from_dict(old).to_dict()
+
+    def test_meta_is_deep_frozen(self) -> None:
+        """Nested meta is copied and read-only (lists become tuples)."""
+        inner = {"tags": ["a"]}
+        e = Entry("a", Kind.REASONING, "x", meta={"inner": inner})
+        inner["tags"].append("b")
+        assert thaw(e.meta) == {"inner": {"tags": ["a"]}}
+        with pytest.raises(TypeError):
+            e.meta["inner"]["tags"] = []
+
+    def test_a_rewrite_drops_content_a_refs_change_keeps_it(self) -> None:
+        """replace(body=new) describes new bytes: the old blocks go."""
+        e = Entry("a", Kind.REASONING, "x", content=self.BLOCK)
+        assert e.replace(body="y").content is None
+        assert e.replace(refs=()).content == e.content
+        assert e.replace(body="x").content == e.content
+
+    @pytest.mark.parametrize(
+        ("meta", "error", "match"),
+        [
+            ({(1, 2): "x"}, InvalidType, r"^meta keys must be str, not tuple \(\(1, 2\)\)$"),
+            ({"x": float("nan")}, InvalidArgument, r"^meta must be finite JSON numbers, not nan$"),
+            ({"x": float("inf")}, InvalidArgument, r"^meta must be finite JSON numbers, not inf$"),
+            ({"x": {1, 2}}, InvalidType, r"^meta must hold only JSON values, not set$"),
+            ({"x": b"raw"}, InvalidType, r"^meta must hold only JSON values, not bytes$"),
+            ({"x": "\ud83d"}, InvalidArgument, r"^meta contains a lone surrogate '\\ud83d' at"),
+            ({"\udc00": 1}, InvalidArgument, r"^a key in meta contains a lone surrogate"),
+        ],
+    )
+    def test_bad_meta_is_refused_at_construction(
+        self, meta: dict[Any, Any], error: type[Exception], match: str
+    ) -> None:
+        """What a log could not encode never gets into an entry."""
+        with pytest.raises(error, match=match):
+            Entry("a", Kind.REASONING, "x", meta=meta)
+        with pytest.raises(error, match=match.replace("meta", "content", 1)):
+            Entry("a", Kind.REASONING, "x", content=meta)
+
+    def test_depth_limit(self) -> None:
+        """MAX_DEPTH levels are accepted; one more is refused (meta ~990 deep
+        used to wedge the log at flush)."""
+
+        def nest(n: int) -> object:
+            v: object = 1
+            for _ in range(n):
+                v = [v]
+            return v
+
+        Entry("a", Kind.REASONING, "x", content=nest(MAX_DEPTH))
+        with pytest.raises(InvalidArgument, match=rf"^content nests deeper than {MAX_DEPTH}"):
+            Entry("a", Kind.REASONING, "x", content=nest(MAX_DEPTH + 1))
+        with pytest.raises(InvalidArgument, match=rf"^meta nests deeper than {MAX_DEPTH}"):
+            Entry("a", Kind.REASONING, "x", meta={"k": nest(990)})
+
+    @pytest.mark.parametrize("field", ["id", "body", "key", "ref"])
+    def test_lone_surrogates_are_refused_in_every_text_field(self, field: str) -> None:
+        """One rule for all text: a lone surrogate is InvalidArgument."""
+        bad = "cut emoji \ud83d"
+        kwargs: dict[str, Any] = {"id": "a", "kind": Kind.REASONING, "body": "x"}
+        if field == "ref":
+            kwargs["refs"] = (bad,)
+        else:
+            kwargs[field] = bad
+        with pytest.raises(InvalidArgument, match=r"contains a lone surrogate '\\ud83d'"):
+            Entry(**kwargs)
+
+    def test_lone_surrogates_refused_in_reasons_actors_and_rewrites(self, buf: Buffer) -> None:
+        """Marks, prunes, overrides and rewrites follow the same rule; the
+        head is unchanged."""
+        fill(buf, reasoning("a"))
+        v = buf.version
+        with pytest.raises(InvalidArgument, match=r"^reason contains a lone surrogate"):
+            buf.mark_stale("a", "bad \udfff")
+        with pytest.raises(InvalidArgument, match=r"^actor contains a lone surrogate"):
+            buf.prune(["a"], reason="r", actor="\ud800")
+        with pytest.raises(InvalidArgument, match=r"^rewrite body contains a lone surrogate"):
+            Rewrite("a", "x\ud800")
+        with pytest.raises(InvalidArgument, match=r"^override reason contains a lone surrogate"):
+            Override("\ud800", 1)
+        assert buf.version == v
+
+    def test_sealed_is_derived_from_content(self) -> None:
+        """thinking, redacted_thinking and reasoning with encrypted_content are sealed."""
+
+        def sealed(content: object) -> bool:
+            return Entry("a", Kind.REASONING, "x", content=content).sealed
+
+        assert sealed({"type": "thinking", "thinking": "t", "signature": "s"})
+        assert sealed({"type": "redacted_thinking", "data": "d"})
+        assert sealed({"type": "reasoning", "id": "rs", "summary": [], "encrypted_content": "e"})
+        assert not sealed({"type": "reasoning", "id": "rs", "summary": []})
+        assert not sealed({"type": "text", "text": "t"})
+        assert not sealed(["thinking"])
+        assert not Entry("a", Kind.REASONING, "x").sealed

@@ -19,6 +19,7 @@ def test_the_examples_are_there() -> None:
         "supervisor.py",
         "durability.py",
         "adapter_roundtrip.py",
+        "thinking_loop.py",
     } <= names
 
 

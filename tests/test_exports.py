@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import enum
 import inspect
+from typing import Any
 
 import pytest
 
@@ -106,7 +107,12 @@ def test_enum_members_match_the_contract() -> None:
         "CONFLICT",
         "UNKNOWN",
     }
-    assert {m.name for m in quiesce.EscalationKind} == {"REFUSED_EDIT", "READER_PINNED", "BACKLOG"}
+    assert {m.name for m in quiesce.EscalationKind} == {
+        "REFUSED_EDIT",
+        "READER_PINNED",
+        "BACKLOG",
+        "OSCILLATION",
+    }
     assert {m.name for m in quiesce.Kind} == {
         "REASONING",
         "NEGATIVE",
@@ -164,3 +170,95 @@ def test_core_imports_no_event_loop() -> None:
         for lib in ("asyncio", "trio", "anyio"):
             assert f"import {lib}" not in text, f"{path.name} imports {lib}"
             assert f"from {lib}" not in text, f"{path.name} imports {lib}"
+
+
+def _imports(path: Any, package: str) -> list[tuple[str, bool]]:
+    """The quiesce modules ``path`` imports, each with whether the import runs
+    (``False``: under ``if TYPE_CHECKING:``). Relative imports are resolved
+    against ``package``; ``from . import x`` names the submodule ``x``."""
+    import ast
+    import pathlib
+
+    src = pathlib.Path(quiesce.__file__).parent.parent
+    tree = ast.parse(path.read_text())
+    typing_only: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for sub in node.body:
+                typing_only.update(id(n) for n in ast.walk(sub))
+    out: list[tuple[str, bool]] = []
+    for node in ast.walk(tree):
+        runs = id(node) not in typing_only
+        if isinstance(node, ast.Import):
+            out += [(a.name, runs) for a in node.names if a.name.split(".")[0] == "quiesce"]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            if module.split(".")[0] != "quiesce":
+                continue
+            for a in node.names:
+                sub = src.joinpath(*f"{module}.{a.name}".split("."))
+                if sub.with_suffix(".py").exists() or sub.is_dir():
+                    out.append((f"{module}.{a.name}", runs))
+                else:
+                    out.append((module, runs))
+    return out
+
+
+def _modules() -> dict[str, Any]:
+    import pathlib
+
+    root = pathlib.Path(quiesce.__file__).parent
+    out = {}
+    for path in root.rglob("*.py"):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def test_no_runtime_import_circle_in_src() -> None:
+    """No module of ``src/quiesce`` reaches itself through imports that run
+    (at module level or inside a function); imports made only for type
+    checking may close a circle (issue 15)."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        graph[name] = {m for m, runs in _imports(path, package) if runs and m in modules} - {name}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for n in sorted(graph[m]):
+            if state.get(n) == 1:
+                circle = [*stack[stack.index(n) :], n]
+                raise AssertionError("import circle: " + " -> ".join(circle))
+            if n not in state:
+                visit(n)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
+
+
+@pytest.mark.parametrize("app", ["quiesce.bench", "quiesce.demo"])
+def test_bench_and_demo_import_only_the_public_api(app: str) -> None:
+    """``quiesce bench`` and ``quiesce demo`` are applications of the public
+    API: they import ``quiesce`` and ``quiesce.testing`` and their own
+    modules, never ``quiesce._core`` or another private module (issue 15)."""
+    for name, path in _modules().items():
+        if name != app and not name.startswith(app + "."):
+            continue
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for module, _runs in _imports(path, package):
+            allowed = module in ("quiesce", "quiesce.testing") or module.startswith(app + ".")
+            assert allowed, f"{name} imports {module}"

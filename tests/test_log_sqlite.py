@@ -80,13 +80,13 @@ class TestSchema:
                 assert json.loads(row["ids"]) == rec["ids"]
 
     def test_any_string_round_trips(self, tmp_path: Path) -> None:
-        """Non-ASCII text and lone surrogates (which are not valid UTF-8) are
-        recovered exactly: the stored record is ASCII JSON. (The generated
+        """Non-ASCII text is recovered exactly: the stored record is ASCII
+        JSON (lone surrogates are refused before they reach a log, issue 12). (The generated
         display column holds what SQLite's json_extract makes of it.)"""
         path = tmp_path / "log.db"
         buf = Buffer(log=SQLiteLog(path))
-        buf.append(Entry("u", Kind.REASONING, "naïve — 日本語 \x00", meta={"k": "\udfff"}))
-        buf.mark_stale("u", "lone \ud800 surrogate")
+        buf.append(Entry("u", Kind.REASONING, "naïve — 日本語 \x00", meta={"k": "\U0001f600"}))
+        buf.mark_stale("u", "emoji \U0001f600 reason")
         buf.flush()
         before = state(buf)
         buf.sink.close()  # type: ignore[union-attr]
@@ -94,7 +94,7 @@ class TestSchema:
         with _raw(path) as conn:
             conn.text_factory = bytes
             reasons = [r[0] for r in conn.execute("SELECT reason FROM quiesce_log")]
-        assert reasons == [None, "lone \ud800 surrogate".encode("utf-8", "surrogatepass")]
+        assert reasons == [None, "emoji \U0001f600 reason".encode()]
 
     def test_is_a_log_sink(self, tmp_path: Path) -> None:
         with SQLiteLog(tmp_path / "log.db") as log:

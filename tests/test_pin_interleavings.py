@@ -1,16 +1,19 @@
 """A deterministic interleaving explorer for the lock-free pin protocol.
 
-What it does. The explorer drives the REAL code of ``quiesce/_core/buffer.py``
-(no model). Each actor -- a reader doing ``with buf.snapshot(): ...``, a
+What it does. The explorer drives the REAL code of the buffer (no model):
+``quiesce/_core/pins.py`` (the pin protocol), ``grace.py`` (the due
+hand-off), ``publish.py``, ``buffer.py``, ``edit.py``, ``check.py`` and
+``draft.py`` -- the modules ``Buffer`` is composed of, "the buffer's files"
+below. Each actor -- a reader doing ``with buf.snapshot(): ...``, a
 writer doing ``mark_stale``/``prune``/``append``, an unpinner, a monitor
 calling ``oldest_pin()`` -- runs in its own ``threading.Thread``. A trace
 function, installed with ``sys.settrace`` inside the actor threads only
 (the main thread and pytest's threads are never traced), parks the thread
-at every ``line`` event of a frame whose code was compiled from
-``buffer.py``, on a per-actor semaphore. The scheduler (the test's main
+at every ``line`` event of a frame whose code was compiled from one of
+the buffer's files, on a per-actor semaphore. The scheduler (the test's main
 thread) grants one step at a time: the granted thread runs until it parks
 at its next line, and only then is the next thread picked. Code outside
-buffer.py (persistent maps, ``tasks.current_task``, the actor's own code)
+the buffer's files (persistent maps, ``tasks.current_task``, the actor's own code)
 runs inside the step that calls it. Exactly one actor runs at any moment,
 so a run is a pure function of the scheduler's choices, which come from an
 RNG seeded with ``(scenario, strategy, mode, seed)``: every run replays from
@@ -20,13 +23,13 @@ replays exactly through ``explore(..., forced=...)``.
 Steps. Mode ``protocol`` (the default) steps every line of the functions
 in ``PROTOCOL``: the readers' paths (pin, reads, unpin), the walk of the pin
 order, due signalling and draining, and the writers' steps that publish,
-stage, decide and apply. The rest of buffer.py (the bodies of
-``_prune_locked`` and ``_remove_groups``, ``_cascade``, ``_Draft``, records)
+stage, decide and apply. The rest of the buffer's files (the bodies of
+``_prune_locked`` and ``_remove_groups``, ``cascade``, ``Draft``, records)
 runs inside the step that calls it: it works on writer-private state under
 the write lock, and each shared store it makes is still separated from the
 next shared access by a step boundary. This cuts a prune from ~400 steps to
 ~100, which is what lets random schedules reach the races. Mode ``full``
-steps every line of buffer.py; mode ``opcode`` steps every *bytecode* of the
+steps every line of the buffer's files; mode ``opcode`` steps every *bytecode* of the
 ``PROTOCOL`` functions (``frame.f_trace_opcodes``). A line is not quite one
 atomic step: ``if self._head.number != n and not readers:`` is two reads and
 a real GIL switch can fall between them. Both are run on fewer seeds.
@@ -104,9 +107,28 @@ import pytest
 
 from quiesce import Buffer, Entry, Kind, Snapshot, Status
 from quiesce._core import buffer as buffer_mod
+from quiesce._core import check, draft, edit, grace, pins, publish
 
-#: code compiled from this file is stepped line by line (co_filename as imported)
-TRACED_FILE = Snapshot.__enter__.__code__.co_filename
+#: the modules the buffer is composed of: code compiled from their files is
+#: stepped (co_filename as imported); the pin protocol is in pins.py, the
+#: due hand-off in grace.py
+TRACED_MODULES = (buffer_mod, pins, grace, publish, edit, check, draft)
+TRACED_FILES = frozenset(m.__file__ for m in TRACED_MODULES)
+assert Snapshot.__enter__.__code__.co_filename in TRACED_FILES
+
+
+def lookup(qualname: str) -> Any:
+    """The function (or class) of the traced modules called ``qualname``
+    (``Pins._last_unpin``, ``Snapshot.__enter__``, ``components``): its owner
+    is looked up in each module, then the attribute path inside it."""
+    head, *path = qualname.split(".")
+    for module in TRACED_MODULES:
+        obj = vars(module).get(head)
+        if obj is not None and getattr(obj, "__module__", None) == module.__name__:
+            for part in path:
+                obj = vars(obj)[part] if part in vars(obj) else getattr(obj, part)
+            return obj
+    raise LookupError(qualname)
 
 STEP_TIMEOUT = 10.0  # a granted step must reach its next line within this
 GATE_TIMEOUT = 60.0  # a parked actor gives up when nobody grants it for this long
@@ -299,7 +321,7 @@ class Scripted(Strategy):
 
 class Pause(Sleepy):
     """Sleepy, plus a pause point: every time an actor parks at ``point`` (a
-    line of buffer.py, qualname and number) it falls asleep for 1..``longest``
+    line of the buffer's files, qualname and number) it falls asleep for 1..``longest``
     steps. Sweeping the point over every line of the lock-free functions
     (``sweep_points``) puts a long preemption at each place a reader can be
     descheduled, instead of hoping a random one lands there."""
@@ -322,20 +344,17 @@ class Pause(Sleepy):
 
 
 #: the lock-free paths: a reader can be descheduled at any line of these
-LOCK_FREE = ("Snapshot.__enter__", "Snapshot.__exit__", "Buffer._last_unpin",
-             "Buffer._trim_pins", "Buffer._oldest_pin")
+LOCK_FREE = ("Snapshot.__enter__", "Snapshot.__exit__", "Pins._last_unpin",
+             "Pins._trim_pins", "Pins._oldest_pin", "Grace._horizon")
 
 
 def sweep_points(qualnames: Sequence[str] = LOCK_FREE, *, opcodes: bool = False) -> list[Point]:
-    """Every line with code of the given functions of buffer.py (as they are
+    """Every line with code of the given functions of the buffer's files (as they are
     now: a monkeypatched copy has its own lines); with ``opcodes``, every
     instruction instead, as (qualname, line, offset)."""
     out: list[Point] = []
     for qualname in qualnames:
-        obj: Any = buffer_mod
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-        code = obj.__code__
+        code = lookup(qualname).__code__
         if opcodes:
             out.extend(
                 (qualname, ins.positions.lineno, ins.offset)
@@ -364,11 +383,8 @@ def make_strategy(name: str, rng: random.Random, n: int, horizon: int) -> Strate
 
 def probe_line(qualname: str, anchor: str, offset: int = 0) -> tuple[str, int]:
     """(qualname, line number) of the line ``offset`` lines after the one in
-    ``qualname`` (a function of buffer.py) that contains ``anchor``."""
-    obj: Any = buffer_mod
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    lines, first = inspect.getsourcelines(obj)
+    ``qualname`` (a function of the buffer's files) that contains ``anchor``."""
+    lines, first = inspect.getsourcelines(lookup(qualname))
     hits = [k for k, text in enumerate(lines) if anchor in text]
     assert len(hits) == 1, f"{anchor!r} is not on exactly one line of {qualname}"
     return qualname, first + hits[0] + offset
@@ -378,13 +394,13 @@ PROBES: dict[str, tuple[str, int]] = {
     # the pin withdraws: a write landed between reading the head and validating
     "withdraw": probe_line("Snapshot.__enter__", "del readers[self]"),
     # an unpinner (or writer) found the write lock busy and left the due flag
-    "drain_busy": probe_line("Buffer._drain_due", "acquire(blocking=False)", 1),
+    "drain_busy": probe_line("Grace._drain_due", "acquire(blocking=False)", 1),
     # a last unpin of a non-head version freed its set
-    "free_set": probe_line("Buffer._last_unpin", "self._pins.pop(n, None)"),
+    "free_set": probe_line("Pins._last_unpin", "self._pins.pop(n, None)"),
     # the walker popped a finished version off the pin order
-    "walk_pop": probe_line("Buffer._oldest_pin", "order.popleft()"),
+    "walk_pop": probe_line("Pins._oldest_pin", "order.popleft()"),
     # a due removal was signalled from an unpin
-    "signal": probe_line("Buffer._last_unpin", "self._signal_due()"),
+    "signal": probe_line("Pins._last_unpin", "self._signal_due()"),
 }
 
 
@@ -450,16 +466,13 @@ def source_line(qualname: str, line: int) -> str:
     patched = _PATCHED.get(qualname)
     if patched is not None:
         code, lines = patched
-        obj: Any = buffer_mod
-        for part in qualname.split("."):
-            obj = getattr(obj, part, None)
-        if getattr(obj, "__code__", None) is code:
+        if getattr(lookup(qualname), "__code__", None) is code:
             return lines.get(line, "").strip()
-    return linecache.getline(TRACED_FILE, line).strip()
+    return linecache.getline(lookup(qualname).__code__.co_filename, line).strip()
 
 
 class Explorer:
-    """Runs actors in threads one line of buffer.py at a time (see module doc)."""
+    """Runs actors in threads one line of the buffer's files at a time (see module doc)."""
 
     def __init__(
         self,
@@ -515,7 +528,7 @@ class Explorer:
 
     def _tracer(self, actor: Actor) -> Callable[[FrameType, str, Any], Any]:
         park = self.park
-        traced = TRACED_FILE
+        traced = TRACED_FILES
         focus = self.focus
         opcodes = self.granularity == "opcode"
         step_event = "opcode" if opcodes else "line"
@@ -528,7 +541,9 @@ class Explorer:
 
         def global_(frame: FrameType, event: str, arg: Any) -> Any:
             code = frame.f_code
-            if code.co_filename != traced or (focus is not None and code.co_qualname not in focus):
+            if code.co_filename not in traced or (
+                focus is not None and code.co_qualname not in focus
+            ):
                 return None
             if opcodes:
                 frame.f_trace_opcodes = True
@@ -1094,22 +1109,22 @@ SCENARIOS: dict[str, Callable[[], Setup]] = {
 #: Functions stepped line by line in the "protocol" mode: the readers' paths
 #: (pin, reads, unpin), the walk of the pin order, due signalling and draining,
 #: and the writers' steps that publish, stage, decide and apply. Everything
-#: else in buffer.py (_prune_locked's and _remove_groups' bodies, _cascade,
-#: _components, _Draft, records) runs inside the step that calls it: it works
+#: else in the buffer's files (_prune_locked's and _remove_groups' bodies, cascade,
+#: components, Draft, records) runs inside the step that calls it: it works
 #: on writer-private state under the write lock, and the shared stores it
 #: makes (a new head; the heap, through the traced _stage / _pop_due) are
 #: still separated from the next shared access by a step boundary.
 PROTOCOL = frozenset({
     "Buffer.snapshot", "Snapshot.__enter__", "Snapshot.__exit__", "Snapshot._v",
     "Snapshot.version", "Snapshot.entries", "Snapshot.is_stale", "Buffer.version",
-    "Buffer._last_unpin", "Buffer._trim_pins", "Buffer._oldest_pin", "Buffer.oldest_pin",
-    "Buffer.has_due", "Buffer._signal_due", "Buffer._drain_due", "Buffer._release",
-    "Buffer.mark_stale", "Buffer.append", "Buffer.prune", "Buffer._stage",
-    "Buffer.apply_due", "Buffer._apply_due_locked", "Buffer._pop_due",
+    "Pins._last_unpin", "Pins._trim_pins", "Pins._oldest_pin", "Pins.oldest_pin",
+    "Grace.has_due", "Grace._signal_due", "Grace._drain_due", "Grace._release",
+    "Buffer.mark_stale", "Buffer.append", "Buffer.prune", "Grace._stage",
+    "Publisher.apply_due", "Publisher._apply_due_locked", "Grace._pop_due", "Grace._horizon",
 })
 
 #: mode -> (granularity, focus): "protocol" (the default), "full" (every line
-#: of buffer.py), "opcode" (every bytecode of the protocol functions)
+#: of the buffer's files), "opcode" (every bytecode of the protocol functions)
 MODES: dict[str, tuple[str, frozenset[str] | None]] = {
     "protocol": ("line", PROTOCOL),
     "full": ("line", None),
@@ -1179,28 +1194,25 @@ def explore(
 
 # ---------------------------------------------------------------------------
 # Deliberate breaks: a copy of a real function with one edit, compiled with
-# buffer.py's filename and line numbers (so the tracer steps through it like
-# the original) and executed in the buffer module's namespace.
+# the original's filename and line numbers (so the tracer steps through it like
+# the original) and executed in its own module's namespace.
 
 
 def broken(qualname: str, old: str, new: str) -> Callable[..., Any]:
-    owner: Any = buffer_mod
-    *path, name = qualname.split(".")
-    for part in path:
-        owner = getattr(owner, part)
-    func = getattr(owner, name)
+    func = lookup(qualname)
+    name = qualname.rsplit(".", 1)[-1]
     lines, first = inspect.getsourcelines(func)
     src = "".join(lines)
     assert src.count(old) == 1, f"{old!r} is not in {qualname} exactly once"
     code = compile(
         "\n" * (first - 1) + textwrap.dedent(src.replace(old, new)),
-        TRACED_FILE,
+        func.__code__.co_filename,
         "exec",
         flags=__future__.annotations.compiler_flag,
         dont_inherit=True,
     )
     namespace: dict[str, Any] = {}
-    exec(code, vars(buffer_mod), namespace)
+    exec(code, func.__globals__, namespace)
     fn = namespace[name]
     fn.__code__ = fn.__code__.replace(co_qualname=qualname)
     fn.__qualname__ = qualname
@@ -1344,7 +1356,7 @@ class TestPausePoints:
 
 
 class TestOtherGranularities:
-    """The same scenarios stepped at every line of buffer.py (writer helpers
+    """The same scenarios stepped at every line of the buffer's files (writer helpers
     included), and at every bytecode of the protocol functions (a thread
     switch can fall inside a line: ``a and b`` is two reads)."""
 
@@ -1360,9 +1372,9 @@ class TestOtherGranularities:
 
     @pytest.mark.parametrize(
         "point",
-        [p for p in sweep_points(["Buffer._last_unpin", "Buffer._oldest_pin"], opcodes=True)
-         if p[1] in (probe_line("Buffer._last_unpin", "self._head.number != n")[1],
-                     probe_line("Buffer._oldest_pin", "self._head.number == n")[1])],
+        [p for p in sweep_points(["Pins._last_unpin", "Pins._oldest_pin"], opcodes=True)
+         if p[1] in (probe_line("Pins._last_unpin", "self._head.number != n")[1],
+                     probe_line("Pins._oldest_pin", "self._head.number == n")[1])],
         ids=lambda p: ":".join(map(str, p)),
     )
     def test_a_pause_inside_the_cleanup_conditions(self, point: Point) -> None:
@@ -1482,7 +1494,7 @@ def first_failure(runs: Iterable[Run]) -> tuple[int, Run | None]:
 NO_VALIDATION = ("Snapshot.__enter__", "if buf._head is v:", "if buf._head is v or True:")
 # "empty" first, then "not head": the natural rewrite of each cleanup rule.
 LAST_UNPIN_EMPTY_FIRST_SPLIT = (
-    "Buffer._last_unpin",
+    "Pins._last_unpin",
     "        if self._head.number != n and not readers:  # the head first, then the set\n"
     "            self._pins.pop(n, None)\n",
     "        if not readers:\n"
@@ -1490,12 +1502,12 @@ LAST_UNPIN_EMPTY_FIRST_SPLIT = (
     "                self._pins.pop(n, None)\n",
 )
 LAST_UNPIN_EMPTY_FIRST_ONE_LINE = (
-    "Buffer._last_unpin",
+    "Pins._last_unpin",
     "if self._head.number != n and not readers:",
     "if not readers and self._head.number != n:",
 )
 OLDEST_PIN_EMPTY_FIRST = (
-    "Buffer._oldest_pin",
+    "Pins._oldest_pin",
     "            if self._head.number == n:  # the head first, then its set\n"
     "                return n if pins.get(n) else None\n"
     "            if pins.get(n):\n"
@@ -1506,7 +1518,7 @@ OLDEST_PIN_EMPTY_FIRST = (
     "                return None\n",
 )
 DROPPED_HANDOFF = (
-    "Buffer._drain_due",
+    "Grace._drain_due",
     "            if not self._write_lock.acquire(blocking=False):\n"
     "                return\n",
     "            if not self._write_lock.acquire(blocking=False):\n"
@@ -1517,7 +1529,7 @@ DROPPED_HANDOFF = (
 
 def install(monkeypatch: pytest.MonkeyPatch, qualname: str, old: str, new: str) -> None:
     owner, name = qualname.split(".")
-    monkeypatch.setattr(getattr(buffer_mod, owner), name, broken(qualname, old, new))
+    monkeypatch.setattr(lookup(owner), name, broken(qualname, old, new))
 
 
 class TestBreaksAreCaught:
@@ -1568,7 +1580,7 @@ class TestBreaksAreCaught:
         churn scenarios)."""
         install(monkeypatch, *LAST_UNPIN_EMPTY_FIRST_SPLIT)
         runs = (explore("leave", seed, point=point)
-                for seed in range(8) for point in sweep_points(["Buffer._last_unpin"]))
+                for seed in range(8) for point in sweep_points(["Pins._last_unpin"]))
         n, run = first_failure(runs)
         assert run is not None and run.violation is not None, f"not caught in {n} runs"
         assert "O2" in run.violation
@@ -1581,12 +1593,12 @@ class TestBreaksAreCaught:
         it cannot be observed -- checked here -- but pausing between its
         bytecodes catches it."""
         install(monkeypatch, *LAST_UNPIN_EMPTY_FIRST_ONE_LINE)
-        line = probe_line("Buffer._last_unpin", "self._head.number != n")[1]
-        runs = (explore("leave", seed, point=("Buffer._last_unpin", line))
+        line = probe_line("Pins._last_unpin", "self._head.number != n")[1]
+        runs = (explore("leave", seed, point=("Pins._last_unpin", line))
                 for seed in range(8))
         n, run = first_failure(runs)
         assert run is None, run.report() if run else ""
-        points = [p for p in sweep_points(["Buffer._last_unpin"], opcodes=True) if p[1] == line]
+        points = [p for p in sweep_points(["Pins._last_unpin"], opcodes=True) if p[1] == line]
         n, run = first_failure(
             explore("leave", seed, mode="opcode", point=point)
             for seed in range(8) for point in points
@@ -1604,7 +1616,7 @@ class TestBreaksAreCaught:
         104; the random strategies alone: 0 of 300 runs)."""
         install(monkeypatch, *OLDEST_PIN_EMPTY_FIRST)
         runs = (explore("monitor", seed, point=point)
-                for seed in range(8) for point in sweep_points(["Buffer._oldest_pin"]))
+                for seed in range(8) for point in sweep_points(["Pins._oldest_pin"]))
         n, run = first_failure(runs)
         assert run is not None and run.violation is not None, f"not caught in {n} runs"
         assert "O2" in run.violation

@@ -20,6 +20,7 @@ from quiesce import (
     Buffer,
     EditPlan,
     Entry,
+    InvalidArgument,
     JsonlLog,
     Kind,
     LogRecord,
@@ -188,17 +189,20 @@ class TestOddValues:
     def test_non_finite_floats_and_odd_objects_never_jam_the_log(
         self, sink_kind: str, base: Path
     ) -> None:
-        """JSON has no NaN (SQLite's JSON functions refuse it): a NaN or an
-        infinity in an entry's meta is stored as a string, and the log keeps
-        working; everything else about the entry is recovered exactly."""
+        """JSON has no NaN (SQLite's JSON functions refuse it): an entry whose
+        meta holds a NaN or an infinity is refused at construction (issue 12),
+        so it never reaches the log, and the log keeps working; the entries
+        around it are recovered exactly."""
         buf = Buffer(log=SINKS[sink_kind](base))
-        meta = {"score": float("nan"), "limit": float("-inf"), "tags": ["a", 1.5]}
-        buf.append(Entry("odd", Kind.REASONING, "odd values", meta=meta))
+        buf.append(Entry("odd", Kind.REASONING, "odd values", meta={"tags": ["a", 1.5]}))
+        for bad in (float("nan"), float("-inf")):
+            with pytest.raises(InvalidArgument, match=r"^meta must be finite JSON numbers"):
+                Entry("bad", Kind.REASONING, "x", meta={"score": bad})
         buf.append(Entry("next", Kind.REASONING, "after it"))
         buf.flush()
         again = _reopen(sink_kind, base, buf)
         entry = again.head().live["odd"].entry
-        assert dict(entry.meta) == {"score": "nan", "limit": "-inf", "tags": ["a", 1.5]}
+        assert entry.to_dict()["meta"] == {"tags": ["a", 1.5]}
         assert entry.content_hash == buf.head().live["odd"].entry.content_hash
         assert [e.id for e in again.head().entries()] == ["odd", "next"]
         again._check()

@@ -274,13 +274,16 @@ class TestEngineLogsPass:
 
     @pytest.mark.parametrize("kind", sorted(SINKS))
     def test_deep_meta_recovers_from_deep_in_the_stack(self, kind: str, tmp_path: Path) -> None:
-        """Meta nested as deep as an entry may be, written by the engine and
-        recovered with the caller 900 frames deep: no RecursionError."""
+        """Meta nested as deep as an entry may be (Entry's MAX_DEPTH), written
+        by the engine and recovered with the caller 850 frames deep: no
+        RecursionError."""
         import sys
 
+        from quiesce._core.entry import MAX_DEPTH
+
         meta: Any = "leaf"
-        for _ in range(60):
-            meta = {"k": [meta]}
+        for _ in range(MAX_DEPTH - 1):
+            meta = {"k": meta}
         path = tmp_path / f"log.{kind}"
         buf = Buffer(log=SINKS[kind](path))
         buf.append(Entry("deep", Kind.REASONING, "x", meta={"m": meta}))

@@ -495,6 +495,9 @@ class BufferMachine(RuleBasedStateMachine):
             for i in touched:
                 if i in m.entries and m.changed[i] > base:
                     refusals.add(Refusal.CONFLICT)
+                # a mark after base is a judgment the planner did not see (issue 11)
+                if i in m.entries and i in m.marks and m.marks[i][1] > base:
+                    refusals.add(Refusal.CONFLICT)
 
         report = self.buf.edit(plan)
         if refusals:

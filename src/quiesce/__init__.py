@@ -5,6 +5,9 @@ grace point; every removal leaves a tombstone and an append-only log record;
 unsafe edits are refused and escalated. See DESIGN.md for the contract.
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from ._core.buffer import Buffer as Buffer
 from ._core.buffer import Snapshot as Snapshot
 from ._core.entry import Entry as Entry
@@ -21,6 +24,7 @@ from ._core.errors import LogWriteError as LogWriteError
 from ._core.errors import ProtectedEntry as ProtectedEntry
 from ._core.errors import QuiesceError as QuiesceError
 from ._core.errors import ReadmissionRefused as ReadmissionRefused
+from ._core.errors import ReentrantWrite as ReentrantWrite
 from ._core.errors import SnapshotReleased as SnapshotReleased
 from ._core.errors import UnknownEntry as UnknownEntry
 from ._core.log import EditLog as EditLog
@@ -53,4 +57,38 @@ from .pruner import HeuristicPruner as HeuristicPruner
 from .pruner import Pruner as Pruner
 from .pruner import run_pruner as run_pruner
 
+if TYPE_CHECKING:
+    from ._log.postgres import PostgresLog as PostgresLog
+    from ._log.postgres import WriterFenced as WriterFenced
+    from ._shared import LeaseLost as LeaseLost
+    from ._shared import SharedBuffer as SharedBuffer
+    from ._shared import SharedStats as SharedStats
+    from ._shared import SharedWriteTimeout as SharedWriteTimeout
+    from ._shared import open_shared_buffer as open_shared_buffer
+
 __version__ = "0.1.0"
+
+#: Names whose modules need an optional extra: imported on first use, so
+#: ``import quiesce`` never needs psycopg (``quiesce[postgres]``).
+_LAZY = {
+    "PostgresLog": "quiesce._log.postgres",
+    "WriterFenced": "quiesce._log.postgres",
+    "open_shared_buffer": "quiesce._shared",
+    "SharedBuffer": "quiesce._shared",
+    "SharedStats": "quiesce._shared",
+    "LeaseLost": "quiesce._shared",
+    "SharedWriteTimeout": "quiesce._shared",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'quiesce' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

@@ -12,8 +12,8 @@ import sys
 from collections.abc import Sequence
 
 _COMMANDS = {
-    "demo": ("quiesce._demo", "the main job: a multi-agent loop, quiesce vs a naive buffer"),
-    "bench": ("quiesce._bench", "the benchmark suite: JSON results and PNG plots"),
+    "demo": ("quiesce.demo", "the main job: a multi-agent loop, quiesce vs a naive buffer"),
+    "bench": ("quiesce.bench", "the benchmark suite: JSON results and PNG plots"),
     "inspect": ("quiesce._log.inspect", "the edit log and tombstones of a durable log file"),
 }
 

@@ -28,6 +28,11 @@ to the loop with the backend's non-blocking thread-safe call
 (``loop.call_soon_threadsafe`` / ``TrioToken.run_sync_soon``), so a thread
 that holds the buffer's write lock never waits for the loop.
 
+Code on the event loop writes with ``aprune()``/``aedit()``/``aflush()``:
+with a durable log the disk work runs in a worker thread, never on the loop;
+the thread is not abandoned on cancellation, so a request is applied (or
+refused) whole and its cancellation is delivered at the next checkpoint.
+
 Cancellation: applying a batch is one synchronous call (or a worker thread
 that is not abandoned on cancel), so cancelling the scheduler or leaving
 ``open_buffer`` by an exception never half-applies a batch. On a normal exit
@@ -45,11 +50,14 @@ alone would let ``quiesce()`` return too early.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
+from typing import TypeVar
 
 import anyio
 import anyio.abc
@@ -58,11 +66,14 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from ._core.buffer import Buffer, Snapshot
 from ._core.errors import BufferClosed, InvalidArgument, InvalidType, LogWriteError
 from ._core.log import LogSink
+from ._core.plan import EditPlan
 from ._core.policy import Policy
-from ._core.records import Escalation, EscalationKind
+from ._core.records import EditReport, Escalation, EscalationKind, Outcome, PruneReport, Status
 from ._core.tasks import task_name
 
 __all__ = ["RuntimeBuffer", "open_buffer"]
+
+_T = TypeVar("_T")
 
 
 def _threadsafe_caller() -> Callable[[Callable[[], None]], None]:
@@ -301,6 +312,65 @@ class RuntimeBuffer(Buffer):
                 await self._apply_due_async()
             else:
                 return
+
+    async def _off_loop(self, call: Callable[[], _T]) -> _T:
+        """Run a sync write without blocking the loop on a disk.
+
+        Without a durable sink nothing can touch a disk: the call runs inline
+        after a checkpoint. With one, it runs in a worker thread that is *not*
+        abandoned on cancellation (the core's write lock makes it atomic with
+        the loop's own writes), so a cancelled caller never leaves an edit
+        half-applied: the edit completes or is refused as a whole, its result
+        is returned, and the cancellation is delivered at the caller's next
+        checkpoint.
+        """
+        if self._sink is None:
+            await anyio.lowlevel.checkpoint()
+            return call()
+        return await anyio.to_thread.run_sync(call, abandon_on_cancel=False)
+
+    async def aprune(
+        self,
+        ids: Iterable[str],
+        *,
+        reason: str,
+        actor: str | None = None,
+        turn: int | None = None,
+    ) -> PruneReport:
+        """:meth:`prune` for code on the event loop: the same decision per id
+        and the same report, but the flush that makes tombstones durable runs
+        in a worker thread. Always a checkpoint. Cancellation never splits a
+        request (see :meth:`_off_loop`): the ids are decided and applied or
+        staged together, and the report is returned; the cancellation follows
+        at the next checkpoint. A removal no reader holds is reported
+        ``PRUNED``, as by the sync call, even when the scheduler (woken from
+        the worker thread) applied it. Arguments are checked by :meth:`prune` itself
+        (a bare ``str`` is an :class:`InvalidType`, nothing changes)."""
+        report = await self._off_loop(
+            functools.partial(self.prune, ids, reason=reason, actor=actor, turn=turn)
+        )
+        deferred = report.ids(Status.DEFERRED)
+        if not deferred or not (self._in_flight or self.has_due()):
+            return report
+        # From a worker thread the staging woke the scheduler, which may take
+        # the batch (no reader holds it) before the prune can apply it itself:
+        # let that batch land, then report what the sync call would.
+        with anyio.CancelScope(shield=True), contextlib.suppress(LogWriteError):
+            await self.quiesce()
+        tombs = self.tombstones
+        outcomes = {
+            i: Outcome(Status.PRUNED) if i in deferred and i in tombs else o
+            for i, o in report.items()
+        }
+        return PruneReport(outcomes, self.version)
+
+    async def aedit(self, plan: EditPlan) -> EditReport:
+        """:meth:`edit` for code on the event loop: all or nothing, as the
+        sync call, with the durable part in a worker thread. Always a
+        checkpoint; a cancelled caller leaves the plan applied or refused as a
+        whole (never half), and its report is returned before the cancellation
+        is delivered at the next checkpoint."""
+        return await self._off_loop(functools.partial(self.edit, plan))
 
     async def aflush(self) -> None:
         """:meth:`flush` in a worker thread (a checkpoint; shielded so a

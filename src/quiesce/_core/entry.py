@@ -1,16 +1,35 @@
 """Entries: the immutable units of a context buffer.
 
 An :class:`Entry` is frozen and validated on construction, so every entry that
-exists is well formed; the buffer never re-validates fields on its hot paths.
-Its :attr:`Entry.content_hash` is computed once, at construction (sha256 of the
-UTF-8 body, first 16 hex digits, as in seed 002), because re-admission checks,
-tombstones and the log all need it.
+exists is well formed and can be written to a durable log; the buffer never
+re-validates fields on its hot paths, and a flush never fails on a value that
+construction accepted. Its :attr:`Entry.content_hash` is computed once, at
+construction (sha256 of the UTF-8 body, first 16 hex digits, as in seed 002;
+with structured ``content``, sha256 of the body, a NUL byte and the content's
+canonical JSON), because re-admission checks, tombstones and the log all need it.
+
+One rule for text (every id, ref, key, body, reason, actor, and every string
+inside ``meta`` and ``content``, keys included): it must be encodable as UTF-8,
+so a lone surrogate such as ``"\ud83d"`` (half of an emoji cut out of JSON) is
+refused with :class:`InvalidArgument` at construction. Nothing is stored that
+could not be hashed, logged and read back byte for byte.
+
+``meta`` and ``content`` are JSON values (``dict`` with ``str`` keys,
+``list``/``tuple``, ``str``, ``int``, finite ``float``, ``bool``, ``None``),
+nested at most :data:`MAX_DEPTH` levels deep. They are deep-frozen on
+construction (dicts become read-only mappings, lists become tuples), so an
+entry never shares a mutable object with its caller; :func:`thaw` gives back
+plain JSON types. Anything else — a tuple key, ``NaN``/``inf``, a ``set``,
+nesting deeper than :data:`MAX_DEPTH` — raises :class:`InvalidType` or
+:class:`InvalidArgument` at construction.
 """
 
 from __future__ import annotations
 
 import enum
 import hashlib
+import json
+import math
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -18,7 +37,27 @@ from typing import Any
 
 from .errors import InvalidArgument, InvalidType
 
-__all__ = ["Entry", "Kind", "content_hash"]
+__all__ = [
+    "MAX_DEPTH",
+    "SEALED_TYPES",
+    "Entry",
+    "Kind",
+    "content_hash",
+    "freeze",
+    "result_id",
+    "thaw",
+]
+
+#: How deeply ``meta`` and ``content`` may nest (a scalar is depth 0, ``{"a": 1}``
+#: depth 1). Deeper values are refused at construction, so recovery, the
+#: adapters and JSON decoders never recurse further than this.
+MAX_DEPTH = 64
+
+#: Content block types that carry a provider's signature over their bytes
+#: (Anthropic ``thinking`` and ``redacted_thinking``; an OpenAI Responses
+#: ``reasoning`` item counts only when it has ``encrypted_content``). An entry
+#: whose ``content`` is such a block is :attr:`Entry.sealed`.
+SEALED_TYPES = frozenset({"thinking", "redacted_thinking"})
 
 
 class Kind(enum.Enum):
@@ -37,9 +76,89 @@ class Kind(enum.Enum):
     SUMMARY = "summary"
 
 
-def content_hash(body: str) -> str:
-    """First 16 hex digits of sha256 of ``body`` encoded as UTF-8. O(len(body))."""
-    return hashlib.sha256(body.encode("utf-8")).hexdigest()[:16]
+def result_id(call_id: str) -> str:
+    """The id of the entry holding the result of tool call ``call_id``
+    (``"<call id>#result"``): the adapters name results so, and the policy
+    reads a tombstone of that id as "this call was answered"."""
+    return f"{call_id}#result"
+
+
+def content_hash(body: str, content: object = None) -> str:
+    """First 16 hex digits of sha256 of ``body`` encoded as UTF-8 (seed 002);
+    with structured ``content``, of the body, a NUL byte and the content's
+    canonical JSON (sorted keys, no spaces). O(len(body) + size of content)."""
+    data = body.encode("utf-8")
+    if content is not None:
+        data += b"\x00" + canonical_json(content).encode("utf-8")
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def canonical_json(value: object) -> str:
+    """``value`` (frozen or plain JSON) as canonical JSON: sorted keys, no
+    spaces, non-ASCII kept. Two equal JSON values give equal strings."""
+    return json.dumps(
+        thaw(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+
+
+def check_utf8(value: str, what: str) -> str:
+    """Refuse a ``str`` that cannot be encoded as UTF-8 (a lone surrogate).
+    O(len(value)); ASCII strings take a fast path."""
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            bad = value[exc.start : exc.end]
+            raise InvalidArgument(
+                f"{what} contains a lone surrogate {bad!r} at index {exc.start} "
+                "(text must be encodable as UTF-8)"
+            ) from None
+    return value
+
+
+def freeze(value: object, what: str = "value", depth: int = 0) -> Any:
+    """Validate a JSON value and return a deep-frozen copy: dicts become
+    read-only mappings (``str`` keys only), lists and tuples become tuples.
+
+    Raises :class:`InvalidType` for a non-JSON type or a non-``str`` key,
+    :class:`InvalidArgument` for ``NaN``/``inf``, a lone surrogate, or nesting
+    deeper than :data:`MAX_DEPTH`. O(size); recursion is bounded by
+    :data:`MAX_DEPTH`.
+    """
+    if value is None or value is True or value is False:
+        return value
+    t = type(value)
+    if t is str:
+        return check_utf8(value, what)  # type: ignore[arg-type]
+    if t is int:
+        return value
+    if t is float:
+        if not math.isfinite(value):  # type: ignore[arg-type]
+            raise InvalidArgument(f"{what} must be finite JSON numbers, not {value!r}")
+        return value
+    if depth >= MAX_DEPTH:
+        raise InvalidArgument(f"{what} nests deeper than {MAX_DEPTH} levels")
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            if type(k) is not str:
+                raise InvalidType(f"{what} keys must be str, not {type(k).__name__} ({k!r})")
+            check_utf8(k, f"a key in {what}")
+            out[k] = freeze(v, what, depth + 1)
+        return types.MappingProxyType(out)
+    if t is list or t is tuple:
+        return tuple(freeze(v, what, depth + 1) for v in value)  # type: ignore[attr-defined]
+    raise InvalidType(f"{what} must hold only JSON values, not {t.__name__}")
+
+
+def thaw(value: object) -> Any:
+    """Plain JSON types (``dict``, ``list``) for a value made by :func:`freeze`
+    (plain values pass through). O(size)."""
+    if isinstance(value, Mapping):
+        return {k: thaw(v) for k, v in value.items()}
+    if isinstance(value, tuple | list):
+        return [thaw(v) for v in value]
+    return value
 
 
 _EMPTY_META: Mapping[str, Any] = types.MappingProxyType({})
@@ -51,7 +170,7 @@ def check_id(value: object, what: str = "id") -> str:
         raise InvalidType(f"{what} must be a str, not {type(value).__name__}")
     if not value:
         raise InvalidArgument(f"{what} must be a non-empty str")
-    return value
+    return check_utf8(value, what)
 
 
 def check_turn(value: object, what: str = "turn") -> int | None:
@@ -71,7 +190,14 @@ def check_text(value: object, what: str) -> str:
         raise InvalidType(f"{what} must be a str, not {type(value).__name__}")
     if not value:
         raise InvalidArgument(f"{what} must be a non-empty str")
-    return value
+    return check_utf8(value, what)
+
+
+def check_body(value: object, what: str = "body") -> str:
+    """Validate a body: a ``str`` (may be empty) encodable as UTF-8."""
+    if type(value) is not str:
+        raise InvalidType(f"{what} must be a str, not {type(value).__name__}")
+    return check_utf8(value, what)
 
 
 def check_refs(refs: object, own_id: str | None) -> tuple[str, ...]:
@@ -91,17 +217,26 @@ def check_refs(refs: object, own_id: str | None) -> tuple[str, ...]:
     return out
 
 
+_KEEP: Any = object()
+
+
 @dataclass(frozen=True, slots=True)
 class Entry:
     """One unit of context: a reasoning step, a tool call or output, a constraint...
 
     ``refs`` are the ids this entry cites (a ``TOOL_OUTPUT`` refs its
     ``TOOL_CALL``); ``key`` is an optional identity for re-admission checks (a
-    tool name plus its arguments); ``meta`` is free-form and copied read-only.
+    tool name plus its arguments); ``meta`` is free-form JSON, deep-frozen.
+    ``content`` is the entry's original structured form when it has one (a
+    chat adapter keeps the message part, content block or API item here): a
+    JSON value, deep-frozen, part of :attr:`content_hash`, and given back by
+    :func:`thaw` unchanged. ``body`` stays the text the policy classifies.
 
     Raises :class:`InvalidType` / :class:`InvalidArgument` (both
     :class:`QuiesceError`) for an empty id, a non-str body, a ref to itself, a
-    negative turn, and so on. Construction is O(len(body) + len(refs)).
+    negative turn, a lone surrogate in any text, a ``meta``/``content`` value
+    that is not JSON or nests deeper than :data:`MAX_DEPTH`, and so on.
+    Construction is O(len(body) + len(refs) + size of meta and content).
     """
 
     id: str
@@ -111,27 +246,55 @@ class Entry:
     turn: int | None = None
     key: str | None = None
     meta: Mapping[str, Any] = field(default_factory=lambda: _EMPTY_META, hash=False)
+    content: Any = field(default=None, hash=False)
     content_hash: str = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         check_id(self.id)
         if not isinstance(self.kind, Kind):
             raise InvalidType(f"kind must be a Kind, not {type(self.kind).__name__}")
-        if type(self.body) is not str:
-            raise InvalidType(f"body must be a str, not {type(self.body).__name__}")
+        check_body(self.body)
         refs = check_refs(self.refs, self.id)
         check_turn(self.turn)
         if self.key is not None:
             check_id(self.key, "key")
         if not isinstance(self.meta, Mapping):
             raise InvalidType(f"meta must be a mapping, not {type(self.meta).__name__}")
-        meta = self.meta if self.meta is _EMPTY_META else types.MappingProxyType(dict(self.meta))
+        meta = self.meta if self.meta is _EMPTY_META else freeze(self.meta, "meta")
+        content = self.content
+        if content is not None:
+            content = freeze(content, "content")
+            object.__setattr__(self, "content", content)
         object.__setattr__(self, "refs", refs)
         object.__setattr__(self, "meta", meta)
-        object.__setattr__(self, "content_hash", content_hash(self.body))
+        object.__setattr__(self, "content_hash", content_hash(self.body, content))
 
-    def replace(self, *, body: str | None = None, refs: tuple[str, ...] | None = None) -> Entry:
-        """A copy with a new body and/or refs (what ``Rewrite`` applies)."""
+    @property
+    def sealed(self) -> bool:
+        """True when ``content`` is a block signed by its provider (a
+        ``type`` in :data:`SEALED_TYPES`, or a ``reasoning`` item with
+        ``encrypted_content``). A sealed entry is never rewritten or
+        summarized; it is removed only together with the entries that cite
+        it (its turn), and never while a tool call of its turn awaits its
+        result (``policy.sealed_conflicts``). O(1)."""
+        c = self.content
+        if not isinstance(c, Mapping):
+            return False
+        kind = c.get("type")
+        if kind in SEALED_TYPES:
+            return True
+        return kind == "reasoning" and isinstance(c.get("encrypted_content"), str)
+
+    def replace(
+        self, *, body: str | None = None, refs: tuple[str, ...] | None = None, content: Any = _KEEP
+    ) -> Entry:
+        """A copy with a new body and/or refs (what ``Rewrite`` applies).
+
+        A new body that differs from the old one drops ``content`` (the
+        structured form described the old bytes) unless ``content`` is given.
+        """
+        if content is _KEEP:
+            content = self.content if body is None or body == self.body else None
         return Entry(
             self.id,
             self.kind,
@@ -140,23 +303,30 @@ class Entry:
             self.turn,
             self.key,
             self.meta,
+            content,
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict; :meth:`from_dict` inverts it."""
-        return {
+        """A JSON-ready dict of plain types; :meth:`from_dict` inverts it.
+        ``content`` is present only when the entry has one, so records of
+        entries without it keep their earlier shape."""
+        out = {
             "id": self.id,
             "kind": self.kind.value,
             "body": self.body,
             "refs": list(self.refs),
             "turn": self.turn,
             "key": self.key,
-            "meta": dict(self.meta),
+            "meta": thaw(self.meta),
         }
+        if self.content is not None:
+            out["content"] = thaw(self.content)
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Entry:
-        """Rebuild an entry written by :meth:`to_dict` (validates every field)."""
+        """Rebuild an entry written by :meth:`to_dict` (validates every field;
+        a dict without ``content`` gives an entry without it)."""
         return cls(
             data["id"],
             Kind(data["kind"]),
@@ -165,4 +335,5 @@ class Entry:
             data.get("turn"),
             data.get("key"),
             data.get("meta") or {},
+            data.get("content"),
         )

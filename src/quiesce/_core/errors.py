@@ -88,6 +88,13 @@ class BufferClosed(QuiesceError, RuntimeError):
     """The buffer (or its runtime) is closed."""
 
 
+class ReentrantWrite(QuiesceError, RuntimeError):
+    """A write to a buffer from inside a callback the buffer is running while
+    it writes (a policy classifier calling ``mark_stale`` or ``append``, a log
+    sink calling ``flush``). Raised before anything changes; callbacks may read
+    the buffer, not write it."""
+
+
 class LogWriteError(QuiesceError, OSError):
     """The edit-log sink failed to make records durable.
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .entry import Entry, check_id, check_refs, check_text, check_turn
+from .entry import Entry, check_body, check_id, check_refs, check_text, check_turn
 from .errors import InvalidArgument, InvalidType
 from .records import Override
 
@@ -52,8 +52,7 @@ class Rewrite:
 
     def __post_init__(self) -> None:
         check_id(self.id)
-        if type(self.body) is not str:
-            raise InvalidType(f"rewrite body must be a str, not {type(self.body).__name__}")
+        check_body(self.body, "rewrite body")
         if self.refs is not None:
             object.__setattr__(self, "refs", check_refs(self.refs, self.id))
 
@@ -181,7 +180,7 @@ class EditPlan:
 
 def _check_targets(ops: tuple[Op, ...]) -> None:
     """An id is removed by at most one op, and a removed id is not also
-    rewritten or moved; an id is rewritten at most once."""
+    rewritten or moved; an id is rewritten at most once, and moved at most once."""
     removed: set[str] = set()
     rewritten: set[str] = set()
     moved: set[str] = set()
@@ -202,6 +201,8 @@ def _check_targets(ops: tuple[Op, ...]) -> None:
                 raise InvalidArgument(f"id {op.id!r} is rewritten twice")
             rewritten.add(op.id)
         else:
+            if op.id in moved:
+                raise InvalidArgument(f"id {op.id!r} is moved twice")
             moved.add(op.id)
     both = removed & (rewritten | moved)
     if both:

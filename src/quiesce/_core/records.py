@@ -147,6 +147,9 @@ class EscalationKind(enum.Enum):
     REFUSED_EDIT = "refused_edit"
     READER_PINNED = "reader_pinned"
     BACKLOG = "backlog"
+    #: the same content was pruned and re-admitted twice within a window (an
+    #: agent loop re-running a call its pruner keeps removing)
+    OSCILLATION = "oscillation"
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +215,9 @@ class Stats:
     #: seconds from a removal's last blocking unpin to its application (last, max)
     reclamation_latency_last: float | None = None
     reclamation_latency_max: float | None = None
+    #: user callbacks (policy classifier, sink) that raised or wrote back into
+    #: the buffer while it was writing; each was escalated and answered fail-safe
+    callback_errors: int = 0
 
 
 class LogRecord(NamedTuple):

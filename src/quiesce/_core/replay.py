@@ -14,8 +14,8 @@ checksums). Replay therefore checks every record against the invariants
 written: a version that does not follow the previous one; an entry appended
 again while live or after its tombstone; a reference to an entry that is not
 live; an order key that is not a finite number below 2**52 in magnitude, or
-is held by another live entry; a mark on an entry that is not live, already marked or immutable; a
-rewrite of an immutable entry; a tombstone for an entry that is not live, is
+is held by another live entry; a mark on an entry that is not live, already
+marked or immutable; a rewrite of an immutable entry; a tombstone for an entry that is not live, is
 protected (a constraint, an instruction, a negative result, a prohibition),
 is still cited by an entry that stays live, or whose hash, kind or key
 differ from the entry's; a staged removal of an entry that is not live and
@@ -36,13 +36,17 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .draft import Draft as _Draft
 from .entry import Entry, Kind
 from .errors import LogFormatError
+from .grace import Group as _Group
+from .policy import IMMUTABLE_KINDS, PROTECTED_KINDS
+from .publish import count_record as _count
 from .records import FORMAT, LogRecord, Mark, Tombstone
-from .version import Slot, Version
+from .version import Slot
 
 if TYPE_CHECKING:
-    from .buffer import Buffer, _Draft
+    from .buffer import Buffer
 
 __all__ = ["replay"]
 
@@ -168,18 +172,18 @@ def _list(value: object, what: str) -> Iterable[Any]:
 
 
 def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
-    """Load ``records`` into the (new, empty) ``buf``, checking each against
-    the invariants first. Raises :class:`LogFormatError` naming the first
-    record from a newer format, out of order, malformed or impossible (see
-    the module docstring); ``buf`` must then be discarded."""
-    from .buffer import _count, _Draft, _Group
-    from .policy import IMMUTABLE_KINDS, PROTECTED_KINDS
-
-    draft = _Draft(Version.empty())
-    number = 0
-    groups: dict[int, _Group] = {}
+    """Load ``records`` into ``buf``: a new, empty buffer, or one whose log
+    they continue (a replica following a shared log; call under its write
+    lock), checking each record against the invariants first. The head is
+    replaced once, only if the records publish a version. Raises
+    :class:`LogFormatError` naming the first record from a newer format, out
+    of order, malformed or impossible (see the module docstring); a new
+    ``buf`` must then be discarded. O(records · log n + live entries)."""
+    draft = _Draft(buf._head)
+    number = buf._head.number
+    groups: dict[int, _Group] = {g.gid: g for _, _, g in buf._staged}
     keys = _Keys(draft)
-    for index, rec in enumerate(records):
+    for index, rec in enumerate(records, len(buf._records)):
         if rec.format > FORMAT:
             raise LogFormatError(
                 f"log record {index} has format {rec.format}; this quiesce reads up to {FORMAT}"
@@ -311,14 +315,19 @@ def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
         for i in g.ids:
             if i in draft.live and i not in draft.marks:  # pragma: no cover - marks stay
                 raise LogFormatError(f"staged {i!r} of group {g.gid} is live but not marked")
-    buf._head = head = draft.finish(number)
+    if number != buf._head.number:
+        buf._head = draft.finish(number)
+    head = buf._head
+    buf._unmarked_new.clear()
     buf._unmarked = {
         i
         for i, slot in head.live.items()
         if i not in head.marks and slot.entry.kind not in IMMUTABLE_KINDS
     }
+    buf._staged.clear()
+    buf._staged_ids.clear()
     for g in groups.values():
         for i in g.ids:
             buf._staged_ids[i] = g
         heapq.heappush(buf._staged, (g.grace, g.gid, g))
-    buf._gids = itertools.count(max(groups, default=0) + 1 + len(records))
+    buf._gids = itertools.count(max(groups, default=0) + 1 + len(buf._records))

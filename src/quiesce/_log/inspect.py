@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -117,6 +118,10 @@ def _tomb_dict(t: Tombstone) -> dict[str, Any]:
 
 
 def _read(path: str) -> tuple[str, int, list[LogRecord], int]:
+    if path.startswith(("postgresql://", "postgres://")):
+        from .postgres import read_postgres  # psycopg only when asked for
+
+        return ("postgresql", *read_postgres(path), 0)
     # A SQLite log this process writes is not opened again to sniff it.
     kind = "sqlite" if _held_fd(path) is not None else sniff(log_path(path, "inspect"))
     if kind == "sqlite":
@@ -145,6 +150,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 2
     out = sys.stdout
+    if os.path.exists(args.path) and not os.path.isfile(args.path):
+        # a FIFO or a device would block the read; a folder is not a log either
+        sys.stderr.write(f"quiesce inspect: error: {printable(args.path)} is not a regular file\n")
+        return 2
     try:
         kind, fmt, records, torn = _read(args.path)
         buf = Buffer()

@@ -1,192 +1,105 @@
-"""What the chat adapters share: message grouping, roles, notes, validation helpers.
+"""What the chat adapters share: ids, notes, admission, sync, re-admission.
 
-An adapter turns one chat message into one or more entries (a text part, each
-tool call, each tool result) and tags them in ``meta``:
+Every adapter reads a list of messages (or API items) into *messages*: each a
+list of entries made from one message, validated as a whole before anything
+is appended, so an error names its message index and leaves the head
+unchanged. Entries carry the message's original JSON in ``content`` (the part,
+block, tool call or item they were read from) and tags in ``meta``:
 
-* ``role`` — the message's role (``system``, ``user``, ``assistant``, ...);
-* ``msg`` — the id of the message's first entry, shared by all its entries, so
-  rendering can put a message back together;
-* ``form`` — how the content was written (``str`` or ``blocks``), so a
-  round trip gives back the same shape;
-* tool calls carry ``tool`` (the tool's name) and their arguments.
+* ``api`` — the adapter that read it (``openai``, ``responses``, ``anthropic``);
+  a renderer uses ``content`` only for entries of its own API and falls back to
+  the body for the others (cross-rendering, summaries, rewrites);
+* ``role`` — the message's role; ``msg`` — the message key, shared by all the
+  entries of one message, so rendering can put the message back together;
+* ``after`` — the key of the message that came before it when it was read,
+  so rendering can tell a pruning-made neighbour from an original one.
 
-Entries made without an adapter have no ``role``: rendering gives
-``INSTRUCTION`` and ``CONSTRAINT`` entries the system role and every other
-kind the assistant role.
+Ids. Foreign ids (tool-call ids, Responses item ids) are kept verbatim and stay
+addressable, but may not contain :data:`RESERVED` (``#``): every id the
+adapters generate contains it, so no foreign id can take a generated one. A
+tool result is ``"<call id>#result"``; a message without a foreign id is keyed
+by its content, ``"#<16 hex digits of sha256 of its canonical JSON>.<n>"``
+(``cache_control`` hints left out), ``n`` counting the identical messages
+before it; the blocks of a message without an id of their own are
+``"<message key>#<index>"``, the key being the content key or the message's
+first foreign id (its first tool use, or the result id of its first tool
+result). The same message read again gets the same ids: that is what makes
+``sync_messages`` idempotent.
+
+Notes. Everything quiesce writes into a rendered window is a *note*: one line
+that starts with ``[quiesce:`` and ends with ``]``:
+
+* ``[quiesce: stale at turn 3: <reason>]`` — in front of a stale entry's text;
+* ``[quiesce: <id> pruned at turn 41 by <actor>: <reason>]`` — one per removal;
+* ``[quiesce: no result recorded for <call id>]`` — a call still in flight;
+* ``[quiesce: removed from this context]`` — the heading of the removal list.
+
+Inside a note, reasons, actors and ids are escaped: a backslash, ``[``, ``]``
+and every control or line-separator character become ``\\\\``, ``\\[``,
+``\\]``, ``\\n``, ``\\xNN``…, so a note is always exactly one line and a
+reason cannot close it early or forge another. Text that is *not* a note
+(user, assistant, system and tool text) cannot imitate one: a line of it that
+starts (after spaces) with ``[quiesce`` in any letter case is rendered with a
+backslash before the ``[``. That is the one place a round trip is not exact.
+Signed blocks are never touched.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+import hashlib
+import re
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, TypeVar
 
 from .._core.buffer import Buffer, Snapshot
-from .._core.entry import Entry, Kind
-from .._core.errors import DuplicateEntry, InvalidArgument, InvalidType, ReadmissionRefused
-from .._core.records import Mark, Tombstone
+from .._core.entry import Entry, Kind, canonical_json, freeze, result_id, thaw
+from .._core.errors import (
+    DanglingReference,
+    DuplicateEntry,
+    InvalidArgument,
+    InvalidType,
+    QuiesceError,
+    ReadmissionRefused,
+)
+from .._core.records import Escalation, EscalationKind, Mark, Override, Tombstone
+from .._core.version import Version
 
 __all__ = [
-    "Group",
-    "Ids",
-    "Indexed",
-    "Reader",
-    "admit",
-    "annotated",
-    "answer",
-    "append_read",
-    "call_entry",
-    "claim_result",
-    "default_role",
-    "fail",
-    "groups",
-    "missing_result_note",
-    "notes",
-    "read_entries",
-    "removal_note",
-    "result_entry",
+    "NOTE_PREFIX",
+    "OSCILLATION_WINDOW",
+    "RESERVED",
+    "Readmission",
+    "ReadmitPolicy",
+    "SyncReport",
     "result_id",
-    "shown",
-    "tool_name",
 ]
 
-#: An entry and the index of the message it came from.
-Indexed = tuple[int, Entry]
+_T = TypeVar("_T")
+
+#: The character no foreign id may contain; every generated id contains it.
+RESERVED = "#"
+
+#: How every quiesce note starts.
+NOTE_PREFIX = "[quiesce:"
+
+#: A second prune/re-admit cycle of the same content or key within this many
+#: versions is escalated as :attr:`EscalationKind.OSCILLATION`.
+OSCILLATION_WINDOW = 10_000
+
+Message = dict[str, Any]
 
 
-def fail(index: int, message: str, *, type_error: bool = False) -> Exception:
+# -- errors and checks --------------------------------------------------------
+
+
+def fail(index: int, message: str, *, type_error: bool = False) -> QuiesceError:
     """A :class:`~quiesce.InvalidArgument` (or ``InvalidType``) naming the message."""
     text = f"message {index}: {message}"
     return InvalidType(text) if type_error else InvalidArgument(text)
 
 
-def result_id(call_id: str) -> str:
-    """The entry id of the result of tool call ``call_id``."""
-    return f"{call_id}/result"
-
-
-def default_role(entry: Entry) -> str:
-    """The role of an entry: its ``meta["role"]``, else by kind."""
-    role = entry.meta.get("role")
-    if isinstance(role, str):
-        return role
-    if entry.kind in (Kind.INSTRUCTION, Kind.CONSTRAINT):
-        return "system"
-    if entry.kind is Kind.TOOL_OUTPUT:
-        return "tool"
-    return "assistant"
-
-
-def shown(entry: Entry, marks: Mapping[str, Mark], *, annotate: bool) -> str:
-    """The entry's body as a model should read it: verbatim, or with a
-    one-line stale annotation in front. Constraints and instructions can
-    never be marked, so they are always verbatim."""
-    return annotated(entry.body, marks.get(entry.id) if annotate else None)
-
-
-def annotated(body: str, mark: Mark | None) -> str:
-    """``body`` with a one-line ``[stale at turn N: reason]`` note in front."""
-    if mark is None:
-        return body
-    when = f" at turn {mark.turn}" if mark.turn is not None else ""
-    return f"[stale{when}: {mark.reason}]\n{body}"
-
-
-def missing_result_note(call_id: str, tombstones: Mapping[str, Tombstone]) -> str:
-    """What stands in for a tool result that is not live: its tombstone note,
-    or a note that no result was recorded (a call still in flight)."""
-    tomb = tombstones.get(result_id(call_id))
-    if tomb is not None:
-        return tomb.note()
-    return f"[no result recorded for {call_id}]"
-
-
-def notes(tombstones: Mapping[str, Tombstone], skip: Iterable[str] = ()) -> list[str]:
-    """One line per removal, oldest first (``[x pruned at turn 41: dump is noise]``)."""
-    skipped = set(skip)
-    ordered = sorted(
-        (t for t in tombstones.values() if t.id not in skipped), key=lambda t: (t.version, t.id)
-    )
-    return [t.note() for t in ordered]
-
-
-def removal_note(tombstones: Mapping[str, Tombstone], skip: Iterable[str] = ()) -> str | None:
-    """The note listing the removals (see :func:`notes`), or ``None`` if none."""
-    lines = notes(tombstones, skip)
-    if not lines:
-        return None
-    return "Removed from this context (tombstones):\n" + "\n".join(lines)
-
-
-@dataclass(slots=True)
-class Group:
-    """The entries of one message, in window order."""
-
-    role: str
-    entries: list[Entry]
-
-
-def groups(entries: Sequence[Entry]) -> list[Group]:
-    """Consecutive entries of one message (same ``meta["msg"]`` and role) form a
-    group; an entry without ``msg`` is a group of its own. O(n)."""
-    out: list[Group] = []
-    last_msg: object = None
-    for e in entries:
-        role = default_role(e)
-        msg = e.meta.get("msg")
-        if out and msg is not None and msg == last_msg and out[-1].role == role:
-            out[-1].entries.append(e)
-        else:
-            out.append(Group(role, [e]))
-        last_msg = msg
-    return out
-
-
-def outputs_by_call(entries: Sequence[Entry]) -> dict[str, Entry]:
-    """Live tool results keyed by the id of the call they answer."""
-    out: dict[str, Entry] = {}
-    ids = {e.id: e for e in entries}
-    for e in entries:
-        if e.kind is Kind.TOOL_OUTPUT:
-            for ref in e.refs:
-                target = ids.get(ref)
-                if target is not None and target.kind is Kind.TOOL_CALL:
-                    out.setdefault(ref, e)
-                    break
-    return out
-
-
-def known_calls(snap: Snapshot) -> set[str]:
-    """Ids of the live tool calls in a snapshot (results may answer them)."""
-    return {e.id for e in snap if e.kind is Kind.TOOL_CALL}
-
-
-def admit(buf: Buffer, indexed: Sequence[Indexed]) -> int:
-    """Append entries made from messages: all are checked first against the
-    head (ids unused, no tombstoned content), so a refusal names its message
-    and appends nothing. Returns the head version after the last append."""
-    head = buf.head()
-    tombs = head.tombs
-    seen: set[str] = set()
-    for index, e in indexed:
-        if e.id in head.live or e.id in tombs.by_id or e.id in seen:
-            raise DuplicateEntry(f"message {index}: entry id {e.id!r} is already used")
-        seen.add(e.id)
-        tomb = tombs.matching(e.content_hash, e.key)
-        if tomb is not None:
-            raise ReadmissionRefused(
-                f"message {index}: content matches the tombstone of {tomb.id!r} "
-                f"(pruned at version {tomb.version}: {tomb.reason}); "
-                "append it with an Override to re-admit it",
-                tomb,
-            )
-    version = buf.version
-    for _index, e in indexed:
-        version = buf.append(e)
-    return version
-
-
-def check_messages(messages: object) -> Sequence[Any]:
+def check_messages(messages: object) -> Sequence[Mapping[str, Any]]:
     """``messages`` must be a list or tuple of dicts."""
     if not isinstance(messages, list | tuple):
         raise InvalidType(f"messages must be a list of dicts, not {type(messages).__name__}")
@@ -209,90 +122,267 @@ def check_nonempty(index: int, value: object, what: str) -> str:
     return text
 
 
+def foreign_id(index: int, value: object, what: str) -> str:
+    """A framework's own id: a non-empty str without :data:`RESERVED`."""
+    text = check_nonempty(index, value, what)
+    if RESERVED in text:
+        raise fail(index, f"{what} {text!r} contains {RESERVED!r}, which quiesce reserves")
+    return text
+
+
+def is_call(head: Version | None, call_id: str) -> bool:
+    """``call_id`` is a tool call of ``head``, live or tombstoned (a result in
+    a synced list may answer a call pruned meanwhile)."""
+    if head is None:
+        return False
+    slot = head.live.get(call_id)
+    if slot is not None:
+        return slot.entry.kind is Kind.TOOL_CALL
+    tomb = head.tombs.by_id.get(call_id)
+    return tomb is not None and tomb.kind is Kind.TOOL_CALL
+
+
 def check_kind(value: object, what: str) -> Kind:
     if not isinstance(value, Kind):
         raise InvalidType(f"{what} must be a Kind, not {type(value).__name__}")
     return value
 
 
-class Reader(Protocol):
-    """Reads messages into indexed entries, given the first text id number
-    and the ids of tool calls made earlier."""
-
-    def __call__(self, *, start: int, calls: Collection[str]) -> list[Indexed]: ...
-
-
-def read_entries(
-    read: Reader,
-    *,
-    start: int,
-    calls: Collection[str],
-    user_kind: object,
-    assistant_kind: object,
-) -> list[Entry]:
-    """The body of an adapter's ``to_entries``: check the kinds, then read."""
-    check_kind(user_kind, "user_kind")
-    check_kind(assistant_kind, "assistant_kind")
-    return [e for _i, e in read(start=start, calls=calls)]
+def json_value(index: int, value: object, what: str) -> Any:
+    """``value`` frozen as a JSON value, or an error naming the message."""
+    try:
+        return freeze(value, what)
+    except InvalidType as exc:
+        raise fail(index, str(exc), type_error=True) from None
+    except InvalidArgument as exc:
+        raise fail(index, str(exc)) from None
 
 
-def append_read(buf: Buffer, read: Reader, *, user_kind: object, assistant_kind: object) -> int:
-    """The body of an adapter's ``append_messages``: check the kinds, read
-    against the head (its calls, text ids from its version), then admit."""
-    check_kind(user_kind, "user_kind")
-    check_kind(assistant_kind, "assistant_kind")
-    with buf.snapshot() as snap:
-        calls = known_calls(snap)
-        start = snap.version
-    return admit(buf, read(start=start, calls=calls))
+def entry(index: int, *args: Any, **kwargs: Any) -> Entry:
+    """An :class:`Entry`, with a construction error naming the message."""
+    try:
+        return Entry(*args, **kwargs)
+    except InvalidType as exc:
+        raise fail(index, str(exc), type_error=True) from None
+    except InvalidArgument as exc:
+        raise fail(index, str(exc)) from None
 
 
-class Ids:
-    """Text entry ids: ``prefix`` plus a number counting from ``start``."""
-
-    __slots__ = ("_counter", "_prefix")
-
-    def __init__(self, prefix: str, start: int) -> None:
-        self._prefix = prefix
-        self._counter = start
-
-    def __call__(self) -> str:
-        i = f"{self._prefix}{self._counter}"
-        self._counter += 1
-        return i
+#: Keys that are hints to the API, not content: a framework may move them
+#: between turns (Anthropic prompt caching marks the latest block), so they do
+#: not count in a message's fingerprint. The entry keeps them all the same.
+HINTS = frozenset({"cache_control"})
 
 
-def call_entry(
-    index: int, call_id: str, name: str, arguments: str, turn: int | None, meta: Mapping[str, Any]
-) -> Indexed:
-    """A ``TOOL_CALL`` entry: body and key are the tool name and its arguments."""
-    body = f"{name} {arguments}"
-    return (index, Entry(call_id, Kind.TOOL_CALL, body, (), turn, body, meta))
+def fingerprint(value: object) -> str:
+    """16 hex digits of sha256 of ``value``'s canonical JSON, :data:`HINTS`
+    left out at every depth."""
+    return hashlib.sha256(canonical_json(_without_hints(value)).encode("utf-8")).hexdigest()[:16]
 
 
-def result_entry(
-    index: int, call_id: str, text: str, turn: int | None, meta: Mapping[str, Any]
-) -> Indexed:
-    """The ``TOOL_OUTPUT`` entry answering ``call_id``; it cites the call."""
-    return (index, Entry(result_id(call_id), Kind.TOOL_OUTPUT, text, (call_id,), turn, None, meta))
+def _without_hints(value: object) -> object:
+    if isinstance(value, Mapping):
+        return {k: _without_hints(v) for k, v in value.items() if k not in HINTS}
+    if isinstance(value, list | tuple):
+        return [_without_hints(v) for v in value]
+    return value
 
 
-def claim_result(
-    index: int,
-    call_id: str,
-    open_calls: Collection[str],
-    answered: set[str],
-    *,
-    call: str,
-    result: str,
-) -> None:
-    """Record that ``call_id`` is answered; it must be open and not answered
-    yet (``call``/``result`` are the adapter's words for them in errors)."""
-    if call_id in answered:
-        raise fail(index, f"{call} {call_id!r} already has a result")
-    if call_id not in open_calls:
-        raise fail(index, f"{result} for {call_id!r} has no preceding {call}")
-    answered.add(call_id)
+class Keys:
+    """Keys for messages without a foreign id: ``#<fingerprint>.<n>``.
+
+    ``n`` counts identical messages earlier in the list (no buffer: a list
+    read as a whole, as ``to_entries`` and ``sync`` do), or is the first
+    number no entry of ``head`` uses (``append``: new messages are always
+    new). Building the set of used keys is O(n + tombstones), once, on the
+    first key asked for.
+    """
+
+    __slots__ = ("_counts", "_head", "_taken")
+
+    def __init__(self, head: Version | None = None) -> None:
+        self._counts: dict[str, int] = {}
+        self._head = head
+        self._taken: set[str] | None = None
+
+    def taken(self) -> set[str]:
+        if self._taken is None:
+            self._taken = set()
+            if self._head is not None:
+                for i in (*self._head.live.keys(), *self._head.tombs.by_id.keys()):
+                    if i.startswith(RESERVED):
+                        self._taken.add(RESERVED + i.split(RESERVED, 2)[1])
+        return self._taken
+
+    def __call__(self, message: object) -> str:
+        fp = fingerprint(message)
+        n = self._counts.get(fp, 0)
+        key = f"{RESERVED}{fp}.{n}"
+        if self._head is not None:
+            taken = self.taken()
+            while key in taken:
+                n += 1
+                key = f"{RESERVED}{fp}.{n}"
+        self._counts[fp] = n + 1
+        return key
+
+
+# -- notes --------------------------------------------------------------------
+
+_CONTROL = re.compile(r"[\\\[\]\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_SIMPLE = {"\\": "\\\\", "[": "\\[", "]": "\\]", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_IMITATION = re.compile(r"(^|[\n\r\x0b\x0c\x85\u2028\u2029])([ \t]*)\[(?=quiesce)", re.IGNORECASE)
+
+
+def _escape_char(m: re.Match[str]) -> str:
+    c = m.group()
+    simple = _SIMPLE.get(c)
+    if simple is not None:
+        return simple
+    return f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
+
+
+def escape_field(text: str) -> str:
+    """A reason, actor or id as it appears inside a note: one line, no brackets."""
+    return _CONTROL.sub(_escape_char, text)
+
+
+def escape_text(text: str) -> str:
+    """Text that is not a note, made unable to pass for one (a backslash before
+    a ``[quiesce`` that starts a line). O(len(text))."""
+    if "[" not in text:
+        return text
+    return _IMITATION.sub(r"\1\2\\[", text)
+
+
+def stale_note(mark: Mark) -> str:
+    when = f"turn {mark.turn}" if mark.turn is not None else f"version {mark.version}"
+    return f"{NOTE_PREFIX} stale at {when}: {escape_field(mark.reason)}]"
+
+
+def tomb_note(t: Tombstone) -> str:
+    when = f"turn {t.turn}" if t.turn is not None else f"version {t.version}"
+    by = f" by {escape_field(t.actor)}" if t.actor else ""
+    return f"{NOTE_PREFIX} {escape_field(t.id)} pruned at {when}{by}: {escape_field(t.reason)}]"
+
+
+def missing_result_note(call_id: str, tombstones: Mapping[str, Tombstone]) -> str:
+    """What stands in for a tool result that is not live: its tombstone note,
+    or a note that no result was recorded (a call still in flight)."""
+    tomb = tombstones.get(result_id(call_id))
+    if tomb is not None:
+        return tomb_note(tomb)
+    return f"{NOTE_PREFIX} no result recorded for {escape_field(call_id)}]"
+
+
+def removal_note(tombstones: Mapping[str, Tombstone], skip: Iterable[str] = ()) -> str | None:
+    """The removal list (a heading, then one note per tombstone, oldest
+    first), or ``None`` if there is nothing to list."""
+    skipped = set(skip)
+    ordered = sorted(
+        (t for t in tombstones.values() if t.id not in skipped), key=lambda t: (t.version, t.id)
+    )
+    if not ordered:
+        return None
+    return "\n".join([f"{NOTE_PREFIX} removed from this context]", *map(tomb_note, ordered)])
+
+
+def annotated(text: str, mark: Mark | None) -> str:
+    """``text`` (escaped) with a stale note line in front when marked."""
+    text = escape_text(text)
+    return text if mark is None else f"{stale_note(mark)}\n{text}"
+
+
+#: Block types whose ``text`` field is prose a note could hide in.
+TEXT_TYPES = frozenset({"text", "input_text", "output_text"})
+
+
+def escape_blocks(value: Any) -> Any:
+    """A thawed JSON value with the ``text`` of every text part escaped
+    (:func:`escape_text`); other values unchanged."""
+    if isinstance(value, str):
+        return escape_text(value)
+    if isinstance(value, list):
+        return [escape_blocks(v) for v in value]
+    if isinstance(value, dict) and value.get("type") in TEXT_TYPES:
+        text = value.get("text")
+        if isinstance(text, str):
+            return {**value, "text": escape_text(text)}
+    return value
+
+
+# -- window helpers -----------------------------------------------------------
+
+
+def snapshot_of(source: object) -> tuple[Snapshot, bool]:
+    """``(snapshot, opened)``: a snapshot passed in, or a new one of a buffer
+    (which the caller must close)."""
+    if isinstance(source, Snapshot):
+        return source, False
+    if isinstance(source, Buffer):
+        return source.snapshot().__enter__(), True
+    raise InvalidType(f"render takes a Snapshot or a Buffer, not {type(source).__name__}")
+
+
+def own(e: Entry, api: str) -> bool:
+    """The entry was read by adapter ``api`` and keeps its original content."""
+    return e.content is not None and e.meta.get("api") == api
+
+
+def default_role(e: Entry) -> str:
+    """The role of an entry: its ``meta["role"]``, else by kind."""
+    role = e.meta.get("role")
+    if isinstance(role, str):
+        return role
+    if e.kind in (Kind.INSTRUCTION, Kind.CONSTRAINT):
+        return "system"
+    if e.kind is Kind.TOOL_OUTPUT:
+        return "tool"
+    return "assistant"
+
+
+@dataclass(slots=True)
+class Group:
+    """The live entries of one message, in window order."""
+
+    role: str
+    key: object
+    entries: list[Entry]
+
+
+def groups(entries: Sequence[Entry]) -> list[Group]:
+    """Consecutive entries of one message (same ``meta["msg"]`` and role) form a
+    group; an entry without ``msg`` is a group of its own. O(n)."""
+    out: list[Group] = []
+    last: object = None
+    for e in entries:
+        role = default_role(e)
+        msg = e.meta.get("msg")
+        if out and msg is not None and msg == last and out[-1].role == role:
+            out[-1].entries.append(e)
+        else:
+            out.append(Group(role, msg, [e]))
+        last = msg
+    return out
+
+
+def adjacent(prev: Group, group: Group) -> bool:
+    """``group`` followed ``prev`` when it was read (nothing pruned between)."""
+    return bool(group.entries) and group.entries[0].meta.get("after") == prev.key
+
+
+def outputs_by_call(entries: Sequence[Entry]) -> dict[str, Entry]:
+    """Live tool results keyed by the id of the call they answer."""
+    out: dict[str, Entry] = {}
+    ids = {e.id: e for e in entries}
+    for e in entries:
+        if e.kind is Kind.TOOL_OUTPUT:
+            for ref in e.refs:
+                target = ids.get(ref)
+                if target is not None and target.kind is Kind.TOOL_CALL:
+                    out.setdefault(ref, e)
+                    break
+    return out
 
 
 def tool_name(e: Entry) -> str:
@@ -303,21 +393,295 @@ def tool_name(e: Entry) -> str:
     return e.key.split(" ", 1)[0] if e.key else "tool"
 
 
-def answer(
-    call: Entry,
-    results: Mapping[str, Entry],
-    marks: Mapping[str, Mark],
-    tombstones: Mapping[str, Tombstone],
+def arguments_json(e: Entry) -> str:
+    """A call's arguments as a JSON string: as read, else the body wrapped."""
+    arguments = e.meta.get("arguments")
+    if isinstance(arguments, str):
+        return arguments
+    return canonical_json({"input": e.body})
+
+
+def plain(value: object) -> Any:
+    """A frozen value as plain JSON types."""
+    return thaw(value)
+
+
+# -- reading and admission ----------------------------------------------------
+
+
+@dataclass(slots=True)
+class Read:
+    """One message read: its index, key and entries (maybe none)."""
+
+    index: int
+    key: str
+    entries: list[Entry] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Readmission:
+    """What a ``readmit=`` callable is asked about: the entry of message
+    ``index`` whose content or key matches ``tombstone``, and ``cycles``, the
+    prune/re-admit cycles of that content within the window (this one
+    included)."""
+
+    index: int
+    entry: Entry
+    tombstone: Tombstone
+    cycles: int
+
+
+#: ``"refuse"``, ``"record"``, or a callable given a :class:`Readmission`
+#: returning ``"refuse"``, ``"record"`` or an :class:`~quiesce.Override`.
+ReadmitPolicy = Literal["refuse", "record"] | Callable[[Readmission], object]
+
+
+@dataclass(frozen=True, slots=True)
+class SyncReport:
+    """What :func:`sync_messages` did (frozen).
+
+    ``appended``: indices of the messages appended now; ``held``: indices of
+    messages the buffer already holds (live, perhaps in part); ``tombstoned``:
+    indices of messages the buffer pruned on purpose (their stale copy was not
+    re-appended; a result whose call was pruned counts here too);
+    ``readmitted``: ids of entries appended with an automatic ``Override``;
+    ``escalations``: the ``OSCILLATION`` escalations raised; ``version``: the
+    head version after the call.
+    """
+
+    appended: tuple[int, ...] = ()
+    held: tuple[int, ...] = ()
+    tombstoned: tuple[int, ...] = ()
+    readmitted: tuple[str, ...] = ()
+    escalations: tuple[Escalation, ...] = ()
+    version: int = 0
+
+
+def check_readmit(readmit: object) -> None:
+    """``readmit`` must be ``"refuse"``, ``"record"`` or a callable."""
+    if isinstance(readmit, str):
+        if readmit not in ("refuse", "record"):
+            raise InvalidArgument(
+                f"readmit must be 'refuse', 'record' or a callable, not {readmit!r}"
+            )
+    elif not callable(readmit):
+        raise InvalidType(
+            f"readmit must be 'refuse', 'record' or a callable, not {type(readmit).__name__}"
+        )
+
+
+class Reader(Protocol):
+    """An adapter's reader: its messages (bound with ``functools.partial``)
+    read against ``head`` (``None``: no buffer), with message keys from
+    ``keys`` and ``calls`` made earlier."""
+
+    def __call__(
+        self, *, head: Version | None, keys: Keys, calls: Collection[str]
+    ) -> list[Read]: ...
+
+
+def read_entries(read: Reader, calls: Collection[str]) -> list[Entry]:
+    """The body of ``to_entries``: read without a buffer, deterministic keys."""
+    return [e for r in read(head=None, keys=Keys(), calls=calls) for e in r.entries]
+
+
+def read_and_admit(
+    buf: Buffer, read: Reader, *, api: str, readmit: object, turn: int | None, sync: bool
+) -> SyncReport:
+    """The body of ``append_messages`` (``sync=False``: message keys avoid
+    every key the buffer used) and ``sync_messages`` (``sync=True``: keys
+    count identical messages in the list, so a list read again gets the same
+    ids); then :func:`admit`."""
+    if not isinstance(buf, Buffer):
+        raise InvalidType(f"buf must be a Buffer, not {type(buf).__name__}")
+    check_readmit(readmit)
+    head = buf.head()
+    reads = read(head=head, keys=Keys(None if sync else head), calls=())
+    return admit(buf, reads, api=api, readmit=readmit, turn=turn, sync=sync)
+
+
+def render_with(source: object, render: Callable[[Snapshot], _T]) -> _T:
+    """``render`` of a snapshot passed in, or of a new snapshot of a buffer
+    (released when done, also on error)."""
+    snap, opened = snapshot_of(source)
+    try:
+        return render(snap)
+    finally:
+        if opened:
+            snap.__exit__(None, None, None)
+
+
+def parts_text(
+    index: int,
+    content: object,
+    what: str,
     *,
-    annotate: bool,
-    in_place: set[str],
-) -> tuple[str, Entry | None]:
-    """The text that answers tool call ``call`` when rendering, and its live
-    result if any: the result (annotated if it or the call is stale), else a
-    note standing in for it, whose id is then added to ``in_place``."""
-    result = results.get(call.id)
-    if result is not None:
-        mark = marks.get(result.id) or marks.get(call.id)
-        return annotated(result.body, mark if annotate else None), result
-    in_place.add(result_id(call.id))
-    return missing_result_note(call.id, tombstones), None
+    noun: str,
+    fields: Mapping[str, str],
+    only_text: bool = False,
+) -> str:
+    """The text of a content value: a str as is, or a list of parts/blocks
+    whose text fields (``fields``: type → field) are joined by newlines, any
+    other part as ``[type]`` (or an error when ``only_text``)."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list | tuple):
+        raise fail(
+            index,
+            f"{what} must be a str or a list of {noun}, not {type(content).__name__}",
+            type_error=True,
+        )
+    texts: list[str] = []
+    for n, part in enumerate(content):
+        if not isinstance(part, Mapping):
+            raise fail(index, f"{what}[{n}] must be a dict", type_error=True)
+        kind = check_nonempty(index, part.get("type"), f"{what}[{n}].type")
+        field_name = fields.get(kind)
+        if field_name is not None:
+            texts.append(check_str(index, part.get(field_name), f"{what}[{n}].{field_name}"))
+        elif only_text:
+            raise fail(index, f"{what}[{n}] must be a text part, not {kind!r}")
+        else:
+            texts.append(f"[{kind}]")
+    return "\n".join(texts)
+
+
+def _cycles(head: Version, e: Entry, tomb: Tombstone) -> int:
+    """Prune/re-admit cycles of ``e``'s content or key within the window,
+    counting this one. O(tombstones)."""
+    low = head.number - OSCILLATION_WINDOW
+    return sum(
+        1
+        for t in head.tombs.by_id.values()
+        if t.version > low
+        and (t.content_hash == e.content_hash or (e.key is not None and t.key == e.key))
+    )
+
+
+def admit(
+    buf: Buffer,
+    reads: Sequence[Read],
+    *,
+    api: str,
+    readmit: object,
+    turn: int | None,
+    sync: bool,
+) -> SyncReport:
+    """Append what ``reads`` hold that the buffer does not, deciding every
+    re-admission before the first append (so ``"refuse"`` or a bad answer
+    from a callable leaves the head unchanged).
+
+    With ``sync``, a message whose entries the buffer already knows is held
+    or tombstoned, not appended; without it, a known id is a
+    :class:`DuplicateEntry`. Each re-admission under ``"record"`` is appended
+    with an ``Override`` naming the adapter; the second cycle of one content
+    or key within :data:`OSCILLATION_WINDOW` versions is escalated. O(entries
+    · log n), plus O(tombstones) per re-admission.
+
+    Everything is decided against the head read at the start. A writer in
+    another thread that appends a conflicting id meanwhile makes a later
+    append of the batch raise (:class:`DuplicateEntry`), and the messages
+    appended before it stay: the adapters do not hold the buffer's write
+    lock across the batch. Cancellation: nothing here awaits.
+    """
+    check_readmit(readmit)
+    head = buf.head()
+    live, tombs = head.live, head.tombs.by_id
+    appended: list[int] = []
+    held: list[int] = []
+    tombstoned: list[int] = []
+    plan: list[tuple[Entry, Override | None, int]] = []
+    batch: set[str] = set()
+    for r in reads:
+        known = [e.id for e in r.entries if e.id in live or e.id in tombs]
+        if known:
+            if not sync:
+                raise DuplicateEntry(f"message {r.index}: entry id {known[0]!r} is already used")
+            (held if any(i in live for i in known) else tombstoned).append(r.index)
+            continue
+        gone: list[str] = []
+        mine: set[str] = set()
+        for e in r.entries:
+            gone.extend(ref for ref in e.refs if ref not in live and ref not in batch | mine)
+            mine.add(e.id)
+        if gone:
+            tomb = tombs.get(gone[0])
+            if sync and tomb is not None:
+                tombstoned.append(r.index)  # answers a call pruned meanwhile
+                continue
+            raise DanglingReference(
+                f"message {r.index}: {gone[0]!r} is "
+                + ("pruned" if tomb is not None else "not in the buffer"),
+                gone[0],
+                tomb,
+            )
+        for e in r.entries:
+            override = None
+            tomb = head.tombs.matching(e.content_hash, e.key)
+            if tomb is not None:
+                override = _decide(readmit, r.index, e, tomb, _cycles(head, e, tomb), api, turn)
+            plan.append((e, override, r.index))
+            batch.add(e.id)
+        if r.entries:
+            appended.append(r.index)
+    readmitted: list[str] = []
+    escalations: list[Escalation] = []
+    version = head.number
+    for e, override, _index in plan:
+        version = buf.append(e, override=override)
+        if override is not None:
+            readmitted.append(e.id)
+            tomb = head.tombs.matching(e.content_hash, e.key)
+            assert tomb is not None
+            cycles = _cycles(head, e, tomb)
+            if cycles >= 2:
+                escalations.append(
+                    buf.escalate(
+                        EscalationKind.OSCILLATION,
+                        f"{e.id!r} re-admitted by quiesce.adapters.{api}: cycle {cycles} of "
+                        f"pruning and re-admitting the content of {tomb.id!r}",
+                        data={"ids": [e.id, tomb.id], "cycles": cycles, "adapter": api},
+                    )
+                )
+    return SyncReport(
+        tuple(appended),
+        tuple(held),
+        tuple(tombstoned),
+        tuple(readmitted),
+        tuple(escalations),
+        version if plan else buf.version,
+    )
+
+
+def _decide(
+    readmit: object,
+    index: int,
+    e: Entry,
+    tomb: Tombstone,
+    cycles: int,
+    api: str,
+    turn: int | None,
+) -> Override:
+    decision = readmit
+    if callable(readmit):
+        decision = readmit(Readmission(index, e, tomb, cycles))
+        if isinstance(decision, Override):
+            return decision
+        if decision not in ("refuse", "record"):
+            raise InvalidType(
+                f"message {index}: the readmit callable must return 'refuse', 'record' "
+                f"or an Override, not {decision!r}"
+            )
+    if decision == "refuse":
+        raise ReadmissionRefused(
+            f"message {index}: entry {e.id!r} matches the tombstone of {tomb.id!r} "
+            f"(pruned at version {tomb.version}: {tomb.reason}); "
+            "pass readmit='record' or an Override to re-admit it",
+            tomb,
+        )
+    when = turn if turn is not None else (tomb.turn if tomb.turn is not None else 0)
+    return Override(
+        f"re-admitted by quiesce.adapters.{api} (readmit='record'): the loop sent "
+        f"content matching the tombstone of {tomb.id!r} again",
+        when,
+    )

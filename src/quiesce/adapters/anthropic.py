@@ -1,71 +1,107 @@
-"""Anthropic-style messages ⇄ entries (plain dicts; no SDK needed).
+"""Anthropic Messages ⇄ entries (plain dicts; no SDK needed).
 
-A conversation is a ``system`` prompt (a str or a list of text blocks) and
-messages with ``role`` ``user`` or ``assistant`` whose ``content`` is a str or
-a list of blocks: ``text``, ``tool_use`` (assistant) and ``tool_result``
-(user). Each text block, tool use and tool result becomes one entry:
+What it keeps true: ``render(buf) == {"system": system, "messages": messages}``
+(``"system"`` left out when there is none) after ``append_messages(buf,
+messages, system=system)`` — exactly — when nothing was pruned or marked
+(except text lines that imitate a quiesce note, which get a backslash). Every
+rendered window is a valid request: every ``tool_use`` is answered by a
+``tool_result`` at the start of the very next user turn, and consecutive turns
+of one role that pruning left next to each other are merged, as the API
+would, with every ``tool_result`` first.
 
-* the system prompt becomes ``INSTRUCTION`` entries; user text becomes
-  ``user_kind`` (``INSTRUCTION`` by default); assistant text becomes
-  ``assistant_kind`` (``REASONING``);
-* a ``tool_use`` becomes a ``TOOL_CALL`` entry with the block's id and a
-  ``key`` of the tool name plus its input (re-running a pruned call is a
-  re-admission); a ``tool_result`` becomes a ``TOOL_OUTPUT`` entry
-  ``"<tool_use_id>/result"`` that cites its call, so the pair is pruned
-  together or not at all. ``is_error`` is kept in ``meta``.
+Blocks read and given back unchanged (each block's JSON is kept in
+``Entry.content``, ``cache_control`` and every other field included):
 
-:func:`render` returns ``{"system": ..., "messages": [...]}`` (pass it as
-keyword arguments to a messages API): every ``tool_use`` is answered by a
-``tool_result`` block at the start of the very next user message, stale
-entries are annotated, removals are one-line tombstone notes at the end of the
-system prompt, and constraints and instructions are verbatim.
-:func:`validate` checks that shape.
+* ``text``, ``image``, ``document``, ``search_result`` and any future block
+  with a ``type`` string (kept opaque, never dropped);
+* ``thinking`` (with ``signature``) and ``redacted_thinking``: *signed*
+  (:attr:`~quiesce.Entry.sealed`) — never rewritten, summarized or annotated;
+  every other block of the assistant turn cites them, so they are removed only
+  with their turn, and never while the turn's tool calls await results;
+* ``tool_use`` → a ``TOOL_CALL`` with the block's id and a ``key`` of its name
+  and input (a re-run after a prune is a re-admission); ``tool_result``
+  (content a str or a list of text/image/document blocks, ``is_error``) → a
+  ``TOOL_OUTPUT`` ``"<tool_use_id>#result"`` citing its call;
+* ``server_tool_use`` and its result in the same assistant turn
+  (``web_search_tool_result`` or any ``*_tool_result`` with a
+  ``tool_use_id``): a call/result pair, rendered in place;
+* the system prompt, a str or a list of text blocks: ``INSTRUCTION`` entries.
 
-Malformed input — an unknown role or block type, a non-string text, a tool
-result without its call — raises :class:`~quiesce.InvalidArgument` or
-:class:`~quiesce.InvalidType` naming the message index (``-1`` for the
-system prompt), and nothing is appended.
+Kinds: user text and media → ``user_kind`` (``INSTRUCTION``); assistant text
+and thinking → ``assistant_kind`` (``REASONING``). Ids: block and tool-use ids
+are kept verbatim (no ``#``); other blocks get ``"<message key>#<n>"`` (see
+:mod:`quiesce.adapters._common`).
+
+Notes (one line each, starting ``[quiesce:``, fields escaped):
+``[quiesce: stale at turn 3: <reason>]`` in front of a stale text block's
+text, or as a text block before a stale image, document or tool use (signed
+blocks carry none); ``[quiesce: <id> pruned at turn 41 by <actor>: <reason>]``
+for each removal, listed under ``[quiesce: removed from this context]`` at the
+end of the system prompt, or as the content of a pruned tool result;
+``[quiesce: no result recorded for <id>]`` for a call in flight. User,
+assistant and tool text starting a line with ``[quiesce`` is rendered as
+``\\[quiesce``.
+
+Malformed input raises :class:`~quiesce.InvalidArgument` or
+:class:`~quiesce.InvalidType` naming the message index (``-1`` for the system
+prompt) and field; nothing is appended and the head version is unchanged.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
 from .._core.buffer import Buffer, Snapshot
-from .._core.entry import Entry, Kind
-from .._core.errors import InvalidType
+from .._core.entry import Entry, Kind, canonical_json
+from .._core.version import Version
 from ._common import (
-    Ids,
-    Indexed,
-    answer,
-    append_read,
-    call_entry,
+    Keys,
+    Read,
+    ReadmitPolicy,
+    SyncReport,
+    check_kind,
     check_messages,
     check_nonempty,
     check_str,
-    claim_result,
+    entry,
+    escape_blocks,
+    escape_text,
     fail,
+    foreign_id,
     groups,
+    is_call,
+    json_value,
+    missing_result_note,
     outputs_by_call,
+    parts_text,
+    plain,
+    read_and_admit,
     read_entries,
     removal_note,
-    result_entry,
+    render_with,
     result_id,
-    shown,
+    stale_note,
     tool_name,
 )
 
-__all__ = ["ROLES", "append_messages", "render", "to_entries", "validate"]
+__all__ = [
+    "ROLES",
+    "SyncReport",
+    "append_messages",
+    "render",
+    "sync_messages",
+    "to_entries",
+    "validate",
+]
+
+API = "anthropic"
 
 #: The message roles this adapter reads (the system prompt is separate).
 ROLES = frozenset({"user", "assistant"})
-
-Message = dict[str, Any]
-Block = dict[str, Any]
 
 #: Roles rendered into the system prompt (``developer`` comes from OpenAI-style input).
 SYSTEM_ROLES = frozenset({"system", "developer"})
@@ -73,78 +109,125 @@ SYSTEM_ROLES = frozenset({"system", "developer"})
 #: Index used in errors about the system prompt.
 SYSTEM = -1
 
+Message = dict[str, Any]
+Block = dict[str, Any]
 
-def _result_text(index: int, content: object) -> tuple[str, str]:
-    """A tool result's content as (text, form)."""
-    if content is None:
-        return "", "none"
-    if isinstance(content, str):
-        return content, "str"
-    if isinstance(content, list):
-        texts = []
-        for block in content:
-            if not isinstance(block, Mapping) or block.get("type") != "text":
-                raise fail(index, "tool_result content blocks must be text blocks")
-            texts.append(check_str(index, block.get("text"), "tool_result text"))
-        return "\n".join(texts), "blocks"
-    raise fail(
-        index,
-        f"tool_result content must be a str or a list, not {type(content).__name__}",
-        type_error=True,
+
+def _is_server_result(block: Mapping[str, Any]) -> bool:
+    kind = block.get("type")
+    return (
+        isinstance(kind, str)
+        and kind != "tool_result"
+        and kind.endswith("_tool_result")
+        and "tool_use_id" in block
     )
 
 
-def _system(system: object, *, prefix: str, turn: int | None) -> list[Indexed]:
+def _result_text(index: int, content: object, what: str) -> str:
+    """A tool result's content as text (text blocks joined; others ``[type]``)."""
+    if content is None:
+        return ""
+    return parts_text(index, content, what, noun="blocks", fields={"text": "text"})
+
+
+def _block_text(index: int, block: Mapping[str, Any], kind: str, what: str) -> str:
+    if kind == "text":
+        return check_str(index, block.get("text"), f"{what}.text")
+    if kind == "thinking":
+        check_str(index, block.get("signature"), f"{what}.signature")
+        return check_str(index, block.get("thinking"), f"{what}.thinking")
+    if kind == "redacted_thinking":
+        check_str(index, block.get("data"), f"{what}.data")
+        return "[redacted_thinking]"
+    for name in ("title", "text", "content"):
+        value = block.get(name)
+        if isinstance(value, str):
+            return f"[{kind}] {value}"
+    return f"[{kind}]"
+
+
+def _system(system: object, *, keys: Keys, turn: int | None) -> list[Read]:
     if system is None:
         return []
-    msg = f"{prefix}system"
-    if isinstance(system, str):
-        meta = {"role": "system", "msg": msg, "form": "str"}
-        return [(SYSTEM, Entry(msg, Kind.INSTRUCTION, system, (), turn, None, meta))]
-    if not isinstance(system, list):
+    if not isinstance(system, str | list | tuple):
         raise fail(
             SYSTEM,
             f"system must be a str or a list of text blocks, not {type(system).__name__}",
             type_error=True,
         )
-    out: list[Indexed] = []
+    frozen = json_value(SYSTEM, system, "system")
+    key = keys({"system": frozen})
+    meta: dict[str, Any] = {"api": API, "role": "system", "msg": key, "after": None}
+    r = Read(SYSTEM, key)
+    if isinstance(system, str):
+        meta["form"] = "str"
+        r.entries.append(entry(SYSTEM, key, Kind.INSTRUCTION, system, (), turn, None, meta))
+        return [r]
+    meta["form"] = "blocks"
     for n, block in enumerate(system):
         if not isinstance(block, Mapping) or block.get("type") != "text":
-            raise fail(SYSTEM, "system blocks must be text blocks")
-        text = check_str(SYSTEM, block.get("text"), "system text")
-        meta = {"role": "system", "msg": msg, "form": "blocks"}
-        out.append((SYSTEM, Entry(f"{msg}.{n}", Kind.INSTRUCTION, text, (), turn, None, meta)))
-    return out
+            raise fail(SYSTEM, f"system[{n}] must be a text block")
+        text = check_str(SYSTEM, block.get("text"), f"system[{n}].text")
+        r.entries.append(
+            entry(SYSTEM, f"{key}#{n}", Kind.INSTRUCTION, text, (), turn, None, meta, block)
+        )
+    return [r]
 
 
-def _indexed(
-    messages: Sequence[Any],
+def _anchor(index: int, role: str, content: Sequence[Any]) -> str | None:
+    """The key of a message that carries foreign ids: its first tool use's id
+    (assistant) or the result id of its first tool result (user)."""
+    for n, block in enumerate(content):
+        if not isinstance(block, Mapping):
+            continue
+        kind = block.get("type")
+        if role == "assistant" and kind in ("tool_use", "server_tool_use"):
+            return foreign_id(index, block.get("id"), f"content[{n}].id")
+        if role == "user" and kind == "tool_result":
+            return result_id(
+                foreign_id(index, block.get("tool_use_id"), f"content[{n}].tool_use_id")
+            )
+    return None
+
+
+def _read(
+    messages: object,
     *,
     system: object,
-    prefix: str,
-    start: int,
+    head: Version | None,
+    keys: Keys,
+    calls: Collection[str],
     turn: int | None,
     user_kind: Kind,
     assistant_kind: Kind,
-    calls: Collection[str],
-) -> list[Indexed]:
-    out = _system(system, prefix=prefix, turn=turn)
-    new_id = Ids(prefix, start)
+) -> list[Read]:
+    check_kind(user_kind, "user_kind")
+    check_kind(assistant_kind, "assistant_kind")
+    out = _system(system, keys=keys, turn=turn)
     open_calls: set[str] = set(calls)
     answered: set[str] = set()
+    used: set[str] = set()
+    prev: str | None = None
     for index, m in enumerate(check_messages(messages)):
         role = m.get("role")
         if not isinstance(role, str) or role not in ROLES:
-            raise fail(index, f"unknown role {role!r} (expected 'user' or 'assistant')")
+            raise fail(index, f"role must be 'user' or 'assistant', not {role!r}")
+        frozen = json_value(index, m, "message")
         content = m.get("content")
         text_kind = user_kind if role == "user" else assistant_kind
-        msg: str | None = None
+        env = {k: v for k, v in m.items() if k not in ("role", "content")}
         if isinstance(content, str):
-            eid = new_id()
-            meta: dict[str, object] = {"role": role, "msg": eid, "form": "str"}
-            out.append((index, Entry(eid, text_kind, content, (), turn, None, meta)))
+            key = keys(frozen)
+            meta: dict[str, Any] = {"api": API, "role": role, "msg": key, "after": prev}
+            meta["form"] = "str"
+            if env:
+                meta["env"] = env
+            r = Read(index, key)
+            r.entries.append(entry(index, key, text_kind, content, (), turn, None, meta))
+            out.append(r)
+            prev = key
             continue
-        if not isinstance(content, list):
+        if not isinstance(content, list | tuple):
             raise fail(
                 index,
                 f"content must be a str or a list of blocks, not {type(content).__name__}",
@@ -152,58 +235,72 @@ def _indexed(
             )
         if not content:
             raise fail(index, "content must not be an empty list")
-        for block in content:
+        key = _anchor(index, role, content) or keys(frozen)
+        base: dict[str, Any] = {"api": API, "role": role, "msg": key, "after": prev}
+        base["form"] = "blocks"
+        if env:
+            base["env"] = env
+        r = Read(index, key)
+        signed: list[str] = []
+        for n, block in enumerate(content):
+            what = f"content[{n}]"
             if not isinstance(block, Mapping):
                 raise fail(
-                    index,
-                    f"each content block must be a dict, not {type(block).__name__}",
-                    type_error=True,
+                    index, f"{what} must be a dict, not {type(block).__name__}", type_error=True
                 )
-            kind = block.get("type")
-            if kind == "text":
-                text = check_str(index, block.get("text"), "text")
-                eid = new_id()
-                msg = msg or eid
-                meta = {"role": role, "msg": msg, "form": "blocks"}
-                out.append((index, Entry(eid, text_kind, text, (), turn, None, meta)))
-            elif kind == "tool_use" and role == "assistant":
-                call_id = check_nonempty(index, block.get("id"), "tool_use id")
-                name = check_nonempty(index, block.get("name"), "tool_use name")
-                tool_input = block.get("input", {})
+            kind = check_nonempty(index, block.get("type"), f"{what}.type")
+            meta = {**base, "block": kind}
+            refs: tuple[str, ...] = tuple(signed)
+            call_key: str | None = None
+            if kind in ("tool_use", "server_tool_use"):
+                if role != "assistant":
+                    raise fail(index, f"{what}: a {kind} block belongs in an assistant message")
+                eid = foreign_id(index, block.get("id"), f"{what}.id")
+                name = check_nonempty(index, block.get("name"), f"{what}.name")
+                tool_input = block.get("input")
                 if not isinstance(tool_input, Mapping):
-                    raise fail(index, "tool_use input must be a dict", type_error=True)
-                if call_id in open_calls:
-                    raise fail(index, f"tool_use id {call_id!r} is used twice")
-                try:
-                    arguments = json.dumps(tool_input, sort_keys=True, ensure_ascii=False)
-                except (TypeError, ValueError) as exc:
-                    raise fail(index, f"tool_use input is not JSON: {exc}") from None
-                msg = msg or call_id
-                meta = {
-                    "role": role,
-                    "msg": msg,
-                    "form": "blocks",
-                    "tool": name,
-                    "input": arguments,
-                }
-                out.append(call_entry(index, call_id, name, arguments, turn, meta))
-                open_calls.add(call_id)
-            elif kind == "tool_result" and role == "user":
-                call_id = check_nonempty(index, block.get("tool_use_id"), "tool_use_id")
-                claim_result(
-                    index, call_id, open_calls, answered, call="tool_use", result="tool_result"
-                )
-                text, form = _result_text(index, block.get("content"))
+                    raise fail(index, f"{what}.input must be a dict", type_error=True)
+                arguments = canonical_json(json_value(index, tool_input, f"{what}.input"))
+                if eid in open_calls or eid in used:
+                    raise fail(index, f"{what}.id {eid!r} is used twice")
+                body = call_key = f"{name} {arguments}"
+                ekind = Kind.TOOL_CALL
+                meta.update(tool=name, arguments=arguments)
+                open_calls.add(eid)
+            elif kind == "tool_result" or _is_server_result(block):
+                if kind == "tool_result" and role != "user":
+                    raise fail(index, f"{what}: a tool_result block belongs in a user message")
+                if kind != "tool_result" and role != "assistant":
+                    raise fail(index, f"{what}: a {kind} block belongs in an assistant message")
+                call_id = foreign_id(index, block.get("tool_use_id"), f"{what}.tool_use_id")
+                if call_id in answered:
+                    raise fail(index, f"{what}: tool use {call_id!r} already has a result")
+                if call_id not in open_calls and not is_call(head, call_id):
+                    raise fail(index, f"{what}.tool_use_id {call_id!r} answers no earlier tool_use")
+                answered.add(call_id)
                 is_error = block.get("is_error")
                 if is_error is not None and not isinstance(is_error, bool):
-                    raise fail(index, "tool_result is_error must be a bool", type_error=True)
-                msg = msg or result_id(call_id)
-                meta = {"role": role, "msg": msg, "form": form}
-                if is_error is not None:
-                    meta["is_error"] = is_error
-                out.append(result_entry(index, call_id, text, turn, meta))
+                    raise fail(index, f"{what}.is_error must be a bool", type_error=True)
+                if kind == "tool_result":
+                    body = _result_text(index, block.get("content"), f"{what}.content")
+                else:
+                    body = f"[{kind}]"
+                eid = result_id(call_id)
+                ekind = Kind.TOOL_OUTPUT
+                refs = (call_id,)
             else:
-                raise fail(index, f"unsupported content block {kind!r} in a {role} message")
+                body = _block_text(index, block, kind, what)
+                eid = f"{key}#{n}"
+                ekind = text_kind
+            if eid in used:
+                raise fail(index, f"{what}: id {eid!r} is used twice")
+            used.add(eid)
+            e = entry(index, eid, ekind, body, refs, turn, call_key, meta, block)
+            if e.sealed and role == "assistant":
+                signed.append(eid)
+            r.entries.append(e)
+        out.append(r)
+        prev = key
     return out
 
 
@@ -211,30 +308,23 @@ def to_entries(
     messages: Sequence[Mapping[str, Any]],
     *,
     system: str | Sequence[Mapping[str, Any]] | None = None,
-    prefix: str = "m",
-    start: int = 0,
     turn: int | None = None,
     user_kind: Kind = Kind.INSTRUCTION,
     assistant_kind: Kind = Kind.REASONING,
     calls: Collection[str] = (),
 ) -> list[Entry]:
-    """Entries for ``system`` and ``messages``, in order. Text blocks get ids
-    ``prefix + n`` counting from ``start``; tool uses keep their ids; the
-    system prompt is ``prefix + "system"``. ``calls`` are ids of tool uses
-    made earlier. Raises ``InvalidArgument``/``InvalidType`` naming the
-    first bad message."""
+    """Entries for ``system`` and ``messages``, in order; ``calls`` are ids
+    of tool uses made earlier. Deterministic ids. Raises
+    ``InvalidArgument``/``InvalidType`` naming the first bad message and field."""
     read = partial(
-        _indexed,
+        _read,
         messages,
         system=system,
-        prefix=prefix,
         turn=turn,
         user_kind=user_kind,
         assistant_kind=assistant_kind,
     )
-    return read_entries(
-        read, start=start, calls=calls, user_kind=user_kind, assistant_kind=assistant_kind
-    )
+    return read_entries(read, calls)
 
 
 def append_messages(
@@ -242,191 +332,320 @@ def append_messages(
     messages: Sequence[Mapping[str, Any]],
     *,
     system: str | Sequence[Mapping[str, Any]] | None = None,
+    readmit: ReadmitPolicy = "record",
     turn: int | None = None,
-    prefix: str = "m",
     user_kind: Kind = Kind.INSTRUCTION,
     assistant_kind: Kind = Kind.REASONING,
 ) -> int:
-    """Append ``system`` and ``messages`` to ``buf``; returns the head version.
-
-    Everything is validated before the first append (shape, results answering
-    live or earlier calls, unused ids, no tombstoned content), so an error
-    names its message index and leaves the buffer unchanged.
-    """
+    """Append ``system`` and ``messages`` (all new) to ``buf``; returns the
+    head version. See :func:`quiesce.adapters.openai.append_messages` for
+    ``readmit`` and the all-or-nothing validation."""
     read = partial(
-        _indexed,
+        _read,
         messages,
         system=system,
-        prefix=prefix,
         turn=turn,
         user_kind=user_kind,
         assistant_kind=assistant_kind,
     )
-    return append_read(buf, read, user_kind=user_kind, assistant_kind=assistant_kind)
+    return read_and_admit(buf, read, api=API, readmit=readmit, turn=turn, sync=False).version
 
 
-def _text_block(text: str) -> Block:
+def sync_messages(
+    buf: Buffer,
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    system: str | Sequence[Mapping[str, Any]] | None = None,
+    readmit: ReadmitPolicy = "record",
+    turn: int | None = None,
+    user_kind: Kind = Kind.INSTRUCTION,
+    assistant_kind: Kind = Kind.REASONING,
+) -> SyncReport:
+    """Bring ``buf`` up to date with a framework's whole history (and system
+    prompt, reported at index ``-1``). Messages are matched by tool-use ids,
+    else a content key; idempotent; pruned messages sent back are reported
+    ``tombstoned``, not re-appended. See
+    :func:`quiesce.adapters.openai.sync_messages`."""
+    read = partial(
+        _read,
+        messages,
+        system=system,
+        turn=turn,
+        user_kind=user_kind,
+        assistant_kind=assistant_kind,
+    )
+    return read_and_admit(buf, read, api=API, readmit=readmit, turn=turn, sync=True)
+
+
+# -- render -------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Turn:
+    role: str
+    key: object
+    after: object
+    str_form: bool
+    env: Any
+    results: list[Block] = field(default_factory=list)
+    blocks: list[Block] = field(default_factory=list)
+
+
+def _text(text: str) -> Block:
     return {"type": "text", "text": text}
 
 
-def _tool_use(e: Entry) -> Block:
-    name = tool_name(e)
-    raw = e.meta.get("input", e.meta.get("arguments"))
-    tool_input: Any = {"input": e.body}
+def _blocks(e: Entry, note: str | None) -> list[Block]:
+    """The blocks an entry renders as (a note block first for a stale
+    non-text block; signed blocks never carry one)."""
+    if e.meta.get("api") == API and e.content is not None:
+        block: Block = escape_blocks(plain(e.content))
+        if note is None or e.sealed:
+            return [block]
+        if block.get("type") == "text":
+            return [{**block, "text": f"{note}\n{block['text']}"}]
+        return [_text(note), block]
+    if e.kind is Kind.TOOL_CALL:
+        kind = "server_tool_use" if e.meta.get("block") == "server_tool_use" else "tool_use"
+        block = {"type": kind, "id": e.id, "name": tool_name(e), "input": _input(e)}
+        return [block] if note is None else [_text(note), block]
+    text = escape_text(e.body)
+    return [_text(text if note is None else f"{note}\n{text}")]
+
+
+def _input(e: Entry) -> Any:
+    raw = e.meta.get("arguments")
     if isinstance(raw, str):
-        # An OpenAI-style call's arguments need not be a JSON object.
-        with contextlib.suppress(ValueError):
+        try:
             parsed = json.loads(raw)
-            if isinstance(parsed, dict):
-                tool_input = parsed
-    return {"type": "tool_use", "id": e.id, "name": name, "input": tool_input}
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict):
+            return parsed
+    return {"input": e.body}
 
 
-def _tool_result(call_id: str, text: str, result: Entry | None) -> Block:
-    block: Block = {"type": "tool_result", "tool_use_id": call_id}
-    form = "str" if result is None else result.meta.get("form", "str")
-    if form == "blocks":
-        block["content"] = [_text_block(text)]
-    elif form != "none" or text:
-        block["content"] = text
-    if result is not None and isinstance(result.meta.get("is_error"), bool):
-        block["is_error"] = result.meta["is_error"]
-    return block
+def _result_block(call: Entry, result: Entry | None, note: str | None, tombstones: Any) -> Block:
+    if result is None:
+        return {
+            "type": "tool_result",
+            "tool_use_id": call.id,
+            "content": missing_result_note(call.id, tombstones),
+        }
+    if result.meta.get("api") == API and result.content is not None:
+        block: Block = plain(result.content)
+        if block.get("type") == "tool_result":
+            content = escape_blocks(block.get("content"))
+            if note is not None:
+                if isinstance(content, list):
+                    content = [_text(note), *content]
+                else:
+                    content = f"{note}\n{content or ''}"
+            if content is not None:
+                block["content"] = content
+            return block
+    text = escape_text(result.body)
+    return {
+        "type": "tool_result",
+        "tool_use_id": call.id,
+        "content": text if note is None else f"{note}\n{text}",
+    }
 
 
 def render(
-    snap: Snapshot, *, annotate_stale: bool = True, tombstone_notes: bool = True
+    source: Snapshot | Buffer, *, annotate_stale: bool = True, tombstone_notes: bool = True
 ) -> dict[str, Any]:
-    """``{"system": ..., "messages": [...]}`` for the snapshot's window.
+    """``{"system": ..., "messages": [...]}`` for a snapshot's window (a
+    buffer is snapshotted for the call); pass it as keyword arguments to the
+    Messages API. ``"system"`` is left out when empty.
 
-    System entries (the system prompt, and ``INSTRUCTION``/``CONSTRAINT``
-    entries made without an adapter) form the system prompt, verbatim, with
-    one tombstone note per removal after them. Each assistant message with
-    ``tool_use`` blocks is followed by a user message that starts with one
-    ``tool_result`` per call: the live result, else its tombstone note, else
-    a note that no result was recorded. ``"system"`` is left out when empty.
+    Blocks this adapter read come back as given; marks become notes. Each
+    assistant turn with ``tool_use`` blocks is followed by a user turn that
+    starts with one ``tool_result`` per call: the live result (in window
+    order), else its tombstone note, else a note that none was recorded.
+    Turns of one role left next to each other by pruning are merged,
+    ``tool_result`` blocks first. Removals are listed at the end of the system
+    prompt. Entries from elsewhere are rendered from their bodies.
     O(n + tombstones).
     """
+    return render_with(
+        source, partial(_render, annotate_stale=annotate_stale, tombstone_notes=tombstone_notes)
+    )
+
+
+def _render(snap: Snapshot, *, annotate_stale: bool, tombstone_notes: bool) -> dict[str, Any]:
     entries = snap.entries()
-    marks = snap.marks
+    marks = snap.marks if annotate_stale else {}
     tombstones = snap.tombstones
     results = outputs_by_call(entries)
-    system_parts: list[tuple[str, str]] = []
-    turns: list[tuple[str, list[Block], str]] = []  # role, blocks, form
+    order = {e.id: n for n, e in enumerate(entries)}
     in_place: set[str] = set()
-    gs = groups(entries)
-    skip_next = False
-    for n, group in enumerate(gs):
-        if skip_next:
-            skip_next = False
-            continue
+    system: list[tuple[Entry, str | None]] = []
+    turns: list[_Turn] = []
+
+    def note_of(e: Entry) -> str | None:
+        mark = marks.get(e.id)
+        return None if mark is None else stale_note(mark)
+
+    for group in groups(entries):
         if group.role in SYSTEM_ROLES:
-            for e in group.entries:
-                system_parts.append(
-                    (shown(e, marks, annotate=annotate_stale), str(e.meta.get("form", "str")))
-                )
-            continue
-        role = "assistant" if group.role == "assistant" else "user"
-        blocks: list[Block] = []
-        calls: list[Entry] = []
-        for e in group.entries:
-            if e.kind is Kind.TOOL_OUTPUT:
-                continue  # rendered right after its call
-            if e.kind is Kind.TOOL_CALL:
-                calls.append(e)
-                blocks.append(_tool_use(e))
-            else:
-                blocks.append(_text_block(shown(e, marks, annotate=annotate_stale)))
-        if not blocks:
+            system.extend((e, note_of(e)) for e in group.entries)
             continue
         first = group.entries[0]
-        form = (
-            "str"
-            if len(blocks) == 1 and not calls and first.meta.get("form", "str") == "str"
-            else "blocks"
+        own = first.meta.get("api") == API
+        turn = _Turn(
+            "assistant" if group.role == "assistant" else "user",
+            group.key,
+            first.meta.get("after"),
+            own and first.meta.get("form") == "str",
+            first.meta.get("env") if own else None,
         )
-        turns.append((role, blocks, form))
+        calls: list[Entry] = []
+        for e in group.entries:
+            server = e.meta.get("api") == API and e.meta.get("block") not in (None, "tool_result")
+            if e.kind is Kind.TOOL_OUTPUT and not server:
+                continue  # placed after its call
+            if e.kind is Kind.TOOL_CALL and e.meta.get("block") == "server_tool_use":
+                if e.id in results:
+                    turn.blocks.extend(_blocks(e, note_of(e)))
+                else:  # a server call is answered in its own turn, or not shown
+                    in_place.add(result_id(e.id))
+                    turn.blocks.append(_text(missing_result_note(e.id, tombstones)))
+                continue
+            if e.kind is Kind.TOOL_CALL:
+                calls.append(e)
+            turn.blocks.extend(_blocks(e, note_of(e)))
+        turns.append(turn)
         if calls:
-            answers: list[Block] = []
+            answer = _Turn("user", None, group.key, False, None)
+            live = sorted(
+                (results[c.id] for c in calls if c.id in results), key=lambda r: order[r.id]
+            )
+            by_call = {r.refs[0]: r for r in live}
+            for r in live:
+                call = next(c for c in calls if c.id == r.refs[0])
+                mark = marks.get(r.id) or marks.get(call.id)
+                note = None if mark is None else stale_note(mark)
+                answer.results.append(_result_block(call, r, note, tombstones))
             for c in calls:
-                text, result = answer(
-                    c, results, marks, tombstones, annotate=annotate_stale, in_place=in_place
-                )
-                answers.append(_tool_result(c.id, text, result))
-            # The user message right after keeps its own text after the results.
-            if n + 1 < len(gs) and gs[n + 1].role == "user":  # (not an OpenAI "tool" group)
-                for e in gs[n + 1].entries:
-                    if e.kind is not Kind.TOOL_OUTPUT:
-                        answers.append(_text_block(shown(e, marks, annotate=annotate_stale)))
-                skip_next = True
-            turns.append(("user", answers, "blocks"))
-    messages: list[Message] = [
-        {"role": role, "content": blocks[0]["text"] if form == "str" else blocks}
-        for role, blocks, form in turns
-    ]
+                if c.id not in by_call:
+                    in_place.add(result_id(c.id))
+                    answer.results.append(_result_block(c, None, None, tombstones))
+            turns.append(answer)
+    messages = _merge(turns)
     out: dict[str, Any] = {}
     note = removal_note(tombstones, skip=in_place) if tombstone_notes else None
-    if note is not None:
-        system_parts.append((note, "str"))
-    if system_parts:
-        if all(form == "str" for _t, form in system_parts) and len(system_parts) == 1:
-            out["system"] = system_parts[0][0]
-        elif any(form == "blocks" for _t, form in system_parts):
-            out["system"] = [_text_block(t) for t, _f in system_parts]
-        else:
-            out["system"] = "\n\n".join(t for t, _f in system_parts)
+    prompt = _system_prompt(system, note)
+    if prompt is not None:
+        out["system"] = prompt
     out["messages"] = messages
     return out
 
 
+def _merge(turns: list[_Turn]) -> list[Message]:
+    """Fold the results turn made after a call into the user turn that
+    follows it when that turn held them originally (or pruning left the two
+    next to each other), then merge neighbours of one role."""
+    merged: list[_Turn] = []
+    for t in turns:
+        if merged and merged[-1].role == t.role:
+            last = merged[-1]
+            made = last.key is None  # a results turn made by render
+            if made or t.after != last.key:
+                if made and t.role == "user":
+                    t.results[:0] = last.results
+                    t.blocks[:0] = last.blocks
+                    t.after = last.after
+                    merged[-1] = t
+                    continue
+                last.results.extend(t.results)
+                last.blocks.extend(t.blocks)
+                last.str_form = False
+                last.key = t.key
+                continue
+        merged.append(t)
+    out: list[Message] = []
+    for t in merged:
+        blocks = t.results + t.blocks
+        if not blocks:
+            continue
+        m: Message = plain(t.env) if t.env is not None else {}
+        m["role"] = t.role
+        if t.str_form and not t.results and len(blocks) == 1 and blocks[0].get("type") == "text":
+            m["content"] = blocks[0]["text"]
+        else:
+            m["content"] = blocks
+        out.append(m)
+    return out
+
+
+def _system_prompt(parts: list[tuple[Entry, str | None]], note: str | None) -> Any:
+    if not parts:
+        return note
+    blocks: list[Block] = []
+    str_form = True
+    for e, stale in parts:
+        if e.meta.get("api") == API and e.meta.get("form") == "blocks" and e.content is not None:
+            str_form = False
+        blocks.extend(_blocks(e, stale))
+    if note is not None:
+        blocks.append(_text(note))
+    if str_form:
+        return "\n\n".join(b["text"] for b in blocks)
+    return blocks
+
+
 def validate(messages: Sequence[Mapping[str, Any]], *, system: object = None) -> None:
-    """Check what a messages API checks: roles ``user``/``assistant``, str or
-    block contents, and every ``tool_use`` answered by a ``tool_result`` (in
-    any order) at the start of the very next message, a user message; and no other
-    ``tool_result``. Raises ``InvalidArgument``/``InvalidType`` naming the
-    first bad message."""
+    """Check what the Messages API checks: roles ``user``/``assistant``, str
+    or block contents, every ``tool_use`` answered by a ``tool_result`` (in
+    any order) at the start of the very next message, a user message, and no
+    other ``tool_result``; a server tool's result in its own turn. Raises
+    ``InvalidArgument``/``InvalidType`` naming the first bad message and field."""
     if system is not None and not isinstance(system, str | list):
-        raise InvalidType(f"system must be a str or a list, not {type(system).__name__}")
+        raise fail(
+            SYSTEM, f"system must be a str or a list, not {type(system).__name__}", type_error=True
+        )
     msgs = check_messages(messages)
     pending: list[str] = []
     for index, m in enumerate(msgs):
         role = m.get("role")
         if not isinstance(role, str) or role not in ROLES:
-            raise fail(index, f"unknown role {role!r}")
+            raise fail(index, f"role must be 'user' or 'assistant', not {role!r}")
         content = m.get("content")
         if isinstance(content, str):
-            blocks: list[Any] = [{"type": "text", "text": content}]
-        elif isinstance(content, list) and content:
+            blocks: Sequence[Any] = [{"type": "text", "text": content}]
+        elif isinstance(content, list | tuple) and content:
             blocks = content
         else:
             raise fail(index, "content must be a str or a non-empty list", type_error=True)
         want = pending
         pending = []
         results_done = False
-        for block in blocks:
+        for n, block in enumerate(blocks):
+            what = f"content[{n}]"
             if not isinstance(block, Mapping):
-                raise fail(index, "each content block must be a dict", type_error=True)
-            kind = block.get("type")
+                raise fail(index, f"{what} must be a dict", type_error=True)
+            kind = check_nonempty(index, block.get("type"), f"{what}.type")
             if kind == "tool_result":
                 if role != "user" or results_done:
-                    raise fail(index, "tool_result blocks must come first in a user message")
+                    raise fail(index, f"{what}: tool_result blocks must come first in a user turn")
                 call_id = block.get("tool_use_id")
                 if call_id not in want:
                     raise fail(
-                        index, f"tool_result for {call_id!r} does not answer the previous tool_use"
+                        index, f"{what}: tool_result for {call_id!r} answers no tool_use before it"
                     )
                 want = [w for w in want if w != call_id]
-                _result_text(index, block.get("content"))
+                _result_text(index, block.get("content"), f"{what}.content")
                 continue
             results_done = True
             if want:
                 raise fail(index, f"tool_use {want[0]!r} has no tool_result right after it")
-            if kind == "text":
-                check_str(index, block.get("text"), "text")
-            elif kind == "tool_use" and role == "assistant":
-                pending.append(check_nonempty(index, block.get("id"), "tool_use id"))
+            if kind == "tool_use":
+                if role != "assistant":
+                    raise fail(index, f"{what}: a tool_use block belongs in an assistant message")
+                pending.append(check_nonempty(index, block.get("id"), f"{what}.id"))
             else:
-                raise fail(index, f"unsupported content block {kind!r} in a {role} message")
+                _block_text(index, block, kind, what)
         if want:
             raise fail(index, f"tool_use {want[0]!r} has no tool_result right after it")
     if pending:

@@ -1,60 +1,101 @@
-"""OpenAI-style chat messages ⇄ entries (plain dicts; no SDK needed).
+"""OpenAI Chat Completions messages ⇄ entries (plain dicts; no SDK needed).
 
-Messages have ``role`` (``system``, ``developer``, ``user``, ``assistant``,
-``tool``), ``content``, and for tools ``tool_calls`` / ``tool_call_id``:
+What it keeps true: ``render(buf) == messages`` after
+``append_messages(buf, messages)`` — exactly, key for key — when nothing was
+pruned or marked (the one exception: a text line that imitates a quiesce note
+gets a backslash, see below). Every window it renders is a valid request:
+each tool call answered right after its assistant message.
 
-* ``system`` and ``developer`` messages become ``INSTRUCTION`` entries (never
-  pruned, never paraphrased); ``user`` messages become ``user_kind``
-  (``INSTRUCTION`` by default); ``assistant`` text becomes ``assistant_kind``
-  (``REASONING``);
-* each tool call becomes a ``TOOL_CALL`` entry whose id is the call's id and
-  whose ``key`` is the tool name plus its arguments (so running the same call
-  again after it was pruned is a re-admission, seed 002); each ``tool``
-  message becomes a ``TOOL_OUTPUT`` entry ``"<call id>/result"`` that cites its
-  call, so the pair is pruned together or not at all.
+Shapes read and given back unchanged (each entry keeps its message's JSON in
+``Entry.content``):
 
-:func:`render` turns a snapshot back into messages a chat API accepts: every
-tool result right after the assistant message that made the call, stale
-entries annotated, each removal as a one-line tombstone note, constraints and
-instructions verbatim. :func:`validate` checks that shape.
+* ``system`` / ``developer`` / ``user`` / ``assistant`` messages whose
+  ``content`` is a str, a list of content parts (``text``, ``image_url``,
+  ``input_audio``, ``file``, ``refusal``, and any future part with a ``type``
+  string, kept opaque), or ``None`` (an assistant refusal or tool-call turn);
+* every other field a message carries — ``name``, ``refusal``,
+  ``reasoning_content``, ``annotations``, ``audio``, ``function_call: None``,
+  whatever an SDK's ``model_dump()`` adds — kept verbatim;
+* ``tool_calls`` (``function`` and ``custom`` calls, each kept verbatim) and
+  ``tool`` messages whose content is a str or a list of text parts.
 
-Malformed input — an unknown role, a non-string content, a tool result
-without its call — raises :class:`~quiesce.InvalidArgument` or
-:class:`~quiesce.InvalidType` naming the message index, and nothing is
-appended.
+Entries: ``system``/``developer`` → ``INSTRUCTION``; ``user`` → ``user_kind``
+(``INSTRUCTION``); ``assistant`` text → ``assistant_kind`` (``REASONING``);
+each tool call → a ``TOOL_CALL`` with the call's id and a ``key`` of its name
+and arguments (running it again after a prune is a re-admission); each
+``tool`` message → a ``TOOL_OUTPUT`` ``"<call id>#result"`` citing its call,
+so the pair is pruned together or not at all. Ids are described in
+:mod:`quiesce.adapters._common`: foreign ids are kept verbatim and may not
+contain ``#``; generated ids all contain it.
+
+Notes (one line each, always starting ``[quiesce:``):
+``[quiesce: stale at turn 3: <reason>]`` in front of a stale message's text
+(as a first ``text`` part when the content is a list);
+``[quiesce: <id> pruned at turn 41 by <actor>: <reason>]`` for each removal,
+listed under ``[quiesce: removed from this context]`` in one system message
+after the leading system/developer messages, or in place of a pruned tool
+result; ``[quiesce: no result recorded for <call id>]`` for a call in flight.
+Reasons, actors and ids are escaped inside notes (no raw newlines or
+brackets); a line of user, assistant or tool text that starts with
+``[quiesce`` is rendered as ``\\[quiesce`` so no text can pass for a note.
+
+Malformed input raises :class:`~quiesce.InvalidArgument` or
+:class:`~quiesce.InvalidType` naming the message index and field; nothing is
+appended and the head version is unchanged.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection, Mapping, Sequence
 from functools import partial
 from typing import Any
 
 from .._core.buffer import Buffer, Snapshot
 from .._core.entry import Entry, Kind
+from .._core.version import Version
 from ._common import (
-    Ids,
-    Indexed,
-    answer,
-    append_read,
-    call_entry,
+    Keys,
+    Read,
+    ReadmitPolicy,
+    SyncReport,
+    annotated,
+    arguments_json,
+    check_kind,
     check_messages,
     check_nonempty,
     check_str,
-    claim_result,
+    entry,
+    escape_blocks,
+    escape_text,
     fail,
+    foreign_id,
     groups,
+    is_call,
+    json_value,
+    missing_result_note,
     outputs_by_call,
+    parts_text,
+    plain,
+    read_and_admit,
     read_entries,
     removal_note,
-    result_entry,
+    render_with,
     result_id,
-    shown,
+    stale_note,
     tool_name,
 )
 
-__all__ = ["ROLES", "append_messages", "render", "to_entries", "validate"]
+__all__ = [
+    "ROLES",
+    "SyncReport",
+    "append_messages",
+    "render",
+    "sync_messages",
+    "to_entries",
+    "validate",
+]
+
+API = "openai"
 
 #: The roles this adapter reads.
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
@@ -62,211 +103,332 @@ ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 Message = dict[str, Any]
 
 
-def _call(index: int, raw: object, seen: set[str]) -> tuple[str, str, str]:
+def _parts_text(index: int, content: object, what: str, *, text_only: bool = False) -> str:
+    """The text of a message's content (str, list of parts, or None): the
+    text parts joined by newlines, other parts as ``[type]``."""
+    if content is None:
+        return ""
+    fields = {"text": "text"} if text_only else {"text": "text", "refusal": "refusal"}
+    return parts_text(
+        index, content, what, noun="content parts", fields=fields, only_text=text_only
+    )
+
+
+def _body(index: int, m: Mapping[str, Any]) -> str:
+    """What the policy classifies: content text, refusal, reasoning."""
+    parts = [_parts_text(index, m.get("content"), "content")]
+    for extra in ("refusal", "reasoning_content"):
+        value = m.get(extra)
+        if value is not None:
+            parts.append(check_str(index, value, extra))
+    return "\n".join(p for p in parts if p)
+
+
+def _call(index: int, n: int, raw: object, seen: set[str]) -> tuple[str, str, str]:
+    what = f"tool_calls[{n}]"
     if not isinstance(raw, Mapping):
-        raise fail(
-            index, f"each tool call must be a dict, not {type(raw).__name__}", type_error=True
-        )
-    call_id = check_nonempty(index, raw.get("id"), "tool call id")
+        raise fail(index, f"{what} must be a dict, not {type(raw).__name__}", type_error=True)
+    call_id = foreign_id(index, raw.get("id"), f"{what}.id")
     if call_id in seen:
         raise fail(index, f"tool call id {call_id!r} is used twice")
     seen.add(call_id)
-    if raw.get("type", "function") != "function":
-        raise fail(index, f"tool call {call_id!r} has unsupported type {raw.get('type')!r}")
-    fn = raw.get("function")
+    kind = raw.get("type", "function")
+    if kind not in ("function", "custom"):
+        raise fail(index, f"{what}.type must be 'function' or 'custom', not {kind!r}")
+    fn = raw.get(kind)
     if not isinstance(fn, Mapping):
-        raise fail(index, f"tool call {call_id!r} needs a 'function' dict", type_error=True)
-    name = check_nonempty(index, fn.get("name"), f"tool call {call_id!r} function name")
-    arguments = check_str(index, fn.get("arguments"), f"tool call {call_id!r} arguments")
+        raise fail(index, f"{what}.{kind} must be a dict", type_error=True)
+    name = check_nonempty(index, fn.get("name"), f"{what}.{kind}.name")
+    field = "arguments" if kind == "function" else "input"
+    arguments = check_str(index, fn.get(field), f"{what}.{kind}.{field}")
     return call_id, name, arguments
 
 
-def _indexed(
-    messages: Sequence[Any],
+def _read(
+    messages: object,
     *,
-    prefix: str,
-    start: int,
+    head: Version | None,
+    keys: Keys,
+    calls: Collection[str],
     turn: int | None,
     user_kind: Kind,
     assistant_kind: Kind,
-    calls: Collection[str],
-) -> list[Indexed]:
-    out: list[Indexed] = []
-    next_id = Ids(prefix, start)
+) -> list[Read]:
+    check_kind(user_kind, "user_kind")
+    check_kind(assistant_kind, "assistant_kind")
+    out: list[Read] = []
     open_calls: set[str] = set(calls)
     answered: set[str] = set()
-    seen_calls: set[str] = set(calls)
-
+    seen_calls: set[str] = set()
+    prev: str | None = None
     for index, m in enumerate(check_messages(messages)):
         role = m.get("role")
         if not isinstance(role, str) or role not in ROLES:
-            raise fail(index, f"unknown role {role!r} (expected one of {sorted(ROLES)})")
+            raise fail(index, f"role must be one of {sorted(ROLES)}, not {role!r}")
+        frozen = json_value(index, m, "message")
         content = m.get("content")
-        if role == "tool":
-            call_id = check_nonempty(index, m.get("tool_call_id"), "tool_call_id")
-            text = check_str(index, content, "content")
-            claim_result(
-                index, call_id, open_calls, answered, call="tool call", result="tool result"
-            )
-            meta = {"role": "tool", "msg": result_id(call_id)}
-            out.append(result_entry(index, call_id, text, turn, meta))
-            continue
         tool_calls = m.get("tool_calls")
-        if tool_calls is not None and role != "assistant":
-            raise fail(index, f"only assistant messages may carry tool_calls, not {role!r}")
-        if role == "assistant" and tool_calls is not None:
-            if not isinstance(tool_calls, list) or not tool_calls:
+        if role == "tool":
+            call_id = foreign_id(index, m.get("tool_call_id"), "tool_call_id")
+            text = _parts_text(index, content, "content", text_only=True)
+            if content is None:
+                raise fail(index, "content must be a str or a list of text parts", type_error=True)
+            if call_id in answered:
+                raise fail(index, f"tool call {call_id!r} already has a result")
+            if call_id not in open_calls and not is_call(head, call_id):
+                raise fail(index, f"tool_call_id {call_id!r} answers no earlier tool call")
+            answered.add(call_id)
+            key = result_id(call_id)
+            meta: dict[str, Any] = {"api": API, "role": role, "msg": key, "after": prev}
+            r = Read(index, key)
+            r.entries.append(
+                entry(index, key, Kind.TOOL_OUTPUT, text, (call_id,), turn, None, meta, frozen)
+            )
+        elif tool_calls is not None:
+            if role != "assistant":
+                raise fail(index, f"tool_calls: only assistant messages carry them, not {role!r}")
+            if not isinstance(tool_calls, list | tuple) or not tool_calls:
                 raise fail(index, "tool_calls must be a non-empty list", type_error=True)
-            if content is not None:
-                check_str(index, content, "content")
-            parsed = [_call(index, c, seen_calls) for c in tool_calls]
-            msg: str | None = None
-            if content:
-                msg = next_id()
-                meta = {"role": "assistant", "msg": msg}
-                out.append((index, Entry(msg, assistant_kind, content, (), turn, None, meta)))
-            for call_id, name, arguments in parsed:
-                msg = msg or call_id
-                meta = {
-                    "role": "assistant",
-                    "msg": msg,
-                    "tool": name,
-                    "arguments": arguments,
-                    "content": "null" if content is None else "str",
-                }
-                out.append(call_entry(index, call_id, name, arguments, turn, meta))
+            body = _body(index, m)
+            parsed = [_call(index, n, c, seen_calls) for n, c in enumerate(tool_calls)]
+            key = parsed[0][0]
+            r = Read(index, key)
+            env = {k: v for k, v in m.items() if k != "tool_calls"}
+            meta = {"api": API, "role": role, "msg": key, "after": prev}
+            if body or content not in (None, ""):
+                r.entries.append(
+                    entry(index, f"{key}#msg", assistant_kind, body, (), turn, None, meta, env)
+                )
+            for (call_id, name, arguments), raw in zip(parsed, tool_calls, strict=True):
+                call_meta = {**meta, "tool": name, "arguments": arguments, "env": env}
+                call_key = f"{name} {arguments}"
+                r.entries.append(
+                    entry(
+                        index,
+                        call_id,
+                        Kind.TOOL_CALL,
+                        call_key,
+                        (),
+                        turn,
+                        call_key,
+                        call_meta,
+                        raw,
+                    )
+                )
                 open_calls.add(call_id)
-            continue
-        text = check_str(index, content, "content")
-        kind = (
-            Kind.INSTRUCTION
-            if role in ("system", "developer")
-            else (user_kind if role == "user" else assistant_kind)
-        )
-        eid = next_id()
-        meta = {"role": role, "msg": eid}
-        name = m.get("name")
-        if name is not None:
-            meta["name"] = check_nonempty(index, name, "name")
-        out.append((index, Entry(eid, kind, text, (), turn, None, meta)))
+        else:
+            if content is None and role != "assistant":
+                raise fail(index, "content must be a str or a list of parts", type_error=True)
+            body = _body(index, m)
+            if role in ("system", "developer"):
+                kind = Kind.INSTRUCTION
+            else:
+                kind = user_kind if role == "user" else assistant_kind
+            key = keys(frozen)
+            meta = {"api": API, "role": role, "msg": key, "after": prev}
+            speaker = m.get("name")
+            if speaker is not None:
+                meta["name"] = check_nonempty(index, speaker, "name")
+            r = Read(index, key)
+            r.entries.append(entry(index, key, kind, body, (), turn, None, meta, frozen))
+        out.append(r)
+        prev = r.key
     return out
 
 
 def to_entries(
     messages: Sequence[Mapping[str, Any]],
     *,
-    prefix: str = "m",
-    start: int = 0,
     turn: int | None = None,
     user_kind: Kind = Kind.INSTRUCTION,
     assistant_kind: Kind = Kind.REASONING,
     calls: Collection[str] = (),
 ) -> list[Entry]:
-    """Entries for ``messages``, in order. Text parts get ids ``prefix + n``
-    counting from ``start``; tool calls keep their ids. ``calls`` are ids of
-    tool calls made earlier (results in ``messages`` may answer them).
-    Raises ``InvalidArgument``/``InvalidType`` naming the first bad message."""
+    """Entries for ``messages``, in order; ``calls`` are ids of tool calls
+    made earlier (results in ``messages`` may answer them). Ids are
+    deterministic: the same list always gives the same entries. Raises
+    ``InvalidArgument``/``InvalidType`` naming the first bad message and field.
+    O(total size)."""
     read = partial(
-        _indexed,
+        _read,
         messages,
-        prefix=prefix,
         turn=turn,
         user_kind=user_kind,
         assistant_kind=assistant_kind,
     )
-    return read_entries(
-        read, start=start, calls=calls, user_kind=user_kind, assistant_kind=assistant_kind
-    )
+    return read_entries(read, calls)
 
 
 def append_messages(
     buf: Buffer,
     messages: Sequence[Mapping[str, Any]],
     *,
+    readmit: ReadmitPolicy = "record",
     turn: int | None = None,
-    prefix: str = "m",
     user_kind: Kind = Kind.INSTRUCTION,
     assistant_kind: Kind = Kind.REASONING,
 ) -> int:
-    """Append ``messages`` to ``buf``; returns the head version after them.
+    """Append ``messages`` (all new) to ``buf``; returns the head version.
 
-    Everything is validated (shape, tool results answering live or earlier
-    calls, unused ids, no tombstoned content) before the first append, so an
-    error names its message index and leaves the buffer unchanged. Text ids
-    are ``prefix`` plus a number that only grows (the version at the call).
+    Everything is validated first (shape, results answering earlier calls,
+    unused ids, each re-admission decided by ``readmit``), so an error names
+    its message index and field and leaves the buffer unchanged.
+
+    ``readmit`` says what to do with content (or a tool call's name and
+    arguments) that matches a tombstone — a model re-running a pruned call:
+    ``"record"`` (default) appends it with an automatic, logged ``Override``
+    naming this adapter and escalates ``OSCILLATION`` on the second
+    prune/re-admit cycle within the window; ``"refuse"`` raises
+    :class:`~quiesce.ReadmissionRefused`; a callable is given a
+    :class:`~quiesce.adapters.Readmission` and returns one of those words or
+    an ``Override``. O(n) to index the head, plus O(size of messages).
     """
     read = partial(
-        _indexed,
+        _read,
         messages,
-        prefix=prefix,
         turn=turn,
         user_kind=user_kind,
         assistant_kind=assistant_kind,
     )
-    return append_read(buf, read, user_kind=user_kind, assistant_kind=assistant_kind)
+    return read_and_admit(buf, read, api=API, readmit=readmit, turn=turn, sync=False).version
+
+
+def sync_messages(
+    buf: Buffer,
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    readmit: ReadmitPolicy = "record",
+    turn: int | None = None,
+    user_kind: Kind = Kind.INSTRUCTION,
+    assistant_kind: Kind = Kind.REASONING,
+) -> SyncReport:
+    """Bring ``buf`` up to date with a framework's whole history ``messages``.
+
+    Idempotent: messages are matched by tool-call ids, else by a fingerprint
+    of their content and how many identical messages come before them. Those
+    the buffer holds are reported ``held``; those it pruned on purpose are
+    reported ``tombstoned`` and *not* re-appended; the rest are appended as
+    :func:`append_messages` would (``readmit`` decides re-runs of pruned
+    content). Calling it twice with the same list changes nothing the second
+    time. Validation comes first: an error names the message index and field
+    and leaves the buffer unchanged. Returns a frozen
+    :class:`~quiesce.adapters.SyncReport`.
+    """
+    read = partial(
+        _read,
+        messages,
+        turn=turn,
+        user_kind=user_kind,
+        assistant_kind=assistant_kind,
+    )
+    return read_and_admit(buf, read, api=API, readmit=readmit, turn=turn, sync=True)
+
+
+# -- render -------------------------------------------------------------------
+
+
+def _content(value: Any, note: str | None) -> Any:
+    """A message's content with a stale note in front (a line, or a first
+    text part) and its text escaped."""
+    value = escape_blocks(value)
+    if note is None:
+        return value
+    if isinstance(value, str):
+        return f"{note}\n{value}"
+    if isinstance(value, list):
+        return [{"type": "text", "text": note}, *value]
+    return note
+
+
+def _message(e: Entry, note: str | None) -> Message:
+    m: Message = plain(e.content)
+    if "content" in m or note is not None:
+        m["content"] = _content(m.get("content"), note)
+    return m
 
 
 def _tool_call(e: Entry) -> dict[str, Any]:
-    name = tool_name(e)
-    # Arguments as this adapter read them, or the input an Anthropic-style
-    # tool use carried (also a JSON string), or the body wrapped as JSON.
-    arguments = e.meta.get("arguments", e.meta.get("input"))
-    if not isinstance(arguments, str):
-        arguments = json.dumps({"input": e.body})
-    return {"id": e.id, "type": "function", "function": {"name": name, "arguments": arguments}}
+    if e.meta.get("api") == API and e.content is not None:
+        return plain(e.content)  # type: ignore[no-any-return]
+    return {
+        "id": e.id,
+        "type": "function",
+        "function": {"name": tool_name(e), "arguments": arguments_json(e)},
+    }
 
 
 def render(
-    snap: Snapshot, *, annotate_stale: bool = True, tombstone_notes: bool = True
+    source: Snapshot | Buffer, *, annotate_stale: bool = True, tombstone_notes: bool = True
 ) -> list[Message]:
-    """Messages for the snapshot's window, ready for a chat completions API.
+    """Chat Completions messages for a snapshot's window (a buffer is
+    snapshotted for the call).
 
-    Every assistant message with ``tool_calls`` is followed at once by one
-    ``tool`` message per call: the live result (wherever it sits in the
-    window), else the result's tombstone note, else a note that no result
-    was recorded. Stale entries get a one-line ``[stale: reason]`` prefix.
-    Removals appear as one system message, one line per tombstone, after the
-    leading system messages. Constraints and instructions are verbatim.
-    O(n + tombstones).
+    Entries this adapter read come back as they were given (see the module
+    docstring), marks as note lines in front of their text. Every assistant
+    message with ``tool_calls`` is followed at once by one ``tool`` message
+    per call: the live result (in window order), else the result's tombstone
+    note, else a note that no result was recorded. Removals are listed in one
+    system message after the leading system/developer messages. Entries from
+    elsewhere (another adapter, summaries, rewrites) are rendered from their
+    bodies. O(n + tombstones).
     """
+    return render_with(
+        source, partial(_render, annotate_stale=annotate_stale, tombstone_notes=tombstone_notes)
+    )
+
+
+def _render(snap: Snapshot, *, annotate_stale: bool, tombstone_notes: bool) -> list[Message]:
     entries = snap.entries()
-    marks = snap.marks
+    marks = snap.marks if annotate_stale else {}
     tombstones = snap.tombstones
     results = outputs_by_call(entries)
+    order = {e.id: n for n, e in enumerate(entries)}
     out: list[Message] = []
     in_place: set[str] = set()
+
+    def note_of(e: Entry) -> str | None:
+        mark = marks.get(e.id)
+        return None if mark is None else stale_note(mark)
+
     for group in groups(entries):
         calls = [e for e in group.entries if e.kind is Kind.TOOL_CALL]
         texts = [e for e in group.entries if e.kind not in (Kind.TOOL_CALL, Kind.TOOL_OUTPUT)]
         if not calls and not texts:
             continue  # tool results: rendered right after their call
-        if calls:
-            content: str | None = "\n\n".join(
-                shown(e, marks, annotate=annotate_stale) for e in texts
-            )
-            if not content and calls[0].meta.get("content") != "str":
-                content = None
-            out.append(
-                {
-                    "role": "assistant",
-                    "content": content,
-                    "tool_calls": [_tool_call(c) for c in calls],
-                }
-            )
-            for c in calls:
-                body, _result = answer(
-                    c, results, marks, tombstones, annotate=annotate_stale, in_place=in_place
-                )
-                out.append({"role": "tool", "tool_call_id": c.id, "content": body})
+        own_texts = [e for e in texts if e.meta.get("api") == API and e.content is not None]
+        if len(texts) == 1 and own_texts:
+            message = _message(texts[0], note_of(texts[0]))
+        elif texts:
+            role = group.role if group.role in ROLES - {"tool"} else "assistant"
+            message = {
+                "role": role,
+                "content": "\n\n".join(annotated(e.body, marks.get(e.id)) for e in texts),
+            }
+        else:
+            env = calls[0].meta.get("env") if calls[0].meta.get("api") == API else None
+            message = plain(env) if env is not None else {"role": "assistant", "content": None}
+        if not calls:
+            out.append(message)
             continue
-        message: Message = {
-            "role": group.role,
-            "content": "\n\n".join(shown(e, marks, annotate=annotate_stale) for e in texts),
-        }
-        name = texts[0].meta.get("name")
-        if isinstance(name, str):
-            message["name"] = name
+        message["role"] = "assistant"
+        message["tool_calls"] = [_tool_call(c) for c in calls]
         out.append(message)
+        live = _as_read([results[c.id] for c in calls if c.id in results], group.key, order)
+        for r in live:
+            call_id = r.refs[0]
+            mark = marks.get(r.id) or marks.get(call_id)
+            note = None if mark is None else stale_note(mark)
+            if r.meta.get("api") == API and r.content is not None:
+                out.append(_message(r, note))
+            else:
+                text = escape_text(r.body)
+                content = text if note is None else f"{note}\n{text}"
+                out.append({"role": "tool", "tool_call_id": call_id, "content": content})
+        for c in calls:
+            if c.id not in results:
+                in_place.add(result_id(c.id))
+                text = missing_result_note(c.id, tombstones)
+                out.append({"role": "tool", "tool_call_id": c.id, "content": text})
     note = removal_note(tombstones, skip=in_place) if tombstone_notes else None
     if note is not None:
         at = 0
@@ -276,36 +438,60 @@ def render(
     return out
 
 
+def _as_read(live: list[Entry], start: object, order: Mapping[str, int]) -> list[Entry]:
+    """Results in the order they were read (each names the message before it
+    in ``meta["after"]``), whatever moves did to the window; results that
+    lost their chain follow in window order."""
+    rest = sorted(live, key=lambda r: order[r.id])
+    out: list[Entry] = []
+    at = start
+    while rest:
+        nxt = next((r for r in rest if r.meta.get("after") == at), None)
+        if nxt is None:
+            break
+        out.append(nxt)
+        rest.remove(nxt)
+        at = nxt.meta.get("msg")
+    return out + rest
+
+
+# -- validate -----------------------------------------------------------------
+
+
 def validate(messages: Sequence[Mapping[str, Any]]) -> None:
-    """Check what a chat completions API checks: known roles, string contents,
-    and every assistant message with ``tool_calls`` followed immediately by
-    exactly one ``tool`` message per call, in any order (and no other
-    ``tool`` message).
-    Raises ``InvalidArgument``/``InvalidType`` naming the first bad message."""
+    """Check what a Chat Completions API checks: known roles, contents of the
+    right type, and every assistant message with ``tool_calls`` followed at
+    once by exactly one ``tool`` message per call, in any order (and no other
+    ``tool`` message). Raises ``InvalidArgument``/``InvalidType`` naming the
+    first bad message and field. O(size)."""
     msgs = check_messages(messages)
     pending: list[str] = []
     for index, m in enumerate(msgs):
         role = m.get("role")
         if not isinstance(role, str) or role not in ROLES:
-            raise fail(index, f"unknown role {role!r}")
+            raise fail(index, f"role must be one of {sorted(ROLES)}, not {role!r}")
+        content = m.get("content")
         if role == "tool":
             call_id = check_nonempty(index, m.get("tool_call_id"), "tool_call_id")
-            check_str(index, m.get("content"), "content")
+            if content is None:
+                raise fail(index, "content must be a str or a list of text parts", type_error=True)
+            _parts_text(index, content, "content", text_only=True)
             if call_id not in pending:
                 raise fail(index, f"tool result for {call_id!r} does not follow its call")
             pending.remove(call_id)
             continue
         if pending:
             raise fail(index, f"tool call {pending[0]!r} has no result right after it")
+        _body(index, m)
         tool_calls = m.get("tool_calls")
-        if role == "assistant" and tool_calls is not None:
-            if m.get("content") is not None:
-                check_str(index, m.get("content"), "content")
-            if not isinstance(tool_calls, list) or not tool_calls:
+        if tool_calls is not None:
+            if role != "assistant":
+                raise fail(index, f"tool_calls: only assistant messages carry them, not {role!r}")
+            if not isinstance(tool_calls, list | tuple) or not tool_calls:
                 raise fail(index, "tool_calls must be a non-empty list", type_error=True)
             seen: set[str] = set()
-            pending = [_call(index, c, seen)[0] for c in tool_calls]
-            continue
-        check_str(index, m.get("content"), "content")
+            pending = [_call(index, n, c, seen)[0] for n, c in enumerate(tool_calls)]
+        elif content is None and role != "assistant":
+            raise fail(index, "content must be a str or a list of parts", type_error=True)
     if pending:
         raise fail(len(msgs), f"tool call {pending[0]!r} has no result")

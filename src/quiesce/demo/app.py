@@ -47,6 +47,7 @@ import contextlib
 import heapq
 import itertools
 import json
+import math
 import os
 import random
 import sys
@@ -60,21 +61,35 @@ from typing import Any, ClassVar, Protocol, TextIO
 import anyio
 import anyio.abc
 
-from ._core.buffer import Buffer, Snapshot
-from ._core.entry import Entry, Kind
-from ._core.errors import (
+from quiesce import (
+    Buffer,
     DanglingReference,
+    EditPlan,
+    EditReport,
+    Entry,
     EntryPruned,
+    Escalation,
+    HeuristicPruner,
+    Kind,
+    LogSink,
+    Mark,
+    Move,
+    Override,
+    Policy,
     ProtectedEntry,
+    Prune,
     QuiesceError,
     ReadmissionRefused,
+    Refusal,
+    Rewrite,
+    RuntimeBuffer,
+    Snapshot,
+    Status,
+    Summarize,
+    Tombstone,
+    open_buffer,
+    run_pruner,
 )
-from ._core.log import LogSink
-from ._core.plan import EditPlan, Move, Prune, Rewrite, Summarize
-from ._core.policy import Policy
-from ._core.records import EditReport, Escalation, Mark, Override, Refusal, Status, Tombstone
-from ._runtime import RuntimeBuffer, open_buffer
-from .pruner import HeuristicPruner, run_pruner
 
 __all__ = ["main"]
 
@@ -1172,7 +1187,7 @@ class Outcome:
 
 def _sqlite_sink(path: str) -> LogSink | None:
     try:
-        from ._log.sqlite import SQLiteLog
+        from quiesce import SQLiteLog
     except ImportError:  # pragma: no cover - the durable sink is optional here
         return None
     return SQLiteLog(path)
@@ -1436,8 +1451,15 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     cfg = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     if cfg.turns < MIN_TURNS:
         _parser().error(f"--turns must be at least {MIN_TURNS}")
-    if cfg.tick < 0:
-        _parser().error("--tick must be >= 0")
+    if not math.isfinite(cfg.tick) or cfg.tick < 0:
+        sys.stderr.write(f"quiesce demo: error: --tick must be finite and >= 0, not {cfg.tick}\n")
+        return 2
+    if cfg.log and os.path.exists(cfg.log) and os.path.getsize(cfg.log) > 0:
+        sys.stderr.write(
+            f"quiesce demo: error: --log {cfg.log} exists already: the demo writes a new log "
+            f"(inspect that one with: quiesce inspect {cfg.log})\n"
+        )
+        return 2
     stream = sys.stdout if out is None else out
     stream.write(f"quiesce demo: seed {cfg.seed}, {cfg.turns} turns, {cfg.backend}\n\n")
     with contextlib.ExitStack() as stack:

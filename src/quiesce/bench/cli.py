@@ -3,7 +3,7 @@
 Usage: ``quiesce bench [--quick] [--out DIR] [--only SECTION ...] [--gc] [--wall]``.
 
 The measuring code and the registry of sections live in
-:mod:`quiesce._benchlib`; this module is the command: it runs the suite,
+:mod:`quiesce.bench.lib`; this module is the command: it runs the suite,
 prints the table (cases, then goals with PASS/MISS), writes
 ``DIR/results.json`` and the plots ``DIR/ops_vs_n.png``,
 ``DIR/pin_vs_readers.png``, ``DIR/goals.png``, and, when those sections ran,
@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ._benchlib import (
+from .lib import (
     FULL,
     QUICK,
     SECTIONS,

@@ -13,7 +13,7 @@ drift on a shared machine; ratios measured in one run drift much less):
    touches the sink: its record waits in memory for the next group commit.
    So ``mark_stale`` on a buffer with a ``SQLiteLog`` (or ``JsonlLog``) and
    no flusher should cost what it costs in memory; the goal is <= 1.5x.
-   These cases go through :func:`quiesce._benchlib.measure` like every core
+   These cases go through :func:`quiesce.bench.lib.measure` like every core
    section (calibration, warm-up, round-robin repetitions, CPU time, GC off),
    at the size the core goals are stated at (1e5; 1e4 quick), on buffers
    bulk-loaded as the core sections' are, with an empty sink attached (it
@@ -59,7 +59,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ._benchlib import (
+from quiesce import Buffer, Entry, JsonlLog, Kind, SQLiteLog
+
+from .lib import (
     _FIXTURES,
     FULL,
     QUICK,
@@ -75,10 +77,6 @@ from ._benchlib import (
     run_suite,
     section,
 )
-from ._core.buffer import Buffer
-from ._core.entry import Entry, Kind
-from ._log.jsonl import JsonlLog
-from ._log.sqlite import SQLiteLog
 
 __all__ = ["SINKS", "DurabilityConfig", "bench_durability", "main"]
 

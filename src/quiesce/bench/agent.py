@@ -62,10 +62,10 @@ from typing import Any
 
 import anyio
 
-from ._benchlib import Config as BenchConfig
-from ._benchlib import Goal, SectionResult, section
-from ._core.entry import Entry, Kind
-from ._runtime import RuntimeBuffer, open_buffer
+from quiesce import Entry, Kind, RuntimeBuffer, open_buffer
+
+from .lib import Config as BenchConfig
+from .lib import Goal, SectionResult, section
 
 OPS = ("pin", "mark", "append", "prune")
 

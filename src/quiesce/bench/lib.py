@@ -23,8 +23,8 @@ Method (sortedcontainers' habit, and ``timeit``'s):
 Sections are registered in :data:`SECTIONS` with :func:`section`; a new one
 (the agent-loop benchmark, say) is a function ``(Config) -> SectionResult``
 decorated with ``@section("name")`` in a module listed in
-:data:`SECTION_MODULES` (as ``quiesce._bench_agent`` and
-``quiesce._bench_durability`` are), and ``quiesce bench`` runs it, writes its
+:data:`SECTION_MODULES` (as ``quiesce.bench.agent`` and
+``quiesce.bench.durability`` are), and ``quiesce bench`` runs it, writes its
 cases and goals to the JSON file and its goals to the table.
 """
 
@@ -48,12 +48,8 @@ from typing import Any
 
 from immutables import Map
 
-from . import __version__
-from ._core.buffer import Buffer, Snapshot, _Draft
-from ._core.entry import Entry, Kind
-from ._core.log import LogSink
-from ._core.plan import EditPlan, Rewrite
-from ._core.records import Mark
+from quiesce import Buffer, EditPlan, Entry, Kind, LogSink, Rewrite, Snapshot, __version__
+from quiesce.testing import preloaded
 
 __all__ = [
     "CORE_SECTIONS",
@@ -358,20 +354,12 @@ class Fixtures:
     @staticmethod
     def buffer(entries: Sequence[Entry], marked: int = 0, log: LogSink | None = None) -> Buffer:
         """A buffer holding ``entries`` (the first ``marked`` of them marked),
-        bulk-loaded as one version through the core's draft: building a 1e6
+        bulk-loaded as one version (:func:`quiesce.testing.preloaded`): building a 1e6
         buffer by ``append`` would cost seconds and a log nobody reads here.
         The measured operations go through the public API. With ``log`` (an
         empty sink), every record the measured operations produce goes to it
         on the next ``flush()``; the bulk load itself writes none."""
-        buf = Buffer(log=log)
-        draft = _Draft(buf.head())
-        for e in entries:
-            draft.add(e, None, 1)
-        for e in entries[:marked]:
-            draft.marks[e.id] = Mark(e.id, "bench: seeded", None, 1)
-        buf._head = draft.finish(1)
-        buf._unmarked = {e.id for e in entries[marked:]}  # the mark fast path's index
-        return buf
+        return preloaded(entries, marked=marked, log=log)
 
     @staticmethod
     def ids(entries: Sequence[Entry]) -> list[str]:
@@ -522,7 +510,11 @@ SECTIONS: dict[str, SectionFn] = {}
 
 #: modules that register more sections when imported; a listed module that
 #: does not exist is skipped, so a section can be planned before it is written.
-SECTION_MODULES: list[str] = ["quiesce._bench_agent", "quiesce._bench_durability"]
+SECTION_MODULES: list[str] = [
+    "quiesce.bench.agent",
+    "quiesce.bench.durability",
+    "quiesce.bench.shared",
+]
 
 
 def load_section_modules() -> list[str]:

@@ -1,0 +1,142 @@
+"""The invariant checker: every invariant of DESIGN.md, asserted on a buffer.
+
+What it keeps true: nothing — it only reads. :func:`check_buffer` raises
+``AssertionError`` naming the first invariant it finds broken; it runs under
+the buffer's write lock (``Buffer._check``), so the head and the removals
+hold still, while readers may pin and unpin beside it: pins in flight are
+skipped, and the oldest pin is compared with the readers only when they did
+not move around the walk. O(n + log + readers). Tests call it after every
+operation of a seeded random run (sortedcontainers' habit).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from .log import materialize
+from .policy import IMMUTABLE_KINDS as _IMMUTABLE
+from .policy import PROTECTED_KINDS
+
+if TYPE_CHECKING:
+    from .buffer import Buffer
+
+__all__ = ["check_buffer", "pin_counts"]
+
+
+def pin_counts(buf: Buffer) -> tuple[Counter[int], int, list[tuple[int, int]]]:
+    """Pinned readers per version, the pins in flight (registered, not or no
+    longer holding a version) and each set's size, checking each reader's
+    registration. Each copy is one C-level operation, atomic under the GIL."""
+    counts: Counter[int] = Counter()
+    in_flight = 0
+    sets = list(buf._pins.items())
+    for n, r in sets:
+        for snap in list(r):
+            v = snap._version
+            if v is None:
+                in_flight += 1
+                continue
+            assert v.number == n, f"a reader of version {v.number} is in the set of {n}"
+            assert snap._readers is r, "a reader is registered in a set it does not hold"
+            counts[n] += 1
+    return counts, in_flight, [(n, len(r)) for n, r in sets]
+
+
+def check_buffer(buf: Buffer, expect_no_pins: bool) -> None:
+    head = buf._head
+    live = head.live
+    # (2) no live entry cites a removed or unknown entry; referrers index exact.
+    expected: dict[str, set[str]] = {}
+    keys: set[float] = set()
+    for i, slot in live.items():
+        assert slot.entry.id == i, f"slot {i!r} holds {slot.entry.id!r}"
+        assert slot.key not in keys, f"duplicate order key {slot.key}"
+        assert slot.key < head.next_key, f"order key {slot.key} >= next_key"
+        keys.add(slot.key)
+        assert slot.changed <= head.number
+        assert i not in head.tombs.by_id, f"{i!r} is both live and tombstoned"
+        for ref in slot.entry.refs:
+            assert ref in live, f"live {i!r} cites {ref!r}, which is not live (invariant 2)"
+            expected.setdefault(ref, set()).add(i)
+    got = {t: set(m) for t, m in head.referrers.items()}
+    assert got == expected, "referrers index out of date"
+    unmarked = {
+        i for i, slot in live.items() if i not in head.marks and slot.entry.kind not in _IMMUTABLE
+    }
+    assert buf._markable() == unmarked, "the unmarked index disagrees with the head"
+    # marks only on live, mutable entries; versions within range.
+    for i, mark in head.marks.items():
+        assert i in live, f"mark on non-live {i!r}"
+        assert live[i].entry.kind not in _IMMUTABLE, f"immutable {i!r} is marked"
+        assert 0 < mark.version <= head.number
+    # (3) exactly one tombstone and one log record per removal; the log grows.
+    removed_in_log: Counter[str] = Counter()
+    records = buf._records
+    for seq in range(len(records)):
+        rec = materialize(records, seq)
+        assert rec.seq == seq, f"log record {seq} has seq {rec.seq}"
+        if rec.op == "remove":
+            for t in rec.detail.get("tombstones", ()):
+                removed_in_log[t["id"]] += 1
+    tombs = head.tombs.by_id
+    assert set(removed_in_log) == set(tombs), "tombstones and removal records disagree"
+    assert all(c == 1 for c in removed_in_log.values()), "an entry was removed twice"
+    for t in tombs.values():
+        assert head.tombs.by_hash.get(t.content_hash) is not None
+        # (4) no protected entry is ever removed.
+        if t.kind is not None:
+            assert t.kind not in PROTECTED_KINDS, f"protected {t.id!r} was removed (invariant 4)"
+    # (4) no immutable entry's bytes ever change; every live one is tracked
+    # (mark_stale relies on it).
+    for i, slot in live.items():
+        if slot.entry.kind in _IMMUTABLE:
+            assert i in buf._immutable_hashes, f"immutable {i!r} is not tracked"
+    for i, h in buf._immutable_hashes.items():
+        islot = live.get(i)
+        assert islot is not None, f"immutable {i!r} is gone (invariant 4)"
+        assert islot.entry.content_hash == h, f"immutable {i!r} changed (invariant 4)"
+    # staged removals: live, marked, in the heap.
+    heap_ids = {i for _, _, g in buf._staged for i in g.ids}
+    heap_ids.update(i for g in buf._applying.values() for i in g.ids)
+    for i, g in buf._staged_ids.items():
+        assert i in heap_ids, f"staged {i!r} missing from the queue"
+        if i in live:
+            assert i in head.marks, f"staged {i!r} is not marked"
+            assert g.grace <= head.number
+    # one removal intent per staged group: only staged groups keep one, and
+    # each names an intent record of the log
+    gids = {g.gid for _, _, g in buf._staged} | set(buf._applying)
+    for gid, seq in buf._intents.items():
+        assert gid in gids, f"group {gid} keeps an intent but is no longer staged"
+        assert materialize(records, seq).op == "tombstone", f"intent {seq} is not an intent"
+    # (1), (5), (7) pins: every pinned reader is registered in the set of the
+    # version it holds; no active reader predates a removal it saw unmarked.
+    # Pins take no lock, so this may run while other threads pin and unpin
+    # (the write lock held here keeps only the head and the removals still).
+    # A registered snapshot whose ``_version`` is None is a pin being
+    # validated or released right now: it is skipped. The oldest-pin walk is
+    # compared with the readers only if they did not change around it.
+    with buf._pin_lock:
+        counts, in_flight, sizes = pin_counts(buf)
+        oldest = buf._oldest_pin()
+        order = set(buf._pin_order)
+        still = pin_counts(buf) == (counts, 0, sizes) and not in_flight
+        if still:
+            assert oldest == (min(counts) if counts else None), (
+                f"the oldest pin is {oldest}, the readers say {min(counts, default=None)}"
+            )
+            # Empty sets left behind are bounded: each is the head's (kept for
+            # its next reader) or still in the pin order, where the walk frees it.
+            for n, size in sizes:
+                assert size or n == head.number or n in order, (
+                    f"the empty pin set of version {n} can never be freed (invariant 7)"
+                )
+        if expect_no_pins:
+            assert not counts and not in_flight, (
+                f"{sum(counts.values()) + in_flight} pins leaked (invariant 7)"
+            )
+        if counts:
+            assert buf._max_removed_grace <= min(counts), (
+                "an entry was removed while a reader that saw it unmarked is pinned (invariant 5)"
+            )

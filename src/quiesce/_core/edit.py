@@ -1,0 +1,449 @@
+"""Edit plans: validation as a whole, then one published version.
+
+What it keeps true: a plan is applied all or nothing. It is refused as a
+whole — the window unchanged, one escalation, the refusal logged with the
+rationale's bytes — if any op breaks a rule (see :meth:`Editor.edit`);
+otherwise its rewrites, moves and summaries are published in one version
+and its removals are staged like a prune's (:mod:`.grace`). Window order
+after an edit is the order the plan asked for; order keys stay unique
+(:func:`_place` takes midpoints, and renumbers every key in the rare case
+float precision runs out).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from .draft import Draft
+from .entry import Entry
+from .errors import DanglingReference, DuplicateEntry, InvalidArgument, InvalidType, LogWriteError
+from .grace import Group
+from .plan import EditPlan, Move, Prune, Rewrite, Summarize
+from .policy import IMMUTABLE_KINDS as _IMMUTABLE
+from .policy import PROTECTED_KINDS, sealed_conflicts
+from .publish import Publisher
+from .records import EditReport, Escalation, EscalationKind, Mark, Refusal
+from .version import Slot, Version
+
+__all__ = ["HOST_ACTOR", "Editor"]
+
+#: the ``EditPlan.actor`` of the host application: with an ``override``, its
+#: plans may create entries of protected and immutable kinds (a summary into a
+#: system instruction); no other actor's may
+HOST_ACTOR = "host"
+
+
+class Editor(Publisher):
+    """Edit plans on a :class:`~.buffer.Buffer` (a base class)."""
+
+    _immutable_hashes: dict[str, str]  #: invariant 4: the bytes each immutable was admitted with
+
+    def edit(self, plan: EditPlan) -> EditReport:
+        """Seed 002's all-or-nothing self-edit.
+
+        Refused as a whole — window unchanged, one :class:`Escalation`
+        emitted, the refusal logged — when an op touches a rationale id
+        (``RATIONALE``); an immutable entry is rewritten, pruned or summarized
+        (``IMMUTABLE``); a protected entry would be removed or paraphrased
+        (``PROTECTED``/``NEGATIVE``); a surviving entry would still cite a
+        removed one (``REFERENCED``); new content matches a tombstone without
+        an override (``READMISSION``); an entry the plan touches changed, or
+        was marked, after ``plan.base`` (``CONFLICT``: a mark is a judgment
+        made after the planner looked); an id is not live (``UNKNOWN``); a
+        summary would create an entry of a protected kind (``PROTECTED``) or
+        an immutable one (``IMMUTABLE``) — a model-written plan cannot mint a
+        permanent instruction — unless ``plan.actor`` is ``"host"`` and the
+        plan carries an ``override`` (a rewrite keeps its entry's kind, and
+        protected kinds are never rewritten, so only a summary can try).
+
+        A rewrite keeps the entry's stale mark: the mark judged the earlier
+        content, which its version (older than the rewrite's) says, and the
+        edit's log record lists it under ``marks_kept``.
+
+        Applied plans publish rewrites, moves and summaries at once and stage
+        removals (pruned and summarized ids) for their grace point, like
+        :meth:`prune`. A summary id that is live or tombstoned raises
+        :class:`DuplicateEntry`; a ref to an unknown entry raises
+        :class:`DanglingReference`; a ``base`` newer than the head raises
+        :class:`InvalidArgument`. O(ops·log n), plus O(n) for a plan with a
+        move or summary (window order).
+        """
+        if type(plan) is not EditPlan:
+            raise InvalidType(f"edit takes an EditPlan, not {type(plan).__name__}")
+        if self._sink is not None and self.pending_records:
+            self.flush()  # a failing disk refuses before anything changes
+        self._write_lock.acquire()
+        try:
+            report = self._edit_locked(plan)
+        finally:
+            self._release()
+        if not report.deferred:
+            return report
+        if self.has_due():
+            # Outside the write lock, like prune().
+            with contextlib.suppress(LogWriteError):  # stays deferred; stats() tells
+                self.apply_due()
+        head = self._head
+        tombs = head.tombs.by_id
+        removed = report.deferred
+        return dataclasses.replace(
+            report,
+            version=head.number,
+            removed=tuple(i for i in removed if i in tombs),
+            deferred=tuple(i for i in removed if i not in tombs),
+        )
+
+    def _edit_locked(self, plan: EditPlan) -> EditReport:
+        head = self._head
+        if plan.base is not None and plan.base > head.number:
+            raise InvalidArgument(f"plan base {plan.base} is newer than the head {head.number}")
+        refusals: dict[Refusal, None] = {}
+        why: list[str] = []
+
+        def refuse(r: Refusal, msg: str) -> None:
+            refusals[r] = None
+            why.append(msg)
+
+        rationale = set(plan.rationale)
+        host_override = plan.actor == HOST_ACTOR and plan.override is not None
+        removed: dict[str, None] = {}
+        new_refs: dict[str, tuple[str, ...]] = {}
+        touched: dict[str, None] = {}
+
+        def live_entry(i: str) -> Entry | None:
+            touched[i] = None
+            slot = head.live.get(i)
+            if slot is None:
+                tomb = head.tombs.by_id.get(i)
+                if tomb is not None and plan.base is not None and tomb.version > plan.base:
+                    refuse(Refusal.CONFLICT, f"{i!r} was removed after base {plan.base}")
+                else:
+                    refuse(Refusal.UNKNOWN, f"{i!r} is not a live entry")
+                return None
+            if i in rationale:
+                refuse(Refusal.RATIONALE, f"{i!r} is part of the plan's own rationale")
+            return slot.entry
+
+        def check_removable(e: Entry, verb: str) -> None:
+            if e.sealed and verb != "pruned":
+                refuse(Refusal.IMMUTABLE, f"{e.id!r} is signed reasoning: cannot be {verb}")
+                return
+            if self._is_immutable(e):
+                refuse(Refusal.IMMUTABLE, f"{e.id!r} is a {e.kind.name} and cannot be {verb}")
+                return
+            prot = self._protection(e)
+            if prot == "protected":
+                refuse(
+                    Refusal.PROTECTED, f"{e.id!r} is a {e.kind.name}: protected from being {verb}"
+                )
+            elif prot == "negative":
+                refuse(Refusal.NEGATIVE, f"{e.id!r} records a negative result: cannot be {verb}")
+
+        overridden: list[str] = []
+
+        def check_content(e: Entry, key: str | None) -> None:
+            # A rewrite keeps its entry's key, which was admitted already: only
+            # its new bytes can re-admit anything. A summary is new on both.
+            tomb = head.tombs.matching(e.content_hash, key)
+            if tomb is not None and plan.override is not None:
+                overridden.append(e.id)
+            elif tomb is not None:
+                refuse(
+                    Refusal.READMISSION,
+                    f"new content for {e.id!r} matches the tombstone of {tomb.id!r}",
+                )
+
+        def check_new_refs(owner: str, refs: tuple[str, ...]) -> None:
+            for ref in refs:
+                if ref not in head.live:
+                    tomb = head.tombs.by_id.get(ref)
+                    if tomb is not None:
+                        raise DanglingReference(
+                            f"{owner!r} would cite {ref!r}, pruned at version {tomb.version}",
+                            ref,
+                            tomb,
+                        )
+                    raise DanglingReference(
+                        f"{owner!r} would cite unknown entry {ref!r}", ref, None
+                    )
+
+        rewrites: list[tuple[Entry, Entry]] = []
+        summaries: list[tuple[Summarize, tuple[str, ...]]] = []
+        moves: list[Move] = []
+        for op in plan.ops:
+            if isinstance(op, Prune):
+                e = live_entry(op.id)
+                if e is not None:
+                    check_removable(e, "pruned")
+                    removed[op.id] = None
+            elif isinstance(op, Rewrite):
+                e = live_entry(op.id)
+                if e is None:
+                    continue
+                check_removable(e, "rewritten")
+                refs = e.refs if op.refs is None else op.refs
+                check_new_refs(op.id, refs)
+                new_entry = e.replace(body=op.body, refs=refs)
+                check_content(new_entry, None)
+                new_refs[op.id] = refs
+                rewrites.append((e, new_entry))
+            elif isinstance(op, Summarize):
+                into = op.into
+                if into.id in head.live or into.id in head.tombs.by_id:
+                    raise DuplicateEntry(f"summary id {into.id!r} is already used")
+                check_new_refs(into.id, into.refs)
+                for i in op.ids:
+                    e = live_entry(i)
+                    if e is not None:
+                        check_removable(e, "summarized")
+                        removed[i] = None
+                check_content(into, into.key)
+                if into.kind in PROTECTED_KINDS and not host_override:
+                    refuse(
+                        Refusal.IMMUTABLE if into.kind in _IMMUTABLE else Refusal.PROTECTED,
+                        f"summary {into.id!r} would create a {into.kind.name}: only the host "
+                        f"may (actor {HOST_ACTOR!r} with an override)",
+                    )
+                summaries.append((op, op.ids))
+            else:
+                live_entry(op.id)
+                if op.before is not None and op.before not in head.live:
+                    refuse(Refusal.UNKNOWN, f"move target {op.before!r} is not a live entry")
+                moves.append(op)
+        for why_sealed in sealed_conflicts(head, removed).values():
+            refuse(Refusal.REFERENCED, why_sealed)
+        # No survivor may cite a removed entry.
+        for i in removed:
+            for r in head.cited_by(i):
+                if r in removed:
+                    continue
+                if i in new_refs.get(r, head.live[r].entry.refs):
+                    refuse(Refusal.REFERENCED, f"{i!r} would be removed but {r!r} cites it")
+        for r, refs in new_refs.items():
+            for ref in refs:
+                if ref in removed:
+                    refuse(Refusal.REFERENCED, f"rewritten {r!r} cites removed {ref!r}")
+        for op, _ in summaries:
+            for ref in op.into.refs:
+                if ref in removed:
+                    refuse(Refusal.REFERENCED, f"summary {op.into.id!r} cites removed {ref!r}")
+        # Optimistic check for a planner that thought while others wrote.
+        if plan.base is not None:
+            for i in touched:
+                slot = head.live.get(i)
+                if slot is not None and slot.changed > plan.base:
+                    refuse(Refusal.CONFLICT, f"{i!r} changed at version {slot.changed} > base")
+                # A mark is a judgment of the entry made after the planner looked.
+                mark = head.marks.get(i)
+                if mark is not None and mark.version > plan.base:
+                    refuse(Refusal.CONFLICT, f"{i!r} was marked at version {mark.version} > base")
+        if refusals:
+            return self._refuse_edit(plan, tuple(refusals), why)
+        return self._apply_edit(
+            plan, head, rewrites, summaries, moves, tuple(removed), bool(overridden)
+        )
+
+    def _refuse_edit(
+        self, plan: EditPlan, refusals: tuple[Refusal, ...], why: list[str]
+    ) -> EditReport:
+        head = self._head
+        detail = "; ".join(dict.fromkeys(why))
+        esc = Escalation(EscalationKind.REFUSED_EDIT, detail, plan, refusals, head.number)
+        self._append_record(
+            self._record(
+                "edit",
+                None,
+                _plan_ids(plan),
+                actor=plan.actor,
+                reason=plan.reason,
+                turn=plan.turn,
+                outcome="refused",
+                detail={
+                    "plan": plan.to_dict(),
+                    "refusals": [r.value for r in refusals],
+                    "why": list(dict.fromkeys(why)),
+                    "rationale": self._rationale_copy(plan),
+                    "escalation": EscalationKind.REFUSED_EDIT.value,
+                },
+            )
+        )
+        self._escalate(esc)
+        return EditReport(False, refusals, esc, head.number)
+
+    def _rationale_copy(self, plan: EditPlan) -> list[dict[str, Any]]:
+        # Provenance separation (seed 002): the log keeps the rationale's bytes.
+        out: list[dict[str, Any]] = []
+        for i in plan.rationale:
+            slot = self._head.live.get(i)
+            if slot is not None:
+                out.append({"id": i, "hash": slot.entry.content_hash, "body": slot.entry.body})
+            else:
+                out.append({"id": i, "hash": None, "body": None})
+        return out
+
+    def _apply_edit(
+        self,
+        plan: EditPlan,
+        head: Version,
+        rewrites: list[tuple[Entry, Entry]],
+        summaries: list[tuple[Summarize, tuple[str, ...]]],
+        moves: list[Move],
+        removed: tuple[str, ...],
+        overridden: bool = False,
+    ) -> EditReport:
+        n = head.number + 1
+        draft = Draft(head)
+        kept = {new.id: head.marks[new.id].version for _o, new in rewrites if new.id in head.marks}
+        for _old, new_entry in rewrites:
+            draft.replace(new_entry, n)
+            if new_entry.kind in _IMMUTABLE:  # pragma: no cover - immutables refused above
+                self._immutable_hashes[new_entry.id] = new_entry.content_hash
+        keys: dict[str, float] = {}
+        renumbered: set[str] | None = None
+        if summaries or moves:
+            renumbered = _place(head, draft, summaries, moves, keys, n)
+        inserted = []
+        for op, _covered in summaries:
+            inserted.append({"entry": op.into.to_dict(), "key": draft.live[op.into.id].key})
+            if op.into.kind in _IMMUTABLE:
+                self._immutable_hashes[op.into.id] = op.into.content_hash
+        new_marks: list[list[Any]] = []
+        staged_ids = [i for i in removed if i not in self._staged_ids]
+        for i in staged_ids:
+            if i not in draft.marks:
+                draft.marks[i] = Mark(i, plan.reason, plan.turn, n)
+                new_marks.append([i, plan.reason, plan.turn])
+        group = None
+        if staged_ids:
+            grace = max(draft.marks[i].version for i in staged_ids)
+            group = Group(
+                next(self._gids), tuple(staged_ids), grace, n, plan.reason, plan.actor, plan.turn
+            )
+        self._append_record(
+            self._record(
+                "edit",
+                n,
+                _plan_ids(plan),
+                actor=plan.actor,
+                reason=plan.reason,
+                turn=plan.turn,
+                outcome="applied",
+                detail={
+                    "plan": plan.to_dict(),
+                    "rewrites": [new.to_dict() for _old, new in rewrites],
+                    # a rewrite keeps the entry's mark, which judged the earlier
+                    # content: the mark's version predates this one
+                    **(
+                        {"marks_kept": kept}
+                        if kept
+                        else {}
+                    ),
+                    "inserted": inserted,
+                    # after a renumbering ``keys`` holds every live id, and
+                    # only the ``placed`` ones changed (for base checks)
+                    "keys": {i: draft.live[i].key for i in keys},
+                    **({} if renumbered is None else {"placed": sorted(renumbered)}),
+                    "marks": new_marks,
+                    "staged": []
+                    if group is None
+                    else [[group.gid, list(group.ids), group.grace, group.staged]],
+                    "rationale": self._rationale_copy(plan),
+                    "refusals": [],
+                    # the override let content matching a tombstone back in
+                    **({"readmission_overridden": True} if overridden else {}),
+                },
+            )
+        )
+        self._head = draft.finish(n)
+        markable = self._markable()
+        markable.update(op.into.id for op, _ in summaries if op.into.kind not in _IMMUTABLE)
+        markable.difference_update(i for i, _r, _t in new_marks)
+        if group is not None:
+            self._stage(group)
+            self._after_stage()
+        return EditReport(True, (), None, n, (), removed)
+
+
+def _plan_ids(plan: EditPlan) -> tuple[str, ...]:
+    out: dict[str, None] = {}
+    for op in plan.ops:
+        if isinstance(op, Summarize):
+            out.update(dict.fromkeys(op.ids))
+            out[op.into.id] = None
+        else:
+            out[op.id] = None
+    return tuple(out)
+
+
+def _key_between(lo: float | None, hi: float | None) -> float | None:
+    """An order key strictly between ``lo`` and ``hi`` (``None``: unbounded),
+    or ``None`` when float precision leaves no room (the caller renumbers)."""
+    if lo is None and hi is None:
+        return 0.0
+    if lo is None:
+        assert hi is not None
+        return hi - 1.0
+    if hi is None:
+        return lo + 1.0
+    mid = (lo + hi) / 2.0
+    return mid if lo < mid < hi else None
+
+
+def _place(
+    head: Version,
+    draft: Draft,
+    summaries: Sequence[tuple[Summarize, tuple[str, ...]]],
+    moves: Sequence[Move],
+    keys: dict[str, float],
+    n: int,
+) -> set[str] | None:
+    """Insert summaries and apply moves in window order, filling ``keys`` with
+    every new order key. Returns ``None``, or the ids the plan placed when the
+    float gap was exhausted and every key was renumbered. O(n)."""
+    order = head.ordered_ids()
+    key_of: dict[str, float] = {}
+    placed: set[str] = set()
+    ok = True
+
+    def k(i: str) -> float:
+        got = key_of.get(i)
+        return got if got is not None else head.live[i].key
+
+    def put(i: str, index: int) -> None:
+        nonlocal ok
+        order.insert(index, i)
+        placed.add(i)
+        if not ok:
+            return  # every key is renumbered below; only the order matters now
+        lo = k(order[index - 1]) if index > 0 else None
+        hi = k(order[index + 1]) if index + 1 < len(order) else None
+        key = _key_between(lo, hi)
+        if key is None:
+            ok = False
+        else:
+            key_of[i] = key
+
+    for op, covered in summaries:
+        cover = set(covered)
+        first = next(idx for idx, i in enumerate(order) if i in cover)
+        put(op.into.id, first)
+        draft.add(op.into, key_of.get(op.into.id, 0.0), n)
+    for mv in moves:
+        order.remove(mv.id)
+        index = len(order) if mv.before is None else order.index(mv.before)
+        put(mv.id, index)
+    if ok:
+        for i, key in key_of.items():
+            draft.set_key(i, key, n)
+            keys[i] = key
+        return None
+    # Renumber every key in the new order (rare: ~50 halvings of one gap).
+    for idx, i in enumerate(order):
+        slot: Slot = draft.live[i]
+        draft.live[i] = Slot(slot.entry, float(idx), n if i in placed else slot.changed)
+        keys[i] = float(idx)
+    draft.next_key = float(len(order))
+    return placed

@@ -1,0 +1,357 @@
+"""Pins: a reader's :class:`Snapshot` and the lock-free registry of readers.
+
+What it keeps true: a reader that pinned version ``v`` is visible to every
+writer that publishes after the pin succeeded, until the reader unpins; and
+the oldest pin this registry reports is never newer than a pinned reader's
+version (the grace scheduler's horizon, :mod:`.grace`, rests on it).
+
+Protocol. A pin is one entry in the set of readers of its version
+(``_pins``: version number -> dict of snapshots) plus, for the first pin of
+a version, its number at the right end of ``_pin_order``, a deque whose front
+is the oldest pinned version. Pin and unpin take no lock (they are the
+readers' fast path): under the GIL each step is one atomic C-level operation
+(``dict.setdefault``, a dict store or delete, a deque append), and a pin is
+*validated* like a hazard pointer — register in the head's set, then re-read
+the head; if it moved, withdraw and retry.
+
+Correctness. (1) A successful pin was registered while its version was still
+the head: a writer that publishes after it, and later asks for the oldest
+pin, sees it (the writer's new head is stored after the registration it
+must see, and the walk reads the sets after the head). Two rules make the
+unlocked cleanup safe, both resting on the head number only growing: (2) an
+empty set is deleted only by someone who first saw that its version is no
+longer the head (no pin there can succeed any more) and *then* saw it
+empty; (3) ``_pin_order`` is popped only at its front, only under
+``_pin_lock`` (which serializes the walkers, never the readers), by the same
+rule. A pin whose validation fails withdraws and, if it leaves its set
+empty, takes the last-unpin path, so no set and no due removal is lost.
+Pin and unpin are O(1) amortized, independent of the buffer's size and of
+the number of readers. This relies on the GIL: ``Buffer()`` refuses to run
+in a free-threaded interpreter whose GIL is off.
+
+The hand-off. The last reader of a version asks the grace scheduler whether
+the earliest staged removal is now due (``Grace._horizon``) and signals it;
+what a signal does (apply inline, or wake the runtime's scheduler) is
+:mod:`.grace`'s business.
+
+Cancellation. Nothing here awaits. ``Snapshot.__exit__`` unpins with plain
+synchronous code, so a cancelled reader always releases its pin.
+
+``tests/test_pin_interleavings.py`` steps this code line by line (and
+bytecode by bytecode) under chosen schedules; keep the protocol's lines here.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from . import tasks as _tasks
+from .entry import Entry, check_id
+from .errors import EntryPruned, SnapshotReleased, UnknownEntry
+from .records import Mark, Tombstone
+from .tasks import current_task
+from .version import Version
+
+if TYPE_CHECKING:
+    from .buffer import Buffer
+    from .grace import Group
+
+__all__ = ["Pins", "Snapshot"]
+
+
+_NOT_ENTERED: Any = object()
+_new_object = object.__new__
+_get_ident = threading.get_ident
+_thread_loops = _tasks._thread_loops
+
+
+class Snapshot:
+    """A reader's pinned view of one version.
+
+    Use it as ``with buf.snapshot() as snap:``. Entering pins the head version
+    to the calling task (O(1)); leaving unpins it, also on error and on
+    cancellation (``__exit__`` is synchronous: cancellation cannot skip it).
+    Every read sees the pinned version and nothing else. After the block, any
+    use raises :class:`SnapshotReleased`. A snapshot is pinned at most once.
+    """
+
+    __slots__ = ("__weakref__", "_buffer", "_readers", "_since", "_task", "_version")
+
+    _since: float
+    _readers: dict[Snapshot, None]
+
+    def __init__(self, buffer: Buffer) -> None:
+        # Buffer.snapshot() builds snapshots without this frame (the pin fast
+        # path); both set exactly these three slots. ``_task`` is _NOT_ENTERED
+        # until the one pin, then the pinning task; ``_since`` and
+        # ``_readers`` (the set this snapshot is registered in) are set at pin.
+        self._buffer = buffer
+        self._version: Version | None = None
+        self._task: object = _NOT_ENTERED
+
+    # Pin and unpin are the readers' fast path (a goal: <= 0.2x an aiorwlock
+    # reader acquire + release), so they are written out here rather than
+    # delegated to Buffer methods, inline the task probe's cached case, and
+    # take no lock: see "Pins" in the module docstring for the protocol and
+    # why each step is safe against writers and unpinners in other threads.
+
+    def __enter__(self) -> Snapshot:
+        """Pin the head version to the calling task. O(1) amortized; never
+        waits (a retry happens only when a write lands between reading the
+        head and registering, and each retry sees a newer head)."""
+        if self._task is not _NOT_ENTERED:
+            raise SnapshotReleased("a snapshot is pinned once; take a new buffer.snapshot()")
+        # The task probe (tasks.current_task), its cached asyncio case inline.
+        ident = _get_ident()
+        ref = _thread_loops.get(ident)
+        task = None
+        if ref is not None:
+            loop = ref()
+            if loop is not None and loop._thread_id == ident:
+                task = _tasks._aio_task_of(loop)  # type: ignore[misc]
+        if task is None:
+            task = current_task()
+        self._task = task
+        buf = self._buffer
+        self._since = buf._clock()
+        pins = buf._pins
+        order = buf._pin_order
+        while True:
+            v = buf._head
+            n = v.number
+            readers = pins.get(n)
+            if readers is None:
+                readers = pins.setdefault(n, {})
+            readers[self] = None
+            # Registered before the order is consulted, and both before the
+            # head is re-read: see "Pins" in the module docstring.
+            try:
+                last = order[-1]
+            except IndexError:
+                last = None
+            if last != n:
+                order.append(n)
+                buf._trim_pins()
+            if buf._head is v:
+                break
+            # A write landed meanwhile: withdraw, then pin the new head.
+            del readers[self]
+            if not readers:
+                buf._last_unpin(n, readers)
+        self._readers = readers
+        self._version = v
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Unpin; signals the barrier if that makes a staged removal due. O(1)
+        amortized. Synchronous: cancellation cannot skip it."""
+        v = self._version
+        if v is None:
+            return
+        self._version = None
+        readers = self._readers
+        del readers[self]
+        if readers:
+            return
+        buf = self._buffer
+        if buf._head is v and not buf._staged:
+            return  # the head's set is kept for its next reader
+        buf._last_unpin(v.number, readers)
+
+    def _v(self) -> Version:
+        v = self._version
+        if v is None:
+            raise SnapshotReleased(
+                "snapshot is not pinned: use it inside its 'with buf.snapshot()' block"
+            )
+        return v
+
+    @property
+    def version(self) -> int:
+        """The pinned version number."""
+        return self._v().number
+
+    @property
+    def pinned(self) -> bool:
+        """Whether the snapshot is pinned now."""
+        return self._version is not None
+
+    def __len__(self) -> int:
+        return len(self._v().live)
+
+    def __iter__(self) -> Iterator[Entry]:
+        """Live entries in window order. O(1) per entry after the version's
+        first iteration (the order is cached on the immutable version)."""
+        return iter(self._v().entries())
+
+    def entries(self) -> tuple[Entry, ...]:
+        """Live entries in window order, as a tuple."""
+        return self._v().entries()
+
+    def __contains__(self, entry_id: object) -> bool:
+        return entry_id in self._v().live
+
+    def __getitem__(self, entry_id: str) -> Entry:
+        """The live entry; :class:`EntryPruned` (with the tombstone) if it was
+        removed in this version; :class:`UnknownEntry` if never seen."""
+        v = self._v()
+        if type(entry_id) is not str or not entry_id:
+            check_id(entry_id)
+        slot = v.live.get(entry_id)
+        if slot is not None:
+            return slot.entry
+        raise _missing(v, entry_id)
+
+    def get(self, entry_id: str, default: Any = None) -> Any:
+        """The live entry or ``default``."""
+        v = self._v()
+        if type(entry_id) is not str or not entry_id:
+            check_id(entry_id)
+        slot = v.live.get(entry_id)
+        return default if slot is None else slot.entry
+
+    def resolve(self, entry_id: str) -> Entry | Tombstone:
+        """The entry, or its tombstone if removed; :class:`UnknownEntry` if it
+        never existed. "Deleted" and "never existed" stay distinguishable."""
+        v = self._v()
+        if type(entry_id) is not str or not entry_id:
+            check_id(entry_id)
+        slot = v.live.get(entry_id)
+        if slot is not None:
+            return slot.entry
+        tomb = v.tombs.by_id.get(entry_id)
+        if tomb is not None:
+            return tomb
+        raise UnknownEntry(f"no entry {entry_id!r} in version {v.number}")
+
+    def mark(self, entry_id: str) -> Mark | None:
+        """The entry's mark as of the pinned version, or ``None``."""
+        v = self._v()
+        if type(entry_id) is not str or not entry_id:
+            check_id(entry_id)
+        return v.marks.get(entry_id)
+
+    def is_stale(self, entry_id: str) -> bool:
+        """Whether the entry is marked in the pinned version."""
+        v = self._v()
+        if type(entry_id) is not str or not entry_id:
+            check_id(entry_id)
+        return entry_id in v.marks
+
+    @property
+    def marks(self) -> Mapping[str, Mark]:
+        """Marks of live entries in the pinned version."""
+        return self._v().marks
+
+    @property
+    def tombstones(self) -> Mapping[str, Tombstone]:
+        """Tombstones visible in the pinned version, by id."""
+        return self._v().tombs.by_id
+
+    def __repr__(self) -> str:
+        v = self._version
+        return f"<Snapshot {'released' if v is None else f'of version {v.number}'}>"
+
+
+def _missing(v: Version, entry_id: str) -> Exception:
+    tomb = v.tombs.by_id.get(entry_id)
+    if tomb is not None:
+        return EntryPruned(
+            f"entry {entry_id!r} was pruned at version {tomb.version}: {tomb.reason}", tomb
+        )
+    return UnknownEntry(f"no entry {entry_id!r} in version {v.number}")
+
+
+class Pins:
+    """The reader registry of a :class:`~.buffer.Buffer` (a base class: the
+    buffer's ``__init__`` sets the fields below). Pinning and unpinning are
+    :meth:`Snapshot.__enter__` and :meth:`Snapshot.__exit__`; here are their
+    slow path and the walk of the pin order."""
+
+    _head: Version  #: the head version (one attribute store publishes)
+    _clock: Callable[[], float]
+    _pins: dict[int, dict[Snapshot, None]]  #: version number -> its readers
+    _pin_order: deque[int]  #: pinned version numbers, oldest at the front
+    _pin_lock: threading.Lock  #: serializes the walkers of _pin_order, never a reader
+
+    if TYPE_CHECKING:  # provided by .grace.Grace
+        _staged: list[tuple[int, int, Group]]
+
+        def _horizon(self) -> int | None: ...
+        def _signal_due(self) -> None: ...
+
+    @property
+    def _readers(self) -> list[Snapshot]:
+        """Every pinned snapshot. Safe from any thread: each copy is one
+        C-level operation, atomic under the GIL. A snapshot whose pin is still
+        being validated in another thread may be listed with ``_version``
+        ``None``; callers skip those."""
+        return [s for readers in list(self._pins.values()) for s in list(readers)]
+
+    def _last_unpin(self, n: int, readers: dict[Snapshot, None]) -> None:
+        """The last reader of version ``n`` left (``readers``: the set it
+        left). Frees the set unless ``n`` is the head, and if removals are
+        staged, sees whether the earliest is due now (the barrier's signal;
+        also retries one left due earlier, e.g. after a failed log write)."""
+        if self._head.number != n and not readers:  # the head first, then the set
+            self._pins.pop(n, None)
+        staged = self._staged
+        if not staged:
+            return
+        oldest = self._horizon()
+        try:
+            grace = staged[0][0]
+        except IndexError:  # applied meanwhile by a writer in another thread
+            return
+        if oldest is None or grace <= oldest:
+            self._signal_due()
+
+    def _trim_pins(self) -> None:
+        """Drop finished versions from the front of the pin order, if no
+        other walker is at it (never waits). Called when a new version is
+        first pinned. The order then holds the pinned versions plus a few
+        finished ones: the head's entry, which the walk keeps while it is the
+        head, and what stands behind it (an entry appended by a pin that
+        withdrew, or duplicates); later walks free them once they reach the
+        front."""
+        lock = self._pin_lock
+        if lock.acquire(False):
+            try:
+                self._oldest_pin()
+            finally:
+                lock.release()
+
+    def _oldest_pin(self) -> int | None:
+        """The oldest pinned version (call under ``_pin_lock``). Pops finished
+        versions off the front of the order: a version is finished once it is
+        not the head and then its set is seen empty (no pin of it can succeed
+        any more). O(1) amortized. May answer a version whose only reader is
+        a pin still being validated (conservative: that reader withdraws and
+        signals)."""
+        order = self._pin_order
+        pins = self._pins
+        while order:
+            n = order[0]
+            if self._head.number == n:  # the head first, then its set
+                return n if pins.get(n) else None
+            if pins.get(n):
+                return n
+            order.popleft()
+            readers = pins.get(n)
+            if readers is not None and not readers:
+                pins.pop(n, None)
+        return None
+
+    def oldest_pin(self) -> int | None:
+        """The oldest version any reader has pinned, or ``None``. O(1) amortized."""
+        with self._pin_lock:
+            return self._oldest_pin()

@@ -1,0 +1,504 @@
+"""Publishing: the edit log, flushes, and the durable path of a removal.
+
+What it keeps true: a tombstone is durable before the removal it records is
+published (invariant 3's durability half), and ``mark_stale``/``append``
+never wait for a disk — no sink write happens under the write lock.
+Records are appended to the in-memory log on every change, in ``seq`` order;
+the sink receives them in groups (:meth:`Publisher.flush`: one write, one
+commit, for every pending record), and a failed write leaves them pending
+for the next flush (``stats().log_failing`` says so meanwhile).
+
+A due removal is applied in three phases (:meth:`Publisher.apply_due`):
+(1) under the write lock, pop the due groups and log their tombstones as an
+intent (a ``tombstone`` record); (2) without the lock, flush — the
+tombstones are now durable; (3) under the lock, re-validate each member
+against the head of that moment (:meth:`Publisher._remove_groups`: changed
+since staged, immutable, protected, or cited by a survivor — the
+*cascade* — refuses it), publish one version and log the ``remove`` record.
+A crash between (2) and the next flush recovers the groups staged again.
+Without a sink the three phases collapse into one, under the lock.
+
+``count_record`` derives the statistics counters from a record, live and on
+replay, so ``stats()`` after recovery equals ``stats()`` before the crash.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from .callbacks import WriteGuard
+from .draft import Draft
+from .entry import Entry, check_text
+from .errors import InvalidArgument, InvalidType, LogWriteError, ReentrantWrite
+from .grace import Grace, Group
+from .log import Records, materialize_range
+from .policy import Policy, default_negative_classifier
+from .records import Escalation, EscalationKind, LogRecord, Refusal, Tombstone
+from .version import Version
+
+__all__ = ["Publisher", "cascade", "count_record", "tomb_to_dict"]
+
+_get_ident = threading.get_ident
+
+
+class Publisher(Grace):
+    """The log and the removal path of a :class:`~.buffer.Buffer` (a base
+    class: the buffer's ``__init__`` sets the fields below)."""
+
+    _flush_lock: threading.Lock  #: one sink write at a time
+    _records: Records  #: LogRecords and compact records (log.py)
+    _synced: int  #: records [0, _synced) are durable in the sink
+    _log_failing: bool
+    _counts: Counter[str]
+    _refusals: Counter[Refusal]
+    _max_removed_grace: int  #: invariant 5's witness (check.py)
+    _latency_last: float | None
+    _latency_max: float | None
+    _escalation_hook: Callable[[Escalation], bool] | None  #: the runtime's, else None
+    _escalations: deque[Escalation]  #: queued while no runtime consumes them
+    _escalations_dropped: int
+    _intents: dict[int, int]  #: gid -> seq of the intent record logged for it
+    _in_sink_write: int | None  #: the thread in sink.write, if any (callbacks.py)
+
+    if TYPE_CHECKING:  # provided by .buffer.Buffer
+
+        def _markable(self) -> set[str]: ...
+
+    def apply_due(self) -> tuple[str, ...]:
+        """Apply every staged removal that is due, as one new version (one
+        batch), re-validating each against the head. Returns the removed ids.
+
+        Raises :class:`LogWriteError` if the tombstones cannot be made durable;
+        then nothing is published and the removals stay staged.
+
+        With a durable sink the disk write happens *outside* the write lock,
+        so ``mark_stale`` and ``append`` never wait for a disk: (1) under the
+        lock, pop the due groups and log their tombstones as an intent
+        (``tombstone`` record); (2) without it, flush the log — the tombstones
+        are now durable; (3) under the lock, re-validate against the head of
+        that moment, publish one version and log the ``remove`` record. A
+        crash between (2) and the next flush recovers the groups staged again.
+        """
+        if self._sink is not None:
+            return self._apply_due_durable(blocking=True) or ()
+        self._write_lock.acquire()
+        try:
+            return self._apply_due_locked()
+        finally:
+            self._release()
+
+    def _apply_due_locked(self) -> tuple[str, ...]:
+        """Single-phase application (no durable sink); under the write lock."""
+        groups = self._pop_due()
+        if not groups:
+            return ()
+        try:
+            return self._remove_groups(groups)
+        except BaseException:
+            self._requeue(groups)
+            raise
+
+    def _apply_due_durable(self, *, blocking: bool) -> tuple[str, ...] | None:
+        """The three phases of :meth:`apply_due` with a durable sink. Returns
+        ``None`` when ``blocking`` is false and a writer holds the lock (the
+        due flag is left for it)."""
+        lock = self._write_lock
+        if not lock.acquire(blocking):
+            self._due_flag = True
+            return None
+        try:
+            groups = self._pop_due()
+            if not groups:
+                return ()
+            for g in groups:
+                self._applying[g.gid] = g
+            # One intent per group, however often a failing disk makes us
+            # retry: a group logged already keeps the intent it has.
+            fresh = [g for g in groups if g.gid not in self._intents]
+            if fresh:
+                seq = self._log_intent(fresh)
+                for g in fresh:
+                    self._intents[g.gid] = seq
+            intent = max(self._intents[g.gid] for g in groups)
+        finally:
+            lock.release()
+        try:
+            self.flush()
+        except BaseException:
+            with lock:
+                self._requeue(groups)
+            raise
+        lock.acquire()
+        try:
+            # A group the sink took back out of ``_applying`` while making the
+            # intent durable (a shared buffer whose remote readers turned out
+            # to be below its grace) is requeued, not published.
+            vetoed = [g for g in groups if g.gid not in self._applying]
+            if vetoed:
+                self._requeue(vetoed)
+                groups = [g for g in groups if g.gid in self._applying]
+                if not groups:
+                    return ()
+            try:
+                removed = self._remove_groups(groups, intent)
+            except BaseException:
+                self._requeue(groups)
+                raise
+        finally:
+            self._release()
+        # Make the removal record durable too (outside the lock). If this
+        # fails the tombstones are still durable in the intent; a crash before
+        # the next flush recovers the groups staged again.
+        with contextlib.suppress(LogWriteError):
+            self.flush()
+        return removed
+
+    def _log_intent(self, groups: list[Group]) -> int:
+        """Log the tombstones the groups would write (version not yet known).
+        Called once per group: a retry after a failed flush reuses the intent
+        already logged (see ``_intents``)."""
+        live = self._head.live
+        tombs = []
+        for g in groups:
+            for i in g.ids:
+                slot = live.get(i)
+                if slot is not None:
+                    e = slot.entry
+                    tomb = Tombstone(i, e.content_hash, g.reason, g.turn, g.actor, 0, e.kind, e.key)
+                    tombs.append(tomb_to_dict(tomb) | {"version": None})
+        record = self._record(
+            "tombstone",
+            None,
+            tuple(i for g in groups for i in g.ids),
+            actor=None,
+            reason="removal intent",
+            turn=None,
+            outcome="intent",
+            detail={"gids": [g.gid for g in groups], "tombstones": tombs},
+        )
+        self._append_record(record)
+        return record.seq
+
+    def _remove_groups(self, groups: list[Group], intent: int | None = None) -> tuple[str, ...]:
+        head = self._head
+        refused: dict[str, Refusal] = {}
+        removal: dict[str, Group] = {}
+        for g in groups:
+            for i in g.ids:
+                slot = head.live.get(i)
+                if slot is None:
+                    continue
+                if slot.changed > g.staged:
+                    refused[i] = Refusal.CONFLICT
+                elif self._is_immutable(slot.entry):
+                    refused[i] = Refusal.IMMUTABLE
+                else:
+                    prot = self._protection(slot.entry)
+                    if prot is not None:
+                        refused[i] = Refusal.PROTECTED if prot == "protected" else Refusal.NEGATIVE
+                    else:
+                        removal[i] = g
+        for i in cascade(head, removal, refused):
+            del removal[i]
+        n = head.number + 1
+        tombs: list[Tombstone] = []
+        draft = Draft(head) if removal else None
+        for i, g in removal.items():
+            e = head.live[i].entry
+            tomb = Tombstone(i, e.content_hash, g.reason, g.turn, g.actor, n, e.kind, e.key)
+            tombs.append(tomb)
+            assert draft is not None
+            draft.remove(tomb)
+        ids = tuple(i for g in groups for i in g.ids)
+        record = self._record(
+            "remove",
+            n if removal else None,
+            ids,
+            actor=groups[0].actor if len(groups) == 1 else None,
+            reason=groups[0].reason if len(groups) == 1 else "batch",
+            turn=None,
+            outcome="applied" if removal and not refused else ("partial" if removal else "refused"),
+            detail={
+                "gids": [g.gid for g in groups],
+                "tombstones": [tomb_to_dict(t) for t in tombs],
+                "refused": {i: r.value for i, r in refused.items()},
+                "refusals": [r.value for r in refused.values()],
+                **({} if intent is None else {"intent": intent}),
+            },
+        )
+        if removal:
+            # Invariant: a tombstone is durable before the removal it records
+            # is published. With a sink, the caller made it durable in the
+            # intent record (_apply_due_durable); without one there is no disk.
+            assert intent is not None or self._sink is None
+            self._append_record(record)
+            assert draft is not None
+            new = draft.finish(n)
+            self._max_removed_grace = max(
+                self._max_removed_grace, max(g.grace for g in groups)
+            )
+            self._head = new
+            self._markable().difference_update(removal)
+        else:
+            self._append_record(record)
+        for g in groups:
+            self._applying.pop(g.gid, None)
+            self._intents.pop(g.gid, None)
+            for i in g.ids:
+                self._staged_ids.pop(i, None)
+        self._after_unstage()
+        if self._due_since is not None:
+            lat = max(0.0, self._clock() - self._due_since)
+            self._latency_last = lat
+            self._latency_max = lat if self._latency_max is None else max(self._latency_max, lat)
+            self._due_since = None
+        return tuple(removal)
+
+    # -- the policy, called as untrusted code (callbacks.py) -------------------
+
+    def _protection(self, entry: Entry) -> str | None:
+        """``Policy.protection(entry)`` under a :class:`WriteGuard` (call under
+        the write lock). If it raises, the entry counts as ``"negative"`` (kept)
+        and the failure is escalated; see :mod:`.callbacks`. The library's own
+        policy and classifier are called directly (they neither raise nor write)."""
+        policy = self._policy
+        if type(policy) is Policy and policy.negative is default_negative_classifier:
+            return policy.protection(entry)
+        lock = self._write_lock
+        self._write_lock = WriteGuard(lock, "policy classifier")
+        try:
+            return policy.protection(entry)
+        except Exception as exc:
+            self._write_lock = lock
+            self._callback_failed("policy.protection", entry.id, exc)
+            return "negative"
+        finally:
+            self._write_lock = lock
+
+    def _is_immutable(self, entry: Entry) -> bool:
+        """``Policy.is_immutable(entry)``, guarded like :meth:`_protection`; if
+        it raises, the entry counts as immutable (kept). ``Policy``'s own (a
+        kind lookup) is called directly."""
+        policy = self._policy
+        if type(policy) is Policy:
+            return policy.is_immutable(entry)
+        lock = self._write_lock
+        self._write_lock = WriteGuard(lock, "policy")
+        try:
+            return bool(policy.is_immutable(entry))
+        except Exception as exc:
+            self._write_lock = lock
+            self._callback_failed("policy.is_immutable", entry.id, exc)
+            return True
+        finally:
+            self._write_lock = lock
+
+    def _callback_failed(self, callback: str, entry_id: str, exc: Exception) -> None:
+        """Log, escalate and count a user callback's failure (under the write
+        lock). Never raises for the callback's sake."""
+        detail = (
+            f"{callback} raised {type(exc).__name__} on {entry_id!r}: {exc}; "
+            f"the entry is kept (refused as {Refusal.NEGATIVE.value})"
+        )
+        data = {"callback": callback, "id": entry_id, "error": type(exc).__name__}
+        kind = EscalationKind.REFUSED_EDIT
+        esc = Escalation(kind, detail, None, (Refusal.NEGATIVE,), self._head.number, data)
+        self._append_record(
+            self._record(
+                "escalate",
+                None,
+                (entry_id,),
+                actor=None,
+                reason=detail,
+                turn=None,
+                outcome=kind.value,
+                detail={"kind": kind.value, "data": data},
+            )
+        )
+        self._escalate(esc)
+
+    def _record(
+        self,
+        op: str,
+        version: int | None,
+        ids: tuple[str, ...],
+        *,
+        actor: str | None,
+        reason: str | None,
+        turn: int | None,
+        outcome: str,
+        detail: dict[str, Any],
+    ) -> LogRecord:
+        return LogRecord(
+            len(self._records), time.time(), op, version, ids, actor, reason, turn, outcome, detail
+        )
+
+    def _append_record(self, record: LogRecord) -> None:
+        self._records.append(record)
+        count_record(self, record)
+
+    def flush(self) -> None:
+        """Return once every change made before the call is durable in the sink.
+
+        One sink write (one commit) for every pending record, whatever their
+        number. Raises :class:`LogWriteError` on failure; the records stay
+        pending and a later successful ``flush()`` resumes.
+        """
+        sink = self._sink
+        if sink is None:
+            return
+        me = _get_ident()
+        if self._in_sink_write == me:  # the sink's write called back (callbacks.py)
+            raise ReentrantWrite(
+                "flush() from inside the log sink's write: a sink must not flush, prune "
+                "or edit the buffer it serves"
+            )
+        guard = self._write_lock
+        if type(guard) is WriteGuard:  # a policy callback runs: refused if in this thread
+            guard.refuse_owner("flush()")
+        with self._flush_lock:
+            start = self._synced
+            # a stable prefix; appends go on meanwhile
+            batch = materialize_range(self._records, start, len(self._records))
+            if not batch:
+                return
+            self._in_sink_write = me
+            try:
+                sink.write(batch)
+            except Exception as exc:
+                self._log_failing = True
+                raise LogWriteError(f"edit log write failed: {exc}") from exc
+            finally:
+                self._in_sink_write = None
+            self._log_failing = False
+            self._synced = start + len(batch)
+
+    @property
+    def pending_records(self) -> int:
+        """Records not yet durable in the sink."""
+        return 0 if self._sink is None else len(self._records) - self._synced
+
+    # -- escalations -------------------------------------------------------
+
+    def _escalate(self, esc: Escalation) -> None:
+        """Deliver an escalation (never blocks). Undeliverable ones are counted."""
+        hook = self._escalation_hook
+        if hook is not None:
+            if not hook(esc):
+                self._escalations_dropped += 1
+            return
+        if len(self._escalations) == self._escalations.maxlen:
+            self._escalations_dropped += 1
+        self._escalations.append(esc)
+
+    def drain_escalations(self) -> list[Escalation]:
+        """Escalations queued while no runtime consumes them (oldest first)."""
+        out = list(self._escalations)
+        self._escalations.clear()
+        return out
+
+    def escalate(
+        self,
+        kind: EscalationKind,
+        detail: str,
+        *,
+        data: Mapping[str, Any] | None = None,
+    ) -> Escalation:
+        """Log and deliver an escalation raised outside the core (the runtime's
+        reader-age alarm). ``kind`` is an :class:`EscalationKind`, ``detail``
+        a non-empty str, ``data`` a JSON-ready mapping with str keys (it goes
+        to the log): else :class:`InvalidType`/:class:`InvalidArgument`, and
+        nothing is logged."""
+        if type(kind) is not EscalationKind:
+            raise InvalidType(f"kind must be an EscalationKind, not {type(kind).__name__}")
+        check_text(detail, "detail")
+        if data is not None:
+            if not isinstance(data, Mapping):
+                raise InvalidType(f"data must be a mapping, not {type(data).__name__}")
+            if any(type(k) is not str for k in data):
+                raise InvalidType("data keys must be str")
+            try:
+                json.dumps(data, allow_nan=False)
+            except (TypeError, ValueError, RecursionError) as exc:
+                raise InvalidArgument(f"data cannot go to the log as JSON: {exc}") from None
+        esc = Escalation(kind, detail, None, (), self._head.number, dict(data or {}))
+        self._write_lock.acquire()
+        try:
+            self._append_record(
+                self._record(
+                    "escalate",
+                    None,
+                    tuple(str(i) for i in (data or {}).get("ids", ())),
+                    actor=None,
+                    reason=detail,
+                    turn=None,
+                    outcome=kind.value,
+                    detail={"kind": kind.value, "data": dict(data or {})},
+                )
+            )
+        finally:
+            self._release()
+        self._escalate(esc)
+        return esc
+
+
+def tomb_to_dict(t: Tombstone) -> dict[str, Any]:
+    return {
+        "id": t.id,
+        "content_hash": t.content_hash,
+        "reason": t.reason,
+        "turn": t.turn,
+        "actor": t.actor,
+        "version": t.version,
+        "kind": None if t.kind is None else t.kind.value,
+        "key": t.key,
+    }
+
+
+def cascade(head: Version, removal: Mapping[str, Any], refused: dict[str, Refusal]) -> list[str]:
+    """Refuse (``REFERENCED``) every id in ``removal`` cited by an entry that
+    survives; a refused id survives, so what it cites is rechecked (the
+    cascade). Fills ``refused``; returns the ids to drop from ``removal``.
+    O(removal + their referrers)."""
+    keep: set[str] = set(removal)
+    stack = list(removal)
+    dropped: list[str] = []
+    while stack:
+        i = stack.pop()
+        if i not in keep:
+            continue
+        for r in head.cited_by(i):
+            if r not in keep:
+                keep.discard(i)
+                refused[i] = Refusal.REFERENCED
+                dropped.append(i)
+                stack.extend(ref for ref in head.live[i].entry.refs if ref in keep)
+                break
+    return dropped
+
+
+def count_record(buf: Publisher, record: LogRecord) -> None:
+    """Derive the statistics counters from a record (used live and on replay)."""
+    counts = buf._counts
+    detail = record.detail
+    for r in detail.get("refusals", ()):
+        buf._refusals[Refusal(r)] += 1
+    op = record.op
+    if op == "remove":
+        counts["removed"] += len(detail.get("tombstones", ()))
+    elif op == "refuse" and record.outcome == Refusal.READMISSION.value:
+        counts["readmit_refused"] += 1
+    elif (op == "append" and record.outcome == "overridden") or (
+        op == "edit" and detail.get("readmission_overridden")
+    ):
+        counts["readmit_overridden"] += 1
+    if op == "escalate" or (op == "edit" and record.outcome == "refused"):
+        counts["escalations"] += 1
+    if op == "escalate" and "callback" in detail.get("data", ()):
+        counts["callback_errors"] += 1

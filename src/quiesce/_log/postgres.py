@@ -1,0 +1,545 @@
+"""``PostgresLog``: the edit log in PostgreSQL, shared by every process that names the buffer.
+
+What it keeps true:
+
+1. The stored log of a buffer only grows: rows are inserted in ``seq`` order
+   with no gap, and nothing stored is ever changed or removed. Triggers refuse
+   ``UPDATE``, ``DELETE`` and ``TRUNCATE``, and an ``INSERT`` whose ``seq`` is
+   not exactly the next one, *in the database*, for every client.
+2. A batch is all or nothing: ``write(batch)`` is one transaction (a ``COPY``
+   of the records, one ``pg_notify`` carrying the last ``seq``, ``COMMIT``).
+   After a crash of the client or the server, every batch whose ``write``
+   returned is recovered, and no row of any other batch is visible.
+3. Writes are fenced by epoch. ``quiesce_writer`` holds the buffer's writer
+   lease (used by :func:`quiesce.open_shared_buffer`); every inserted row
+   carries the writer's epoch and the insert trigger refuses it unless it is
+   the current one, holding a share lock on the lease row until ``COMMIT``
+   so a takeover waits for a batch in flight. A writer that lost the lease
+   cannot add a record after its successor's first, whatever its clock says.
+4. A schema or record written by a newer quiesce is refused with
+   :class:`LogFormatError` on open, before anything is written.
+
+Schema (created on first use in the connection's ``search_path`` schema;
+``buffer_id`` lets many buffers share the tables)::
+
+    quiesce_meta    (key PK, value)                    -- schema, format
+    quiesce_log     (buffer_id, seq, writer_epoch, format, op, version,
+                     record text,                      -- the source of truth
+                     PRIMARY KEY (buffer_id, seq))
+    quiesce_writer  (buffer_id PK, epoch, holder, lease_until)
+    quiesce_member  (buffer_id, member_id PK..., incarnation, lease_until,
+                     horizon, applied_seq, info)
+    quiesce_request (buffer_id, request_id PK..., member_id, op, args,
+                     result, applied_seq)
+
+``record`` is the same ASCII JSON as the SQLite and JSONL sinks write
+(``_format``); it is stored as ``text``, not ``jsonb``, because ``jsonb``
+refuses ``\\u0000`` and lone surrogates, which the buffer accepts. ``op``,
+``version`` and ``format`` repeat it for people and SQL.
+
+Connections: one synchronous psycopg 3 connection, used under a lock from
+whichever thread flushes (the runtime flushes from worker threads, so the
+sink works under asyncio and trio alike). A failed write rolls back, marks
+the connection broken, and the next write reconnects and re-reads where the
+log ends (a ``COMMIT`` that reached the server but whose reply was lost is
+not written twice). A DSN that cannot connect raises :class:`LogWriteError`
+carrying the server's message, with no driver traceback chained.
+
+Recovery replays the whole log (``Buffer(log=PostgresLog(...))``), like the
+other sinks; the log has no checkpoints yet.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import urllib.parse
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import Any
+
+from .._core.errors import InvalidArgument, InvalidType, LogFormatError, LogWriteError
+from .._core.records import FORMAT, LogRecord
+from ._format import encode_record
+from .sqlite import _decode_rows, _identity
+
+try:
+    import psycopg
+    from psycopg import sql
+except ImportError as _exc:  # pragma: no cover - the extra is installed in dev
+    raise ImportError(
+        "PostgresLog needs psycopg 3: install quiesce with its PostgreSQL extra, "
+        "pip install 'quiesce[postgres]'"
+    ) from _exc
+
+__all__ = ["SCHEMA", "PostgresLog", "WriterFenced", "connect", "ensure_schema", "read_postgres"]
+
+#: The version of the tables below; a database holding a newer one is refused.
+SCHEMA = 1
+
+#: SQLSTATE of the fence: an insert by a writer whose epoch is not current.
+FENCED_SQLSTATE = "QF001"
+
+_DDL = """
+CREATE TABLE quiesce_meta (
+    key   text PRIMARY KEY,
+    value text NOT NULL
+);
+CREATE TABLE quiesce_writer (
+    buffer_id   text PRIMARY KEY,
+    epoch       bigint NOT NULL,
+    holder      text NOT NULL,
+    lease_until timestamptz NOT NULL
+);
+CREATE TABLE quiesce_log (
+    buffer_id    text     NOT NULL,
+    seq          bigint   NOT NULL CHECK (seq >= 0),
+    writer_epoch bigint   NOT NULL,
+    format       smallint NOT NULL,
+    op           text     NOT NULL,
+    version      bigint,
+    record       text     NOT NULL,
+    PRIMARY KEY (buffer_id, seq)
+);
+CREATE TABLE quiesce_member (
+    buffer_id   text NOT NULL,
+    member_id   text NOT NULL,
+    incarnation text NOT NULL,
+    lease_until timestamptz NOT NULL,
+    horizon     bigint,
+    applied_seq bigint NOT NULL DEFAULT -1,
+    info        text NOT NULL DEFAULT '',
+    PRIMARY KEY (buffer_id, member_id)
+);
+CREATE TABLE quiesce_request (
+    buffer_id   text NOT NULL,
+    request_id  text NOT NULL,
+    member_id   text NOT NULL,
+    op          text NOT NULL,
+    args        text NOT NULL,
+    created     timestamptz NOT NULL DEFAULT now(),
+    result      text,
+    applied_seq bigint,
+    PRIMARY KEY (buffer_id, request_id)
+);
+CREATE INDEX quiesce_request_open ON quiesce_request (buffer_id, created)
+    WHERE result IS NULL;
+
+CREATE FUNCTION quiesce_log_insert() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT AS $$
+DECLARE
+    current_epoch bigint;
+    next_seq bigint;
+BEGIN
+    SELECT epoch INTO current_epoch FROM quiesce_writer
+        WHERE buffer_id = NEW.buffer_id FOR SHARE;
+    IF NEW.writer_epoch IS DISTINCT FROM COALESCE(current_epoch, 0) THEN
+        RAISE EXCEPTION 'quiesce_log: writer epoch % of buffer % is fenced (current epoch %)',
+            NEW.writer_epoch, NEW.buffer_id, COALESCE(current_epoch, 0)
+            USING ERRCODE = 'QF001';
+    END IF;
+    SELECT COALESCE(MAX(seq) + 1, 0) INTO next_seq FROM quiesce_log
+        WHERE buffer_id = NEW.buffer_id;
+    IF NEW.seq <> next_seq THEN
+        RAISE EXCEPTION 'quiesce_log is append-only: seq % of buffer % is not the next one (%)',
+            NEW.seq, NEW.buffer_id, next_seq;
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE FUNCTION quiesce_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION '% is append-only: % refused', TG_TABLE_NAME, TG_OP;
+END $$;
+CREATE TRIGGER quiesce_log_insert BEFORE INSERT ON quiesce_log
+    FOR EACH ROW EXECUTE FUNCTION quiesce_log_insert();
+CREATE TRIGGER quiesce_log_no_change BEFORE UPDATE OR DELETE ON quiesce_log
+    FOR EACH ROW EXECUTE FUNCTION quiesce_refuse();
+CREATE TRIGGER quiesce_log_no_truncate BEFORE TRUNCATE ON quiesce_log
+    FOR EACH STATEMENT EXECUTE FUNCTION quiesce_refuse();
+CREATE TRIGGER quiesce_meta_no_change BEFORE UPDATE OR DELETE ON quiesce_meta
+    FOR EACH ROW EXECUTE FUNCTION quiesce_refuse();
+CREATE TRIGGER quiesce_meta_no_truncate BEFORE TRUNCATE ON quiesce_meta
+    FOR EACH STATEMENT EXECUTE FUNCTION quiesce_refuse();
+"""
+
+_COPY = "COPY quiesce_log (buffer_id, seq, writer_epoch, format, op, version, record) FROM STDIN"
+_SELECT = "SELECT seq, record FROM quiesce_log WHERE buffer_id = %s AND seq >= %s ORDER BY seq"
+
+
+class WriterFenced(LogWriteError):
+    """A write by a writer whose epoch is no longer the buffer's current one:
+    another process took the writer lease. Nothing of the batch is stored."""
+
+
+def _server_message(exc: BaseException) -> str:
+    """The server's (or libpq's) own words, without the driver's class name."""
+    text = str(exc).strip()
+    return text or type(exc).__name__
+
+
+def connect(dsn: str, *, timeout: float, autocommit: bool = True) -> psycopg.Connection[Any]:
+    """A connection, or :class:`LogWriteError` with the server's message and
+    no chained driver traceback."""
+    try:
+        conn = psycopg.connect(dsn, autocommit=autocommit, connect_timeout=max(1, round(timeout)))
+    except psycopg.ProgrammingError as exc:  # a malformed DSN (libpq's parser)
+        raise InvalidArgument(f"invalid PostgreSQL DSN: {_server_message(exc)}") from None
+    except psycopg.Error as exc:
+        message = _server_message(exc)
+    except (ValueError, TypeError) as exc:  # a malformed DSN
+        raise InvalidArgument(f"invalid PostgreSQL DSN: {exc}") from None
+    else:
+        return conn
+    raise LogWriteError(f"cannot connect to PostgreSQL: {message}")
+
+
+def _check_meta(conn: psycopg.Connection[Any], where: str) -> None:
+    meta = dict(conn.execute("SELECT key, value FROM quiesce_meta").fetchall())
+    schema = int(meta.get("schema", "0"))
+    if schema > SCHEMA:
+        raise LogFormatError(
+            f"{where} holds quiesce tables of schema {schema}, written by a newer quiesce; "
+            f"this quiesce knows schema {SCHEMA} (upgrade quiesce to use it)"
+        )
+    if schema < 1:
+        raise LogFormatError(f"{where} has a quiesce_meta table but no quiesce schema version")
+
+
+def ensure_schema(conn: psycopg.Connection[Any], where: str) -> None:
+    """Create the tables in the current schema if they are missing (once, under
+    an advisory lock, so processes starting together do not race), then refuse
+    a newer schema with :class:`LogFormatError`. ``conn`` is in autocommit."""
+    exists = conn.execute("SELECT to_regclass('quiesce_meta') IS NOT NULL").fetchone()
+    if not (exists and exists[0]):
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext('quiesce schema'))")
+            # pg_tables through this statement's snapshot (to_regclass may use
+            # a catalog cache that predates the lock)
+            row = conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM pg_tables WHERE schemaname = current_schema() "
+                "AND tablename = 'quiesce_meta')"
+            ).fetchone()
+            if not (row and row[0]):
+                conn.execute(_DDL)
+                conn.execute(
+                    "INSERT INTO quiesce_meta (key, value) VALUES "
+                    "('schema', %s), ('format', %s), ('writer', 'quiesce')",
+                    (str(SCHEMA), str(FORMAT)),
+                )
+    _check_meta(conn, where)
+
+
+def _check_buffer_id(buffer_id: object) -> str:
+    if not isinstance(buffer_id, str):
+        raise InvalidType(f"buffer_id must be a str, not {type(buffer_id).__name__}")
+    if not buffer_id or len(buffer_id) > 200 or "\x00" in buffer_id:
+        raise InvalidArgument("buffer_id must be 1 to 200 characters, without NUL")
+    return buffer_id
+
+
+def _redacted(dsn: str) -> str:
+    """The DSN without a password, for messages and reprs."""
+    try:
+        parts = urllib.parse.urlsplit(dsn)
+    except ValueError:
+        return "<dsn>"
+    if parts.password is None:
+        return dsn
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
+def read_postgres(uri: str, *, timeout: float = 10.0) -> tuple[int, list[LogRecord]]:
+    """The format and records of one buffer's log, for ``quiesce inspect``
+    (reads only; never creates tables). The buffer is the ``buffer_id`` query
+    parameter of ``uri``, or the only buffer in the log. Raises
+    :class:`LogFormatError` (no quiesce tables, unknown or ambiguous buffer,
+    newer schema) or :class:`LogWriteError` (cannot connect)."""
+    parts = urllib.parse.urlsplit(uri)
+    query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+    wanted = [v for k, v in query if k == "buffer_id"]
+    dsn = urllib.parse.urlunsplit(
+        parts._replace(query=urllib.parse.urlencode([(k, v) for k, v in query if k != "buffer_id"]))
+    )
+    where = _redacted(dsn)
+    with connect(dsn, timeout=timeout) as conn:
+        exists = conn.execute("SELECT to_regclass('quiesce_meta') IS NOT NULL").fetchone()
+        if not (exists and exists[0]):
+            raise LogFormatError(f"{where} holds no quiesce edit log (no quiesce_meta table)")
+        _check_meta(conn, where)
+        if wanted:
+            buffer_id = wanted[-1]
+        else:
+            ids = [r[0] for r in conn.execute("SELECT DISTINCT buffer_id FROM quiesce_log")]
+            if len(ids) != 1:
+                raise LogFormatError(
+                    f"{where} holds {len(ids)} buffers; name one with ?buffer_id=… "
+                    f"({', '.join(sorted(ids)[:10])})"
+                )
+            buffer_id = ids[0]
+        rows = conn.execute(_SELECT, (buffer_id, 0)).fetchall()
+    records = _decode_rows(rows, f"{where} buffer {buffer_id!r}")
+    if not records:
+        raise LogFormatError(f"{where} has no records for buffer {buffer_id!r}")
+    return max(r.format for r in records), records
+
+
+class PostgresLog:
+    """A durable, append-only edit-log sink in PostgreSQL (see the module
+    docstring for the schema, the fence and what holds after a crash).
+
+    ``PostgresLog(dsn, buffer_id)`` connects, creates the tables if needed and
+    refuses a newer schema or record format; ``Buffer(log=PostgresLog(...))``
+    recovers the buffer from the log. ``write`` is one transaction per batch
+    (COPY, one NOTIFY, COMMIT). Thread-safe. ``timeout`` bounds connecting and
+    each statement (seconds). Use it as a context manager or call
+    :meth:`close`.
+
+    ``writer_epoch`` is the epoch every row is stamped with: 0 for a buffer
+    without a writer lease; :func:`quiesce.open_shared_buffer` sets it to the
+    lease's epoch. A write refused by the fence raises :class:`WriterFenced`.
+    """
+
+    def __init__(self, dsn: str, buffer_id: str, *, timeout: float = 10.0) -> None:
+        if not isinstance(dsn, str):
+            raise InvalidType(f"dsn must be a str, not {type(dsn).__name__}")
+        self._buffer_id = _check_buffer_id(buffer_id)
+        if not isinstance(timeout, int | float) or not timeout > 0:
+            raise InvalidArgument(f"timeout must be a positive number of seconds, not {timeout!r}")
+        self._dsn = dsn
+        self._timeout = float(timeout)
+        self._lock = threading.Lock()
+        self._commits = 0
+        self.writer_epoch = 0
+        #: Called inside each write's transaction, after the COPY, with the
+        #: cursor and the batch; may raise to abort the batch, and may return
+        #: a function to call once the COMMIT succeeded (used by
+        #: :func:`quiesce.open_shared_buffer` to store forwarded requests'
+        #: results with their records and to re-check member horizons).
+        self.before_commit: (
+            Callable[[psycopg.Cursor[Any], Sequence[LogRecord]], Callable[[], None] | None] | None
+        ) = None
+        self._broken = False
+        self._closed = False
+        self._conn: psycopg.Connection[Any] | None = None
+        self._conn = self._connect()
+        self.channel = self._channel_name()
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        conn = connect(self._dsn, timeout=self._timeout)
+        try:
+            conn.execute(f"SET statement_timeout = {int(self._timeout * 1000)}")
+            # "durable when write returns" needs the commit flushed to WAL,
+            # whatever the server's default
+            conn.execute("SET synchronous_commit = on")
+            ensure_schema(conn, self.where)
+            newest = conn.execute(
+                "SELECT MAX(format) FROM quiesce_log WHERE buffer_id = %s", (self._buffer_id,)
+            ).fetchone()
+            if newest and newest[0] is not None and newest[0] > FORMAT:
+                raise LogFormatError(
+                    f"{self.where} holds records of format {newest[0]}; this quiesce reads "
+                    f"formats up to {FORMAT} (upgrade quiesce to read it)"
+                )
+            row = conn.execute(
+                "SELECT COALESCE(MAX(seq) + 1, 0) FROM quiesce_log WHERE buffer_id = %s",
+                (self._buffer_id,),
+            ).fetchone()
+            self._next_seq = int(row[0]) if row else 0
+        except psycopg.Error as exc:
+            conn.close()
+            raise LogWriteError(f"{self.where}: {_server_message(exc)}") from None
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _channel_name(self) -> str:
+        conn = self._open_conn()
+        row = conn.execute("SELECT current_schema()").fetchone()
+        schema = row[0] if row else ""
+        digest = hashlib.sha1(f"{schema}\x00{self._buffer_id}".encode()).hexdigest()
+        return f"quiesce_{digest[:40]}"
+
+    # -- LogSink ----------------------------------------------------------
+
+    def load(self) -> Sequence[LogRecord]:
+        """Every record of the buffer in ``seq`` order. O(records). Raises
+        :class:`LogFormatError` for a damaged or newer-format record."""
+        return self.read_from(0)
+
+    def read_from(self, seq: int) -> list[LogRecord]:
+        """The stored records with ``seq >= seq``, in order (one query; from 0
+        it also checks the log has no gap)."""
+        with self._lock:
+            conn = self._usable_conn()
+            try:
+                rows = conn.execute(_SELECT, (self._buffer_id, seq)).fetchall()
+            except psycopg.Error as exc:
+                self._broken = True
+                raise LogWriteError(f"{self.where}: {_server_message(exc)}") from None
+        records = _decode_rows(rows, self.where, seq)
+        if records:  # a follower's idea of where the log ends, for when it writes
+            with self._lock:
+                self._next_seq = max(self._next_seq, records[-1].seq + 1)
+        return records
+
+    def write(self, records: Sequence[LogRecord]) -> None:
+        """Store ``records`` in one transaction: COPY, one NOTIFY carrying the
+        last ``seq``, COMMIT. When this returns they are durable; when it
+        raises, none of them are stored (a lost COMMIT reply is detected on
+        the next write). O(len(records)).
+
+        Raises ``ValueError`` for a batch that does not continue the log,
+        :class:`WriterFenced` if the writer's epoch is not current, and
+        :class:`LogWriteError` for a database failure (rolled back).
+        """
+        if not records:
+            return
+        expected = records[0].seq
+        for rec in records:
+            if rec.seq != expected:
+                raise ValueError(f"batch is not contiguous: seq {rec.seq} where {expected} was due")
+            expected += 1
+        with self._lock:
+            conn = self._usable_conn()
+            skip = self._already_stored(conn, records)
+            batch = records[skip:]
+            if not batch:
+                return
+            bid, epoch = self._buffer_id, self.writer_epoch
+            try:
+                with conn.transaction(), conn.cursor() as cur:
+                    with cur.copy(_COPY) as copy:
+                        for rec in batch:
+                            copy.write_row(
+                                (
+                                    bid,
+                                    rec.seq,
+                                    epoch,
+                                    rec.format,
+                                    rec.op,
+                                    rec.version,
+                                    encode_record(rec),
+                                )
+                            )
+                    hook = self.before_commit
+                    committed = None if hook is None else hook(cur, batch)
+                    cur.execute("SELECT pg_notify(%s, %s)", (self.channel, str(expected - 1)))
+            except psycopg.Error as exc:
+                self._broken = True
+                message = f"{self.where}: {_server_message(exc)}"
+                if getattr(exc, "sqlstate", None) == FENCED_SQLSTATE:
+                    raise WriterFenced(message) from None
+                raise LogWriteError(message) from None
+            self._next_seq = expected
+            self._commits += 1
+            if committed is not None:
+                committed()
+
+    def close(self) -> None:
+        """Close the connection. Idempotent; ``write`` after it raises."""
+        with self._lock:
+            self._closed = True
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                conn.close()
+
+    # -- extras -----------------------------------------------------------
+
+    @property
+    def buffer_id(self) -> str:
+        return self._buffer_id
+
+    @property
+    def dsn(self) -> str:
+        return self._dsn
+
+    @property
+    def where(self) -> str:
+        """The DSN (password hidden) and buffer, for messages."""
+        return f"PostgreSQL {_redacted(self._dsn)} buffer {self._buffer_id!r}"
+
+    @property
+    def next_seq(self) -> int:
+        """The seq the next stored record will have, as this object last saw it."""
+        return self._next_seq
+
+    @property
+    def commits(self) -> int:
+        """Transactions committed by this object (one per ``write``)."""
+        return self._commits
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> PostgresLog:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{self._next_seq} records"
+        return f"<PostgresLog {_redacted(self._dsn)!r} {self._buffer_id!r}: {state}>"
+
+    # -- internals --------------------------------------------------------
+
+    def _open_conn(self) -> psycopg.Connection[Any]:
+        if self._closed:
+            raise LogWriteError(f"{self.where}: the log is closed")
+        return self._usable_conn()
+
+    def _usable_conn(self) -> psycopg.Connection[Any]:
+        """The connection, replaced by a fresh one (and a fresh idea of where
+        the log ends) after a failure; a failed reconnect is retried on the
+        next call. Call under the lock."""
+        if self._closed:
+            raise LogWriteError(f"{self.where}: the log is closed")
+        conn = self._conn
+        if conn is None or self._broken or conn.closed:
+            self._conn = None
+            self._broken = True
+            if conn is not None:
+                try:
+                    conn.close()
+                except psycopg.Error:  # pragma: no cover - closing a dead connection
+                    pass
+            self._conn = conn = self._connect()
+            self._broken = False
+        return conn
+
+    def _already_stored(self, conn: psycopg.Connection[Any], records: Sequence[LogRecord]) -> int:
+        """How many leading records of the batch are stored already (a COMMIT
+        whose reply was lost). They must be the same records; anything else
+        is a gap or a divergence and raises ``ValueError``."""
+        first = records[0].seq
+        if first > self._next_seq:
+            raise ValueError(
+                f"batch starts at seq {first} but the log holds {self._next_seq} records"
+            )
+        skip = min(self._next_seq - first, len(records))
+        if skip:
+            rows = conn.execute(
+                "SELECT seq, record FROM quiesce_log WHERE buffer_id = %s AND seq >= %s "
+                "AND seq < %s ORDER BY seq",
+                (self._buffer_id, first, first + skip),
+            ).fetchall()
+            stored = [_identity(r) for r in _decode_rows(rows, self.where, first)]
+            if stored != [_identity(r) for r in records[:skip]]:
+                raise ValueError(
+                    f"records {first}..{first + skip - 1} are stored with different contents: "
+                    f"the log and the buffer diverged"
+                )
+        return skip
+
+
+def quote_channel(channel: str) -> sql.Composable:
+    """``channel`` as an identifier for ``LISTEN``."""
+    return sql.Identifier(channel)

@@ -1,0 +1,1271 @@
+"""``open_shared_buffer``: one buffer shared by processes on many hosts, through PostgreSQL.
+
+What it keeps true across processes (each member is one
+``open_shared_buffer`` context; the database is the only channel):
+
+1. One writer at a time. The process holding the buffer's *writer lease*
+   (``quiesce_writer``, expiring on the database clock) is the *sequencer*:
+   it runs every operation on its local :class:`RuntimeBuffer` exactly as a
+   single-process buffer does and group-commits the records to
+   :class:`PostgresLog`, each row stamped with the lease's epoch. The insert
+   trigger refuses a row of any other epoch, so a sequencer that lost its
+   lease (paused, cut off) cannot add a record after its successor's first:
+   the log stays one gap-free history.
+2. Replicas follow the log. Every other member applies each batch it reads
+   (``seq`` > what it has) to its local buffer as one new version with the
+   sequencer's version number (``replay`` continuing the log); it is woken by
+   ``NOTIFY`` and also catches up on a slow poll and after every reconnect
+   (a ``NOTIFY`` is never replayed). Pins and snapshot reads are always local
+   and never touch the network. A replica never applies a removal itself.
+3. Writes are forwarded. A replica's ``append``, ``mark_stale``, ``prune`` and
+   ``edit`` become rows of ``quiesce_request``; the sequencer applies each
+   once, in arrival order, and stores its result *in the same transaction*
+   as the records it produced. The call returns the same report (or raises
+   the same error) the sequencer's buffer gave, after the replica has applied
+   those records locally (read-your-writes). A crash before that commit
+   leaves neither the records nor the result, and the next sequencer applies
+   the request.
+4. Grace periods span processes. Each member publishes a *horizon* with its
+   member lease: ``min(oldest local pin, local head version)`` (the head term
+   covers a reader about to pin a version the member has not yet seen marked).
+   The sequencer applies a removal of grace version ``g`` only when its own
+   oldest pin and the smallest horizon among members with live leases are both
+   ``>= g``: it reads the horizons on every heartbeat, and re-checks them
+   inside the removal intent's own transaction, under an advisory lock that
+   a member's registration also takes (a removal that fails the re-check is
+   requeued, not published). A member joins with horizon 0 (holding every
+   removal back) before it reads the log. A member whose lease expired is excluded; when it notices
+   (its own clock: last renewal sent + lease − margin) its snapshots pinned
+   at that moment raise :class:`LeaseLost` on every read from then on, and
+   ``snapshot()`` raises it until the member has re-joined.
+5. Failover. When the lease expires (the sequencer died, paused or was cut
+   off), a replica takes it with epoch + 1, reads the log to its end, attaches
+   the sink and serves, including requests the old sequencer had not
+   answered. A demoted sequencer drops what was not durable and rebuilds its
+   local buffer from the log.
+
+Leases live on the database clock (``now()``); a process never compares its
+clock with another's. Every wait is bounded: a write that gets no answer
+within ``timeout`` raises :class:`SharedWriteTimeout` (which says the request
+may still be applied).
+
+What does *not* hold across processes: a sequencer's own writes are
+acknowledged when applied locally and durable only after ``flush()`` (as with
+any sink; a forwarded write is durable when it returns); a forwarded request
+that timed out may still be applied later; a request whose records were made
+durable by a concurrent removal flush, with the sequencer dying before its
+result committed, can be applied a second time (``append`` then fails with
+``DuplicateEntry``; ``mark_stale`` and ``prune`` are idempotent).
+
+Threads: each member has three psycopg connections (the sink, a control
+connection for leases, members and requests, and a listener), all used from
+worker threads (``anyio.to_thread``), so it runs on asyncio and trio alike.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from ._core import errors as _errors
+from ._core.buffer import Snapshot
+from ._core.entry import Entry
+from ._core.errors import InvalidArgument, InvalidType, LogWriteError, QuiesceError
+from ._core.log import EditLog
+from ._core.pins import _NOT_ENTERED, _new_object
+from ._core.plan import EditPlan, Move, Op, Prune, Rewrite, Summarize
+from ._core.policy import Policy
+from ._core.records import (
+    EditReport,
+    Escalation,
+    EscalationKind,
+    Mark,
+    Outcome,
+    Override,
+    PruneReport,
+    Refusal,
+    Stats,
+    Status,
+)
+from ._core.replay import replay
+from ._core.tasks import task_name
+from ._core.version import Version
+from ._log.postgres import PostgresLog, WriterFenced, connect, ensure_schema
+from ._runtime import RuntimeBuffer, open_buffer
+
+__all__ = ["LeaseLost", "SharedBuffer", "SharedStats", "SharedWriteTimeout", "open_shared_buffer"]
+
+
+class LeaseLost(QuiesceError):
+    """This member's lease expired (it paused or lost the database longer
+    than the lease): other members no longer wait for its readers, so its
+    snapshots are void until it has re-joined."""
+
+
+class _LeasedSnapshot(Snapshot):
+    """A shared member's snapshot: void once the member's lease expired while
+    it was pinned (the other members stopped waiting for it). Same layout as
+    :class:`Snapshot`; only reads pay one attribute check."""
+
+    __slots__ = ()
+
+    def _v(self) -> Version:
+        v = Snapshot._v(self)
+        lost_at: float | None = getattr(self._buffer, "_lease_lost_at", None)
+        if lost_at is not None and self._since <= lost_at:
+            raise LeaseLost(
+                f"this snapshot (version {v.number}) was pinned when its member's lease "
+                f"expired: other processes may have removed what it shows"
+            )
+        return v
+
+
+class SharedWriteTimeout(LogWriteError, TimeoutError):
+    """A forwarded write got no answer within its timeout. The request stays
+    queued and may still be applied by the sequencer."""
+
+
+@dataclass(frozen=True, slots=True)
+class SharedStats:
+    """A frozen picture of one member (``local`` is its buffer's :class:`Stats`)."""
+
+    member_id: str
+    role: str  #: "sequencer" or "replica"
+    epoch: int  #: the writer epoch this member last saw
+    applied_seq: int  #: records applied locally (the next seq it will read)
+    connected: bool  #: False once a database call failed, until one succeeds
+    last_contact_age: float | None  #: seconds since the last successful database call
+    lease_valid: bool
+    members: int  #: live members the sequencer last counted (0 on replicas)
+    grace_floor: int | None  #: smallest live horizon of the others (sequencer)
+    forwarded: int  #: writes this member forwarded
+    served: int  #: requests this member applied as sequencer
+    failovers: int  #: times this member took the lease from another holder
+    local: Stats
+
+
+_SEQUENCER = "sequencer"
+_REPLICA = "replica"
+
+_TAKE_LEASE = """
+INSERT INTO quiesce_writer (buffer_id, epoch, holder, lease_until)
+VALUES (%(b)s, 1, %(h)s, now() + %(l)s * interval '1 second')
+ON CONFLICT (buffer_id) DO UPDATE
+    SET epoch = quiesce_writer.epoch + 1, holder = excluded.holder,
+        lease_until = excluded.lease_until
+    WHERE quiesce_writer.lease_until < now()
+RETURNING epoch
+"""
+_RENEW_LEASE = """
+UPDATE quiesce_writer SET lease_until = now() + %(l)s * interval '1 second'
+WHERE buffer_id = %(b)s AND epoch = %(e)s AND holder = %(h)s
+RETURNING epoch
+"""
+_RELEASE_LEASE = """
+UPDATE quiesce_writer SET lease_until = now() - interval '1 second'
+WHERE buffer_id = %(b)s AND epoch = %(e)s AND holder = %(h)s
+"""
+# The advisory lock orders a member's (re)join against a removal's horizon
+# check (_HORIZON_CHECK): a member that joins after the check reads the log
+# only after the removal's intent committed.
+_UPSERT_MEMBER = """
+WITH joining AS (SELECT pg_advisory_xact_lock(hashtext('quiesce member ' || %(b)s)))
+INSERT INTO quiesce_member
+    (buffer_id, member_id, incarnation, lease_until, horizon, applied_seq, info)
+SELECT %(b)s, %(m)s, %(i)s, now() + %(l)s * interval '1 second', %(hz)s, %(a)s, %(info)s
+FROM joining
+ON CONFLICT (buffer_id, member_id) DO UPDATE
+    SET incarnation = excluded.incarnation, lease_until = excluded.lease_until,
+        horizon = excluded.horizon, applied_seq = excluded.applied_seq, info = excluded.info
+"""
+_HORIZON_CHECK = """
+WITH checking AS (SELECT pg_advisory_xact_lock_shared(hashtext('quiesce member ' || %(b)s)))
+SELECT min(horizon) FROM quiesce_member, checking
+WHERE buffer_id = %(b)s AND member_id <> %(m)s AND lease_until > now()
+"""
+_LEAVE = "DELETE FROM quiesce_member WHERE buffer_id = %(b)s AND member_id = %(m)s"
+_FLOOR = """
+SELECT min(horizon), count(*) FROM quiesce_member
+WHERE buffer_id = %(b)s AND member_id <> %(m)s AND lease_until > now()
+"""
+_HOLDERS = """
+SELECT member_id, horizon, info FROM quiesce_member
+WHERE buffer_id = %(b)s AND member_id <> %(m)s AND lease_until > now() AND horizon < %(g)s
+ORDER BY horizon LIMIT 5
+"""
+_ENQUEUE = """
+WITH queued AS (
+    INSERT INTO quiesce_request (buffer_id, request_id, member_id, op, args)
+    VALUES (%(b)s, %(r)s, %(m)s, %(op)s, %(args)s) RETURNING 1
+)
+SELECT pg_notify(%(ch)s, %(r)s) FROM queued
+"""
+_OPEN_REQUESTS = """
+SELECT request_id, member_id, op, args FROM quiesce_request
+WHERE buffer_id = %(b)s AND result IS NULL ORDER BY created, request_id LIMIT 500
+"""
+_STORE_RESULT = """
+UPDATE quiesce_request SET result = %(res)s, applied_seq = %(a)s
+WHERE buffer_id = %(b)s AND request_id = %(r)s AND result IS NULL
+"""
+_STORE_RESULT_FENCED = """
+WITH stored AS (
+    UPDATE quiesce_request SET result = %(res)s, applied_seq = %(a)s
+    WHERE buffer_id = %(b)s AND request_id = %(r)s AND result IS NULL
+      AND EXISTS (SELECT 1 FROM quiesce_writer WHERE buffer_id = %(b)s AND epoch = %(e)s)
+    RETURNING 1
+)
+SELECT pg_notify(%(ch)s, '') FROM stored
+"""
+_RESULTS = """
+SELECT request_id, result, applied_seq FROM quiesce_request
+WHERE buffer_id = %(b)s AND request_id = ANY(%(ids)s) AND result IS NOT NULL
+"""
+
+
+# -- wire forms of the forwarded operations and their results ---------------
+
+
+def _op_from_dict(d: dict[str, Any]) -> Op:
+    kind = d["op"]
+    if kind == "prune":
+        return Prune(d["id"])
+    if kind == "rewrite":
+        refs = d["refs"]
+        return Rewrite(d["id"], d["body"], None if refs is None else tuple(refs))
+    if kind == "summarize":
+        return Summarize(tuple(d["ids"]), Entry.from_dict(d["into"]))
+    if kind == "move":
+        return Move(d["id"], d["before"])
+    raise InvalidArgument(f"unknown edit op {kind!r}")
+
+
+def _override(d: dict[str, Any] | None) -> Override | None:
+    return None if d is None else Override(d["reason"], d["turn"])
+
+
+def _plan_from_dict(d: dict[str, Any]) -> EditPlan:
+    return EditPlan(
+        [_op_from_dict(o) for o in d["ops"]],
+        reason=d["reason"],
+        rationale=d["rationale"],
+        actor=d["actor"],
+        turn=d["turn"],
+        base=d["base"],
+        override=_override(d["override"]),
+    )
+
+
+def _escalation_to_dict(e: Escalation | None) -> dict[str, Any] | None:
+    if e is None:
+        return None
+    return {
+        "kind": e.kind.value,
+        "detail": e.detail,
+        "refusals": [r.value for r in e.refusals],
+        "version": e.version,
+        "data": json.loads(json.dumps(dict(e.data), default=repr)),
+    }
+
+
+def _result_to_dict(op: str, value: Any) -> dict[str, Any]:
+    if op == "append":
+        return {"version": value}
+    if op == "mark_stale":
+        return {"mark": list(value)}
+    if op == "prune":
+        return {
+            "version": value.version,
+            "outcomes": [
+                [i, o.status.value, None if o.refusal is None else o.refusal.value]
+                for i, o in value.items()
+            ],
+        }
+    assert op == "edit"
+    return {
+        "applied": value.applied,
+        "refusals": [r.value for r in value.refusals],
+        "escalation": _escalation_to_dict(value.escalation),
+        "version": value.version,
+        "removed": list(value.removed),
+        "deferred": list(value.deferred),
+    }
+
+
+def _result_from_dict(op: str, d: dict[str, Any], plan: EditPlan | None) -> Any:
+    if op == "append":
+        return int(d["version"])
+    if op == "mark_stale":
+        i, reason, turn, version = d["mark"]
+        return Mark(i, reason, turn, version)
+    if op == "prune":
+        return PruneReport(
+            {i: Outcome(Status(s), None if r is None else Refusal(r)) for i, s, r in d["outcomes"]},
+            d["version"],
+        )
+    esc = d["escalation"]
+    return EditReport(
+        applied=d["applied"],
+        refusals=tuple(Refusal(r) for r in d["refusals"]),
+        escalation=None
+        if esc is None
+        else Escalation(
+            EscalationKind(esc["kind"]),
+            esc["detail"],
+            plan,
+            tuple(Refusal(r) for r in esc["refusals"]),
+            esc["version"],
+            esc["data"],
+        ),
+        version=d["version"],
+        removed=tuple(d["removed"]),
+        deferred=tuple(d["deferred"]),
+    )
+
+
+def _error_to_dict(exc: BaseException) -> dict[str, Any]:
+    return {"error": type(exc).__name__, "message": str(exc)}
+
+
+def _error_from_dict(d: dict[str, Any]) -> QuiesceError:
+    cls = getattr(_errors, str(d["error"]), None)
+    if not (isinstance(cls, type) and issubclass(cls, QuiesceError)):
+        cls = QuiesceError
+    return cls(d["message"])
+
+
+def _check_seconds(value: object, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidType(f"{what} must be a number of seconds, not {type(value).__name__}")
+    if not value > 0:
+        raise InvalidArgument(f"{what} must be > 0, got {value!r}")
+    return float(value)
+
+
+class _Control:
+    """The control connection (leases, members, requests): one sync psycopg
+    connection used under a lock from worker threads; reconnects after a
+    failure. Every failure is a :class:`LogWriteError` with the server's words."""
+
+    def __init__(self, dsn: str, timeout: float) -> None:
+        self._dsn = dsn
+        self._timeout = timeout
+        self._lock = threading.Lock()
+        self._conn: Any = None
+        self.connected = False
+        self.last_contact: float | None = None
+
+    def run(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        import psycopg
+
+        with self._lock:
+            try:
+                if self._conn is None or self._conn.closed:
+                    self._conn = connect(self._dsn, timeout=self._timeout)
+                    self._conn.execute(f"SET statement_timeout = {int(self._timeout * 1000)}")
+                cur = self._conn.execute(sql, params)
+                rows = cur.fetchall() if cur.description is not None else []
+            except psycopg.Error as exc:
+                self.connected = False
+                conn, self._conn = self._conn, None
+                if conn is not None:
+                    conn.close()
+                raise LogWriteError(f"PostgreSQL: {str(exc).strip()}") from None
+            except LogWriteError:
+                self.connected = False
+                raise
+            self.connected = True
+            self.last_contact = time.monotonic()
+            return rows
+
+    def close(self) -> None:
+        with self._lock:
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                conn.close()
+
+
+class SharedBuffer:
+    """One member of a buffer shared through PostgreSQL (made by
+    :func:`open_shared_buffer`; see the module docstring for what holds).
+
+    Reads are local and sync: ``snapshot()``, ``version``, ``head()``,
+    ``oldest_pin()``, ``log``, ``stats()``. Writes are async and work in every
+    member: on the sequencer they run on the local buffer (and return at
+    once, like :class:`Buffer`'s); on a replica they are forwarded and return
+    the sequencer's report once it is durable and applied locally.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        buffer_id: str,
+        *,
+        policy: Policy | None,
+        lease: float,
+        timeout: float,
+        poll: float,
+        member_id: str | None,
+        max_pin_age: float | None,
+        flush_interval: float,
+    ) -> None:
+        if not isinstance(dsn, str):
+            raise InvalidType(f"dsn must be a str, not {type(dsn).__name__}")
+        if policy is not None and not isinstance(policy, Policy):
+            raise InvalidType(f"policy must be a Policy, not {type(policy).__name__}")
+        self._lease = _check_seconds(lease, "lease")
+        self._timeout = _check_seconds(timeout, "timeout")
+        self._poll = _check_seconds(poll, "poll")
+        self._flush_interval = _check_seconds(flush_interval, "flush_interval")
+        if member_id is None:
+            member_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        elif not isinstance(member_id, str) or not member_id:
+            raise InvalidArgument("member_id must be a non-empty str")
+        self._dsn = dsn
+        self._buffer_id = buffer_id
+        self._policy = policy
+        self._max_pin_age = max_pin_age
+        self.member_id = member_id
+        self._incarnation = uuid.uuid4().hex
+        self._role = _REPLICA
+        self._epoch = 0
+        self._sink: PostgresLog | None = None
+        self._ctl = _Control(dsn, self._timeout)
+        self._local: RuntimeBuffer | None = None
+        self._local_stop: anyio.Event | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._applied = anyio.Event()  # replaced after every local apply
+        self._role_lock = anyio.Lock()
+        self._commit_lock = threading.Lock()  # request batches vs the flusher
+        self._results: list[tuple[str, str, int]] = []  # (request_id, json, seq_after)
+        self._results_lock = threading.Lock()
+        self._waiting: dict[str, tuple[str, EditPlan | None]] = {}
+        self._answers: dict[str, tuple[str, int]] = {}
+        self._answered = anyio.Event()
+        self._member_valid_until = 0.0
+        self._writer_valid_until = 0.0
+        self._lease_lost: LeaseLost | None = None
+        self._members = 0
+        self._floor: int | None = None
+        self._held_alarmed: set[tuple[str, int]] = set()
+        self._wake_pump = anyio.Event()
+        self._closing = False
+        self._needs_rebuild = False  # demoted with records that were not durable
+        self._lost_records = 0  # records dropped at a demotion, not yet reported
+        self.forwarded = 0
+        self.served = 0
+        self.failovers = 0
+        self.request_channel = ""
+        self._listen_conn: Any = None
+
+    # -- reads (local, sync) --------------------------------------------------
+
+    @property
+    def local(self) -> RuntimeBuffer:
+        """This member's local buffer (do not write to it on a replica)."""
+        buf = self._local
+        if buf is None:
+            raise _errors.BufferClosed("the shared buffer is not open")
+        return buf
+
+    @property
+    def role(self) -> str:
+        """``"sequencer"`` or ``"replica"``."""
+        return self._role
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    @property
+    def buffer_id(self) -> str:
+        return self._buffer_id
+
+    @property
+    def version(self) -> int:
+        return self.local.version
+
+    @property
+    def log(self) -> EditLog:
+        return self.local.log
+
+    def head(self) -> Any:
+        return self.local.head()
+
+    def snapshot(self) -> Snapshot:
+        """A local snapshot (pinning never touches the network). Raises
+        :class:`LeaseLost` while this member's lease is expired: the other
+        members no longer wait for its readers."""
+        lost = self._lease_lost
+        local = self._local
+        if lost is not None or local is None:
+            raise lost or _errors.BufferClosed("the shared buffer is not open")
+        # Buffer.snapshot(), written out for the subclass (the pin fast path)
+        snap: Snapshot = _new_object(_LeasedSnapshot)
+        snap._buffer = local
+        snap._version = None
+        snap._task = _NOT_ENTERED
+        return snap
+
+    def oldest_pin(self) -> int | None:
+        return self.local.oldest_pin()
+
+    def staged(self) -> Any:
+        return self.local.staged()
+
+    def stats(self) -> SharedStats:
+        ctl = self._ctl
+        last = ctl.last_contact
+        return SharedStats(
+            member_id=self.member_id,
+            role=self._role,
+            epoch=self._epoch,
+            applied_seq=len(self.local._records),
+            connected=ctl.connected,
+            last_contact_age=None if last is None else time.monotonic() - last,
+            lease_valid=self._lease_lost is None and time.monotonic() < self._member_valid_until,
+            members=self._members,
+            grace_floor=self._floor,
+            forwarded=self.forwarded,
+            served=self.served,
+            failovers=self.failovers,
+            local=self.local.stats(),
+        )
+
+    def _check(self) -> None:
+        """The local buffer's invariants (DESIGN.md), as :meth:`Buffer._check`."""
+        self.local._check()
+
+    # -- writes (async, forwarded on replicas) --------------------------------
+
+    async def append(
+        self, entry: Entry, *, override: Override | None = None, timeout: float | None = None
+    ) -> int:
+        """:meth:`Buffer.append` on the sequencer; returns the version."""
+        if not isinstance(entry, Entry):
+            raise InvalidType(f"entry must be an Entry, not {type(entry).__name__}")
+        args = {
+            "entry": entry.to_dict(),
+            "override": None
+            if override is None
+            else {"reason": override.reason, "turn": override.turn},
+        }
+        return int(await self._write("append", args, timeout))
+
+    async def mark_stale(
+        self, entry_id: str, reason: str, *, turn: int | None = None, timeout: float | None = None
+    ) -> Mark:
+        """:meth:`Buffer.mark_stale` on the sequencer; returns the Mark."""
+        result: Mark = await self._write(
+            "mark_stale", {"id": entry_id, "reason": reason, "turn": turn}, timeout
+        )
+        return result
+
+    async def prune(
+        self,
+        ids: Iterable[str],
+        *,
+        reason: str,
+        actor: str | None = None,
+        turn: int | None = None,
+        timeout: float | None = None,
+    ) -> PruneReport:
+        """:meth:`Buffer.prune` on the sequencer; returns its report."""
+        if isinstance(ids, str | bytes) or not hasattr(ids, "__iter__"):
+            raise InvalidType(f"ids must be a collection of ids, not {type(ids).__name__}")
+        args = {"ids": list(ids), "reason": reason, "actor": actor, "turn": turn}
+        result: PruneReport = await self._write("prune", args, timeout)
+        return result
+
+    async def edit(self, plan: EditPlan, *, timeout: float | None = None) -> EditReport:
+        """:meth:`Buffer.edit` on the sequencer; returns its report."""
+        if not isinstance(plan, EditPlan):
+            raise InvalidType(f"plan must be an EditPlan, not {type(plan).__name__}")
+        result: EditReport = await self._write("edit", {"plan": plan.to_dict()}, timeout, plan)
+        return result
+
+    async def flush(self) -> None:
+        """On the sequencer: return once every change made before the call is
+        durable. On a replica: a checkpoint (its forwarded writes are durable
+        when they return). Raises :class:`LeaseLost` if this member, as
+        sequencer, lost the lease while some of its writes were not yet
+        durable (they were dropped): a flush that returns means every write
+        it acknowledged before is in the log."""
+        if self._role == _SEQUENCER:
+            await anyio.to_thread.run_sync(self._flush)
+        else:
+            await anyio.lowlevel.checkpoint()
+        lost, self._lost_records = self._lost_records, 0
+        if lost:
+            raise LeaseLost(
+                f"this member lost the writer lease before {lost} of its records were "
+                f"durable: those writes are not in the log"
+            )
+
+    async def wait_applied(self, version: int, *, timeout: float | None = None) -> None:
+        """Return once the local head is at ``version`` or newer
+        (read-your-writes after another member's write). Raises
+        ``TimeoutError`` after ``timeout`` seconds (default: the buffer's)."""
+        with anyio.fail_after(self._timeout if timeout is None else timeout):
+            while self.local.version < version:
+                await self._applied.wait()
+
+    async def quiesce(self) -> None:
+        """Apply every due removal now (sequencer); a checkpoint on a replica."""
+        if self._role == _SEQUENCER:
+            await self.local.quiesce()
+        else:
+            await anyio.lowlevel.checkpoint()
+
+    def _apply_locally(self, op: str, args: dict[str, Any]) -> Any:
+        """Run one operation on the local buffer (the sequencer's path)."""
+        buf = self.local
+        if op == "append":
+            return buf.append(Entry.from_dict(args["entry"]), override=_override(args["override"]))
+        if op == "mark_stale":
+            return buf.mark_stale(args["id"], args["reason"], turn=args["turn"])
+        if op == "prune":
+            return buf.prune(
+                args["ids"], reason=args["reason"], actor=args["actor"], turn=args["turn"]
+            )
+        if op == "edit":
+            return buf.edit(_plan_from_dict(args["plan"]))
+        raise InvalidArgument(f"unknown operation {op!r}")
+
+    async def _write(
+        self, op: str, args: dict[str, Any], timeout: float | None, plan: EditPlan | None = None
+    ) -> Any:
+        limit = self._timeout if timeout is None else _check_seconds(timeout, "timeout")
+        if self._role == _SEQUENCER:
+            await anyio.lowlevel.checkpoint()
+            if self._role == _SEQUENCER:  # still, after the checkpoint
+                if op in ("append", "mark_stale"):
+                    return self._apply_locally(op, args)  # the sync fast paths
+                return await anyio.to_thread.run_sync(self._apply_locally, op, args)
+        return await self._forward(op, args, limit, plan)
+
+    async def _forward(
+        self, op: str, args: dict[str, Any], limit: float, plan: EditPlan | None
+    ) -> Any:
+        request_id = uuid.uuid4().hex
+        self._waiting[request_id] = (op, plan)
+        try:
+            with anyio.move_on_after(limit) as scope:
+                await anyio.to_thread.run_sync(
+                    self._ctl.run,
+                    _ENQUEUE,
+                    {
+                        "b": self._buffer_id,
+                        "r": request_id,
+                        "m": self.member_id,
+                        "op": op,
+                        "args": json.dumps(args),
+                        "ch": self.request_channel,
+                    },
+                    abandon_on_cancel=True,  # a partition must not hold the caller
+                )
+                self.forwarded += 1
+                while request_id not in self._answers:
+                    self._wake_pump.set()
+                    await self._answered.wait()
+                text, applied_seq = self._answers.pop(request_id)
+                while len(self.local._records) < applied_seq:
+                    await self._applied.wait()
+        finally:
+            self._waiting.pop(request_id, None)
+            self._answers.pop(request_id, None)
+        if scope.cancelled_caught:
+            raise SharedWriteTimeout(
+                f"no answer to {op} request {request_id} within {limit:g}s "
+                f"(the sequencer or the database is unreachable); it may still be applied"
+            )
+        result = json.loads(text)
+        if "error" in result:
+            raise _error_from_dict(result)
+        return _result_from_dict(op, result, plan)
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    async def _start(self, tg: anyio.abc.TaskGroup) -> None:
+        self._tg = tg
+        self._sink = await anyio.to_thread.run_sync(self._open_sink)
+        self.request_channel = self._sink.channel + "_rq"
+        # Join with horizon 0 before reading the log: no removal is applied
+        # while this member might still pin a version from before it.
+        await self._heartbeat_member(horizon=0)
+        await self._host_local()
+        await self._try_take_lease()
+        if self._role == _REPLICA:
+            await self._catch_up()
+        tg.start_soon(self._heartbeat_loop)
+        tg.start_soon(self._pump)
+        tg.start_soon(self._flusher)
+
+    def _open_sink(self) -> PostgresLog:
+        sink = PostgresLog(self._dsn, self._buffer_id, timeout=self._timeout)
+        assert sink._conn is not None
+        ensure_schema(sink._conn, sink.where)
+        sink.before_commit = self._before_commit
+        return sink
+
+    async def _host_local(self) -> None:
+        """(Re)create the local buffer from the log, in its own host task (its
+        ``open_buffer`` scheduler and alarm), as a replica."""
+        old_stop = self._local_stop
+        if old_stop is not None:
+            old = self._local
+            if old is not None:
+                old._sink = None  # it never writes again
+            old_stop.set()
+        assert self._tg is not None and self._sink is not None
+        records = await self._db(self._sink.read_from, 0)
+        stop = anyio.Event()
+        self._local_stop = stop
+        self._local = await self._tg.start(self._run_local, records, stop)
+        self._signal_applied()
+
+    async def _run_local(
+        self, records: list[Any], stop: anyio.Event, *, task_status: anyio.abc.TaskStatus[Any]
+    ) -> None:
+        async with open_buffer(
+            None, self._policy, max_pin_age=self._max_pin_age, flush_interval=self._flush_interval
+        ) as buf:
+            buf._grace_floor = -1  # a replica never applies a removal itself
+            with buf._write_lock:
+                replay(buf, records)
+            task_status.started(buf)
+            await stop.wait()
+
+    async def _close(self) -> None:
+        self._closing = True
+        with anyio.CancelScope(shield=True):
+            if self._role == _SEQUENCER:
+                try:
+                    await anyio.to_thread.run_sync(self._flush)
+                    await self._ctl_run(
+                        _RELEASE_LEASE,
+                        {"b": self._buffer_id, "e": self._epoch, "h": self._holder},
+                    )
+                except LogWriteError:
+                    pass  # the lease expires by itself
+            try:
+                await self._ctl_run(_LEAVE, {"b": self._buffer_id, "m": self.member_id})
+            except LogWriteError:
+                pass
+            if self._local is not None:
+                self._local._sink = None
+            if self._local_stop is not None:
+                self._local_stop.set()
+            self._ctl.close()
+            if self._sink is not None:
+                self._sink.close()
+            conn = self._listen_conn
+            if conn is not None:
+                try:
+                    conn.close()
+                except Exception:
+                    pass
+
+    @property
+    def _holder(self) -> str:
+        return f"{self.member_id}/{self._incarnation}"
+
+    async def _ctl_run(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        rows: list[tuple[Any, ...]] = await self._db(self._ctl.run, sql, params)
+        return rows
+
+    async def _db(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` in a worker thread, given up after ``timeout``: a
+        database that stops answering (a partition: no error, no reply) fails
+        the call with :class:`LogWriteError` instead of hanging the member.
+        The abandoned thread finishes or fails on its own once the network
+        answers again."""
+        with anyio.move_on_after(self._timeout):
+            return await anyio.to_thread.run_sync(fn, *args, abandon_on_cancel=True)
+        self._ctl.connected = False
+        raise LogWriteError(f"no answer from PostgreSQL within {self._timeout:g}s")
+
+    # -- leases --------------------------------------------------------------
+
+    def _horizon(self) -> int:
+        buf = self.local
+        oldest = buf.oldest_pin()
+        head = buf.version
+        return head if oldest is None else min(oldest, head)
+
+    def _member_info(self) -> str:
+        buf = self._local
+        readers: list[list[Any]] = []
+        if buf is not None:
+            now = buf._clock()
+            with buf._pin_lock:
+                pins = [(s._task, s._version, s._since) for s in buf._readers]
+            pins.sort(key=lambda p: p[1].number if p[1] is not None else 0)
+            for task, v, since in pins[:5]:
+                if v is not None:
+                    readers.append([task_name(task), v.number, round(now - since, 3)])
+        info = {"pid": os.getpid(), "host": socket.gethostname(), "role": self._role}
+        return json.dumps({**info, "readers": readers})
+
+    async def _heartbeat_member(self, horizon: int | None = None) -> None:
+        sent = time.monotonic()
+        await self._ctl_run(
+            _UPSERT_MEMBER,
+            {
+                "b": self._buffer_id,
+                "m": self.member_id,
+                "i": self._incarnation,
+                "l": self._lease,
+                "hz": self._horizon() if horizon is None else horizon,
+                "a": len(self._local._records) if self._local is not None else 0,
+                "info": self._member_info(),
+            },
+        )
+        if self._lease_lost is not None:
+            # Re-joined: published a horizon again, so the others wait for our
+            # readers from now on.
+            self._lease_lost = None
+        self._member_valid_until = sent + self._lease * 0.75
+
+    async def _try_take_lease(self) -> bool:
+        """Take the writer lease if it is free or expired. On success: read the
+        log to its end, attach the sink stamped with the new epoch, serve."""
+        async with self._role_lock:
+            if self._role == _SEQUENCER or self._closing:
+                return False
+            sent = time.monotonic()
+            rows = await self._ctl_run(
+                _TAKE_LEASE, {"b": self._buffer_id, "h": self._holder, "l": self._lease}
+            )
+            if not rows:
+                return False
+            epoch = int(rows[0][0])
+            self._writer_valid_until = sent + self._lease * 0.75
+            if epoch > 1 or self._epoch:
+                self.failovers += 1
+            self._epoch = epoch
+            await self._catch_up()
+            sink = self._sink
+            buf = self.local
+            assert sink is not None
+            with buf._write_lock:
+                sink.writer_epoch = epoch
+                buf._synced = len(buf._records)
+                buf._sink = sink
+                buf._grace_floor = 0  # until the members' horizons are read
+            self._role = _SEQUENCER
+        await self._refresh_floor()
+        self._wake_pump.set()
+        return True
+
+    async def _demote(self, why: str) -> None:
+        """Lost the writer lease: drop what is not durable and become a replica
+        rebuilt from the log."""
+        async with self._role_lock:
+            if self._role != _SEQUENCER:
+                return
+            self._role = _REPLICA
+            buf = self.local
+            with buf._write_lock:
+                self._lost_records += buf.pending_records  # told by the next flush()
+                buf._sink = None
+                buf._grace_floor = -1
+            with self._results_lock:
+                self._results.clear()  # their records die with the local buffer
+            self._needs_rebuild = True
+            try:
+                await self._rebuild()
+            except LogWriteError:
+                pass  # the pump retries; the diverged buffer is never followed
+
+    async def _rebuild(self) -> None:
+        if self._needs_rebuild:
+            await self._host_local()
+            self._needs_rebuild = False
+
+    async def _heartbeat_loop(self) -> None:
+        interval = min(self._lease / 4, 0.05 if self._lease <= 2 else self._lease / 8)
+        last_member = 0.0
+        last_horizon: int | None = None
+        while True:
+            await anyio.sleep(interval)
+            now = time.monotonic()
+            if now > self._member_valid_until and self._lease_lost is None:
+                local = self.local
+                local._lease_lost_at = local._clock()  # type: ignore[attr-defined]
+                self._lease_lost = LeaseLost(
+                    f"member {self.member_id} could not renew its lease within "
+                    f"{self._lease:g}s: its snapshots are void until it re-joins"
+                )
+            try:
+                horizon = self._horizon()
+                if horizon != last_horizon or now - last_member >= self._lease / 4:
+                    await self._heartbeat_member()
+                    last_member, last_horizon = now, horizon
+                if self._role == _SEQUENCER:
+                    if now - (self._writer_valid_until - self._lease * 0.75) >= self._lease / 4:
+                        sent = time.monotonic()
+                        rows = await self._ctl_run(
+                            _RENEW_LEASE,
+                            {
+                                "b": self._buffer_id,
+                                "e": self._epoch,
+                                "h": self._holder,
+                                "l": self._lease,
+                            },
+                        )
+                        if not rows:
+                            await self._demote("the lease was taken")
+                            continue
+                        self._writer_valid_until = sent + self._lease * 0.75
+                    await self._refresh_floor()
+                elif await self._try_take_lease():
+                    continue
+            except LogWriteError:
+                pass  # stats().connected says so; the lease clocks decide
+            if self._role == _SEQUENCER and time.monotonic() > self._writer_valid_until:
+                await self._demote("the lease could not be renewed in time")
+
+    async def _refresh_floor(self) -> None:
+        rows = await self._ctl_run(_FLOOR, {"b": self._buffer_id, "m": self.member_id})
+        floor, members = rows[0] if rows else (None, 0)
+        self._members = int(members)
+        self._floor = None if floor is None else int(floor)
+        buf = self.local
+        if self._role != _SEQUENCER:
+            return
+        buf._grace_floor = self._floor
+        if buf.has_due():
+            buf._signal_due()
+        await self._escalate_holders(buf)
+
+    async def _escalate_holders(self, buf: RuntimeBuffer) -> None:
+        """A removal held back longer than ``max_pin_age`` by another member's
+        reader is escalated once (READER_PINNED), naming the member, process
+        and task."""
+        grace = buf.next_grace()
+        if grace is None or self._max_pin_age is None or self._floor is None:
+            return
+        if self._floor >= grace:
+            return
+        rows = await self._ctl_run(
+            _HOLDERS, {"b": self._buffer_id, "m": self.member_id, "g": grace}
+        )
+        for member_id, horizon, info_text in rows:
+            info = json.loads(info_text or "{}")
+            for task, version, age in info.get("readers", []):
+                if age <= self._max_pin_age or (member_id, version) in self._held_alarmed:
+                    continue
+                self._held_alarmed.add((member_id, version))
+                buf.escalate(
+                    EscalationKind.READER_PINNED,
+                    f"reader {task!r} of member {member_id} (pid {info.get('pid')} on "
+                    f"{info.get('host')}) has pinned version {version} for {age:.1f}s, "
+                    f"holding back removals from grace version {grace}",
+                    data={
+                        "member": member_id,
+                        "pid": info.get("pid"),
+                        "host": info.get("host"),
+                        "task": task,
+                        "version": version,
+                        "age": age,
+                        "horizon": horizon,
+                        "grace": grace,
+                    },
+                )
+
+    # -- following and serving ---------------------------------------------------
+
+    def _listen_once(self) -> bool:
+        """Wait up to ``poll`` seconds for a notification (worker thread).
+        Returns whether one came; reconnects and re-LISTENs after a failure."""
+        import psycopg
+
+        try:
+            conn = self._listen_conn
+            if conn is None or conn.closed:
+                sink = self._sink
+                assert sink is not None
+                conn = connect(self._dsn, timeout=self._timeout)
+                conn.execute(f'LISTEN "{sink.channel}"')
+                conn.execute(f'LISTEN "{self.request_channel}"')
+                self._listen_conn = conn
+                return True  # (re)connected: catch up, a NOTIFY may have been missed
+            got = False
+            for _note in conn.notifies(timeout=self._poll, stop_after=1):
+                got = True
+            return got
+        except (psycopg.Error, LogWriteError):
+            conn, self._listen_conn = self._listen_conn, None
+            if conn is not None:
+                try:
+                    conn.close()
+                except Exception:
+                    pass
+            time.sleep(min(self._poll, 0.2))
+            return True
+
+    async def _pump(self) -> None:
+        """Wake on NOTIFY, a local request, or the slow poll; then catch up
+        (replica) or serve requests (sequencer)."""
+        listening = False
+
+        async def listen() -> None:
+            nonlocal listening
+            while True:
+                listening = True
+                await anyio.to_thread.run_sync(self._listen_once, abandon_on_cancel=True)
+                self._wake_pump.set()
+
+        assert self._tg is not None
+        self._tg.start_soon(listen)
+        while True:
+            with anyio.move_on_after(self._poll):
+                await self._wake_pump.wait()
+            self._wake_pump = anyio.Event()
+            try:
+                if self._role == _SEQUENCER:
+                    await self._serve()
+                else:
+                    await self._catch_up()
+                if self._waiting:
+                    await self._collect_answers()
+            except LogWriteError:
+                await anyio.sleep(min(self._poll, 0.05))
+
+    async def _catch_up(self) -> None:
+        """Read the log past what is applied and apply it as one version."""
+        if self._needs_rebuild:
+            await self._rebuild()
+        sink = self._sink
+        buf = self.local
+        assert sink is not None
+        records = await self._db(sink.read_from, len(buf._records))
+        if not records or self._role == _SEQUENCER:
+            return
+        with buf._write_lock:
+            start = len(buf._records)
+            fresh = [r for r in records if r.seq >= start]
+            if fresh and fresh[0].seq == start:
+                replay(buf, fresh)
+        self._signal_applied()
+
+    def _signal_applied(self) -> None:
+        event, self._applied = self._applied, anyio.Event()
+        event.set()
+
+    async def _collect_answers(self) -> None:
+        ids = list(self._waiting)
+        if not ids:
+            return
+        rows = await self._ctl_run(_RESULTS, {"b": self._buffer_id, "ids": ids})
+        for request_id, text, applied_seq in rows:
+            self._answers[request_id] = (text, int(applied_seq or 0))
+        if rows:
+            if self._role == _REPLICA:
+                await self._catch_up()
+            event, self._answered = self._answered, anyio.Event()
+            event.set()
+
+    async def _serve(self) -> None:
+        """Apply the open requests in arrival order, then commit their records
+        and results in one transaction (the sink's ``before_commit``)."""
+        if time.monotonic() > self._writer_valid_until:
+            return  # not sure we still hold the lease: the heartbeat decides
+        rows = await self._ctl_run(_OPEN_REQUESTS, {"b": self._buffer_id})
+        if not rows:
+            return
+        try:
+            await anyio.to_thread.run_sync(self._serve_batch, rows)
+        except WriterFenced:
+            await self._demote("fenced")
+        self._signal_applied()
+
+    def _serve_batch(self, rows: list[tuple[Any, ...]]) -> None:
+        with self._commit_lock:
+            buf = self.local
+            with self._results_lock:
+                applied = {r[0] for r in self._results}  # applied, not yet committed
+            for request_id, _member, op, args_text in rows:
+                if request_id in applied:
+                    continue
+                try:
+                    value = self._apply_locally(op, json.loads(args_text))
+                    text = json.dumps(_result_to_dict(op, value))
+                except QuiesceError as exc:
+                    if isinstance(exc, LogWriteError):
+                        raise
+                    text = json.dumps(_error_to_dict(exc))
+                except (KeyError, TypeError, ValueError) as exc:
+                    text = json.dumps({"error": "InvalidArgument", "message": repr(exc)})
+                with self._results_lock:
+                    self._results.append((request_id, text, len(buf._records)))
+                self.served += 1
+            self._flush_locked()
+
+    def _before_commit(self, cur: Any, batch: Any) -> Callable[[], None] | None:
+        """The sink's ``before_commit``, inside each batch's transaction:
+        (1) a removal intent in the batch re-checks the live members'
+        horizons against its groups' grace versions (the authoritative
+        cross-process grace test): a group held back is taken out of the
+        buffer's ``_applying``, so its removal is requeued, not published;
+        (2) store the results of forwarded requests whose records are all in
+        this batch."""
+        buf = self._local
+        if buf is not None:
+            groups = [
+                g
+                for rec in batch
+                if rec.op == "tombstone"
+                for gid in rec.detail.get("gids", ())
+                if (g := buf._applying.get(gid)) is not None
+            ]
+            if groups:
+                cur.execute(_HORIZON_CHECK, {"b": self._buffer_id, "m": self.member_id})
+                row = cur.fetchone()
+                floor = None if row is None or row[0] is None else int(row[0])
+                held = [g for g in groups if floor is not None and floor < g.grace]
+                if held:
+                    # The intent itself is harmless (recovery ignores it);
+                    # taking the groups out of _applying makes the buffer
+                    # requeue them instead of publishing the removal.
+                    with buf._write_lock:
+                        for g in held:
+                            buf._applying.pop(g.gid, None)
+                        buf._grace_floor = floor
+                    self._floor = floor
+        last_seq = batch[-1].seq
+        with self._results_lock:
+            done = [r for r in self._results if r[2] <= last_seq + 1]
+        if not done:
+            return None
+        for request_id, text, seq_after in done:
+            cur.execute(
+                _STORE_RESULT,
+                {"res": text, "a": seq_after, "b": self._buffer_id, "r": request_id},
+            )
+
+        def committed() -> None:
+            with self._results_lock:
+                for r in done:
+                    self._results.remove(r)
+
+        return committed
+
+    def _flush(self) -> None:
+        with self._commit_lock:
+            self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        buf = self.local
+        try:
+            buf.flush()
+        except LogWriteError as exc:
+            if isinstance(exc.__cause__, WriterFenced):
+                raise exc.__cause__ from None
+            raise
+        # Results of requests whose records an earlier flush already made
+        # durable (or that made none): stored now, fenced by epoch.
+        with self._results_lock:
+            left = [r for r in self._results if r[2] <= buf._synced]
+        for request_id, text, seq_after in left:
+            self._ctl.run(
+                _STORE_RESULT_FENCED,
+                {
+                    "res": text,
+                    "a": seq_after,
+                    "b": self._buffer_id,
+                    "r": request_id,
+                    "e": self._epoch,
+                    "ch": self.request_channel,
+                },
+            )
+            with self._results_lock:
+                self._results.remove((request_id, text, seq_after))
+
+    async def _flusher(self) -> None:
+        while True:
+            # a replica has nothing to flush: it only looks for a promotion
+            idle = self._role != _SEQUENCER
+            await anyio.sleep(self._poll if idle else self._flush_interval)
+            if self._role == _SEQUENCER and (self.local.pending_records or self._results):
+                try:
+                    await anyio.to_thread.run_sync(self._flush)
+                except WriterFenced:
+                    await self._demote("fenced")
+                except LogWriteError:
+                    pass  # stats().local.log_failing; retried next interval
+
+
+@asynccontextmanager
+async def open_shared_buffer(
+    dsn: str,
+    buffer_id: str,
+    *,
+    policy: Policy | None = None,
+    lease: float = 5.0,
+    timeout: float = 10.0,
+    poll: float = 1.0,
+    member_id: str | None = None,
+    max_pin_age: float | None = 30.0,
+    flush_interval: float = 0.01,
+) -> AsyncIterator[SharedBuffer]:
+    """Join the buffer ``buffer_id`` shared through the PostgreSQL database at
+    ``dsn``, as its sequencer if the writer lease is free, else as a replica.
+
+    ``lease`` (seconds): how long the writer and member leases last without
+    renewal (renewed every ``lease/4`` or more often); failover takes about
+    one lease. ``timeout`` bounds every database call and every forwarded
+    write. ``poll`` is the fallback catch-up period when no ``NOTIFY``
+    arrives. ``policy`` should be the same in every member (the sequencer's
+    decides). On exit the sequencer flushes and releases its lease (another
+    member takes over at once) and the member leaves.
+
+    Raises :class:`LogWriteError` if the database cannot be reached and
+    :class:`LogFormatError` for tables written by a newer quiesce.
+    """
+    shared = SharedBuffer(
+        dsn,
+        buffer_id,
+        policy=policy,
+        lease=lease,
+        timeout=timeout,
+        poll=poll,
+        member_id=member_id,
+        max_pin_age=max_pin_age,
+        flush_interval=flush_interval,
+    )
+    failure: BaseException | None = None
+    try:
+        async with anyio.create_task_group() as tg:
+            await shared._start(tg)
+            try:
+                yield shared
+            except BaseException as exc:  # re-raised as itself, not in a group
+                failure = exc
+            finally:
+                await shared._close()
+                tg.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        raise _single(group) from None
+    if failure is not None:
+        raise failure
+
+
+def _single(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The one exception inside (nested) single-member groups, else the group."""
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc

@@ -1,0 +1,442 @@
+"""OpenAI Responses API input items ⇄ entries (plain dicts; no SDK needed).
+
+What it keeps true: ``render(buf) == items`` after ``append_messages(buf,
+items)`` — exactly — when nothing was pruned or marked (except text lines that
+imitate a quiesce note, which get a backslash). Every rendered window is a
+valid input list: each ``function_call`` has its ``function_call_output``,
+and each ``reasoning`` item keeps the items of its turn after it.
+
+Items read and given back unchanged (each entry keeps its item in
+``Entry.content``; ``id`` and ``status`` included):
+
+* ``message`` items, with or without ``"type": "message"`` (``role``
+  ``user``/``assistant``/``system``/``developer``; ``content`` a str or a list
+  of ``input_text``, ``output_text``, ``refusal``, ``input_image``,
+  ``input_file``, ``input_audio`` parts, future part types kept opaque);
+* ``function_call`` (entry id: its ``call_id``; ``key``: name and
+  arguments, so a re-run after a prune is a re-admission) and
+  ``function_call_output`` (entry ``"<call_id>#result"`` citing the call;
+  ``output`` a str or a list of parts);
+* ``reasoning`` (``summary``, ``content``, ``encrypted_content``): with
+  ``encrypted_content`` it is *signed* (:attr:`~quiesce.Entry.sealed`) —
+  never rewritten or summarized, removed only with its turn. Every item of
+  the turn that follows a reasoning item (up to the next user message or
+  tool output) cites it, so the turn is pruned together;
+* any other item with a ``type`` string (``web_search_call``,
+  ``computer_call``, ``item_reference``, future types): kept opaque and
+  round-tripped; an ``..._output`` item with a ``call_id`` cites the item
+  that made that call, so the pair is pruned together.
+
+Ids: an item's own ``id`` (or a call's ``call_id``) is kept verbatim and must
+not contain ``#``; items without one get a content key ``#<hash>.<n>`` (see
+:mod:`quiesce.adapters._common`).
+
+Notes (one line each, starting ``[quiesce:``, fields escaped):
+``[quiesce: stale at turn 3: <reason>]`` as a first text part (``input_text``,
+or ``output_text`` in an assistant output message) or line of a stale message
+or tool output (reasoning items and calls carry no note);
+``[quiesce: <id> pruned at turn 41 by <actor>: <reason>]`` for each removal,
+listed under ``[quiesce: removed from this context]`` in one ``system``
+message after the leading system/developer messages, or as the ``output`` of
+a pruned tool result; ``[quiesce: no result recorded for <call_id>]`` for a
+call in flight. User, assistant and tool text that starts a line with
+``[quiesce`` is rendered as ``\\[quiesce``.
+
+Malformed items raise :class:`~quiesce.InvalidArgument` or
+:class:`~quiesce.InvalidType` naming the item index and field; nothing is
+appended and the head version is unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from functools import partial
+from typing import Any
+
+from .._core.buffer import Buffer, Snapshot
+from .._core.entry import Entry, Kind
+from .._core.version import Version
+from ._common import (
+    Keys,
+    Read,
+    ReadmitPolicy,
+    SyncReport,
+    arguments_json,
+    check_kind,
+    check_messages,
+    check_nonempty,
+    check_str,
+    entry,
+    escape_blocks,
+    escape_text,
+    fail,
+    foreign_id,
+    is_call,
+    json_value,
+    missing_result_note,
+    outputs_by_call,
+    parts_text,
+    plain,
+    read_and_admit,
+    read_entries,
+    removal_note,
+    render_with,
+    result_id,
+    stale_note,
+    tool_name,
+)
+
+__all__ = [
+    "ROLES",
+    "SyncReport",
+    "append_messages",
+    "render",
+    "sync_messages",
+    "to_entries",
+    "validate",
+]
+
+API = "responses"
+
+#: The message roles this adapter reads.
+ROLES = frozenset({"user", "assistant", "system", "developer"})
+
+Item = dict[str, Any]
+
+#: Part types whose text is the body's text.
+_TEXT_PARTS = {"input_text": "text", "output_text": "text", "refusal": "refusal"}
+
+
+def _parts_text(index: int, content: object, what: str) -> str:
+    return parts_text(index, content, what, noun="parts", fields=_TEXT_PARTS)
+
+
+def _reasoning_text(index: int, item: Mapping[str, Any]) -> str:
+    texts: list[str] = []
+    for field in ("summary", "content"):
+        parts = item.get(field)
+        if parts is None and field == "content":
+            continue
+        if not isinstance(parts, list | tuple):
+            raise fail(index, f"reasoning {field} must be a list", type_error=True)
+        for n, part in enumerate(parts):
+            if not isinstance(part, Mapping):
+                raise fail(index, f"{field}[{n}] must be a dict", type_error=True)
+            texts.append(check_str(index, part.get("text"), f"{field}[{n}].text"))
+    encrypted = item.get("encrypted_content")
+    if encrypted is not None:
+        check_str(index, encrypted, "encrypted_content")
+    return "\n".join(texts)
+
+
+def _item_type(index: int, item: Mapping[str, Any]) -> str:
+    kind = item.get("type")
+    if kind is None and "role" in item:
+        return "message"
+    return check_nonempty(index, kind, "type")
+
+
+def _read(
+    items: object,
+    *,
+    head: Version | None,
+    keys: Keys,
+    calls: Collection[str],
+    turn: int | None,
+    user_kind: Kind,
+    assistant_kind: Kind,
+) -> list[Read]:
+    check_kind(user_kind, "user_kind")
+    check_kind(assistant_kind, "assistant_kind")
+    out: list[Read] = []
+    open_calls: dict[str, str] = dict.fromkeys(calls, "function_call")
+    answered: set[str] = set()
+    seen: set[str] = set()
+    prev: str | None = None
+    reasoning: list[str] = []  # the open turn's reasoning entries (cited by its items)
+    for index, item in enumerate(check_messages(items)):
+        frozen = json_value(index, item, "item")
+        kind = _item_type(index, item)
+        item_id = item.get("id")
+        if item_id is not None:
+            item_id = foreign_id(index, item_id, "id")
+        meta: dict[str, Any] = {"api": API, "type": kind}
+        refs: tuple[str, ...] = ()
+        if kind == "message":
+            role = item.get("role")
+            if not isinstance(role, str) or role not in ROLES:
+                raise fail(index, f"role must be one of {sorted(ROLES)}, not {role!r}")
+            body = _parts_text(index, item.get("content"), "content")
+            if role == "assistant":
+                ekind = assistant_kind
+                refs = tuple(reasoning)
+            else:
+                ekind = Kind.INSTRUCTION if role in ("system", "developer") else user_kind
+                reasoning = []
+            eid = item_id or keys(frozen)
+            meta["role"] = role
+        elif kind == "reasoning":
+            body = _reasoning_text(index, item)
+            ekind = assistant_kind
+            eid = item_id or keys(frozen)
+            meta["role"] = "assistant"
+        elif kind == "function_call":
+            call_id = foreign_id(index, item.get("call_id"), "call_id")
+            name = check_nonempty(index, item.get("name"), "name")
+            arguments = check_str(index, item.get("arguments"), "arguments")
+            body = f"{name} {arguments}"
+            ekind = Kind.TOOL_CALL
+            eid = call_id
+            meta.update(role="assistant", tool=name, arguments=arguments)
+            refs = tuple(reasoning)
+            open_calls[call_id] = kind
+        elif "call_id" in item and kind.endswith("_output"):
+            call_id = foreign_id(index, item.get("call_id"), "call_id")
+            if kind == "function_call_output":
+                body = _parts_text(index, item.get("output"), "output")
+            else:
+                body = f"[{kind}]"
+            if call_id in answered:
+                raise fail(index, f"call_id {call_id!r} already has an output")
+            if call_id not in open_calls and not is_call(head, call_id):
+                raise fail(index, f"{kind} for {call_id!r} follows no call with that call_id")
+            answered.add(call_id)
+            ekind = Kind.TOOL_OUTPUT
+            eid = result_id(call_id)
+            refs = (call_id,)
+            meta["role"] = "tool"
+            reasoning = []
+        elif "call_id" in item:
+            call_id = foreign_id(index, item.get("call_id"), "call_id")
+            body = f"[{kind}]"
+            ekind = Kind.TOOL_CALL
+            eid = call_id
+            meta["role"] = "assistant"
+            refs = tuple(reasoning)
+            open_calls[call_id] = kind
+        else:
+            body = f"[{kind}]"
+            ekind = assistant_kind
+            eid = item_id or keys(frozen)
+            meta["role"] = "assistant"
+            refs = tuple(reasoning)
+        if eid in seen:
+            raise fail(index, f"id {eid!r} is used twice")
+        seen.add(eid)
+        meta["msg"] = eid
+        meta["after"] = prev
+        key = body if kind == "function_call" else None
+        e = entry(index, eid, ekind, body, refs, turn, key, meta, frozen)
+        if kind == "reasoning":
+            reasoning.append(eid)
+        out.append(Read(index, eid, [e]))
+        prev = eid
+    return out
+
+
+def to_entries(
+    items: Sequence[Mapping[str, Any]],
+    *,
+    turn: int | None = None,
+    user_kind: Kind = Kind.INSTRUCTION,
+    assistant_kind: Kind = Kind.REASONING,
+    calls: Collection[str] = (),
+) -> list[Entry]:
+    """Entries for ``items``, in order (one per item); ``calls`` are the
+    ``call_id`` s of function calls made earlier. Deterministic ids. Raises
+    ``InvalidArgument``/``InvalidType`` naming the first bad item and field."""
+    read = partial(
+        _read,
+        items,
+        turn=turn,
+        user_kind=user_kind,
+        assistant_kind=assistant_kind,
+    )
+    return read_entries(read, calls)
+
+
+def append_messages(
+    buf: Buffer,
+    items: Sequence[Mapping[str, Any]],
+    *,
+    readmit: ReadmitPolicy = "record",
+    turn: int | None = None,
+    user_kind: Kind = Kind.INSTRUCTION,
+    assistant_kind: Kind = Kind.REASONING,
+) -> int:
+    """Append ``items`` (all new) to ``buf``; returns the head version. See
+    :func:`quiesce.adapters.openai.append_messages` for ``readmit`` and the
+    all-or-nothing validation."""
+    read = partial(
+        _read,
+        items,
+        turn=turn,
+        user_kind=user_kind,
+        assistant_kind=assistant_kind,
+    )
+    return read_and_admit(buf, read, api=API, readmit=readmit, turn=turn, sync=False).version
+
+
+def sync_messages(
+    buf: Buffer,
+    items: Sequence[Mapping[str, Any]],
+    *,
+    readmit: ReadmitPolicy = "record",
+    turn: int | None = None,
+    user_kind: Kind = Kind.INSTRUCTION,
+    assistant_kind: Kind = Kind.REASONING,
+) -> SyncReport:
+    """Bring ``buf`` up to date with a framework's whole item list (what the
+    OpenAI Agents SDK stores). Items are matched by ``id``, ``call_id``, else a
+    content key; idempotent; pruned items sent back are reported
+    ``tombstoned``, not re-appended. See
+    :func:`quiesce.adapters.openai.sync_messages`."""
+    read = partial(
+        _read,
+        items,
+        turn=turn,
+        user_kind=user_kind,
+        assistant_kind=assistant_kind,
+    )
+    return read_and_admit(buf, read, api=API, readmit=readmit, turn=turn, sync=True)
+
+
+# -- render -------------------------------------------------------------------
+
+
+def _noted(value: Any, note: str | None, part: str) -> Any:
+    value = escape_blocks(value)
+    if note is None:
+        return value
+    if isinstance(value, str):
+        return f"{note}\n{value}"
+    if isinstance(value, list):
+        first: dict[str, Any] = {"type": part, "text": note}
+        if part == "output_text":
+            first["annotations"] = []
+        return [first, *value]
+    return value
+
+
+def _own(e: Entry, note: str | None) -> Item:
+    item: Item = plain(e.content)
+    kind = e.meta.get("type")
+    if kind == "message":
+        part = "output_text" if item.get("role") == "assistant" and "id" in item else "input_text"
+        item["content"] = _noted(item.get("content"), note, part)
+    elif kind == "function_call_output":
+        item["output"] = _noted(item.get("output"), note, "input_text")
+    return item
+
+
+def _foreign(e: Entry, note: str | None) -> Item:
+    if e.kind is Kind.TOOL_CALL:
+        return {
+            "type": "function_call",
+            "call_id": e.id,
+            "name": tool_name(e),
+            "arguments": arguments_json(e),
+        }
+    text = escape_text(e.body)
+    text = text if note is None else f"{note}\n{text}"
+    if e.kind is Kind.TOOL_OUTPUT:
+        return {"type": "function_call_output", "call_id": e.refs[0], "output": text}
+    role = e.meta.get("role")
+    if role not in ROLES:
+        role = "system" if e.kind in (Kind.INSTRUCTION, Kind.CONSTRAINT) else "assistant"
+    return {"role": role, "content": text}
+
+
+def render(
+    source: Snapshot | Buffer, *, annotate_stale: bool = True, tombstone_notes: bool = True
+) -> list[Item]:
+    """Responses API input items for a snapshot's window (a buffer is
+    snapshotted for the call), in window order.
+
+    Items this adapter read come back as given; marks become note parts.
+    A ``function_call`` whose output is not live is followed by a
+    ``function_call_output`` holding the output's tombstone note, or a note
+    that none was recorded. A reasoning item whose turn is gone (no live item
+    cites it; only unsigned reasoning can be left so) is left out, as the API
+    refuses a reasoning item without its following item. Removals are listed
+    in one ``system`` message after the leading system/developer messages.
+    Entries from elsewhere are rendered from their bodies. O(n + tombstones).
+    """
+    return render_with(
+        source, partial(_render, annotate_stale=annotate_stale, tombstone_notes=tombstone_notes)
+    )
+
+
+def _render(snap: Snapshot, *, annotate_stale: bool, tombstone_notes: bool) -> list[Item]:
+    entries = snap.entries()
+    marks = snap.marks if annotate_stale else {}
+    tombstones = snap.tombstones
+    results = outputs_by_call(entries)
+    out: list[Item] = []
+    in_place: set[str] = set()
+    cited = {ref for e in entries for ref in e.refs}
+    for e in entries:
+        if e.meta.get("type") == "reasoning" and e.id not in cited:
+            continue  # its turn was pruned: the API refuses a reasoning item alone
+        mark = marks.get(e.id)
+        if e.kind is Kind.TOOL_OUTPUT and mark is None and e.refs:
+            mark = marks.get(e.refs[0])
+        note = None if mark is None or e.sealed else stale_note(mark)
+        own = e.meta.get("api") == API and e.content is not None
+        out.append(_own(e, note) if own else _foreign(e, note))
+        if e.kind is Kind.TOOL_CALL and e.id not in results:
+            if own and e.meta.get("type") != "function_call":
+                continue  # an opaque call: no output can be made up for it
+            in_place.add(result_id(e.id))
+            out.append(
+                {
+                    "type": "function_call_output",
+                    "call_id": e.id,
+                    "output": missing_result_note(e.id, tombstones),
+                }
+            )
+    note = removal_note(tombstones, skip=in_place) if tombstone_notes else None
+    if note is not None:
+        at = 0
+        while at < len(out) and out[at].get("role") in ("system", "developer"):
+            at += 1
+        out.insert(at, {"role": "system", "content": note})
+    return out
+
+
+def validate(items: Sequence[Mapping[str, Any]]) -> None:
+    """Check what the Responses API checks of an input list: known item
+    types and roles, contents of the right type, every ``function_call``
+    answered by exactly one later ``function_call_output`` with its
+    ``call_id``, no output without its call. Raises
+    ``InvalidArgument``/``InvalidType`` naming the first bad item and field."""
+    msgs = check_messages(items)
+    open_calls: dict[str, int] = {}
+    answered: set[str] = set()
+    for index, item in enumerate(msgs):
+        kind = _item_type(index, item)
+        if kind == "message":
+            role = item.get("role")
+            if not isinstance(role, str) or role not in ROLES:
+                raise fail(index, f"role must be one of {sorted(ROLES)}, not {role!r}")
+            _parts_text(index, item.get("content"), "content")
+        elif kind == "reasoning":
+            _reasoning_text(index, item)
+        elif kind == "function_call":
+            call_id = check_nonempty(index, item.get("call_id"), "call_id")
+            if call_id in open_calls:
+                raise fail(index, f"call_id {call_id!r} is used twice")
+            check_nonempty(index, item.get("name"), "name")
+            check_str(index, item.get("arguments"), "arguments")
+            open_calls[call_id] = index
+        elif kind == "function_call_output":
+            call_id = check_nonempty(index, item.get("call_id"), "call_id")
+            if call_id not in open_calls:
+                raise fail(index, f"function_call_output for {call_id!r} follows no call")
+            if call_id in answered:
+                raise fail(index, f"call_id {call_id!r} already has an output")
+            answered.add(call_id)
+            _parts_text(index, item.get("output"), "output")
+    for call_id, index in open_calls.items():
+        if call_id not in answered:
+            raise fail(index, f"function_call {call_id!r} has no function_call_output")

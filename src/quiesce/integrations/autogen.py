@@ -1,0 +1,258 @@
+"""AutoGen: :class:`QuiesceChatCompletionContext`, a ``ChatCompletionContext``.
+
+Give it to an agent as ``AssistantAgent(..., model_context=QuiesceChatCompletionContext(buf))``.
+What it keeps true:
+
+* ``add_message`` appends the message to the buffer as one synchronous step
+  (each call is a new message: AutoGen messages carry no ids). Messages are
+  held as AutoGen's own JSON dumps (``ChatCompletionContextState``), so
+  ``AssistantMessage.thought``, image content of a ``UserMessage`` and each
+  ``FunctionCall`` come back unchanged.
+* ``get_messages`` runs the configured pruner once, then returns the window
+  of a pinned snapshot: a pruned ``FunctionCall`` leaves with its
+  ``FunctionExecutionResult``; a result pruned while its call stays is
+  replaced by a stand-in result; the note of removals and stale marks is a
+  leading ``SystemMessage``. Every call the model sees is answered.
+* ``clear`` prunes everything it may (actor ``host:autogen``): the buffer
+  never removes protected entries (user and system messages), which stay.
+* ``save_state`` returns AutoGen's own state shape (the live messages);
+  ``load_state`` syncs them in by content — loading a state the buffer
+  already holds appends nothing, and a message it pruned is not brought back.
+  ``initial_messages`` are synced the same way, so a new context over a
+  reopened durable buffer continues the conversation.
+
+The context keeps nothing of its own: ``_messages`` (the base class's list)
+is not used. The context is anyio code and runs on asyncio and trio;
+AutoGen's ``AssistantAgent`` runs its tools with asyncio, so an agent using it
+runs on asyncio only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import anyio
+
+from .._core.buffer import Buffer, Snapshot
+from .._core.entry import Kind
+from .._core.errors import InvalidArgument
+from .._runtime import RuntimeBuffer
+from ..pruner import Pruner
+from . import _store
+from ._glue import check_setup, missing_extra, prune_round
+
+try:
+    from autogen_core import FunctionCall
+    from autogen_core.model_context import ChatCompletionContext
+    from autogen_core.model_context._chat_completion_context import ChatCompletionContextState
+    from autogen_core.models import (
+        AssistantMessage,
+        FunctionExecutionResult,
+        FunctionExecutionResultMessage,
+        LLMMessage,
+        SystemMessage,
+        UserMessage,
+    )
+except ImportError as exc:  # pragma: no cover - exercised without the extra
+    raise missing_extra("AutoGen", "autogen") from exc
+
+__all__ = ["QuiesceChatCompletionContext", "render_messages", "to_units"]
+
+FRAMEWORK = "autogen"
+ACTOR = "host:autogen"
+SOURCE = "quiesce"
+
+_ASSISTANT_KINDS = frozenset({Kind.REASONING, Kind.RATIONALE, Kind.SUMMARY, Kind.TOOL_CALL})
+
+
+def _dump(m: LLMMessage) -> Any:
+    return ChatCompletionContextState(messages=[m]).model_dump(mode="json")["messages"][0]
+
+
+def _load(native: Any) -> LLMMessage:
+    return ChatCompletionContextState.model_validate({"messages": [native]}).messages[0]
+
+
+def _unit(index: int, m: object) -> _store.Unit:
+    where = f"autogen: message {index}"
+    if isinstance(m, SystemMessage):
+        return _store.Unit(None, Kind.INSTRUCTION, m.content, _dump(m))
+    if isinstance(m, UserMessage):
+        content = m.content
+        text = (
+            content
+            if isinstance(content, str)
+            else "\n".join(c for c in content if isinstance(c, str))
+        )
+        return _store.Unit(None, Kind.INSTRUCTION, text, _dump(m))
+    if isinstance(m, AssistantMessage):
+        if isinstance(m.content, str):
+            return _store.Unit(None, Kind.REASONING, m.content, _dump(m))
+        calls = []
+        for j, fc in enumerate(m.content):
+            if not fc.id:
+                raise InvalidArgument(f"{where}: AssistantMessage.content[{j}].id is empty")
+            calls.append(_store.Call(fc.id, fc.name, fc.arguments))
+        return _store.Unit(None, Kind.REASONING, m.thought or "", _dump(m), calls=tuple(calls))
+    if isinstance(m, FunctionExecutionResultMessage):
+        results = []
+        for j, r in enumerate(m.content):
+            if not r.call_id:
+                raise InvalidArgument(
+                    f"{where}: FunctionExecutionResultMessage.content[{j}].call_id is empty"
+                )
+            results.append(_store.Result(r.call_id, r.content))
+        return _store.Unit(None, Kind.REASONING, "", _dump(m), results=tuple(results))
+    raise InvalidArgument(f"{where}: expected an LLMMessage, not {type(m).__name__}")
+
+
+def to_units(messages: Sequence[object]) -> list[_store.Unit]:
+    """AutoGen messages read into units (all checked before any is used).
+
+    Raises :class:`InvalidArgument` naming the message index, type and field."""
+    return [_unit(i, m) for i, m in enumerate(messages)]
+
+
+def _text_message(slot: _store.Slot) -> LLMMessage:
+    if slot.results:
+        result = FunctionExecutionResult(content=slot.text, name="tool", call_id=slot.results[0])
+        return FunctionExecutionResultMessage(content=[result])
+    if slot.calls:
+        fcs = [FunctionCall(id=c.call_id, arguments=c.arguments, name=c.name) for c in slot.calls]
+        return AssistantMessage(content=fcs, thought=slot.text or None, source=SOURCE)
+    if slot.kind in _ASSISTANT_KINDS:
+        return AssistantMessage(content=slot.text, source=SOURCE)
+    return UserMessage(content=slot.text, source=SOURCE)
+
+
+def _rebuild(slot: _store.Slot) -> LLMMessage | None:
+    if slot.native is None:
+        return _text_message(slot)
+    m = _load(slot.native)
+    if isinstance(m, AssistantMessage) and isinstance(m.content, list):
+        live = slot.call_ids
+        kept = [fc for fc in m.content if fc.id in live]
+        if not kept:
+            return None
+        return m.model_copy(update={"content": kept})
+    if isinstance(m, FunctionExecutionResultMessage):
+        results = set(slot.results)
+        kept_results = [r for r in m.content if r.call_id in results]
+        return m.model_copy(update={"content": kept_results}) if kept_results else None
+    return m
+
+
+def _paired(messages: list[LLMMessage]) -> list[LLMMessage]:
+    """Each call answered in the result message after it (stand-ins for
+    pruned results); results whose call is not shown are dropped. O(n)."""
+    out: list[LLMMessage] = []
+    open_calls: dict[str, str] = {}
+
+    def stand_ins(answered: set[str]) -> list[FunctionExecutionResult]:
+        return [
+            FunctionExecutionResult(
+                content=_store.stand_in(call_id), name=name, call_id=call_id, is_error=False
+            )
+            for call_id, name in open_calls.items()
+            if call_id not in answered
+        ]
+
+    for m in messages:
+        if isinstance(m, FunctionExecutionResultMessage):
+            kept = [r for r in m.content if r.call_id in open_calls]
+            extra = stand_ins({r.call_id for r in kept})
+            open_calls = {}
+            if kept or extra:
+                out.append(m.model_copy(update={"content": [*kept, *extra]}))
+            continue
+        if open_calls:
+            out.append(FunctionExecutionResultMessage(content=stand_ins(set())))
+            open_calls = {}
+        if isinstance(m, AssistantMessage) and isinstance(m.content, list):
+            open_calls = {fc.id: fc.name for fc in m.content}
+        out.append(m)
+    if open_calls:
+        out.append(FunctionExecutionResultMessage(content=stand_ins(set())))
+    return out
+
+
+def render_messages(snap: Snapshot) -> list[LLMMessage]:
+    """The window of ``snap`` as AutoGen messages, paired, the quiesce note
+    (if any) first as a ``SystemMessage``. O(n)."""
+    rebuilt = [m for m in (_rebuild(s) for s in _store.window(snap)) if m is not None]
+    messages = _paired(rebuilt)
+    note = _store.notes(snap)
+    if note is not None:
+        messages.insert(0, SystemMessage(content=note))
+    return messages
+
+
+class QuiesceChatCompletionContext(ChatCompletionContext):
+    """An AutoGen model context held in a quiesce buffer (see the module docstring).
+
+    ``buffer`` holds the conversation (one buffer per context);
+    ``initial_messages`` are synced in by content; ``pruner`` runs once
+    before each ``get_messages``. All methods are checkpoints.
+    """
+
+    def __init__(
+        self,
+        buffer: Buffer,
+        initial_messages: list[LLMMessage] | None = None,
+        *,
+        pruner: Pruner | None = None,
+    ) -> None:
+        check_setup(buffer, pruner, "QuiesceChatCompletionContext")
+        super().__init__(None)
+        self._initial_messages = initial_messages
+        self.buffer = buffer
+        self.pruner = pruner
+        if initial_messages:
+            _store.sync_units(
+                buffer, to_units(initial_messages), framework=FRAMEWORK, new_ids="#ag:"
+            )
+
+    async def add_message(self, message: LLMMessage) -> None:
+        """Append ``message`` (always a new message). A message the context
+        cannot represent raises :class:`InvalidArgument`; nothing is appended."""
+        await anyio.lowlevel.checkpoint()
+        (unit,) = to_units([message])
+        unit_id = f"#ag:{self.buffer.version}.0"
+        fresh = _store.Unit(unit_id, unit.kind, unit.body, unit.native, unit.calls, unit.results)
+        _store.sync_units(self.buffer, [fresh], framework=FRAMEWORK)
+
+    async def get_messages(self) -> list[LLMMessage]:
+        """One pruning round, then the pinned window (see the module docstring)."""
+        await prune_round(self.buffer, self.pruner)
+        await anyio.lowlevel.checkpoint()
+        with self.buffer.snapshot() as snap:
+            return render_messages(snap)
+
+    async def clear(self) -> None:
+        """Prune every entry it may, as ``host:autogen`` (protected ones stay)."""
+        with self.buffer.snapshot() as snap:
+            ids = [e.id for e in snap]
+        if not ids:
+            await anyio.lowlevel.checkpoint()
+        elif isinstance(self.buffer, RuntimeBuffer):
+            await self.buffer.aprune(ids, reason="clear", actor=ACTOR)
+        else:
+            buf = self.buffer
+            await anyio.to_thread.run_sync(
+                lambda: buf.prune(ids, reason="clear", actor=ACTOR), abandon_on_cancel=False
+            )
+
+    async def save_state(self) -> Mapping[str, Any]:
+        """AutoGen's state shape: the live messages, without notes or stand-ins."""
+        await anyio.lowlevel.checkpoint()
+        with self.buffer.snapshot() as snap:
+            slots = _store.window(snap)
+        messages = [m for m in (_rebuild(s) for s in slots) if m is not None]
+        return ChatCompletionContextState(messages=messages).model_dump()
+
+    async def load_state(self, state: Mapping[str, Any]) -> None:
+        """Sync the state's messages in by content (see the module docstring)."""
+        await anyio.lowlevel.checkpoint()
+        messages = ChatCompletionContextState.model_validate(state).messages
+        _store.sync_units(self.buffer, to_units(messages), framework=FRAMEWORK, new_ids="#ag:")

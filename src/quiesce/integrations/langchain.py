@@ -1,0 +1,330 @@
+"""LangChain v1 / LangGraph: :class:`QuiesceMiddleware`, an ``AgentMiddleware``.
+
+What it keeps true, for an agent made by ``langchain.agents.create_agent``:
+
+* ``before_model`` / ``abefore_model`` sync the state's messages into the
+  buffer by ``message.id`` (idempotent: the checkpointed history handed back
+  on every step appends only what is new; a message the buffer pruned on
+  purpose is not resurrected), then run the configured pruner once. By
+  default they return no state update: the checkpointed state keeps the
+  full history, and quiesce decides what the model sees.
+* ``wrap_model_call`` / ``awrap_model_call`` call the model on the pruned
+  window of a snapshot pinned for the whole call (``request.override``): a
+  prune requested meanwhile is deferred until the model returns. Removals
+  and stale marks are listed in a note appended to the system message, so
+  the messages themselves — thinking blocks with their signatures, images,
+  ids — reach the model exactly as LangChain stored them. Every tool call the
+  model sees is answered (a pruned result is replaced by a stand-in).
+* ``destructive=True`` also returns state updates from ``before_model``:
+  ``RemoveMessage`` for each pruned message, a replacement ``AIMessage``
+  (same id) without its pruned ``tool_calls``, and a stand-in ``ToolMessage``
+  (same id) for a result pruned while its call survives — the saved state
+  never holds an orphaned call or result.
+
+Messages are held as LangChain's own dicts (``message_to_dict``); see
+:mod:`quiesce.integrations._store` for the entry layout. One middleware (and
+one buffer) per conversation thread.
+
+Framework work-arounds: none in the middleware. Sync ``before_model`` runs an
+async pruner with ``anyio.run`` in the calling thread (LangGraph's sync
+``invoke`` runs nodes without an event loop).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import anyio
+
+from .._core.buffer import Buffer, Snapshot
+from .._core.entry import Kind
+from .._core.errors import InvalidArgument
+from ..adapters._common import ReadmitPolicy, SyncReport, fingerprint
+from ..pruner import Pruner
+from . import _store
+from ._glue import check_setup, missing_extra, prune_round
+
+try:
+    from langchain.agents.middleware.types import (
+        AgentMiddleware,
+        AgentState,
+        ModelRequest,
+        ModelResponse,
+    )
+    from langchain_core.messages import (
+        AIMessage,
+        AnyMessage,
+        BaseMessage,
+        HumanMessage,
+        RemoveMessage,
+        SystemMessage,
+        ToolMessage,
+        message_to_dict,
+        messages_from_dict,
+    )
+    from langgraph.runtime import Runtime
+except ImportError as exc:  # pragma: no cover - exercised without the extra
+    raise missing_extra("LangChain", "langchain") from exc
+
+__all__ = ["QuiesceMiddleware", "render_messages", "sync_messages", "to_units"]
+
+FRAMEWORK = "langchain"
+
+_KINDS: dict[type[BaseMessage], Kind] = {
+    SystemMessage: Kind.INSTRUCTION,
+    HumanMessage: Kind.INSTRUCTION,
+    AIMessage: Kind.REASONING,
+}
+
+
+#: Kinds an assistant wrote: a text slot of one of them renders as an ``AIMessage``.
+_ASSISTANT_KINDS = frozenset({Kind.REASONING, Kind.RATIONALE, Kind.SUMMARY, Kind.TOOL_CALL})
+
+
+def _unit(index: int, m: object) -> _store.Unit:
+    if not isinstance(m, BaseMessage):
+        raise InvalidArgument(
+            f"langchain: message {index}: expected a BaseMessage, not {type(m).__name__}"
+        )
+    name = type(m).__name__
+    native = message_to_dict(m)
+    mid = m.id if isinstance(m.id, str) and m.id else f"#lc:{fingerprint(native)}"
+    if isinstance(m, ToolMessage):
+        call_id = m.tool_call_id
+        if not isinstance(call_id, str) or not call_id:
+            raise InvalidArgument(f"langchain: message {index}: ToolMessage.tool_call_id is empty")
+        text = str(m.text)
+        result = _store.Result(call_id, text)
+        return _store.Unit(mid, Kind.TOOL_OUTPUT, text, native, results=(result,), bare=True)
+    kind = next((k for t, k in _KINDS.items() if isinstance(m, t)), None)
+    if kind is None:
+        raise InvalidArgument(
+            f"langchain: message {index}: {name} (type={m.type!r}) is not supported"
+        )
+    calls: list[_store.Call] = []
+    if isinstance(m, AIMessage):
+        for j, tc in enumerate(m.tool_calls):
+            tc_id = tc.get("id")
+            if not isinstance(tc_id, str) or not tc_id:
+                raise InvalidArgument(
+                    f"langchain: message {index}: AIMessage.tool_calls[{j}].id is empty"
+                )
+            args = json.dumps(tc.get("args", {}), sort_keys=True, ensure_ascii=False)
+            calls.append(_store.Call(tc_id, tc["name"], args))
+    return _store.Unit(mid, kind, str(m.text), native, calls=tuple(calls))
+
+
+def to_units(messages: Sequence[object]) -> list[_store.Unit]:
+    """LangChain messages read into units (all checked before any is used).
+
+    Raises :class:`InvalidArgument` naming the message index and the type or
+    field it cannot represent (``RemoveMessage``, ``ChatMessage``, a tool call
+    without an id)."""
+    units = [_unit(i, m) for i, m in enumerate(messages)]
+    ids = [u.id for u in units]
+    if len(set(ids)) != len(ids):
+        dup = next(i for i in ids if ids.count(i) > 1)
+        raise InvalidArgument(f"langchain: message id {dup!r} appears twice")
+    return units
+
+
+def sync_messages(
+    buffer: Buffer, messages: Sequence[object], *, readmit: ReadmitPolicy = "record"
+) -> SyncReport:
+    """Append the messages the buffer does not hold yet (by ``message.id``);
+    idempotent. ``readmit`` and the report are the adapters'
+    (:func:`quiesce.adapters.openai.sync_messages`)."""
+    return _store.sync_units(buffer, to_units(messages), framework=FRAMEWORK, readmit=readmit)
+
+
+def _without_calls(msg: AIMessage, live: set[str]) -> AIMessage:
+    """``msg`` keeping only the tool calls in ``live`` (also in its content blocks)."""
+    if all(tc.get("id") in live for tc in msg.tool_calls):
+        return msg
+    kept = [tc for tc in msg.tool_calls if tc.get("id") in live]
+    content = msg.content
+    if isinstance(content, list):
+        content = [
+            b
+            for b in content
+            if not (
+                isinstance(b, dict)
+                and b.get("type") in ("tool_use", "tool_call", "function_call")
+                and b.get("id") not in live
+            )
+        ]
+    return msg.model_copy(update={"tool_calls": kept, "content": content})
+
+
+def _text_message(slot: _store.Slot) -> BaseMessage:
+    """A plain message for a text slot (a summary, a rewritten message)."""
+    if slot.results:
+        return ToolMessage(content=slot.text, tool_call_id=slot.results[0], id=slot.unit)
+    if slot.calls or slot.kind in _ASSISTANT_KINDS:
+        tool_calls = [
+            {"name": c.name, "args": json.loads(c.arguments), "id": c.call_id, "type": "tool_call"}
+            for c in slot.calls
+        ]
+        return AIMessage(content=slot.text, tool_calls=tool_calls, id=slot.unit)
+    return HumanMessage(content=slot.text, id=slot.unit)
+
+
+def _rebuild(slot: _store.Slot) -> BaseMessage | None:
+    if slot.native is None:
+        return _text_message(slot)
+    msg = messages_from_dict([slot.native])[0]
+    if isinstance(msg, ToolMessage):
+        return msg if slot.results else None
+    if isinstance(msg, AIMessage) and msg.tool_calls:
+        return _without_calls(msg, slot.call_ids)
+    return msg
+
+
+def _paired(messages: list[BaseMessage]) -> list[BaseMessage]:
+    """Drop results whose call is not shown; add a stand-in result after the
+    results of each AI message for every call left unanswered."""
+    out: list[BaseMessage] = []
+    open_calls: dict[str, str] = {}  # call id -> tool name, of the latest AI message
+
+    def close() -> None:
+        for call_id, name in open_calls.items():
+            out.append(
+                ToolMessage(content=_store.stand_in(call_id), tool_call_id=call_id, name=name)
+            )
+        open_calls.clear()
+
+    for m in messages:
+        if isinstance(m, ToolMessage):
+            if open_calls.pop(m.tool_call_id, None) is not None:
+                out.append(m)
+            continue
+        close()
+        out.append(m)
+        if isinstance(m, AIMessage):
+            open_calls.update({str(tc["id"]): tc["name"] for tc in m.tool_calls})
+    close()
+    return out
+
+
+def render_messages(snap: Snapshot) -> tuple[list[BaseMessage], str | None]:
+    """The window of ``snap`` as LangChain messages, and the quiesce note (or
+    ``None``). Every tool call in the result is answered. O(n)."""
+    rebuilt = [m for m in (_rebuild(s) for s in _store.window(snap)) if m is not None]
+    return _paired(rebuilt), _store.notes(snap)
+
+
+def _with_note(system: SystemMessage | None, note: str | None) -> SystemMessage | None:
+    if note is None:
+        return system
+    if system is None:
+        return SystemMessage(content=note)
+    content = system.content
+    if isinstance(content, str):
+        return system.model_copy(update={"content": f"{content}\n\n{note}"})
+    return system.model_copy(update={"content": [*content, {"type": "text", "text": note}]})
+
+
+class QuiesceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
+    """Hold an agent's messages in a quiesce buffer; call the model on its pruned window.
+
+    ``buffer`` is a :class:`~quiesce.Buffer` (or the runtime buffer of
+    ``open_buffer()``); ``pruner`` an optional :class:`~quiesce.Pruner` run
+    once before each model call; ``destructive`` makes ``before_model`` also
+    remove pruned messages from the saved state (see the module docstring).
+    """
+
+    def __init__(
+        self, buffer: Buffer, *, pruner: Pruner | None = None, destructive: bool = False
+    ) -> None:
+        check_setup(buffer, pruner, "QuiesceMiddleware")
+        super().__init__()
+        self.buffer = buffer
+        self.pruner = pruner
+        self.destructive = bool(destructive)
+
+    # -- before_model -------------------------------------------------------
+
+    def _state_update(self, messages: Sequence[AnyMessage]) -> dict[str, Any] | None:
+        if not self.destructive:
+            return None
+        updates: list[BaseMessage] = []
+        tombs = self.buffer.tombstones
+        with self.buffer.snapshot() as snap:
+            for m in messages:
+                if not m.id:
+                    continue  # LangGraph gives every saved message an id
+                if m.id in tombs:
+                    if isinstance(m, ToolMessage) and _is_live_call(snap, m.tool_call_id):
+                        updates.append(
+                            ToolMessage(
+                                content=_store.stand_in(m.tool_call_id),
+                                tool_call_id=m.tool_call_id,
+                                id=m.id,
+                                name=m.name,
+                            )
+                        )
+                    else:
+                        updates.append(RemoveMessage(id=m.id))
+                elif isinstance(m, AIMessage) and m.tool_calls:
+                    live = {
+                        str(tc["id"]) for tc in m.tool_calls if f"{m.id}/{tc['id']}" not in tombs
+                    }
+                    if len(live) != len(m.tool_calls):
+                        updates.append(_without_calls(m, live))
+        return {"messages": updates} if updates else None
+
+    def before_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """Sync the state's messages, run the pruner (``anyio.run`` in this
+        thread), and return ``None`` — or, if destructive, the removals."""
+        messages = state["messages"]
+        sync_messages(self.buffer, messages)
+        if self.pruner is not None:
+            anyio.run(prune_round, self.buffer, self.pruner)
+        return self._state_update(messages)
+
+    async def abefore_model(
+        self, state: AgentState[Any], runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        """Sync the state's messages, await one pruning round, and return
+        ``None`` — or, if destructive, the removals. Cancellation while the
+        pruner runs submits nothing (see :func:`~quiesce.run_pruner`)."""
+        messages = state["messages"]
+        sync_messages(self.buffer, messages)
+        await prune_round(self.buffer, self.pruner)
+        return self._state_update(messages)
+
+    # -- wrap_model_call ----------------------------------------------------
+
+    def _request(self, request: ModelRequest[Any], snap: Snapshot) -> ModelRequest[Any]:
+        messages, note = render_messages(snap)
+        return request.override(
+            messages=list[AnyMessage](messages),  # type: ignore[arg-type]
+            system_message=_with_note(request.system_message, note),
+        )
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelResponse[Any]:
+        """Call the model on the window of a snapshot pinned for the call."""
+        sync_messages(self.buffer, request.messages)
+        with self.buffer.snapshot() as snap:
+            return handler(self._request(request, snap))
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResponse[Any]:
+        """Call the model on the window of a snapshot pinned across the await.
+        The pin is released on exit, also on cancellation."""
+        sync_messages(self.buffer, request.messages)
+        with self.buffer.snapshot() as snap:
+            return await handler(self._request(request, snap))
+
+
+def _is_live_call(snap: Snapshot, call_id: str) -> bool:
+    return any(e.kind is Kind.TOOL_CALL and e.meta.get("call_id") == call_id for e in snap)

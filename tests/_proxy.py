@@ -1,0 +1,71 @@
+"""A small TCP proxy for partition tests: relays bytes between clients and a
+server; ``partition()`` stops relaying in both directions (bytes are held,
+connections stay open, as when the network drops packets), ``heal()``
+resumes. The kernel here has no netem, so this is how a member is cut off
+from PostgreSQL while the server and the other members carry on."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+
+class Proxy:
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self._open = threading.Event()
+        self._open.set()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._sockets: list[socket.socket] = []
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def partition(self) -> None:
+        self._open.clear()
+
+    def heal(self) -> None:
+        self._open.set()
+
+    def close(self) -> None:
+        self._closed = True
+        self._open.set()
+        self._listener.close()
+        for s in self._sockets:
+            try:
+                s.close()
+            except OSError:
+                pass
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            self._open.wait()
+            try:
+                server = socket.create_connection(self.target)
+            except OSError:
+                client.close()
+                continue
+            self._sockets += [client, server]
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                self._open.wait()  # partitioned: hold the bytes
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass

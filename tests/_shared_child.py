@@ -1,0 +1,176 @@
+"""A member process for the multi-process tests of ``open_shared_buffer``.
+
+Started with the ``spawn`` method (a fresh interpreter, as on another host);
+runs one ``open_shared_buffer`` on the given anyio backend and obeys commands
+sent over a pipe, one at a time: ``(name, args)`` → ``("ok", value)`` or
+``("error", type name, message)``. Pins taken by ``pin`` stay held until
+``unpin``. ``writes`` runs a loop of forwarded (or local) appends and marks and
+returns which were acknowledged, which raised, and which timed out.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from multiprocessing.connection import Connection
+from typing import Any
+
+import anyio
+
+from quiesce import Entry, Kind, QuiesceError, Snapshot
+from quiesce._shared import SharedBuffer, SharedWriteTimeout, open_shared_buffer
+
+
+def summary(buf: SharedBuffer) -> dict[str, Any]:
+    """What every member must agree on once caught up."""
+    head = buf.head()
+    return {
+        "version": head.number,
+        "entries": [e.id for e in head.entries()],
+        "marks": sorted(head.marks),
+        "tombstones": sorted(head.tombs.by_id),
+        "log": len(buf.log),
+        "staged": sorted(buf.staged()),
+    }
+
+
+async def _writes(buf: SharedBuffer, prefix: str, n: int, timeout: float) -> dict[str, Any]:
+    acked: list[str] = []
+    failed: list[str] = []
+    unknown: list[str] = []
+    for i in range(n):
+        eid = f"{prefix}{i}"
+        try:
+            await buf.append(Entry(eid, Kind.REASONING, f"{prefix} step {i}"), timeout=timeout)
+            if i % 3 == 0:
+                await buf.mark_stale(eid, "old", timeout=timeout)
+            await buf.flush()  # a sequencer's write counts once durable
+            acked.append(eid)
+        except SharedWriteTimeout:
+            unknown.append(eid)
+        except QuiesceError as exc:
+            failed.append(f"{eid}: {type(exc).__name__}: {exc}")
+            await anyio.sleep(0.05)
+    return {"acked": acked, "failed": failed, "unknown": unknown}
+
+
+async def _serve(conn: Connection, buf: SharedBuffer) -> None:
+    pins: list[tuple[Snapshot, float]] = []
+    pin_log: list[tuple[int, float, float, list[str]]] = []
+    while True:
+        name, args = await anyio.to_thread.run_sync(conn.recv, abandon_on_cancel=True)
+        try:
+            value: Any = None
+            if name == "exit":
+                for snap, _ in pins:
+                    snap.__exit__(None, None, None)
+                conn.send(("ok", None))
+                return
+            elif name == "role":
+                value = (buf.role, buf.epoch, os.getpid())
+            elif name == "append":
+                value = await buf.append(Entry(args[0], Kind.REASONING, args[1]))
+            elif name == "mark":
+                value = (await buf.mark_stale(args[0], "old")).version
+            elif name == "prune":
+                report = await buf.prune(args, reason="test prune", actor="test")
+                value = {i: o.status.name for i, o in report.items()}
+            elif name == "pin":
+                snap = buf.snapshot().__enter__()
+                pins.append((snap, time.time()))
+                value = (snap.version, [e.id for e in snap])
+            elif name == "unpin":
+                now = time.time()
+                for snap, since in pins:
+                    try:
+                        pin_log.append((snap.version, since, now, [e.id for e in snap]))
+                    except QuiesceError:  # void (LeaseLost): still unpinned below
+                        pass
+                    snap.__exit__(None, None, None)
+                pins.clear()
+                value = now
+            elif name == "summary":
+                value = summary(buf)
+            elif name == "wait_applied":
+                await buf.wait_applied(args, timeout=30)
+                value = summary(buf)
+            elif name == "check":
+                buf._check()
+                value = True
+            elif name == "flush":
+                await buf.flush()
+                value = len(buf.log)
+            elif name == "pending":
+                value = buf.local.pending_records
+            elif name == "stats":
+                st = buf.stats()
+                value = {
+                    "role": st.role,
+                    "epoch": st.epoch,
+                    "applied_seq": st.applied_seq,
+                    "connected": st.connected,
+                    "lease_valid": st.lease_valid,
+                    "failovers": st.failovers,
+                    "served": st.served,
+                    "forwarded": st.forwarded,
+                }
+            elif name == "writes":
+                value = await _writes(buf, *args)
+            elif name == "read_pins":
+                out = []
+                for snap, _ in pins:
+                    try:
+                        out.append([e.id for e in snap])
+                    except QuiesceError as exc:
+                        out.append(f"{type(exc).__name__}: {exc}")
+                value = out
+            elif name == "pin_log":
+                value = pin_log
+            elif name == "escalations":
+                value = [  # from the log: the runtime streams them to a consumer
+                    {"kind": r.detail["kind"], "detail": r.reason, "data": r.detail["data"]}
+                    for r in buf.log
+                    if r.op == "escalate"
+                ]
+            elif name == "snapshot_error":
+                try:
+                    with buf.snapshot():
+                        value = None
+                except QuiesceError as exc:
+                    value = (type(exc).__name__, str(exc))
+            else:
+                raise ValueError(f"unknown command {name!r}")
+            conn.send(("ok", value))
+        except Exception as exc:
+            conn.send(("error", type(exc).__name__, str(exc)))
+
+
+async def _main(dsn: str, backend: str, conn: Connection, options: dict[str, Any]) -> None:
+    async with open_shared_buffer(dsn, "shared", **options) as buf:
+        conn.send(("ok", (buf.role, buf.epoch, os.getpid())))
+        await _serve(conn, buf)
+
+
+def child(dsn: str, backend: str, conn: Connection, options: dict[str, Any]) -> None:
+    """The process entry point (SIGUSR1 dumps every thread's stack)."""
+    import faulthandler
+    import signal
+
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+
+    def tasks(*_: object) -> None:  # SIGUSR2: every asyncio task's stack
+        import asyncio
+        import sys
+
+        for t in asyncio.all_tasks():
+            t.print_stack(file=sys.stderr)
+
+    signal.signal(signal.SIGUSR2, tasks)
+    try:
+        anyio.run(_main, dsn, backend, conn, options, backend=backend)
+    except Exception as exc:  # reported to the parent, which fails the test
+        try:
+            conn.send(("error", type(exc).__name__, str(exc)))
+        except OSError:
+            pass
+        raise
