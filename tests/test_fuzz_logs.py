@@ -63,8 +63,9 @@ def _build(kind: str, path: Path, seed: int = 5, ops: int = 150) -> dict[str, An
     buf.flush()
     buf.sink.close()  # type: ignore[union-attr]
     again = Buffer(log=SINKS[kind](path))
+    recovered = state(again)  # reads the log back from the open sink
     again.sink.close()  # type: ignore[union-attr]
-    return state(again)
+    return recovered
 
 
 @pytest.fixture(scope="module")

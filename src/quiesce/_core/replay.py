@@ -324,7 +324,7 @@ def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
                     _require(
                         e.kind not in PROTECTED_KINDS
                         or (t.id in retracted and t.actor == HOST_ACTOR),
-                        f"protected {t.id!r} is removed without a host retraction (invariant 4)",
+                        f"protected {t.id!r} is removed",  # invariant 4: only a host retraction
                     )
                     _require(
                         t.content_hash == e.content_hash and t.kind is e.kind and t.key == e.key,

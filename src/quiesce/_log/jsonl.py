@@ -315,7 +315,10 @@ class JsonlLog:
         if start >= stop:
             return []
         with self._lock:
-            self._check_open()
+            if self._fd < 0:
+                # Closed: the file is read whole, read-only (a buffer's log
+                # stays readable after its sink is closed). O(file size).
+                return check_read(read_jsonl(self._path).records[start:stop], start, stop)
             if start < 0 or stop > self._next_seq:
                 raise LogFormatError(
                     f"{self._path}: records {start}..{stop - 1} asked, the log holds "

@@ -591,8 +591,11 @@ class SQLiteLog:
         if start >= stop:
             return []
         with self._lock:
-            conn = self._open_conn()
-            records = _read_rows(conn, self._layout, self._path, start, stop)
+            if self._conn is None:
+                # Closed: read through a read-only connection (a buffer's log
+                # stays readable after its sink is closed). O(records).
+                return check_read(read_sqlite(self._path)[1][start:stop], start, stop)
+            records = _read_rows(self._conn, self._layout, self._path, start, stop)
         return check_read(records, start, stop)
 
     def write(self, records: Sequence[LogRecord]) -> None:
