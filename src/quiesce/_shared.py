@@ -462,6 +462,9 @@ class SharedBuffer:
         self._wake_pump = anyio.Event()
         self._closing = False
         self._needs_rebuild = False  # demoted with records that were not durable
+        #: wall-clock moments this member counted its member lease lost
+        #: (``quiesce.testing.MemberReport.lease_lost``)
+        self.lease_lost_times: list[float] = []
         self._lost_records = 0  # records dropped at a demotion, not yet reported
         self.forwarded = 0
         self.served = 0
@@ -904,6 +907,9 @@ class SharedBuffer:
             if now > self._member_valid_until and self._lease_lost is None:
                 local = self.local
                 local._lease_lost_at = local._clock()  # type: ignore[attr-defined]
+                # when, on the wall clock, this member counted its lease gone
+                # (before the database expires it): for recorded histories
+                self.lease_lost_times.append(time.time() - (now - self._member_valid_until))
                 self._lease_lost = LeaseLost(
                     f"member {self.member_id} could not renew its lease within "
                     f"{self._lease:g}s: its snapshots are void until it re-joins"
