@@ -127,3 +127,54 @@ async def test_a_member_that_ignores_its_readers_is_caught(
     assert f"while a reader of member {report.member}, which pinned it unmarked" in (
         found[0].detail
     )
+
+
+@pytest.mark.anyio
+async def test_a_concurrent_flush_commits_a_forwarded_requests_records_with_its_result(
+    pg_dsn: str, anyio_backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The duplicate-after-crash window, made deterministic: while the
+    sequencer applies a forwarded append, another thread flushes (as a
+    removal's intent flush does) after the append's record exists but before
+    its result is known. That flush's transaction must carry the result too
+    (it waits for it): read right after its COMMIT, the request is answered
+    — so a SIGKILL at that moment cannot leave the record without its
+    result, and no successor applies the request again."""
+    import threading
+
+    seen: list[tuple[int, int]] = []
+    original = SharedBuffer._apply_locally
+
+    def apply_then_race(self: SharedBuffer, op: str, args: dict[str, Any]) -> Any:
+        value = original(self, op, args)
+        if op == "append":
+
+            def concurrent_flush() -> None:
+                self.local.flush()
+                with psycopg.connect(pg_dsn, autocommit=True) as conn:
+                    row = conn.execute(
+                        "SELECT (SELECT count(*) FROM quiesce_log WHERE buffer_id = 'c' "
+                        "AND op = 'append'), (SELECT count(*) FROM quiesce_request "
+                        "WHERE buffer_id = 'c' AND op = 'append' AND result IS NOT NULL)"
+                    ).fetchone()
+                    assert row is not None
+                    seen.append((int(row[0]), int(row[1])))
+
+            racer = threading.Thread(target=concurrent_flush)
+            racer.start()
+            racer.join(0.5)  # it commits now, unless it waits for this result
+        return value
+
+    monkeypatch.setattr(SharedBuffer, "_apply_locally", apply_then_race)
+    async with (
+        open_shared_buffer(pg_dsn, "c", **FAST) as a,
+        open_shared_buffer(pg_dsn, "c", **FAST) as b,
+    ):
+        assert b.role == "replica"
+        await b.append(Entry("x", Kind.REASONING, "x"))
+        with anyio.fail_after(10):
+            while not seen:
+                await anyio.sleep(0.02)
+        assert seen == [(1, 1)]  # the record and its result, in one commit
+        a._check()
+        b._check()
