@@ -34,6 +34,34 @@ def summary(buf: SharedBuffer) -> dict[str, Any]:
     }
 
 
+class Report:
+    """What this member records for the merged cross-process check
+    (``quiesce.testing.check_shared_history``): its readers and the log
+    prefix each returning ``flush()`` vouched for."""
+
+    def __init__(self) -> None:
+        self.pins: list[list[Any]] = []  # [version, entered, exited | None, seen ids]
+        self.flushes: list[tuple[int, dict[str, Any] | None]] = []
+
+    async def flush(self, buf: SharedBuffer) -> None:
+        # what was in the log *before* the call is durable once it returns
+        n = len(buf.log)
+        last = buf.log[n - 1].to_dict() if n else None
+        await buf.flush()
+        self.flushes.append((n, last))
+
+    def as_dict(self, buf: SharedBuffer) -> dict[str, Any]:
+        return {
+            "member": buf.member_id,
+            "pins": self.pins,
+            "flushes": self.flushes,
+            "lease_lost": list(buf.lease_lost_times),
+        }
+
+
+REPORT = Report()
+
+
 async def _writes(buf: SharedBuffer, prefix: str, n: int, timeout: float) -> dict[str, Any]:
     acked: list[str] = []
     failed: list[str] = []
@@ -44,7 +72,7 @@ async def _writes(buf: SharedBuffer, prefix: str, n: int, timeout: float) -> dic
             await buf.append(Entry(eid, Kind.REASONING, f"{prefix} step {i}"), timeout=timeout)
             if i % 3 == 0:
                 await buf.mark_stale(eid, "old", timeout=timeout)
-            await buf.flush()  # a sequencer's write counts once durable
+            await REPORT.flush(buf)  # a sequencer's write counts once durable
             acked.append(eid)
         except SharedWriteTimeout:
             unknown.append(eid)
@@ -55,7 +83,7 @@ async def _writes(buf: SharedBuffer, prefix: str, n: int, timeout: float) -> dic
 
 
 async def _serve(conn: Connection, buf: SharedBuffer) -> None:
-    pins: list[tuple[Snapshot, float]] = []
+    pins: list[tuple[Snapshot, list[Any]]] = []
     pin_log: list[tuple[int, float, float, list[str]]] = []
     while True:
         name, args = await anyio.to_thread.run_sync(conn.recv, abandon_on_cancel=True)
@@ -77,15 +105,19 @@ async def _serve(conn: Connection, buf: SharedBuffer) -> None:
                 value = {i: o.status.name for i, o in report.items()}
             elif name == "pin":
                 snap = buf.snapshot().__enter__()
-                pins.append((snap, time.time()))
-                value = (snap.version, [e.id for e in snap])
+                seen = [e.id for e in snap]
+                pin = [snap.version, time.time(), None, seen]
+                REPORT.pins.append(pin)
+                pins.append((snap, pin))
+                value = (snap.version, seen)
             elif name == "unpin":
                 now = time.time()
-                for snap, since in pins:
+                for snap, pin in pins:
                     try:
-                        pin_log.append((snap.version, since, now, [e.id for e in snap]))
+                        pin_log.append((snap.version, pin[1], now, [e.id for e in snap]))
                     except QuiesceError:  # void (LeaseLost): still unpinned below
                         pass
+                    pin[2] = now
                     snap.__exit__(None, None, None)
                 pins.clear()
                 value = now
@@ -98,8 +130,10 @@ async def _serve(conn: Connection, buf: SharedBuffer) -> None:
                 buf._check()
                 value = True
             elif name == "flush":
-                await buf.flush()
+                await REPORT.flush(buf)
                 value = len(buf.log)
+            elif name == "report":
+                value = REPORT.as_dict(buf)
             elif name == "pending":
                 value = buf.local.pending_records
             elif name == "stats":
@@ -151,6 +185,26 @@ async def _main(dsn: str, backend: str, conn: Connection, options: dict[str, Any
         await _serve(conn, buf)
 
 
+def _race_forwarded_appends(window: float) -> None:
+    """Test hook (this process only): after the sequencer applies a forwarded
+    append, another thread flushes at once (as a removal's intent flush
+    would) while the serving thread waits ``window`` seconds before its
+    result is known: the moment a SIGKILL used to leave the record durable
+    without its result."""
+    import threading
+
+    original = SharedBuffer._apply_locally
+
+    def apply(self: SharedBuffer, op: str, args: dict[str, Any]) -> Any:
+        value = original(self, op, args)
+        if op == "append":
+            threading.Thread(target=self.local.flush, daemon=True).start()
+            time.sleep(window)
+        return value
+
+    SharedBuffer._apply_locally = apply  # type: ignore[method-assign]
+
+
 def child(dsn: str, backend: str, conn: Connection, options: dict[str, Any]) -> None:
     """The process entry point (SIGUSR1 dumps every thread's stack)."""
     import faulthandler
@@ -166,6 +220,9 @@ def child(dsn: str, backend: str, conn: Connection, options: dict[str, Any]) -> 
             t.print_stack(file=sys.stderr)
 
     signal.signal(signal.SIGUSR2, tasks)
+    window = options.pop("race_window", None)
+    if window is not None:
+        _race_forwarded_appends(window)
     try:
         anyio.run(_main, dsn, backend, conn, options, backend=backend)
     except Exception as exc:  # reported to the parent, which fails the test

@@ -40,8 +40,10 @@ from quiesce import (
     SharedWriteTimeout,
     open_shared_buffer,
 )
+from quiesce._core.records import LogRecord
 from quiesce._core.replay import replay
 from quiesce._log.postgres import PostgresLog
+from quiesce.testing import MemberPin, MemberReport, check_shared_history
 
 BACKENDS = ["asyncio", "trio"]
 FAST = {"lease": 3.0, "poll": 0.2, "timeout": 5.0}
@@ -126,6 +128,41 @@ def check_log(dsn: str) -> Buffer:
     return buf
 
 
+def check_merged(dsn: str, members: list[Member]) -> Buffer:
+    """check_log, then the merged history of all processes: the log (merged
+    by seq) with every live member's readers, flushes and lease losses
+    through quiesce.testing.check_shared_history (check_history on the
+    replayed log plus the cross-process checks)."""
+    buf = check_log(dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = [
+            (epoch, LogRecord.from_dict(json.loads(text)))
+            for epoch, text in conn.execute(
+                "SELECT writer_epoch, record FROM quiesce_log "
+                "WHERE buffer_id = 'shared' ORDER BY seq"
+            )
+        ]
+    reports = []
+    for m in members:
+        if m.proc.is_alive():
+            r = m("report")
+            reports.append(
+                MemberReport(
+                    r["member"],
+                    tuple(
+                        MemberPin(r["member"], v, e, x, tuple(ids)) for v, e, x, ids in r["pins"]
+                    ),
+                    tuple(
+                        (n, None if last is None else LogRecord.from_dict(last))
+                        for n, last in r["flushes"]
+                    ),
+                    tuple(r["lease_lost"]),
+                )
+            )
+    assert check_shared_history(rows, reports) == []
+    return buf
+
+
 def converge(members: list[Member]) -> dict[str, Any]:
     """Every live member reaches the sequencer's head, agrees on it and
     passes _check()."""
@@ -196,7 +233,7 @@ class TestScenarios:
         assert sorted(appended) == sorted(acked)  # each exactly once
         final = converge(members)
         assert sorted(final["entries"]) == sorted(acked)
-        check_log(pg_dsn)
+        check_merged(pg_dsn, members)
         assert b("stats")["forwarded"] == 25 + 9
 
     def test_a_reader_in_one_process_holds_back_a_removal_requested_in_another(
@@ -226,7 +263,7 @@ class TestScenarios:
         assert removal[0]["time"] >= released  # published after B's reader left
         assert pinned_version < s["version"]
         converge(members)
-        check_log(pg_dsn)
+        check_merged(pg_dsn, members)
 
     def test_readers_pinned_after_the_mark_do_not_hold_it_back(
         self, pg_dsn: str, members: list[Member], backend: str
@@ -246,6 +283,7 @@ class TestScenarios:
         wait_for(lambda: b("summary")["tombstones"] == ["x"])  # B still pinned
         b("unpin")
         converge(members)
+        check_merged(pg_dsn, members)
 
     def test_a_held_back_removal_names_the_remote_process_and_task(
         self, pg_dsn: str, members: list[Member], backend: str
@@ -273,6 +311,8 @@ class TestScenarios:
         assert f"pid {b.pid}" in esc["detail"]
         b("unpin")
         wait_for(lambda: a("summary")["tombstones"] == ["x"])
+        converge(members)
+        check_merged(pg_dsn, members)
 
     def test_forwarded_reports_and_errors_are_the_sequencers(
         self, pg_dsn: str, members: list[Member], backend: str
@@ -286,6 +326,7 @@ class TestScenarios:
         with pytest.raises(AssertionError, match="DuplicateEntry"):
             b("append", ("n", "again"))
         converge(members)
+        check_merged(pg_dsn, members)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -315,7 +356,30 @@ class TestFaults:
         for r in (rb, rc):
             assert set(r["acked"]) <= stored  # nothing acknowledged is lost
         converge(members)
-        check_log(pg_dsn)
+        check_merged(pg_dsn, members)
+
+    def test_sigkill_after_a_concurrent_flush_made_a_request_durable(
+        self, pg_dsn: str, members: list[Member], backend: str
+    ) -> None:
+        """SIGKILL the sequencer right after a concurrent flush committed a
+        forwarded append's record (the sequencer is held between applying it
+        and knowing its result): the record is committed only with its
+        result, so the successor does not apply the request again — the
+        replica's append returns its version (no DuplicateEntry) and the
+        entry is in the log once."""
+        a = start(members, pg_dsn, backend, race_window=3.0, **SHORT)
+        b = start(members, pg_dsn, backend, **SHORT)
+        b.send("append", ("x", "forwarded"))
+        wait_for(lambda: "x" in appended_ids(pg_dsn), timeout=20, interval=0.01)
+        a.kill()
+        a.proc.join(5)
+        version = b._reply(60)
+        assert isinstance(version, int)
+        appends = [r for r in db_log(pg_dsn) if r[2] == "append"]
+        assert [(json.loads(r[4])["ids"], r[3]) for r in appends] == [(["x"], version)]
+        assert sequencer(members) is b
+        converge(members)
+        check_merged(pg_dsn, members)
 
     def test_sigstop_beyond_the_lease_then_sigcont(
         self, pg_dsn: str, members: list[Member], backend: str
@@ -340,7 +404,7 @@ class TestFaults:
         assert final["entries"] == ["a0", "b0"]
         epochs = [r[1] for r in db_log(pg_dsn)]
         assert epochs == sorted(epochs) and epochs[-1] == 2
-        check_log(pg_dsn)
+        check_merged(pg_dsn, members)
 
     def test_pg_terminate_backend_of_every_connection(
         self, pg_dsn: str, members: list[Member], backend: str
@@ -361,7 +425,7 @@ class TestFaults:
         assert len(r["acked"]) >= 8
         assert set(r["acked"]) <= appended_ids(pg_dsn)
         converge(members)
-        check_log(pg_dsn)
+        check_merged(pg_dsn, members)
 
     def test_server_crash_and_restart(
         self, pg_cluster: Any, pg_dsn: str, members: list[Member], backend: str
@@ -386,7 +450,7 @@ class TestFaults:
         assert len(after["acked"]) >= 3
         assert set(before["acked"]) | set(after["acked"]) <= appended_ids(pg_dsn)
         converge(members)
-        check_log(pg_dsn)
+        check_merged(pg_dsn, members)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -426,7 +490,7 @@ def test_partition_of_a_replica_through_a_tcp_proxy(
         assert len(after["acked"]) == 3
         final = converge(members)
         assert "x" in final["tombstones"]
-        check_log(pg_dsn)
+        check_merged(pg_dsn, members)
     finally:
         proxy.close()
 

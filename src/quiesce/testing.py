@@ -59,6 +59,12 @@ equal to the plain string):
     invariant 7.
 ``version-order``
     version numbers not strictly increasing.
+``seq-gap`` / ``epoch-regression`` / ``lost-flush``
+    the cross-process checks of :func:`check_shared_history` (one buffer
+    shared by many processes): a shared log whose ``seq`` skips or repeats a
+    number, a record of an old writer epoch after a newer epoch's first, and
+    a ``flush()`` that returned in some member although what it made durable
+    is not in the log.
 ``stale-snapshot``
     a snapshot pinned an older version than the head published before it
     was entered (a snapshot pins *the head*).
@@ -73,6 +79,12 @@ The checker is deliberately independent of the core's own ``_check()``: it
 recomputes everything from the recorded versions, so a bug in the core's
 bookkeeping cannot hide a bug in its behaviour. Cost: O(versions · entries +
 snapshots · removals) — meant for many small histories, not one huge one.
+
+A buffer shared by many processes (``open_shared_buffer``) is checked with
+:func:`check_shared_history`: the shared log merged by ``seq``, replayed
+version by version into one history that must pass :func:`check_history`,
+plus each member's :class:`MemberReport` (its readers, the flushes that
+returned, when it lost its lease) for the cross-process checks.
 
 It imports no event loop and no test framework; users may record and
 check their own workloads::
@@ -118,6 +130,8 @@ __all__ = [
     "Anomaly",
     "AnomalyKind",
     "History",
+    "MemberPin",
+    "MemberReport",
     "OpEvent",
     "Publication",
     "Read",
@@ -125,6 +139,7 @@ __all__ = [
     "Recorder",
     "SnapshotEvent",
     "check_history",
+    "check_shared_history",
     "preloaded",
 ]
 
@@ -148,6 +163,9 @@ class AnomalyKind(enum.StrEnum):
     REFUSED_CHANGE = "refused-change"
     PIN_LEAK = "pin-leak"
     VERSION_ORDER = "version-order"
+    SEQ_GAP = "seq-gap"
+    EPOCH_REGRESSION = "epoch-regression"
+    LOST_FLUSH = "lost-flush"
     STALE_SNAPSHOT = "stale-snapshot"
     SILENT_READMISSION = "silent-readmission"
     LOST_UPDATE = "lost-update"
@@ -1256,3 +1274,187 @@ def preloaded(entries: Sequence[Entry], *, marked: int = 0, log: LogSink | None 
     buf._head = draft.finish(1)
     buf._unmarked = {e.id for e in entries[marked:]}  # the mark fast path's index
     return buf
+
+
+# ---------------------------------------------------------------------------
+# Many processes: the merged history of a shared buffer
+
+
+@dataclass(frozen=True, slots=True)
+class MemberPin:
+    """One reader in one member process of a shared buffer: the version it
+    pinned, the live ids it saw there, and when (wall clock, ``time.time()``,
+    the clock the log records' ``time`` uses) it was pinned: ``entered`` taken
+    just *after* pinning, ``exited`` just *before* unpinning (``None``: still
+    pinned at the end), so the recorded interval lies inside the real one and
+    a correct run never looks early."""
+
+    member: str
+    version: int
+    entered: float
+    exited: float | None
+    seen: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MemberReport:
+    """What one member of a shared buffer recorded: its readers, the
+    ``(log length, last record)`` its local log had each time a ``flush()``
+    returned (everything up to there is durable, so the shared log must hold
+    it), and the wall-clock moments it counted its member lease lost (its
+    readers pinned at that moment stop counting: they are void)."""
+
+    member: str
+    pins: tuple[MemberPin, ...] = ()
+    flushes: tuple[tuple[int, LogRecord | None], ...] = ()
+    lease_lost: tuple[float, ...] = ()
+
+
+def _same_record(a: LogRecord, b: LogRecord) -> bool:
+    return (a.seq, a.op, a.version, tuple(a.ids), a.time) == (
+        b.seq,
+        b.op,
+        b.version,
+        tuple(b.ids),
+        b.time,
+    )
+
+
+def check_shared_history(
+    rows: Iterable[tuple[int, LogRecord]],
+    members: Iterable[MemberReport] = (),
+    *,
+    policy: Policy | None = None,
+) -> list[Anomaly]:
+    """Check a buffer shared by many processes.
+
+    ``rows`` are the shared log's ``(writer_epoch, record)`` pairs in any
+    order (each process's view may be concatenated: they are merged by
+    ``seq``, identical duplicates dropped); ``members`` what each process
+    recorded. Finds:
+
+    * ``seq-gap``: the merged log skips or repeats a ``seq``;
+    * ``epoch-regression``: a record of an old epoch after a newer epoch's
+      first record (a fenced-out sequencer wrote after its successor);
+    * everything :func:`check_history` finds in the merged log replayed
+      record by record into one history (each record that publishes is one
+      version);
+    * ``early-removal``: a removal published (its record's ``time``) while a
+      reader in a live member was pinned at a version where the entry was
+      live and unmarked (a member's readers pinned when it counted its lease
+      lost are excluded from then on: they are void);
+    * ``G1b``: a member's reader saw other ids than the log's version of that
+      number (a replica diverged);
+    * ``lost-flush``: a member's ``flush()`` returned with records that are
+      not (or differ) in the log.
+
+    Timestamps are compared across processes, so they must come from one
+    clock (one host, or clocks known to agree). O(records · entries + pins ·
+    removals).
+    """
+    from ._core.replay import replay
+
+    out: list[Anomaly] = []
+    by_seq: dict[int, tuple[int, LogRecord]] = {}
+    for epoch, rec in rows:
+        seen = by_seq.get(rec.seq)
+        if seen is not None and not (seen[0] == epoch and _same_record(seen[1], rec)):
+            out.append(
+                Anomaly(
+                    AnomalyKind.SEQ_GAP,
+                    f"seq {rec.seq} holds two different records ({seen[1].op}, {rec.op})",
+                )
+            )
+        by_seq.setdefault(rec.seq, (epoch, rec))
+    merged = [by_seq[k] for k in sorted(by_seq)]
+    log = [rec for _, rec in merged]
+    for expected, rec in enumerate(log):
+        if rec.seq != expected:
+            out.append(
+                Anomaly(AnomalyKind.SEQ_GAP, f"seq {expected} is missing (next is {rec.seq})")
+            )
+            log = log[:expected]  # replay stops at the first gap
+            break
+    newest = 0
+    for epoch, rec in merged:
+        if epoch < newest:
+            out.append(
+                Anomaly(
+                    AnomalyKind.EPOCH_REGRESSION,
+                    f"record {rec.seq} ({rec.op}) of epoch {epoch} after a record of "
+                    f"epoch {newest}",
+                )
+            )
+        newest = max(newest, epoch)
+
+    # The merged log as one history: every version it publishes, in order.
+    rec_buf = Recorder(Buffer(policy=policy))
+    for rec in log:
+        replay(rec_buf.buffer, [rec])
+        rec_buf._observe_log()
+    history = rec_buf.history()
+    out.extend(check_history(history))
+
+    versions = {history.initial.number: history.initial}
+    for pub in history.publications:
+        versions[pub.version.number] = pub.version
+    reports = list(members)
+    for m in reports:
+        for pin in m.pins:
+            v = versions.get(pin.version)
+            if v is None:
+                out.append(
+                    Anomaly(
+                        AnomalyKind.G1B,
+                        f"member {m.member}'s reader pinned version {pin.version}, which "
+                        f"the log never published",
+                    )
+                )
+            elif pin.seen is not None and list(pin.seen) != [e.id for e in v.entries()]:
+                out.append(
+                    Anomaly(
+                        AnomalyKind.G1B,
+                        f"member {m.member}'s reader saw {list(pin.seen)} in version "
+                        f"{pin.version}; the log's version {pin.version} holds "
+                        f"{[e.id for e in v.entries()]}",
+                    )
+                )
+        for n, last in m.flushes:
+            if n == 0:
+                continue
+            if n > len(log) or last is None or not _same_record(log[n - 1], last):
+                where = f"has only {len(log)}" if n > len(log) else f"differs at seq {n - 1}"
+                out.append(
+                    Anomaly(
+                        AnomalyKind.LOST_FLUSH,
+                        f"member {m.member}'s flush() returned with {n} records, but the "
+                        f"log {where}",
+                    )
+                )
+
+    # (5) across processes: each removal against every member's readers.
+    prev = history.initial
+    for pub in history.publications:
+        v = pub.version
+        removed = [i for i in v.tombs.by_id if i not in prev.tombs.by_id]
+        if removed:
+            at = next(r.time for r in log if r.version == v.number)
+            for i in removed:
+                for m in reports:
+                    for pin in m.pins:
+                        if not pin.entered <= at or (pin.exited is not None and pin.exited < at):
+                            continue
+                        if any(pin.entered <= lost <= at for lost in m.lease_lost):
+                            continue  # void since its member lost its lease
+                        pinned = versions.get(pin.version)
+                        if pinned is not None and i in pinned.live and i not in pinned.marks:
+                            out.append(
+                                Anomaly(
+                                    AnomalyKind.EARLY_REMOVAL,
+                                    f"{i!r} removed in version {v.number} while a reader of "
+                                    f"member {m.member}, which pinned it unmarked in version "
+                                    f"{pin.version}, was still pinned",
+                                )
+                            )
+        prev = v
+    return out
