@@ -73,6 +73,7 @@ from .records import (
     Status,
     Tombstone,
 )
+from .checkpoint import DEFAULT_CHECKPOINT_EVERY, CheckpointSink, recover
 from .replay import replay
 from .tasks import task_name
 from .version import ADD as _ADD
@@ -131,6 +132,7 @@ class Buffer(Editor):
         clock: Callable[[], float] = time.monotonic,
         escalation_capacity: int = 10_000,
         log_retention: int = DEFAULT_RETENTION,
+        checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
     ) -> None:
         if policy is None:
             policy = Policy()
@@ -150,6 +152,12 @@ class Buffer(Editor):
             raise InvalidType(f"log_retention must be an int, not {type(log_retention).__name__}")
         if log_retention < 0:
             raise InvalidArgument(f"log_retention must be >= 0, got {log_retention}")
+        if type(checkpoint_every) is not int:
+            raise InvalidType(
+                f"checkpoint_every must be an int, not {type(checkpoint_every).__name__}"
+            )
+        if checkpoint_every < 0:
+            raise InvalidArgument(f"checkpoint_every must be >= 0, got {checkpoint_every}")
         gil_enabled = getattr(sys, "_is_gil_enabled", None)  # Python >= 3.13
         if gil_enabled is not None and not gil_enabled():
             raise RuntimeError(
@@ -208,13 +216,17 @@ class Buffer(Editor):
         # invariant 4 bookkeeping: the bytes every immutable entry was admitted with
         self._immutable_hashes = {}
         self._max_removed_grace = 0
+        self._checkpoint_every = checkpoint_every
         if log is not None:
-            records = log.load()
-            if records:
-                replay(self, records)
-                self._synced = len(self._records)
+            if not (isinstance(log, CheckpointSink) and recover(self, log)):
+                records = log.load()
+                if records:
+                    replay(self, records)
                 del records
-                self._trim_log()
+            self._synced = len(self._records)
+            self._trim_log()
+        #: seq the next automatic checkpoint is due at (flush() writes it)
+        self._checkpoint_due = len(self._records) + checkpoint_every
 
     # -- reading --------------------------------------------------------
 

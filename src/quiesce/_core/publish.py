@@ -55,6 +55,8 @@ class Publisher(Grace):
     _records: Records  #: LogRecords and compact records (log.py)
     _synced: int  #: records [0, _synced) are durable in the sink
     _retention: int  #: records kept in memory without a sink (log.py)
+    _checkpoint_every: int  #: records between automatic checkpoints (checkpoint.py)
+    _checkpoint_due: int  #: the record count at which flush() writes the next one
     _log_failing: bool
     _counts: Counter[str]
     _refusals: Counter[Refusal]
@@ -367,12 +369,20 @@ class Publisher(Grace):
         elif self._sink is None:
             records.trim(len(records), self._retention)
 
-    def flush(self) -> None:
+    def flush(self, *, checkpoint: bool = False) -> None:
         """Return once every change made before the call is durable in the sink.
 
         One sink write (one commit) for every pending record, whatever their
         number. Raises :class:`LogWriteError` on failure; the records stay
         pending and a later successful ``flush()`` resumes.
+
+        Checkpoints (issue 13, :mod:`.checkpoint`): with ``checkpoint=True``,
+        or once ``checkpoint_every`` records were written since the last one,
+        a checkpoint record of the current state is appended (under the write
+        lock) and made durable in the same commit. Recovery then starts from
+        it. Without a sink ``checkpoint`` does nothing. If the write fails the
+        checkpoint stays pending like any record (it is never half-written:
+        a sink write is atomic).
         """
         sink = self._sink
         if sink is None:
@@ -387,6 +397,8 @@ class Publisher(Grace):
         guard = self._write_lock
         if type(guard) is WriteGuard:  # a policy callback runs: refused if in this thread
             guard.refuse_owner("flush()")
+        if checkpoint or (self._checkpoint_every and len(self._records) >= self._checkpoint_due):
+            self._append_checkpoint()
         with self._flush_lock:
             start = self._synced
             # a stable prefix; appends go on meanwhile
@@ -404,6 +416,20 @@ class Publisher(Grace):
             self._log_failing = False
             self._synced = start + len(batch)
             self._trim_log()
+
+    def _append_checkpoint(self) -> None:
+        """Append a checkpoint record of the current state. O(live +
+        tombstones + staged), under the write lock."""
+        from .checkpoint import build_checkpoint
+
+        lock = self._write_lock
+        lock.acquire()
+        try:
+            rec = build_checkpoint(self, time.time())  # type: ignore[arg-type]
+            self._records.append(rec)
+            self._checkpoint_due = rec.seq + 1 + self._checkpoint_every
+        finally:
+            lock.release()
 
     @property
     def pending_records(self) -> int:

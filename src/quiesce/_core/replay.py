@@ -141,8 +141,8 @@ def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
                     buf._immutable_hashes.pop(tomb.id, None)
                 for gid in det.get("gids", ()):
                     groups.pop(gid, None)
-            elif op in ("refuse", "escalate", "tombstone"):
-                pass
+            elif op in ("refuse", "escalate", "tombstone", "checkpoint"):
+                pass  # a checkpoint changes no state (checkpoint.py)
             else:
                 raise LogFormatError(f"log record {index} has unknown op {op!r}")
         except LogFormatError:

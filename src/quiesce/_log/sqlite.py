@@ -117,6 +117,24 @@ BEGIN SELECT RAISE(ABORT, 'quiesce_meta is read-only: DELETE refused'); END;
 
 _INSERT = "INSERT INTO quiesce_log (seq, record) VALUES (?, ?)"
 
+#: A partial index of the checkpoint rows (issue 13): recovery finds the
+#: newest checkpoint without scanning the log. Built once, on the first
+#: writable open of a log that lacks it (one pass over older files).
+_CHECKPOINT_INDEX = (
+    "CREATE INDEX IF NOT EXISTS quiesce_log_checkpoints ON quiesce_log (seq) "
+    "WHERE op = 'checkpoint'"
+)
+_CHECKPOINTS = "SELECT seq FROM quiesce_log WHERE op = 'checkpoint' AND seq < ? ORDER BY seq"
+
+
+def _ensure_checkpoint_index(conn: sqlite3.Connection) -> None:
+    """Create the checkpoint index if missing (a read-only file keeps
+    working without it: the query then scans)."""
+    try:
+        conn.execute(_CHECKPOINT_INDEX)
+    except sqlite3.OperationalError:
+        pass  # read-only or locked: checkpoints() still answers, by a scan
+
 #: Generated columns (SQLite 3.31) and the JSON functions are required.
 _MIN_SQLITE = (3, 31, 0)
 
@@ -254,6 +272,7 @@ class SQLiteLog:
             self._next_seq = int(
                 conn.execute("SELECT COALESCE(MAX(seq) + 1, 0) FROM quiesce_log").fetchone()[0]
             )
+            _ensure_checkpoint_index(conn)
         except BaseException:
             conn.close()
             raise
@@ -283,6 +302,19 @@ class SQLiteLog:
                 (start, stop),
             ).fetchall()
         return check_read(_decode_rows(rows, self._path, start), start, stop)
+
+    def checkpoints(self) -> tuple[int, Sequence[int]]:
+        """The number of durable records and the seqs of the checkpoint
+        records, ascending (the ``CheckpointSink`` method, see
+        ``quiesce._core.checkpoint``): one query on the partial index of
+        checkpoint rows, O(log records + checkpoints)."""
+        with self._lock:
+            conn = self._open_conn()
+            total = int(
+                conn.execute("SELECT COALESCE(MAX(seq) + 1, 0) FROM quiesce_log").fetchone()[0]
+            )
+            seqs = [r[0] for r in conn.execute(_CHECKPOINTS, (total,))]
+        return total, seqs
 
     def write(self, records: Sequence[LogRecord]) -> None:
         """Insert ``records`` in one transaction and commit: when this returns
