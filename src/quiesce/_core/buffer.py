@@ -73,8 +73,7 @@ from .records import (
     Status,
     Tombstone,
 )
-from .checkpoint import DEFAULT_CHECKPOINT_EVERY, CheckpointSink, recover
-from .replay import replay
+from .checkpoint import DEFAULT_CHECKPOINT_EVERY, CheckpointSink, recover, replay_log
 from .tasks import task_name
 from .version import ADD as _ADD
 from .version import EMPTY_MAP, Slot, Version
@@ -216,12 +215,13 @@ class Buffer(Editor):
         # invariant 4 bookkeeping: the bytes every immutable entry was admitted with
         self._immutable_hashes = {}
         self._max_removed_grace = 0
+        self._compacted = False  # the log starts from a compacted checkpoint
         self._checkpoint_every = checkpoint_every
         if log is not None:
             if not (isinstance(log, CheckpointSink) and recover(self, log)):
                 records = log.load()
                 if records:
-                    replay(self, records)
+                    replay_log(self, records)
                 del records
             self._synced = len(self._records)
             self._trim_log()

@@ -52,6 +52,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHECKPOINT_OP",
+    "compacted_records",
+    "describe_checkpoint",
+    "replay_log",
     "DEFAULT_CHECKPOINT_EVERY",
     "CheckpointSink",
     "build_checkpoint",
@@ -189,6 +192,9 @@ def _restore(buf: Buffer, rec: LogRecord, state: dict[str, Any]) -> None:
         Map({k: by_id[i] for k, i in state["by_key"]}),
     )
     buf._head = draft.finish(int(state["version"]))
+    # a compacted log (``quiesce compact``) starts at this checkpoint: the
+    # records it summarises are not in this log (check.py allows for it)
+    buf._compacted = state.get("compacted_from") is not None
     buf._immutable_hashes = {i: h for i, h in state["immutable"]}
     buf._counts = Counter({k: v for k, v in state["counts"]})
     buf._refusals = Counter({Refusal(r): v for r, v in state["refusals"]})
@@ -219,6 +225,7 @@ def _reset(buf: Buffer) -> None:
     buf._unmarked = set()
     buf._unmarked_new = []
     buf._gids = itertools.count(1)
+    buf._compacted = False
 
 
 def _try(buf: Buffer, sink: ReadableSink, seq: int, total: int) -> None:
@@ -264,6 +271,79 @@ def recover(buf: Buffer, sink: CheckpointSink) -> bool:
                 "an older checkpoint" if seq != seqs[0] else "a full replay",
             )
             _reset(buf)
+            if seq == 0:  # a compacted log's base: nothing else holds its history
+                raise LogFormatError(
+                    f"{sink!r}: the checkpoint this compacted log starts from is unusable: {exc}"
+                ) from exc
             continue
         return True
     return False
+
+
+def _is_compacted_base(rec: LogRecord) -> bool:
+    state = rec.detail.get("state") if rec.op == CHECKPOINT_OP else None
+    return rec.seq == 0 and isinstance(state, dict) and state.get("compacted_from") is not None
+
+
+def replay_log(buf: Buffer, records: Sequence[LogRecord]) -> None:
+    """Load a whole log into a fresh ``buf``: :func:`replay`, except that a
+    compacted log (its record 0 is the checkpoint ``quiesce compact``
+    wrote) starts from that checkpoint's state. Raises
+    :class:`LogFormatError` for a damaged one."""
+    if records and _is_compacted_base(records[0]):
+        rec = records[0]
+        try:
+            _restore(buf, rec, verify_checkpoint(rec))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise LogFormatError(f"checkpoint 0 is malformed: {exc!r}") from exc
+        replay(buf, records[1:])
+        return
+    replay(buf, records)
+
+
+def compacted_records(buf: Buffer, source: str, at: float) -> list[LogRecord]:
+    """The records of a compacted copy of ``buf``'s log: one checkpoint
+    (seq 0) holding the current state, marked as compacted from ``source``
+    (``len(buf.log)`` records). O(live + tombstones)."""
+    state = checkpoint_state(buf)
+    state["records"] = 0
+    state["intents"] = []  # intent records are not carried over
+    state["compacted_from"] = {"source": source, "records": len(buf._records)}
+    return [
+        LogRecord(
+            0,
+            at,
+            CHECKPOINT_OP,
+            None,
+            (),
+            None,
+            None,
+            None,
+            "applied",
+            {"sha256": _digest(state), "state": state},
+        )
+    ]
+
+
+def describe_checkpoint(rec: LogRecord) -> str:
+    """One line for people (``quiesce inspect``): what checkpoint ``rec``
+    holds and whether its checksum holds."""
+    try:
+        state = verify_checkpoint(rec)
+        status = "checksum ok"
+    except LogFormatError as exc:
+        state = rec.detail.get("state") if isinstance(rec.detail.get("state"), dict) else {}
+        status = f"DAMAGED ({exc})"
+    try:
+        parts = [
+            f"v{state.get('version')}",
+            f"{len(state.get('live', ()))} live",
+            f"{len(state.get('marks', ()))} marked",
+            f"{len(state.get('tombstones', ()))} tombstones",
+            f"{len(state.get('groups', ()))} staged",
+        ]
+    except TypeError:
+        parts = ["unreadable state"]
+    if state.get("compacted_from"):
+        parts.append(f"compacted from {state['compacted_from'].get('records')} records")
+    return ", ".join([*parts, status])

@@ -29,7 +29,7 @@ from typing import Any, TextIO
 from .._core.buffer import Buffer
 from .._core.errors import LogFormatError
 from .._core.records import LogRecord, Tombstone
-from .._core.replay import replay
+from .._core.checkpoint import describe_checkpoint, replay_log
 from ._format import OPS, sniff
 from .jsonl import read_jsonl
 from .sqlite import read_sqlite
@@ -114,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         kind, fmt, records, torn = _read(args.path)
         buf = Buffer()
-        replay(buf, records)
+        replay_log(buf, records)  # a compacted log starts from its checkpoint
     except (OSError, LogFormatError) as exc:
         sys.stderr.write(f"quiesce inspect: error: {exc}\n")
         return 1
@@ -172,7 +172,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     _dash(r.actor),
                     r.op,
                     _cut(",".join(r.ids), 32) or "-",
-                    _cut(r.reason or "-", 48),
+                    describe_checkpoint(r)
+                    if r.op == "checkpoint"
+                    else _cut(r.reason or "-", 48),
                     r.outcome,
                 ]
                 for r in shown
