@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -49,7 +52,9 @@ def _full_replay(cls: type, path: Path) -> Buffer:
 
 
 ops = st.lists(
-    st.tuples(st.sampled_from(["append", "mark", "prune", "flush", "ckpt", "apply"]), st.integers(0, 30)),
+    st.tuples(
+        st.sampled_from(["append", "mark", "prune", "flush", "ckpt", "apply"]), st.integers(0, 30)
+    ),
     max_size=80,
 )
 
@@ -77,7 +82,9 @@ def _run(buf: Buffer, history: list[tuple[str, int]]) -> None:
 
 
 @pytest.mark.parametrize("sink", sorted(SINKS))
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(history=ops, every=st.sampled_from([0, 3, 10]))
 def test_checkpoint_recovery_equals_full_replay(
     tmp_path_factory: pytest.TempPathFactory, sink: str, history: list[tuple[str, int]], every: int
@@ -133,7 +140,7 @@ def test_bit_flip_falls_back_to_the_checkpoint_before(
 ) -> None:
     path = tmp_path / "log.db"
     want = _state(_history(path))
-    first, newest = _checkpoint_seqs(path)
+    _, newest = _checkpoint_seqs(path)
     conn = sqlite3.connect(path)
     text = conn.execute("SELECT record FROM quiesce_log WHERE seq = ?", (newest,)).fetchone()[0]
     conn.close()
@@ -182,9 +189,9 @@ def test_checkpoint_contradicting_the_tail_falls_back_to_full_replay(
 def test_checkpoint_every_is_validated() -> None:
     from quiesce import InvalidArgument, InvalidType
 
-    with pytest.raises(InvalidType, match="^checkpoint_every must be an int, not str$"):
+    with pytest.raises(InvalidType, match=r"^checkpoint_every must be an int, not str$"):
         Buffer(checkpoint_every="5")  # type: ignore[arg-type]
-    with pytest.raises(InvalidArgument, match="^checkpoint_every must be >= 0, got -1$"):
+    with pytest.raises(InvalidArgument, match=r"^checkpoint_every must be >= 0, got -1$"):
         Buffer(checkpoint_every=-1)
 
 
@@ -193,3 +200,55 @@ def test_flush_checkpoint_without_a_sink_writes_nothing() -> None:
     buf.append(Entry(id="a", kind=Kind.TOOL_OUTPUT, body="x"))
     buf.flush(checkpoint=True)
     assert [r.op for r in buf.log] == ["append"]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1] / "src"))
+    return subprocess.run(
+        [sys.executable, "-m", "quiesce", *args], capture_output=True, text=True, env=env
+    )
+
+
+@pytest.mark.parametrize("sink", sorted(SINKS))
+def test_compact_cli(tmp_path: Path, sink: str) -> None:
+    """``quiesce compact SRC DST``: DST recovers the same state from one
+    checkpoint and continues; SRC is byte for byte untouched; errors are one
+    line on stderr and exit 2."""
+    cls, name = SINKS[sink]
+    src, dst = tmp_path / name, tmp_path / f"compact-{name}"
+    log = cls(src)
+    buf = Buffer(log=log, checkpoint_every=9)
+    _run(buf, [("append", i) for i in range(30)] + [("mark", 3), ("prune", 4), ("flush", 0)])
+    want = _state(buf)[:-1]  # all but the log length
+    log.close()
+    before = src.read_bytes()
+    done = _cli("compact", str(src), str(dst))
+    assert done.returncode == 0, done.stderr
+    assert src.read_bytes() == before
+    log = cls(dst)
+    got = Buffer(log=log)
+    got._check()
+    assert _state(got)[:-1] == want
+    assert [r.op for r in got.log] == ["checkpoint"]
+    got.append(Entry(id="after", kind=Kind.TOOL_OUTPUT, body="more"))
+    got.flush()
+    log.close()
+    log = cls(dst)
+    again = Buffer(log=log)
+    again._check()
+    assert [e.id for e in again.head().entries()][-1] == "after"
+    log.close()
+    assert _full_replay(cls, src).version == buf.version
+    # errors: an existing DST, a missing SRC
+    exists = _cli("compact", str(src), str(dst))
+    assert (exists.returncode, exists.stdout) == (2, "")
+    assert exists.stderr == (
+        f"quiesce compact: error: {dst} exists: compact writes a new log and never overwrites one\n"
+    )
+    missing = _cli("compact", str(tmp_path / "nope"), str(tmp_path / "x"))
+    assert missing.returncode == 2
+    assert missing.stderr == f"quiesce compact: error: {tmp_path / 'nope'} is not a regular file\n"
+    assert not (tmp_path / "x").exists()
+    shown = _cli("inspect", str(dst), "--op", "checkpoint")
+    assert shown.returncode == 0, shown.stderr
+    assert "compacted from" in shown.stdout and "checksum ok" in shown.stdout

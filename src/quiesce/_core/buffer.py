@@ -44,6 +44,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .check import check_buffer
+from .checkpoint import DEFAULT_CHECKPOINT_EVERY, CheckpointSink, recover, replay_log
 from .edit import Editor
 from .entry import Entry, check_id, check_text, check_turn
 from .errors import (
@@ -73,7 +74,6 @@ from .records import (
     Status,
     Tombstone,
 )
-from .checkpoint import DEFAULT_CHECKPOINT_EVERY, CheckpointSink, recover, replay_log
 from .tasks import task_name
 from .version import ADD as _ADD
 from .version import EMPTY_MAP, Slot, Version

@@ -52,14 +52,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHECKPOINT_OP",
-    "compacted_records",
-    "describe_checkpoint",
-    "replay_log",
     "DEFAULT_CHECKPOINT_EVERY",
     "CheckpointSink",
     "build_checkpoint",
     "checkpoint_state",
+    "compacted_records",
+    "describe_checkpoint",
     "recover",
+    "replay_log",
     "verify_checkpoint",
 ]
 
@@ -332,7 +332,8 @@ def describe_checkpoint(rec: LogRecord) -> str:
         state = verify_checkpoint(rec)
         status = "checksum ok"
     except LogFormatError as exc:
-        state = rec.detail.get("state") if isinstance(rec.detail.get("state"), dict) else {}
+        raw = rec.detail.get("state")
+        state = raw if isinstance(raw, dict) else {}
         status = f"DAMAGED ({exc})"
     try:
         parts = [

@@ -27,9 +27,9 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from .._core.buffer import Buffer
+from .._core.checkpoint import describe_checkpoint, replay_log
 from .._core.errors import LogFormatError
 from .._core.records import LogRecord, Tombstone
-from .._core.checkpoint import describe_checkpoint, replay_log
 from ._format import OPS, sniff
 from .jsonl import read_jsonl
 from .sqlite import read_sqlite
