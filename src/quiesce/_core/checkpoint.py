@@ -39,11 +39,12 @@ from immutables import Map
 
 from .check import check_buffer
 from .draft import Draft
-from .entry import Entry, Kind
+from .entry import Entry
 from .errors import LogFormatError
 from .grace import Group
 from .log import ReadableSink, Records, check_read
-from .records import LogRecord, Mark, Refusal, Tombstone
+from .records import LogRecord, Mark, Refusal
+from .replay import _tomb as tomb_from_dict
 from .replay import replay
 from .version import Tombs, Version
 
@@ -130,7 +131,11 @@ def checkpoint_state(buf: Buffer) -> dict[str, Any]:
 def build_checkpoint(buf: Buffer, at: float) -> LogRecord:
     """A checkpoint record for the current state, seq ``len(buf._records)``
     (call under the write lock, then append it)."""
-    state = checkpoint_state(buf)
+    return _record(checkpoint_state(buf), at)
+
+
+def _record(state: dict[str, Any], at: float) -> LogRecord:
+    """The checkpoint record of ``state`` (seq ``state["records"]``), checksummed."""
     return LogRecord(
         state["records"],
         at,
@@ -173,19 +178,7 @@ def _restore(buf: Buffer, rec: LogRecord, state: dict[str, Any]) -> None:
     draft.next_key = float(state["next_key"])
     for i, reason, turn, version in state["marks"]:
         draft.marks[i] = Mark(i, reason, turn, version)
-    by_id = {
-        d["id"]: Tombstone(
-            d["id"],
-            d["content_hash"],
-            d["reason"],
-            d["turn"],
-            d["actor"],
-            d["version"],
-            None if d.get("kind") is None else Kind(d["kind"]),
-            d.get("key"),
-        )
-        for d in state["tombstones"]
-    }
+    by_id = {d["id"]: tomb_from_dict(d) for d in state["tombstones"]}
     draft.tombs = Tombs(
         Map(by_id),
         Map({h: by_id[i] for h, i in state["by_hash"]}),
@@ -309,20 +302,7 @@ def compacted_records(buf: Buffer, source: str, at: float) -> list[LogRecord]:
     state["records"] = 0
     state["intents"] = []  # intent records are not carried over
     state["compacted_from"] = {"source": source, "records": len(buf._records)}
-    return [
-        LogRecord(
-            0,
-            at,
-            CHECKPOINT_OP,
-            None,
-            (),
-            None,
-            None,
-            None,
-            "applied",
-            {"sha256": _digest(state), "state": state},
-        )
-    ]
+    return [_record(state, at)]
 
 
 def describe_checkpoint(rec: LogRecord) -> str:
