@@ -217,8 +217,11 @@ class Buffer(Editor):
         self._max_removed_grace = 0
         self._compacted = False  # the log starts from a compacted checkpoint
         self._checkpoint_every = checkpoint_every
+        # checkpoints go only to sinks that recover from them (SQLite, JSONL):
+        # a shared log (Postgres) or a custom sink never sees one
+        self._checkpoints_ok = isinstance(log, CheckpointSink)
         if log is not None:
-            if not (isinstance(log, CheckpointSink) and recover(self, log)):
+            if not (self._checkpoints_ok and recover(self, log)):  # type: ignore[arg-type]
                 records = log.load()
                 if records:
                     replay_log(self, records)

@@ -57,6 +57,7 @@ class Publisher(Grace):
     _retention: int  #: records kept in memory without a sink (log.py)
     _checkpoint_every: int  #: records between automatic checkpoints (checkpoint.py)
     _checkpoint_due: int  #: the record count at which flush() writes the next one
+    _checkpoints_ok: bool  #: the sink recovers from checkpoints (CheckpointSink)
     _log_failing: bool
     _counts: Counter[str]
     _refusals: Counter[Refusal]
@@ -380,7 +381,9 @@ class Publisher(Grace):
         or once ``checkpoint_every`` records were written since the last one,
         a checkpoint record of the current state is appended (under the write
         lock) and made durable in the same commit. Recovery then starts from
-        it. Without a sink ``checkpoint`` does nothing. If the write fails the
+        it. Checkpoints are written only to a sink that recovers from them
+        (``CheckpointSink``: ``SQLiteLog``, ``JsonlLog``); with any other sink,
+        or none, ``checkpoint`` does nothing. If the write fails the
         checkpoint stays pending like any record (it is never half-written:
         a sink write is atomic).
         """
@@ -397,7 +400,9 @@ class Publisher(Grace):
         guard = self._write_lock
         if type(guard) is WriteGuard:  # a policy callback runs: refused if in this thread
             guard.refuse_owner("flush()")
-        if checkpoint or (self._checkpoint_every and len(self._records) >= self._checkpoint_due):
+        if self._checkpoints_ok and (
+            checkpoint or (self._checkpoint_every and len(self._records) >= self._checkpoint_due)
+        ):
             self._append_checkpoint()
         with self._flush_lock:
             start = self._synced
