@@ -172,9 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     _dash(r.actor),
                     r.op,
                     _cut(",".join(r.ids), 32) or "-",
-                    describe_checkpoint(r)
-                    if r.op == "checkpoint"
-                    else _cut(r.reason or "-", 48),
+                    describe_checkpoint(r) if r.op == "checkpoint" else _cut(r.reason or "-", 48),
                     r.outcome,
                 ]
                 for r in shown

@@ -135,6 +135,7 @@ def _ensure_checkpoint_index(conn: sqlite3.Connection) -> None:
     except sqlite3.OperationalError:
         pass  # read-only or locked: checkpoints() still answers, by a scan
 
+
 #: Generated columns (SQLite 3.31) and the JSON functions are required.
 _MIN_SQLITE = (3, 31, 0)
 
