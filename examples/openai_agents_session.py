@@ -91,7 +91,8 @@ async def main() -> None:
     agent = Agent(
         name="sre", instructions="You are an SRE agent.", model=CannedModel(), tools=[lookup]
     )
-    async with open_buffer(log=SQLiteLog(path)) as buf:
+    log = SQLiteLog(path)  # one writer per log file: closed before it is reopened
+    async with open_buffer(log=log) as buf:
         session = QuiesceSession("demo", buf)
         pruner = HeuristicPruner(budget=40, min_age=2)
         config = RunConfig(call_model_input_filter=quiesce_input_filter(buf, pruner=pruner))
@@ -103,8 +104,10 @@ async def main() -> None:
             f"tombstones: {buf.stats().tombstones}; session holds "
             f"{len(await session.get_items())} items"
         )
-    async with open_buffer(log=SQLiteLog(path)) as buf:  # a new process would do the same
-        print(f"reopened: {len(await QuiesceSession('demo', buf).get_items())} items")
+    log.close()
+    with SQLiteLog(path) as log:
+        async with open_buffer(log=log) as buf:  # a new process would do the same
+            print(f"reopened: {len(await QuiesceSession('demo', buf).get_items())} items")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from quiesce._core.checkpoint import _digest
 from quiesce._core.replay import replay
 from quiesce._log import JsonlLog, SQLiteLog
 from quiesce._log._format import encode_json
+from quiesce._log.sqlite import record_crc
 
 SINKS = {"sqlite": (SQLiteLog, "log.db"), "jsonl": (JsonlLog, "log.jsonl")}
 
@@ -121,9 +122,18 @@ def _history(path: Path) -> Buffer:
 
 
 def _rewrite(path: Path, seq: int, text: str) -> None:
+    """Replace a record's text behind quiesce's back, with a matching row
+    CRC, so that only the checkpoint's own checksum can tell."""
     conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("DROP TRIGGER IF EXISTS quiesce_log_no_update")
-    conn.execute("UPDATE quiesce_log SET record = ? WHERE seq = ?", (text, seq))
+    (trigger,) = conn.execute(
+        "SELECT sql FROM sqlite_master WHERE name = 'quiesce_log_no_update'"
+    ).fetchone()
+    conn.execute("DROP TRIGGER quiesce_log_no_update")
+    conn.execute(
+        "UPDATE quiesce_log SET record = ?, crc = ? WHERE seq = ?",
+        (text, record_crc(seq, text), seq),
+    )
+    conn.execute(trigger)
     conn.close()
 
 

@@ -95,7 +95,8 @@ class TestJson:
         code, out, _ = _run(capsys, str(log_path), "--json", "--id", "call")
         assert code == 0
         doc = json.loads(out)
-        assert doc["summary"]["format"] == 1
+        # the file's format: the SQLite layout (2: with checksums), JSONL's header
+        assert doc["summary"]["format"] == (2 if doc["summary"]["kind"] == "sqlite" else 1)
         assert doc["summary"]["tombstones"] == 2
         assert [r["op"] for r in doc["records"]] == ["append", "prune", "tombstone", "remove"]
         assert doc["records"][0]["detail"]["entry"]["body"] == "kubectl describe pod"

@@ -149,6 +149,7 @@ async def test_agent_end_to_end(tmp_path: Path) -> None:
         assert "[quiesce: removed from this context]" in note_of(reqs[3])
         version = buf.version
 
+    buf.sink.close()  # one writer per log file (LogLocked): close before reopening
     async with open_buffer(log=SQLiteLog(path)) as buf2:
         assert buf2.version == version
         agent2 = make_agent(client, buf2, None, scenario)

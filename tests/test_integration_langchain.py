@@ -154,6 +154,7 @@ async def test_agent_end_to_end(tmp_path: Path) -> None:
         version = buf.version
 
     # A new run over the reopened log continues the same thread.
+    buf.sink.close()  # one writer per log file (LogLocked): close before reopening
     async with open_buffer(log=SQLiteLog(path)) as buf2:
         assert buf2.version == version
         agent2 = make_agent(buf2, model, None, saver, scenario)

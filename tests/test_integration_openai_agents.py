@@ -188,6 +188,7 @@ async def test_session_and_filter_end_to_end(tmp_path: Path) -> None:
         assert call_ids(await session.get_items()) == {"c2", "c3"}
         version = buf.version
 
+    buf.sink.close()  # one writer per log file (LogLocked): close before reopening
     async with open_buffer(log=SQLiteLog(path)) as buf2:
         assert buf2.version == version
         session2 = QuiesceSession("s1", buf2)

@@ -145,6 +145,7 @@ async def test_agent_end_to_end(tmp_path: Path) -> None:
         version = buf.version
         history = r2.all_messages()
 
+    buf.sink.close()  # one writer per log file (LogLocked): close before reopening
     async with open_buffer(log=SQLiteLog(path)) as buf2:
         assert buf2.version == version
         agent2 = make_agent(script, buf2, None, scenario)

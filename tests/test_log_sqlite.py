@@ -14,9 +14,20 @@ from pathlib import Path
 import pytest
 
 from _workload import Workload, random_op, state
-from quiesce import Buffer, Entry, Kind, LogFormatError, LogSink, LogWriteError, SQLiteLog
+from quiesce import (
+    Buffer,
+    Entry,
+    Kind,
+    LogFormatError,
+    LogLocked,
+    LogSink,
+    LogWriteError,
+    QuiesceError,
+    SQLiteLog,
+)
 from quiesce._core.records import FORMAT, LogRecord
 from quiesce._log._format import APPLICATION_ID
+from quiesce._log.sqlite import SQLITE_FORMAT, record_crc
 
 
 def _filled(path: Path, n: int = 5) -> Buffer:
@@ -45,7 +56,7 @@ class TestSchema:
         SQLiteLog(path).close()
         conn = _raw(path)
         assert conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == FORMAT
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SQLITE_FORMAT
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         meta = dict(conn.execute("SELECT key, value FROM quiesce_meta"))
         assert meta["format"] == str(FORMAT)
@@ -128,11 +139,11 @@ class TestAppendOnly:
             "UPDATE quiesce_log SET record = '{}'",
             "DELETE FROM quiesce_log WHERE seq = 0",
             "DELETE FROM quiesce_log",
-            "INSERT OR REPLACE INTO quiesce_log (seq, record) VALUES (0, '{}')",
-            "REPLACE INTO quiesce_log (seq, record) VALUES (1, '{}')",
-            "INSERT INTO quiesce_log (seq, record) VALUES (99, '{}')",
-            "INSERT INTO quiesce_log (record) VALUES ('{}')",
-            "INSERT INTO quiesce_log (seq, record) VALUES (0, '{}') "
+            "INSERT OR REPLACE INTO quiesce_log (seq, record, crc) VALUES (0, '{}', 0)",
+            "REPLACE INTO quiesce_log (seq, record, crc) VALUES (1, '{}', 0)",
+            "INSERT INTO quiesce_log (seq, record, crc) VALUES (99, '{}', 0)",
+            "INSERT INTO quiesce_log (record, crc) VALUES ('{}', 0)",
+            "INSERT INTO quiesce_log (seq, record, crc) VALUES (0, '{}', 0) "
             "ON CONFLICT (seq) DO UPDATE SET record = excluded.record",
             "UPDATE quiesce_meta SET value = '0' WHERE key = 'format'",
             "DELETE FROM quiesce_meta",
@@ -156,23 +167,22 @@ class TestAppendOnly:
         conn = _raw(path)
         n = len(_rows(path))
         with pytest.raises(sqlite3.DatabaseError, match=r"malformed JSON|CHECK constraint failed"):
-            conn.execute("INSERT INTO quiesce_log (seq, record) VALUES (?, 'nope')", (n,))
+            conn.execute("INSERT INTO quiesce_log (seq, record, crc) VALUES (?, 'nope', 0)", (n,))
         conn.close()
 
-    def test_a_second_writer_fails_loudly(self, tmp_path: Path) -> None:
-        """Two buffers on one file: the second one's writes are refused
-        (LogWriteError), the records never interleave."""
+    def test_a_second_writer_is_refused_on_open(self, tmp_path: Path) -> None:
+        """Two sinks on one file in one process: the second one is refused at
+        once with LogLocked (a QuiesceError and a BlockingIOError); the first
+        keeps writing, and the file opens again once it is closed."""
         path = tmp_path / "log.db"
         first = _filled(path)
-        second = Buffer(log=SQLiteLog(path))
+        with pytest.raises(LogLocked, match=r"is open by another SQLiteLog") as info:
+            SQLiteLog(path)
+        assert isinstance(info.value, QuiesceError) and isinstance(info.value, BlockingIOError)
         first.append(Entry("one", Kind.REASONING, "from the first"))
         first.flush()
-        second.append(Entry("two", Kind.REASONING, "from the second"))
-        with pytest.raises(LogWriteError, match=r"diverged|next one"):
-            second.flush()
         before = state(first)
         first.sink.close()  # type: ignore[union-attr]
-        second.sink.close()  # type: ignore[union-attr]
         assert state(Buffer(log=SQLiteLog(path))) == before
 
     def test_the_buffers_own_connection_cannot_delete(self, tmp_path: Path) -> None:
@@ -290,7 +300,7 @@ def _foreign_files(tmp_path: Path) -> dict[str, Path]:
     newer = tmp_path / "newer.db"
     SQLiteLog(newer).close()
     conn = sqlite3.connect(newer)
-    conn.execute(f"PRAGMA user_version = {FORMAT + 1}")
+    conn.execute(f"PRAGMA user_version = {SQLITE_FORMAT + 1}")
     conn.close()
     files["newer format"] = newer
     newer_rec = tmp_path / "newer-record.db"
@@ -298,7 +308,11 @@ def _foreign_files(tmp_path: Path) -> dict[str, Path]:
     conn = sqlite3.connect(newer_rec, isolation_level=None)
     n = conn.execute("SELECT COUNT(*) FROM quiesce_log").fetchone()[0]
     rec = {"format": FORMAT + 1, "seq": n, "op": "teleport"}
-    conn.execute("INSERT INTO quiesce_log (seq, record) VALUES (?, ?)", (n, json.dumps(rec)))
+    text = json.dumps(rec)
+    conn.execute(
+        "INSERT INTO quiesce_log (seq, record, crc) VALUES (?, ?, ?)",
+        (n, text, record_crc(n, text)),
+    )
     conn.close()
     files["newer record"] = newer_rec
     jsonl = tmp_path / "log.jsonl"
@@ -315,7 +329,10 @@ class TestRefusedFiles:
         [
             ("text", r"not a quiesce edit log"),
             ("other sqlite", r"is a SQLite database but not a quiesce edit log"),
-            ("newer format", rf"is a format {FORMAT + 1} log; this quiesce reads formats up to"),
+            (
+                "newer format",
+                rf"is a format {SQLITE_FORMAT + 1} log; this quiesce reads formats up to",
+            ),
             ("newer record", rf"is a format {FORMAT + 1} log; this quiesce reads formats up to"),
             ("jsonl", r"is a JSONL edit log; open it with JsonlLog"),
         ],

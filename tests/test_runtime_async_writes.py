@@ -58,6 +58,7 @@ async def test_aprune_decides_like_prune_and_is_durable(tmp_path: Path) -> None:
         assert report["c1"].status is Status.PRUNED
         assert report["r1"].status is Status.PRUNED
         assert report["i1"].status is Status.UNCHANGED
+    buf.sink.close()  # one writer per log file (LogLocked): close before reopening
     reopened = Buffer(log=SQLiteLog(path))
     assert set(reopened.tombstones) == {"c1", "r1"}
 

@@ -228,7 +228,7 @@ def _try(buf: Buffer, sink: ReadableSink, seq: int, total: int) -> None:
     state = verify_checkpoint(rec)
     try:
         _restore(buf, rec, state)
-    except (KeyError, TypeError, ValueError) as exc:
+    except Exception as exc:  # KeyError, TypeError, the tombstone decoder's own checks
         raise LogFormatError(f"checkpoint {seq} is malformed: {exc!r}") from exc
     tail = check_read(sink.read_range(seq + 1, total), seq + 1, total)
     replay(buf, tail)
@@ -287,7 +287,7 @@ def replay_log(buf: Buffer, records: Sequence[LogRecord]) -> None:
         rec = records[0]
         try:
             _restore(buf, rec, verify_checkpoint(rec))
-        except (KeyError, TypeError, ValueError) as exc:
+        except Exception as exc:  # KeyError, TypeError, the tombstone decoder's own checks
             raise LogFormatError(f"checkpoint 0 is malformed: {exc!r}") from exc
         replay(buf, records[1:])
         return

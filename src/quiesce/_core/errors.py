@@ -112,3 +112,9 @@ class LogRecordDropped(QuiesceError, IndexError):
     """A log record was dropped from memory by the retention of a buffer that
     has no durable sink to read it back from (``buf.log.dropped`` says how many
     records are gone; ``buf.log.first`` is the oldest one still held)."""
+
+
+class LogLocked(QuiesceError, BlockingIOError):
+    """The log file is open for writing by another sink object, in this or
+    another process: one writer per log file. Raised at once when the second
+    one opens it (it never waits); nothing is written."""

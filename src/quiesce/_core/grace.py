@@ -70,9 +70,9 @@ class Group:
     #: members the host retracts (a host plan with an override, :mod:`.edit`):
     #: removed at the grace point even if protected or immutable
     retracted: frozenset[str] = frozenset()
-    #: the members passed the policy when staged (by this process): a member
-    #: unchanged since is not classified again at removal (issue 13:
-    #: classify once). False for groups recovered from a log.
+    #: the members passed the policy when staged (by this process): with the
+    #: library's own policy a member unchanged since is not classified again
+    #: at removal (issue 13: classify once). False for recovered groups.
     checked: bool = False
 
 

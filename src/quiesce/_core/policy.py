@@ -109,8 +109,9 @@ class Policy:
     def protection(self, entry: Entry) -> str | None:
         """``"protected"`` for a protected kind, ``"negative"`` when the
         classifier flags it, else ``None``. O(len(body)) for the default
-        classifier (a few ns per byte). A staged removal is not classified
-        again at its grace point if the entry is unchanged (``Group.checked``)."""
+        classifier (a few ns per byte). With the library's own policy, a staged
+        removal is not classified again at its grace point if the entry is
+        unchanged (``Group.checked``); a user's policy is asked again there."""
         if entry.kind in PROTECTED_KINDS:
             return "protected"
         if self.negative(entry):

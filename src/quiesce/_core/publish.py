@@ -203,9 +203,11 @@ class Publisher(Grace):
                     refused[i] = Refusal.CONFLICT
                 elif i in g.retracted:
                     removal[i] = g  # the host's explicit, logged retraction (edit.py)
-                elif g.checked:
-                    # Unchanged since staged, and it passed the policy then:
-                    # a big body is classified once, not at every step.
+                elif g.checked and self._own_policy():
+                    # Unchanged since staged, and it passed the library's own
+                    # policy then, whose verdict depends on the content alone:
+                    # a big body is classified once, not at every step. A
+                    # user's policy may change its mind: it is asked again.
                     removal[i] = g
                 elif self._is_immutable(slot.entry):
                     refused[i] = Refusal.IMMUTABLE
@@ -275,13 +277,20 @@ class Publisher(Grace):
 
     # -- the policy, called as untrusted code (callbacks.py) -------------------
 
+    def _own_policy(self) -> bool:
+        """True when the policy is the library's own (``Policy`` with the
+        default classifier): its verdicts depend on an entry's content alone,
+        never raise and never write. O(1)."""
+        policy = self._policy
+        return type(policy) is Policy and policy.negative is default_negative_classifier
+
     def _protection(self, entry: Entry) -> str | None:
         """``Policy.protection(entry)`` under a :class:`WriteGuard` (call under
         the write lock). If it raises, the entry counts as ``"negative"`` (kept)
         and the failure is escalated; see :mod:`.callbacks`. The library's own
         policy and classifier are called directly (they neither raise nor write)."""
         policy = self._policy
-        if type(policy) is Policy and policy.negative is default_negative_classifier:
+        if self._own_policy():
             return policy.protection(entry)
         lock = self._write_lock
         self._write_lock = WriteGuard(lock, "policy classifier")

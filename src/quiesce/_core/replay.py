@@ -7,6 +7,26 @@ Refusals and escalations change no state; they are replayed into the
 in-memory log and the counters only. Staged removals that were not applied
 come back staged. O(records · log n).
 
+A log is untrusted input (a file can be damaged, or crafted with valid
+checksums). Replay therefore checks every record against the invariants
+*before* applying it, and raises :class:`LogFormatError` naming the record
+(``log record <seq> (<op>): ...``) for any history the engine cannot have
+written: a version that does not follow the previous one; an entry appended
+again while live or after its tombstone; a reference to an entry that is not
+live; an order key that is not a finite number below 2**52 in magnitude, or
+is held by another live entry; a mark on an entry that is not live, already
+marked or immutable; a rewrite of an immutable entry; a tombstone for an entry that is not live, is
+protected (a constraint, an instruction, a negative result, a prohibition),
+is still cited by an entry that stays live, or whose hash, kind or key
+differ from the entry's; a staged removal of an entry that is not live and
+marked; a change carried by a record that publishes no version. Any other
+failure while decoding a record's detail (a missing key, a value of the wrong
+type, ``Entry``'s own checks) is a :class:`LogFormatError` for that record
+too — never a bare ``KeyError``, ``TypeError``, ``IndexError`` or
+``OverflowError``. What replay accepts recovers to a buffer that passes
+``Buffer._check()`` (a fuzz test holds it to that), and every log the engine
+writes is accepted (a property test over random histories).
+
 Invariant 4 is checked on the way: a removal record that tombstones an entry
 of a protected kind is refused (:class:`LogFormatError`) unless it lists the
 id as ``retracted`` and the tombstone's actor is ``"host"`` — the host's
@@ -18,7 +38,8 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Sequence
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .draft import Draft as _Draft
@@ -29,6 +50,7 @@ from .grace import Group as _Group
 from .policy import IMMUTABLE_KINDS, PROTECTED_KINDS
 from .publish import count_record as _count
 from .records import FORMAT, LogRecord, Mark, Tombstone
+from .version import Slot
 
 if TYPE_CHECKING:
     from .buffer import Buffer
@@ -36,15 +58,47 @@ if TYPE_CHECKING:
 __all__ = ["replay"]
 
 
-def _tomb(d: dict[str, Any]) -> Tombstone:
+class _Invalid(Exception):
+    """A record describes a history the engine cannot have written (replay
+    turns it into a :class:`LogFormatError` naming the record)."""
+
+
+def _require(ok: object, message: str) -> None:
+    if not ok:
+        raise _Invalid(message)
+
+
+def _opt_str(value: object) -> bool:
+    return value is None or type(value) is str
+
+
+def _opt_turn(value: object) -> bool:
+    return value is None or (type(value) is int and value >= 0)
+
+
+def _tomb(d: Mapping[str, Any]) -> Tombstone:
+    _require(isinstance(d, Mapping), "a tombstone is not an object")
+    version = d["version"]
+    kind = d.get("kind")
+    _require(
+        type(d["id"]) is str
+        and type(d["content_hash"]) is str
+        and type(d["reason"]) is str
+        and _opt_turn(d["turn"])
+        and _opt_str(d["actor"])
+        and (version is None or type(version) is int)
+        and _opt_str(d.get("key"))
+        and _opt_str(kind),
+        f"tombstone {d.get('id')!r} has a field of the wrong type",
+    )
     return Tombstone(
         d["id"],
         d["content_hash"],
         d["reason"],
         d["turn"],
         d["actor"],
-        d["version"],
-        None if d.get("kind") is None else Kind(d["kind"]),
+        version,
+        None if kind is None else Kind(kind),
         d.get("key"),
     )
 
@@ -63,16 +117,100 @@ def _retracted(rec: LogRecord, index: int) -> list[str]:
     return list(ids)
 
 
+#: Order keys stay far below 2**53, where ``key + 1`` still exceeds ``key``
+#: (the engine's keys count appends; midpoints lie between them).
+_KEY_LIMIT = 2.0**52
+
+
+def _order_key(value: object) -> float:
+    """An order key as stored: a finite number (never a string, a bool, NaN)
+    of magnitude below :data:`_KEY_LIMIT`."""
+    _require(
+        type(value) in (int, float) and math.isfinite(value),  # type: ignore[arg-type]
+        f"order key {value!r} is not a finite number",
+    )
+    key = float(value)  # type: ignore[arg-type]
+    _require(abs(key) < _KEY_LIMIT, f"order key {value!r} is out of range")
+    return key
+
+
+class _Keys:
+    """The live entries' order keys, to refuse a key two entries would share.
+    Built from the draft when replay starts: O(live entries)."""
+
+    def __init__(self, draft: _Draft) -> None:
+        self.owner: dict[float, str] = {slot.key: i for i, slot in draft.base.live.items()}
+
+    def take(self, key: float, entry_id: str) -> None:
+        holder = self.owner.get(key)
+        _require(holder is None, f"order key {key!r} of {entry_id!r} is held by {holder!r}")
+        self.owner[key] = entry_id
+
+    def move(self, draft: _Draft, changes: Mapping[str, float]) -> None:
+        """Re-key several live entries at once (a renumbering may swap keys)."""
+        for i in changes:
+            del self.owner[draft.live[i].key]
+        for i, key in changes.items():
+            self.take(key, i)
+
+    def drop(self, key: float) -> None:
+        self.owner.pop(key, None)
+
+
+def _live(draft: _Draft, i: object, what: str) -> Slot:
+    """The live slot of ``i``, or :class:`_Invalid` ("<i> is <what> but not live")."""
+    slot = draft.live.get(i) if type(i) is str else None
+    if slot is None:
+        raise _Invalid(f"{i!r} is {what} but not live")
+    return slot
+
+
+def _check_new(draft: _Draft, entry: Entry) -> None:
+    """``entry`` may be added: its id is new, its refs are live."""
+    _require(entry.id not in draft.live, f"{entry.id!r} is added while live")
+    _require(entry.id not in draft.tombs.by_id, f"{entry.id!r} is added again after its tombstone")
+    for ref in entry.refs:
+        _require(ref in draft.live, f"{entry.id!r} cites {ref!r}, which is not live")
+
+
+def _kinds_of(draft: _Draft, i: object, retracted: frozenset[str]) -> frozenset[Kind]:
+    """The kind of ``i`` when the host retracts it (it may then be marked
+    whatever its kind), else nothing."""
+    slot = draft.live.get(i) if type(i) is str and i in retracted else None
+    return frozenset() if slot is None else frozenset({slot.entry.kind})
+
+
+def _check_markable(draft: _Draft, i: object, immutable: frozenset[Kind]) -> None:
+    slot = _live(draft, i, "marked")
+    _require(slot.entry.kind not in immutable, f"immutable {i!r} is marked")
+    _require(i not in draft.marks, f"{i!r} is marked again")
+
+
+def _publishes(v: int | None, number: int) -> int:
+    """The version a record that changes the head publishes: the next one."""
+    _require(v is not None, "it changes the head but publishes no version")
+    assert v is not None
+    _require(v == number + 1, f"it publishes version {v} after {number}")
+    return v
+
+
+def _list(value: object, what: str) -> Iterable[Any]:
+    _require(isinstance(value, list), f"{what} is not a list")
+    return value  # type: ignore[return-value]
+
+
 def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
     """Load ``records`` into ``buf``: a new, empty buffer, or one whose log
     they continue (a replica following a shared log; call under its write
-    lock). The head is replaced once, only if the records publish a version.
-    Raises :class:`LogFormatError` for a record from a newer format or out of
-    order."""
-
+    lock), checking each record against the invariants first. The head is
+    replaced once, only if the records publish a version. Raises
+    :class:`LogFormatError` naming the first record from a newer format, out
+    of order, malformed or impossible (see the module docstring); a new
+    ``buf`` must then be discarded. O(records · log n + live entries)."""
     draft = _Draft(buf._head)
     number = buf._head.number
     groups: dict[int, _Group] = {g.gid: g for _, _, g in buf._staged}
+    keys = _Keys(draft)
     for index, rec in enumerate(records, len(buf._records)):
         if rec.format > FORMAT:
             raise LogFormatError(
@@ -82,40 +220,88 @@ def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
             raise LogFormatError(f"log record {index} has seq {rec.seq}: the log has a gap")
         op, det, v = rec.op, rec.detail, rec.version
         try:
+            _require(v is None or type(v) is int, f"version {v!r} is not an int")
             if op == "append":
-                assert v is not None
+                v = _publishes(v, number)
                 entry = Entry.from_dict(det["entry"])
-                draft.add(entry, float(det["key"]), v)
+                key = _order_key(det["key"])
+                _check_new(draft, entry)
+                keys.take(key, entry.id)
+                draft.add(entry, key, v)
                 if entry.kind in IMMUTABLE_KINDS:
                     buf._immutable_hashes[entry.id] = entry.content_hash
             elif op == "mark":
-                assert v is not None
+                v = _publishes(v, number)
+                _require(len(rec.ids) == 1, f"a mark names {len(rec.ids)} ids, not one")
                 i = rec.ids[0]
+                _check_markable(draft, i, IMMUTABLE_KINDS)
                 draft.marks[i] = Mark(i, rec.reason or "", rec.turn, v)
             elif op in ("prune", "edit"):
                 if op == "edit" and rec.outcome != "applied":
-                    pass
+                    _require(v is None, "a refused edit publishes a version")
                 else:
-                    assert v is not None or not det.get("marks")
-                    for new in det.get("rewrites", ()):
+                    changes = op == "edit" or bool(det.get("marks"))
+                    n = _publishes(v, number) if changes else number
+                    _require(changes or v is None, "it publishes a version but changes nothing")
+                    for new in _list(det.get("rewrites", []), "rewrites"):
                         entry = Entry.from_dict(new)
-                        draft.replace(entry, v if v is not None else number)
-                    for ins in det.get("inserted", ()):
+                        old = _live(draft, entry.id, "rewritten")
+                        _require(
+                            old.entry.kind not in IMMUTABLE_KINDS
+                            and entry.kind not in IMMUTABLE_KINDS,
+                            f"immutable {entry.id!r} is rewritten",
+                        )
+                        for ref in entry.refs:
+                            _require(ref in draft.live, f"{entry.id!r} cites {ref!r}, not live")
+                        draft.replace(entry, n)
+                    for ins in _list(det.get("inserted", []), "inserted"):
                         entry = Entry.from_dict(ins["entry"])
-                        draft.add(entry, float(ins["key"]), v if v is not None else number)
+                        key = _order_key(ins["key"])
+                        _check_new(draft, entry)
+                        keys.take(key, entry.id)
+                        draft.add(entry, key, n)
                         if entry.kind in IMMUTABLE_KINDS:
                             buf._immutable_hashes[entry.id] = entry.content_hash
                     placed = det.get("placed")  # present after a renumbering
-                    for i, key in det.get("keys", {}).items():
+                    if placed is not None:
+                        placed = set(_list(placed, "placed"))
+                    moved = det.get("keys", {})
+                    _require(isinstance(moved, dict), "keys is not an object")
+                    new_keys = {i: _order_key(k) for i, k in moved.items()}
+                    for i in new_keys:
+                        _live(draft, i, "moved")
+                    keys.move(draft, new_keys)
+                    for i, key in new_keys.items():
                         touch = placed is None or i in placed
-                        draft.set_key(i, float(key), v if v is not None else number, touch=touch)
-                    for i, reason, turn in det.get("marks", ()):
-                        draft.marks[i] = Mark(i, reason, turn, v if v is not None else number)
+                        draft.set_key(i, key, n, touch=touch)
                     retracted = frozenset(_retracted(rec, index))
-                    for gid, ids, grace, staged in det.get("staged", ()):
+                    for mark in _list(det.get("marks", []), "marks"):
+                        i, reason, turn = mark
+                        # only the host's retraction marks an immutable entry
+                        _check_markable(draft, i, IMMUTABLE_KINDS - _kinds_of(draft, i, retracted))
+                        _require(type(reason) is str and _opt_turn(turn), f"mark of {i!r} is bad")
+                        draft.marks[i] = Mark(i, reason, turn, n)
+                    for gid, ids, grace, staged in _list(det.get("staged", []), "staged"):
+                        _require(
+                            type(gid) is int and gid not in groups,
+                            f"staged group {gid!r} is not a new group id",
+                        )
+                        ids = tuple(_list(ids, "a staged group's ids"))
+                        for i in ids:
+                            _require(
+                                type(i) is str and i in draft.marks,
+                                f"{i!r} is staged but not live and marked",
+                            )
+                        _require(
+                            type(grace) is int
+                            and type(staged) is int
+                            and 0 <= grace <= n
+                            and 0 <= staged <= n,
+                            f"staged group {gid} has grace {grace!r}, staged {staged!r}",
+                        )
                         groups[gid] = _Group(
                             gid,
-                            tuple(ids),
+                            ids,
                             grace,
                             staged,
                             rec.reason or "",
@@ -124,37 +310,54 @@ def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
                             retracted.intersection(ids),
                         )
             elif op == "remove":
-                retracted = frozenset(det.get("retracted", ()))
-                for t in det.get("tombstones", ()):
-                    tomb = _tomb(t)
-                    kind = tomb.kind
-                    if (
-                        kind is not None
-                        and kind in PROTECTED_KINDS
-                        and (tomb.id not in retracted or tomb.actor != HOST_ACTOR)
-                    ):
-                        raise LogFormatError(
-                            f"log record {index} removes protected {tomb.id!r} "
-                            f"({kind.name}) without a host retraction (invariant 4)"
-                        )
-                    draft.remove(tomb)
-                    buf._immutable_hashes.pop(tomb.id, None)
-                for gid in det.get("gids", ()):
+                tombs = [_tomb(t) for t in _list(det.get("tombstones", []), "tombstones")]
+                retracted = frozenset(_list(det.get("retracted", []), "retracted"))
+                gids = list(_list(det.get("gids", []), "gids"))
+                _require(all(type(g) is int for g in gids), "a group id is not an int")
+                if tombs:
+                    n = _publishes(v, number)
+                else:
+                    _require(v is None, "a removal of nothing publishes a version")
+                for t in tombs:
+                    slot = _live(draft, t.id, "removed")
+                    e = slot.entry
+                    _require(
+                        e.kind not in PROTECTED_KINDS
+                        or (t.id in retracted and t.actor == HOST_ACTOR),
+                        f"protected {t.id!r} is removed",  # invariant 4: only a host retraction
+                    )
+                    _require(
+                        t.content_hash == e.content_hash and t.kind is e.kind and t.key == e.key,
+                        f"the tombstone of {t.id!r} does not match the entry",
+                    )
+                    _require(t.version == n, f"the tombstone of {t.id!r} has version {t.version}")
+                    keys.drop(slot.key)
+                    draft.remove(t)
+                    buf._immutable_hashes.pop(t.id, None)
+                for t in tombs:
+                    cited = draft.referrers.get(t.id)
+                    if cited:
+                        raise _Invalid(f"{t.id!r} is removed while {next(iter(cited))!r} cites it")
+                for gid in gids:
                     groups.pop(gid, None)
             elif op in ("refuse", "escalate", "tombstone", "checkpoint"):
-                pass  # a checkpoint changes no state (checkpoint.py)
+                _require(v is None, f"a {op} record publishes a version")  # checkpoint.py
             else:
-                raise LogFormatError(f"log record {index} has unknown op {op!r}")
+                raise _Invalid(f"unknown op {op!r}")
+            _count(buf, rec)
         except LogFormatError:
             raise
-        except (KeyError, TypeError, ValueError, AssertionError) as exc:
+        except _Invalid as exc:
+            raise LogFormatError(f"log record {index} ({op}): {exc}") from None
+        except Exception as exc:  # KeyError, TypeError, Entry's own checks, ...
             raise LogFormatError(f"log record {index} ({op}) is malformed: {exc!r}") from exc
         if v is not None:
-            if v <= number:
-                raise LogFormatError(f"log record {index} publishes version {v} after {number}")
             number = v
         buf._records.append(rec)
-        _count(buf, rec)
+    for g in groups.values():
+        for i in g.ids:
+            if i in draft.live and i not in draft.marks:  # pragma: no cover - marks stay
+                raise LogFormatError(f"staged {i!r} of group {g.gid} is live but not marked")
     if number != buf._head.number:
         buf._head = draft.finish(number)
     head = buf._head

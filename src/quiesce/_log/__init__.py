@@ -19,6 +19,16 @@ and before publishing each removal, never from ``append`` or
    ``write`` returned is recovered, and no part of any other batch is.
 3. A file that is not a quiesce log, or is from a newer format, is refused
    with :class:`~quiesce.LogFormatError` on open, and nothing is written to it.
+4. One writer per file: a sink holds an exclusive OS lock on its file for
+   its life; a second sink on the same file, in any process, gets
+   :class:`~quiesce.LogLocked` on open.
+5. A file is untrusted input: recovery recovers exactly what was committed,
+   or raises :class:`~quiesce.LogFormatError` naming the damaged or
+   impossible record (never another exception type); a torn tail is skipped
+   whatever it holds. Every record is checked against the invariants as it
+   is replayed (``_core/replay.py``).
+6. Writing never jams: records are encoded one by one with a total encoder
+   (``_format.encode_json``), so one odd value cannot block the batch.
 
 The import direction is fixed: this package imports ``quiesce._core``; the
 core never imports it, and nothing here imports an event loop.

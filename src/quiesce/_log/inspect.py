@@ -13,7 +13,18 @@ ids, reason, outcome) and the tombstones (id, kind, content hash, version,
 turn, actor, reason). ``--id ENTRY`` keeps records and tombstones that name
 the entry; ``--op OP`` keeps records of one operation (and shows tombstones
 only for ``--op remove``); ``--json`` prints everything, untruncated, as one
-JSON document. Exit status: 0, or 1 if the file cannot be read as a log.
+JSON document. Exit status: 0, or 1 if the file cannot be read as a log
+(a damaged or crafted file, a directory, a FIFO: one line on stderr, never a
+traceback, never a hang).
+
+Terminal safety: a log is untrusted input, so every human-readable line —
+the tables, the summary, the error message — shows text through
+:func:`printable`: a control character (ESC, a newline, a carriage return,
+any C0/C1 code, a bidi override, a lone surrogate, anything
+``str.isprintable`` refuses) is written as a backslash escape (``\x1b``,
+``\n``, ``\u202e``), and a backslash as ``\\``, so an id cannot move the
+cursor, recolour the terminal or forge a table row. ``--json`` output is
+escaped by JSON itself (ASCII only).
 """
 
 from __future__ import annotations
@@ -21,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -30,19 +42,49 @@ from .._core.buffer import Buffer
 from .._core.checkpoint import describe_checkpoint, replay_log
 from .._core.errors import LogFormatError
 from .._core.records import LogRecord, Tombstone
-from ._format import OPS, sniff
+from ._format import OPS, encode_json, log_path, sniff
 from .jsonl import read_jsonl
-from .sqlite import read_sqlite
+from .sqlite import _held_fd, read_sqlite
 
-__all__ = ["main"]
+__all__ = ["main", "printable"]
+
+_UNSAFE = re.compile(r"[^ -~]|\\")  # anything but printable ASCII, and backslashes
+
+
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    c = match.group()
+    if c == "\\":
+        return "\\\\"
+    if c.isprintable():
+        return c  # printable non-ASCII text (accents, CJK, emoji) stays as is
+    if c in _NAMED:
+        return _NAMED[c]
+    o = ord(c)
+    return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}"
+
+
+def printable(text: str) -> str:
+    """``text`` safe to write to a terminal: every character ``str.isprintable``
+    refuses (controls, line and paragraph separators, format characters such
+    as bidi overrides, lone surrogates, unassigned code points) becomes a
+    backslash escape, and a backslash becomes two. O(len(text))."""
+    if text.isascii() and text.isprintable() and "\\" not in text:
+        return text
+    return _UNSAFE.sub(_escape, text)
 
 
 def _when(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    try:
+        return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    except (OverflowError, ValueError, OSError):  # a time no calendar shows
+        return repr(t)
 
 
 def _cut(text: str, width: int) -> str:
-    text = " ".join(text.split())
+    text = " ".join(printable(text).split())
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -59,7 +101,7 @@ def _table(headers: Sequence[str], rows: list[list[str]], out: TextIO) -> None:
 
 
 def _dash(value: object) -> str:
-    return "-" if value is None else str(value)
+    return "-" if value is None else printable(str(value))
 
 
 def _tomb_dict(t: Tombstone) -> dict[str, Any]:
@@ -80,7 +122,8 @@ def _read(path: str) -> tuple[str, int, list[LogRecord], int]:
         from .postgres import read_postgres  # psycopg only when asked for
 
         return ("postgresql", *read_postgres(path), 0)
-    kind = sniff(path)
+    # A SQLite log this process writes is not opened again to sniff it.
+    kind = "sqlite" if _held_fd(path) is not None else sniff(log_path(path, "inspect"))
     if kind == "sqlite":
         fmt, records = read_sqlite(path)
         return kind, fmt, records, 0
@@ -109,14 +152,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = sys.stdout
     if os.path.exists(args.path) and not os.path.isfile(args.path):
         # a FIFO or a device would block the read; a folder is not a log either
-        sys.stderr.write(f"quiesce inspect: error: {args.path} is not a regular file\n")
+        sys.stderr.write(f"quiesce inspect: error: {printable(args.path)} is not a regular file\n")
         return 2
     try:
         kind, fmt, records, torn = _read(args.path)
         buf = Buffer()
         replay_log(buf, records)  # a compacted log starts from its checkpoint
     except (OSError, LogFormatError) as exc:
-        sys.stderr.write(f"quiesce inspect: error: {exc}\n")
+        sys.stderr.write(f"quiesce inspect: error: {printable(str(exc))}\n")
         return 1
     head = buf.head()
     tombs = sorted(head.tombs.by_id.values(), key=lambda t: (t.version, t.id))
@@ -147,18 +190,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "records": [{**r.to_dict(), "time_utc": _when(r.time)} for r in shown],
                 "tombstones": [_tomb_dict(t) for t in shown_tombs],
             }
-            json.dump(doc, out, indent=2, default=str)
-            out.write("\n")
+            try:
+                text = json.dumps(doc, indent=2, default=str)
+            except (RecursionError, ValueError):  # a record deeper than json's stack
+                text = encode_json(doc)  # compact and iterative: any depth
+            out.write(text + "\n")
             return 0
         out.write(
-            f"{args.path}: quiesce {kind} edit log, format {fmt}\n"
+            f"{printable(args.path)}: quiesce {kind} edit log, format {fmt}\n"
             f"{len(records)} records; head version {buf.version}: {len(head.live)} live entries, "
             f"{len(head.marks)} marked, {len(tombs)} tombstones, "
             f"{len(buf.staged())} staged removals\n"
         )
         if torn:
             out.write(f"torn tail ignored: {torn} bytes after the last commit (a crash)\n")
-        filters = [f"--id {args.entry}"] if args.entry else []
+        filters = [f"--id {printable(args.entry)}"] if args.entry else []
         filters += [f"--op {args.op}"] if args.op else []
         suffix = f" ({' '.join(filters)}: {len(shown)} of {len(records)})" if filters else ""
         out.write(f"\nEDIT LOG{suffix}\n")
@@ -170,10 +216,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                     _when(r.time),
                     _dash(r.turn),
                     _dash(r.actor),
-                    r.op,
+                    printable(r.op),
                     _cut(",".join(r.ids), 32) or "-",
-                    describe_checkpoint(r) if r.op == "checkpoint" else _cut(r.reason or "-", 48),
-                    r.outcome,
+                    printable(describe_checkpoint(r))
+                    if r.op == "checkpoint"
+                    else _cut(r.reason or "-", 48),
+                    printable(r.outcome),
                 ]
                 for r in shown
             ],
@@ -185,9 +233,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ("id", "kind", "content hash", "version", "turn", "actor", "reason"),
                 [
                     [
-                        t.id,
+                        printable(t.id),
                         _dash(None if t.kind is None else t.kind.value),
-                        t.content_hash,
+                        printable(t.content_hash),
                         str(t.version),
                         _dash(t.turn),
                         _dash(t.actor),

@@ -36,7 +36,15 @@ writable again.
 Invariants: the committed part of the file only grows; records are stored in
 ``seq`` order with no gap (``write`` refuses a batch that does not continue
 the log); only one ``JsonlLog`` object writes a file at a time (an exclusive
-``flock`` for the object's life; a second opener gets ``BlockingIOError``).
+``flock`` for the object's life; a second opener gets :class:`~quiesce.LogLocked`,
+a :class:`~quiesce.QuiesceError` and a ``BlockingIOError``).
+
+Any content is safe to open: a line is parsed by :func:`~._format.decode_json`
+(any nesting depth, never ``RecursionError``) and every record is checked
+field by field, so a torn tail is skipped whatever it holds and damage is
+reported as :class:`LogFormatError`. A batch whose commit line matches it
+(CRC and count) was written whole, so an invalid record inside it is refused
+rather than taken for a torn tail.
 
 Opening a file that is not a quiesce log, or a log from a newer format,
 raises :class:`LogFormatError` and writes nothing. A missing or empty file is
@@ -66,9 +74,12 @@ from .._core.records import FORMAT, LogRecord
 from ._format import (
     JSONL_TAG,
     check_log_format,
+    decode_json,
     decode_record,
-    encode_record,
+    encode_batch,
     install,
+    lock_exclusive,
+    log_path,
     sniff,
     temp_name,
 )
@@ -99,7 +110,7 @@ def _scan(data: bytes, path: str) -> JsonlContents:
     before its last commit line."""
     end = data.find(b"\n")
     try:
-        header = json.loads(data[:end] if end >= 0 else data)
+        header = decode_json(data[:end] if end >= 0 else data)
     except ValueError:
         header = None
     if not isinstance(header, dict) or header.get("quiesce") != JSONL_TAG or end < 0:
@@ -111,9 +122,16 @@ def _scan(data: bytes, path: str) -> JsonlContents:
     committed: list[LogRecord] = []
     pending: list[LogRecord] = []
     committed_size = batch_start = pos = end + 1
-    # The first unreadable line or failed commit, and how many commit lines
-    # were seen from it on: the torn batch may own one; a second means that
-    # committed data follows the damage, which no crash can produce.
+    # The batch being read: its record lines, and the first of them that is
+    # not a valid record. Whether that is damage or a torn tail is decided at
+    # the commit line: if the batch's CRC and count match, the batch was
+    # written whole, so an invalid record in it is refused (crafted or
+    # written so); otherwise the batch is torn.
+    batch_lines = 0
+    batch_error: LogFormatError | None = None
+    # The first failed commit, and how many commit lines were seen from it
+    # on: the torn batch may own one; a second means that committed data
+    # follows the damage, which no crash can produce.
     damaged: LogFormatError | None = None
     commits_since_damage = 0
     line_no = 1
@@ -126,26 +144,37 @@ def _scan(data: bytes, path: str) -> JsonlContents:
         pos = end + 1
         where = f"{path}: line {line_no}"
         try:
-            obj = json.loads(line)
+            obj = decode_json(line)
         except ValueError:
             obj = None
         if isinstance(obj, dict) and "commit" in obj:
             if damaged is None:
+                intact = (
+                    type(obj.get("n")) is int
+                    and obj["n"] == batch_lines
+                    and type(obj.get("crc")) is int
+                    and obj["crc"] == zlib.crc32(data[batch_start:line_start])
+                )
+                if intact and batch_error is not None:
+                    raise LogFormatError(f"{batch_error} (in a committed batch)")
                 last = pending[-1].seq if pending else None
-                crc = zlib.crc32(data[batch_start:line_start])
-                if obj["commit"] == last and obj.get("n") == len(pending) and obj.get("crc") == crc:
+                if intact and type(obj["commit"]) is type(last) and obj["commit"] == last:
                     committed.extend(pending)
                     pending = []
+                    batch_lines = 0
                     committed_size = batch_start = pos
                     continue
-                damaged = LogFormatError(
-                    f"{where}: the commit does not match the {len(pending)} record(s) before it"
+                damaged = batch_error or LogFormatError(
+                    f"{where}: the commit does not match the {batch_lines} record(s) before it"
                 )
             commits_since_damage += 1
             if commits_since_damage > 1:
                 raise LogFormatError(f"{damaged}; committed data follows (not a torn tail)")
             continue
         if damaged is not None:
+            continue
+        batch_lines += 1
+        if batch_error is not None:
             continue
         if isinstance(obj, dict) and type(obj.get("format")) is int and obj["format"] > FORMAT:
             decode_record(obj, where)  # a newer writer's record: raises, never skipped
@@ -157,7 +186,7 @@ def _scan(data: bytes, path: str) -> JsonlContents:
             if rec.seq != expected:
                 raise LogFormatError(f"{where} has seq {rec.seq}, expected {expected}")
         except LogFormatError as exc:
-            damaged = exc  # a torn tail, unless committed data follows
+            batch_error = exc  # a torn tail, unless its commit line vouches for it
             continue
         pending.append(rec)
     return JsonlContents(fmt, committed, committed_size, len(data) - committed_size)
@@ -166,7 +195,7 @@ def _scan(data: bytes, path: str) -> JsonlContents:
 def read_jsonl(path: str | os.PathLike[str]) -> JsonlContents:
     """Read a JSONL log without opening it for writing (for ``quiesce
     inspect``). Raises :class:`LogFormatError` like :class:`JsonlLog`."""
-    p = os.fspath(path)
+    p = log_path(path, "JSONL log")
     with open(p, "rb") as f:
         data = f.read()
     return _scan(data, p)
@@ -220,9 +249,9 @@ class JsonlLog:
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self._path = os.fspath(path)
-        self._lock = threading.Lock()
         self._fd = -1
+        self._path = log_path(path, "JsonlLog")
+        self._lock = threading.Lock()
         self._commits = 0
         kind = sniff(self._path) if os.path.exists(self._path) else "empty"
         if kind == "sqlite":
@@ -238,13 +267,7 @@ class JsonlLog:
             fd = os.open(self._path, os.O_RDONLY)
             self._read_only = True
         try:
-            if fcntl is not None:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    raise BlockingIOError(
-                        f"{self._path} is open by another JsonlLog (in this or another process)"
-                    ) from None
+            lock_exclusive(fd, self._path, "JsonlLog")
             size = os.fstat(fd).st_size
             contents = _scan(_pread_all(fd, size), self._path)
         except BaseException:
@@ -294,7 +317,10 @@ class JsonlLog:
         if start >= stop:
             return []
         with self._lock:
-            self._check_open()
+            if self._fd < 0:
+                # Closed: the file is read whole, read-only (a buffer's log
+                # stays readable after its sink is closed). O(file size).
+                return check_read(read_jsonl(self._path).records[start:stop], start, stop)
             if start < 0 or stop > self._next_seq:
                 raise LogFormatError(
                     f"{self._path}: records {start}..{stop - 1} asked, the log holds "
@@ -365,19 +391,20 @@ class JsonlLog:
         """Append ``records`` as one batch and ``fsync``: when this returns
         they are durable; when it raises, none of them will be recovered.
 
+        Each record is encoded on its own: if one cannot be, the records
+        before it are written as the batch and a ``ValueError`` names it.
         Raises ``ValueError`` for a batch that does not continue the log (a gap
         or a repeat), ``OSError`` for an I/O failure (the file is truncated
         back to its committed end), ``PermissionError`` for a read-only file.
         """
         if not records:
             return
-        lines = []
-        expected = records[0].seq
-        for rec in records:
-            if rec.seq != expected:
-                raise ValueError(f"batch is not contiguous: seq {rec.seq} where {expected} was due")
-            expected += 1
-            lines.append(encode_record(rec))
+        lines, failure = encode_batch(records)
+        if not lines:
+            assert failure is not None
+            raise failure
+        records = records[: len(lines)]
+        expected = records[-1].seq + 1
         batch = ("\n".join(lines) + "\n").encode("ascii")
         commit = {"commit": records[-1].seq, "n": len(records), "crc": zlib.crc32(batch)}
         data = batch + (json.dumps(commit, separators=(",", ":")) + "\n").encode("ascii")
@@ -413,6 +440,8 @@ class JsonlLog:
             self._next_seq = expected
             self._commits += 1
             self._checkpoints.extend(r.seq for r in records if r.op == "checkpoint")
+        if failure is not None:
+            raise failure
 
     def close(self) -> None:
         """Release the file and its lock. Idempotent; ``write`` after it raises."""

@@ -1,17 +1,21 @@
 """``SQLiteLog``: the embedded durable edit-log sink (standard-library ``sqlite3``).
 
-Schema (format :data:`~quiesce._core.records.FORMAT`; the file's
-``PRAGMA application_id`` is ``0x51554945`` — ASCII ``QUIE`` — and its
-``PRAGMA user_version`` is the format)::
+Schema (file layout :data:`SQLITE_FORMAT`, holding records of format
+:data:`~quiesce._core.records.FORMAT`; the file's ``PRAGMA application_id``
+is ``0x51554945`` — ASCII ``QUIE`` — and its ``PRAGMA user_version`` is the
+layout)::
 
     quiesce_meta(key TEXT PRIMARY KEY, value TEXT)   -- format, created, writer
     quiesce_log(seq INTEGER PRIMARY KEY,              -- 0, 1, 2, ... no gap
                 record TEXT CHECK (json_valid(record)),
+                crc INTEGER NOT NULL,                 -- layout 2: CRC-32 of seq and record
                 format, time, op, version, ids,       -- generated from record,
                 actor, reason, turn, outcome)         -- for people and SQL
 
-``record`` is the only stored field and the source of truth (see
-``_format``: ASCII JSON, exact for any string). The other columns are
+``record`` is the source of truth (see ``_format``: ASCII JSON, exact for any
+string); ``crc`` is :func:`record_crc` of the row's ``seq`` and ``record``,
+so a record damaged on disk (a flipped bit SQLite's own checks miss) is
+refused, as a JSONL batch's CRC is. The other columns are
 *virtual generated columns* (``json_extract`` of the record, SQLite >= 3.31):
 they cost nothing to write, cannot disagree with the record, and let a
 person query the log with the ``sqlite3`` shell
@@ -47,7 +51,37 @@ Opening. A missing or empty file becomes a new log: it is built beside the
 path and moved into place, so a log file is never half-initialized. An
 existing file must be a quiesce log of a format this code reads; otherwise
 opening raises :class:`LogFormatError` after reading only its 100-byte
-header, and nothing is written to it.
+header, and nothing is written to it. One writer per file: a
+``SQLiteLog`` holds an exclusive ``flock`` on the database file for its life
+(as :class:`~quiesce.JsonlLog` does), and a second one — in this or another
+process — raises :class:`~quiesce.LogLocked` on open. (Without it two
+writers each re-read where the log ends after a refused insert and could
+skip their own records as "already stored".) ``flock`` and SQLite's own
+POSIX locks do not interact; the lock's descriptor is closed only after the
+connection, because closing any descriptor of a file drops the process's
+POSIX locks on it.
+
+Layout 1 (files written by quiesce 0.1.0, no ``crc`` column) is read and
+appended to as layout 1: its records have no checksum, so they are trusted
+as SQLite returns them (still validated field by field and replayed
+against every invariant). A new file is always layout 2. Nothing migrates a
+file in place: the log is append-only, and a migrated file could no longer be
+opened by 0.1.0.
+
+Damage. Recovery (:meth:`SQLiteLog.load`, :func:`read_sqlite`) first runs
+``PRAGMA quick_check`` (every page and cell accounted for, O(file size)),
+then checks each row's checksum, type and ``seq``; every ``sqlite3`` error
+and every decoding error on the way is raised as :class:`LogFormatError`. A
+damaged file therefore recovers exactly or is refused — never a prefix,
+never a different record. (A fuzz test flips single bits over real files.)
+After a crash the file may have a write-ahead log (``<path>-wal``) that no
+checkpoint has folded in yet. SQLite's WAL recovery stops at the first frame
+whose checksum fails and drops the rest silently — right for a torn write,
+wrong for a flipped bit with committed transactions behind it. Opening
+therefore checks the WAL first (:func:`_check_wal`, O(WAL size)): damage
+followed by the commit of a later transaction cannot come from a crash and
+is refused; damage in the last transaction is a torn write and that
+transaction is dropped, as a JSONL log drops a torn last batch.
 
 Prior art: SQLite's own WAL documentation ("How To Corrupt An SQLite
 Database File", "Write-Ahead Logging"), PostgreSQL's group commit
@@ -56,16 +90,20 @@ Database File", "Write-Ahead Logging"), PostgreSQL's group commit
 
 from __future__ import annotations
 
-import json
+import contextlib
+import errno
+import math
 import os
 import sqlite3
+import struct
 import threading
 import time
 import urllib.parse
-from collections.abc import Sequence
+import zlib
+from collections.abc import Iterator, Sequence
 from types import TracebackType
 
-from .._core.errors import LogFormatError
+from .._core.errors import InvalidArgument, InvalidType, LogFormatError, LogLocked
 from .._core.log import check_read
 from .._core.records import FORMAT, LogRecord
 from ._format import (
@@ -73,18 +111,31 @@ from ._format import (
     SQLITE_MAGIC,
     check_log_format,
     check_sequence,
+    decode_json,
     decode_record,
-    encode_record,
+    encode_batch,
     install,
+    lock_exclusive,
+    log_path,
     sniff,
     temp_name,
 )
 
-__all__ = ["SQLiteLog", "read_sqlite"]
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no advisory locks
+    fcntl = None  # type: ignore[assignment]
 
+__all__ = ["SQLITE_FORMAT", "SQLiteLog", "read_sqlite", "record_crc"]
+
+#: The SQLite file layout a new log gets (``PRAGMA user_version``): 2 adds
+#: the per-record ``crc`` column; 1 (quiesce 0.1.0) is still read and written.
+SQLITE_FORMAT = 2
+
+_CRC_COLUMN = "    crc     INTEGER NOT NULL,\n"
 _SCHEMA = f"""
 PRAGMA application_id = {APPLICATION_ID};
-PRAGMA user_version = {FORMAT};
+PRAGMA user_version = {SQLITE_FORMAT};
 CREATE TABLE quiesce_meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL
@@ -92,7 +143,7 @@ CREATE TABLE quiesce_meta (
 CREATE TABLE quiesce_log (
     seq     INTEGER PRIMARY KEY,
     record  TEXT    NOT NULL CHECK (json_valid(record)),
-    format  INTEGER GENERATED ALWAYS AS (json_extract(record, '$.format')) VIRTUAL,
+{_CRC_COLUMN}    format  INTEGER GENERATED ALWAYS AS (json_extract(record, '$.format')) VIRTUAL,
     time    REAL    GENERATED ALWAYS AS (json_extract(record, '$.time')) VIRTUAL,
     op      TEXT    GENERATED ALWAYS AS (json_extract(record, '$.op')) VIRTUAL,
     version INTEGER GENERATED ALWAYS AS (json_extract(record, '$.version')) VIRTUAL,
@@ -115,7 +166,14 @@ CREATE TRIGGER quiesce_meta_no_delete BEFORE DELETE ON quiesce_meta
 BEGIN SELECT RAISE(ABORT, 'quiesce_meta is read-only: DELETE refused'); END;
 """
 
-_INSERT = "INSERT INTO quiesce_log (seq, record) VALUES (?, ?)"
+_INSERT = {
+    1: "INSERT INTO quiesce_log (seq, record) VALUES (?, ?)",
+    2: "INSERT INTO quiesce_log (seq, record, crc) VALUES (?, ?, ?)",
+}
+_SELECT = {
+    1: "SELECT seq, record FROM quiesce_log",
+    2: "SELECT seq, record, crc FROM quiesce_log",
+}
 
 #: A partial index of the checkpoint rows (issue 13): recovery finds the
 #: newest checkpoint without scanning the log. Built once, on the first
@@ -143,8 +201,12 @@ _MIN_SQLITE = (3, 31, 0)
 def _check_header(path: str) -> None:
     """Refuse a non-quiesce or newer-format file from its header bytes alone
     (before SQLite opens it, so nothing can be written to it)."""
-    with open(path, "rb") as f:
-        header = f.read(100)
+    held = _held_fd(path)
+    if held is not None:
+        header = os.pread(held, 100, 0)
+    else:
+        with open(path, "rb") as f:
+            header = f.read(100)
     if not header.startswith(SQLITE_MAGIC):
         if sniff(path) == "jsonl":
             raise LogFormatError(f"{path} is a JSONL edit log; open it with JsonlLog")
@@ -157,22 +219,224 @@ def _check_header(path: str) -> None:
             f"{path} is a SQLite database but not a quiesce edit log "
             f"(application_id {app:#x}, expected {APPLICATION_ID:#x})"
         )
-    check_log_format(path, int.from_bytes(header[60:64], "big"))
+    _check_layout(path, int.from_bytes(header[60:64], "big"))
 
 
-def _check_schema(conn: sqlite3.Connection, path: str) -> None:
+_WAL_MAGICS = {0x377F0682: "<", 0x377F0683: ">"}  # checksum word order
+
+
+def _wal_sum(data: bytes, order: str, s0: int, s1: int) -> tuple[int, int]:
+    """SQLite's WAL checksum of ``data`` (a multiple of 8 bytes) seeded with
+    ``(s0, s1)``."""
+    for x0, x1 in struct.iter_unpack(order + "II", data):
+        s0 = (s0 + x0 + s1) & 0xFFFFFFFF
+        s1 = (s1 + x1 + s0) & 0xFFFFFFFF
+    return s0, s1
+
+
+def _wal_damage(wal: bytes, page_size: int, order: str) -> int | None:
+    """Where SQLite would stop reading ``wal`` (the index of the first frame
+    that fails its checksum, -1 for the header) if committed transactions
+    follow that point, else ``None``.
+
+    SQLite's WAL recovery keeps the frames up to the first one whose
+    cumulative checksum fails and drops the rest silently: right for a torn
+    write, wrong for a flipped bit with committed transactions behind it.
+    A frame after the damage is checked *locally* (its checksum seeded with
+    its predecessor's stored or recomputed one, its salts the header's). A
+    crash can tear only the transaction being written, so damage followed by
+    the commit frames of another transaction cannot be a torn write (as a
+    JSONL commit line after damage cannot). The damaged frame's own commit
+    mark decides how many commits must follow (one after a damaged commit
+    frame, two otherwise): a flip that clears that mark itself can still pass
+    for a torn last transaction. O(WAL size)."""
+    if len(wal) < 32:
+        return None
+    magic, version, _size, _ckpt, salt1, salt2, c0, c1 = struct.unpack(">8I", wal[:32])
+    header_sum = _wal_sum(wal[:24], order, 0, 0)
+    header_ok = _WAL_MAGICS.get(magic) == order and version == 3007000 and header_sum == (c0, c1)
+    bad: int | None = None if header_ok else -1
+    need = 1  # commit frames after the damage that prove it is not a torn tail
+    found = 0
+    # The stored checksum of the previous frame, and the one computed over
+    # it: they differ only at the damaged frame, and either may be the true
+    # one (the flip hit its data, or its stored checksum).
+    prev_stored, prev_computed = (c0, c1), header_sum
+    frame = 24 + page_size
+    for k, off in enumerate(range(32, len(wal) - frame + 1, frame)):
+        pgno, db_size, s1, s2, f0, f1 = struct.unpack(">6I", wal[off : off + 24])
+        data = wal[off : off + 8] + wal[off + 24 : off + frame]
+        computed = _wal_sum(data, order, *prev_stored)
+        local = (s1, s2) == (salt1, salt2) and pgno > 0
+        if local and computed != (f0, f1):
+            local = prev_computed != prev_stored and _wal_sum(data, order, *prev_computed) == (
+                f0,
+                f1,
+            )
+        if bad is None:
+            if not local:
+                bad, need = k, 1 if db_size else 2
+        elif local and db_size:
+            found += 1
+            if found >= need:
+                return bad
+        prev_stored, prev_computed = (f0, f1), computed
+    return None
+
+
+def _check_wal(path: str) -> None:
+    """Refuse a log whose write-ahead log (``<path>-wal``, present after a
+    crash) is damaged before committed transactions: SQLite would recover a
+    prefix silently. Reads only; O(WAL size)."""
+    try:
+        with open(path + "-wal", "rb") as f:
+            wal = f.read()
+        with open(path, "rb") as f:
+            head = f.read(100)
+    except FileNotFoundError:
+        return
+    page_size = int.from_bytes(head[16:18], "big") if len(head) >= 18 else 0
+    page_size = 65536 if page_size == 1 else page_size
+    if page_size < 512:
+        return  # the database header is refused on its own
+    for order in ("<", ">"):  # both: the magic that says which may be the damage
+        at = _wal_damage(wal, page_size, order)
+        if at is not None:
+            where = "its header" if at < 0 else f"frame {at}"
+            raise LogFormatError(
+                f"{path} is damaged: its write-ahead log fails its checksum at {where} "
+                f"and committed transactions follow (not a torn write)"
+            )
+
+
+#: Files a SQLiteLog of this process holds: (st_dev, st_ino) -> its lock
+#: descriptor. Nothing here opens and closes such a file again: on POSIX,
+#: closing *any* descriptor of a file drops every POSIX lock the process
+#: holds on it, SQLite's included (and another process could then take the
+#: log's WAL for abandoned and delete it).
+_HELD: dict[tuple[int, int], int] = {}
+_HELD_LOCK = threading.Lock()
+
+
+def _held_fd(path: str) -> int | None:
+    """The lock descriptor of this process's SQLiteLog on ``path``, if any."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return _HELD.get((st.st_dev, st.st_ino))
+
+
+def _writer_active(path: str) -> bool:
+    """Whether a ``SQLiteLog`` holds ``path`` open for writing now (its
+    exclusive ``flock`` refuses a shared one). Takes no lock it keeps."""
+    if fcntl is None:  # pragma: no cover - Windows
+        return False
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # before any SQLite connection of ours opens the file
+    return False
+
+
+def _check_layout(path: str, layout: object) -> int:
+    """The file layout (``user_version``), if this code reads it."""
+    if type(layout) is not int or layout < 1:
+        raise LogFormatError(f"{path} has no valid quiesce layout version ({layout!r})")
+    check_log_format(path, layout, SQLITE_FORMAT)
+    return layout
+
+
+@contextlib.contextmanager
+def _refused_if_damaged(path: str) -> Iterator[None]:
+    """Every ``sqlite3`` and decoding error of a read as :class:`LogFormatError`.
+    ``MemoryError`` too: ``sqlite3`` raises it for ``SQLITE_NOMEM``, which a
+    damaged schema page produces (found by the atheris harness)."""
+    try:
+        yield
+    except (sqlite3.Error, UnicodeError, OverflowError) as exc:
+        raise LogFormatError(f"{path} is damaged or not a quiesce edit log: {exc}") from exc
+    except MemoryError as exc:
+        raise LogFormatError(
+            f"{path} is damaged or not a quiesce edit log: SQLite ran out of memory reading it"
+        ) from exc
+
+
+def _check_schema(conn: sqlite3.Connection, path: str) -> int:
     """The same checks as the header, through SQLite (a WAL may hold a newer
-    header), plus the tables and the newest record format."""
+    header), plus the tables and the newest record format. Returns the
+    layout. Call under :func:`_refused_if_damaged`."""
     app = conn.execute("PRAGMA application_id").fetchone()[0]
     if app != APPLICATION_ID:
         raise LogFormatError(f"{path} is a SQLite database but not a quiesce edit log")
-    check_log_format(path, conn.execute("PRAGMA user_version").fetchone()[0])
+    layout = _check_layout(path, conn.execute("PRAGMA user_version").fetchone()[0])
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if not {"quiesce_log", "quiesce_meta"} <= tables:
         raise LogFormatError(f"{path} has a quiesce header but no quiesce_log table")
     newest = conn.execute("SELECT MAX(format) FROM quiesce_log").fetchone()[0]
     if newest is not None:
-        check_log_format(path, int(newest))
+        if type(newest) is not int:
+            raise LogFormatError(f"{path} holds a record with an invalid format field")
+        check_log_format(path, newest)
+    return layout
+
+
+def _schema_of(layout: int) -> frozenset[tuple[object, ...]]:
+    """The ``sqlite_master`` rows a log of ``layout`` holds, exactly as
+    :func:`_create` (or quiesce 0.1.0, for layout 1) wrote them."""
+    schema = _SCHEMA if layout == SQLITE_FORMAT else _SCHEMA.replace(_CRC_COLUMN, "")
+    conn = sqlite3.connect(":memory:")
+    try:
+        conn.executescript(schema)
+        return frozenset(conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master"))
+    finally:
+        conn.close()
+
+
+_SCHEMAS = {layout: _schema_of(layout) for layout in range(1, SQLITE_FORMAT + 1)}
+
+
+def _checkpoint_index_row() -> frozenset[tuple[object, ...]]:
+    """The ``sqlite_master`` row of the checkpoint index (issue 13), which
+    a log may hold beside its schema (added on the first writable open)."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        conn.executescript(_SCHEMA)
+        before = frozenset(conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master"))
+        conn.execute(_CHECKPOINT_INDEX)
+        after = frozenset(conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master"))
+        return after - before
+    finally:
+        conn.close()
+
+
+_CHECKPOINT_INDEX_ROW = _checkpoint_index_row()
+
+
+def _check_pages(conn: sqlite3.Connection, path: str) -> None:
+    """``PRAGMA quick_check`` and the schema, compared with what quiesce
+    writes: a damaged page, cell or table definition is refused, not read
+    around (a flipped cell count could hide the last records; a flipped
+    ``PRIMARY KEY`` in the schema text would make every ``seq`` read as NULL
+    and the log look empty). O(file size). Call under
+    :func:`_refused_if_damaged`."""
+    problems = [r[0] for r in conn.execute("PRAGMA quick_check").fetchmany(3)]
+    if problems != ["ok"]:
+        raise LogFormatError(f"{path} is damaged: {'; '.join(map(str, problems))}")
+    layout = conn.execute("PRAGMA user_version").fetchone()[0]
+    schema = frozenset(conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master"))
+    schema -= _CHECKPOINT_INDEX_ROW  # present or not (checkpoints, issue 13)
+    if schema != _SCHEMAS.get(layout):
+        raise LogFormatError(f"{path} is damaged: its schema is not a quiesce log's")
+
+
+def record_crc(seq: int, text: str) -> int:
+    """The layout-2 checksum of a row: CRC-32 of ``seq``, a newline and the
+    record text (so a row moved to another ``seq`` fails too)."""
+    return zlib.crc32(f"{seq}\n".encode("ascii") + text.encode("utf-8", "surrogatepass"))
 
 
 def _create(path: str) -> None:
@@ -204,13 +468,22 @@ def _create(path: str) -> None:
     install(tmp, path)
 
 
-def _decode_rows(rows: Sequence[tuple[int, str]], path: str, first: int = 0) -> list[LogRecord]:
+def _decode_rows(rows: Sequence[tuple[object, ...]], path: str, first: int = 0) -> list[LogRecord]:
+    """Check and decode rows ``(seq, record[, crc])`` read from ``first`` on.
+    Raises :class:`LogFormatError` naming the first bad row. O(size)."""
     records = []
-    for seq, text in rows:
+    for index, row in enumerate(rows, first):
+        seq, text = row[0], row[1]
         where = f"{path}: record {seq}"
+        if seq != index or type(seq) is not int:
+            raise LogFormatError(f"{path}: record {index} has seq {seq!r} (a gap or a repeat)")
+        if type(text) is not str:
+            raise LogFormatError(f"{where} is not text")
+        if len(row) > 2 and (type(row[2]) is not int or row[2] != record_crc(seq, text)):
+            raise LogFormatError(f"{where} fails its checksum (damaged)")
         try:
-            obj = json.loads(text)
-        except (TypeError, ValueError) as exc:
+            obj = decode_json(text)
+        except ValueError as exc:
             raise LogFormatError(f"{where} is not valid JSON") from exc
         rec = decode_record(obj, where)
         if rec.seq != seq:
@@ -221,21 +494,37 @@ def _decode_rows(rows: Sequence[tuple[int, str]], path: str, first: int = 0) -> 
     return records
 
 
+def _read_rows(
+    conn: sqlite3.Connection, layout: int, path: str, first: int = 0, stop: int | None = None
+) -> list[LogRecord]:
+    """Records ``first`` to ``stop`` (exclusive; ``None``: the end), checked."""
+    where = " WHERE seq >= ?" + ("" if stop is None else " AND seq < ?")
+    args = (first,) if stop is None else (first, stop)
+    with _refused_if_damaged(path):
+        rows = conn.execute(_SELECT[layout] + where + " ORDER BY seq", args).fetchall()
+    return _decode_rows(rows, path, first)
+
+
 def read_sqlite(path: str | os.PathLike[str]) -> tuple[int, list[LogRecord]]:
     """The format and records of a SQLite log, read through a read-only
     connection (for ``quiesce inspect``; never writes, never creates).
     Raises :class:`LogFormatError` like :class:`SQLiteLog`."""
-    p = os.fspath(path)
+    p = log_path(path, "SQLite log")
     _check_header(p)
+    # A live writer's WAL is not a crash's leftover (and a file this process
+    # holds must not be opened and closed again: see _HELD).
+    if _held_fd(p) is None and not _writer_active(p):
+        _check_wal(p)
     uri = "file:" + urllib.parse.quote(os.path.abspath(p)) + "?mode=ro"
-    conn = sqlite3.connect(uri, uri=True)
+    with _refused_if_damaged(p):
+        conn = sqlite3.connect(uri, uri=True)
     try:
-        _check_schema(conn, p)
-        fmt = int(conn.execute("PRAGMA user_version").fetchone()[0])
-        rows = conn.execute("SELECT seq, record FROM quiesce_log ORDER BY seq").fetchall()
+        with _refused_if_damaged(p):
+            layout = _check_schema(conn, p)
+            _check_pages(conn, p)
+        return layout, _read_rows(conn, layout, p)
     finally:
         conn.close()
-    return fmt, _decode_rows(rows, p)
 
 
 class SQLiteLog:
@@ -247,32 +536,72 @@ class SQLiteLog:
     ``Buffer(log=SQLiteLog(path))`` recovers the buffer from it. ``timeout``
     is how long a write waits for another connection's lock.
     ``write`` is one transaction per batch. Thread-safe (the buffer flushes
-    from worker threads). Use it as a context manager or call :meth:`close`.
+    from worker threads). One ``SQLiteLog`` per file at a time: a second one
+    raises :class:`~quiesce.LogLocked`. Use it as a context manager or call
+    :meth:`close`.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, timeout: float = 5.0) -> None:
-        self._path = os.fspath(path)
-        self._timeout = timeout
+        self._conn: sqlite3.Connection | None = None
+        self._lock_fd = -1
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+            raise InvalidType(f"timeout must be a number of seconds, not {type(timeout).__name__}")
+        if not math.isfinite(timeout) or timeout < 0:
+            raise InvalidArgument(f"timeout must be finite and >= 0, not {timeout!r}")
+        self._path = log_path(path, "SQLiteLog")
+        self._timeout = float(timeout)
         self._lock = threading.Lock()
         self._commits = 0
-        if not os.path.exists(self._path) or sniff(self._path) == "empty":
-            _create(self._path)
-        _check_header(self._path)
-        self._conn: sqlite3.Connection | None = None
-        self._conn = self._connect()
+        with _HELD_LOCK:
+            # A file this process holds is refused before it is opened again:
+            # closing a second descriptor would drop the holder's POSIX locks.
+            if _held_fd(self._path) is not None:
+                raise LogLocked(
+                    f"{self._path} is open by another SQLiteLog (in this or another process): "
+                    f"one writer per log file"
+                )
+            if not os.path.exists(self._path) or sniff(self._path) == "empty":
+                _create(self._path)
+            _check_header(self._path)
+            try:
+                fd = os.open(self._path, os.O_RDWR)
+            except OSError as exc:
+                if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                    raise
+                fd = os.open(self._path, os.O_RDONLY)  # a read-only file still opens
+            try:
+                lock_exclusive(fd, self._path, "SQLiteLog")
+                _check_wal(self._path)  # under the lock: no writer is changing it
+            except BaseException:
+                os.close(fd)
+                raise
+            st = os.fstat(fd)
+            self._held_key = (st.st_dev, st.st_ino)
+            _HELD[self._held_key] = fd
+            self._lock_fd = fd
+        try:
+            self._conn = self._connect()
+        except BaseException:
+            self.close()
+            raise
         self._broken = False
 
     def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(
-            self._path, timeout=self._timeout, isolation_level=None, check_same_thread=False
-        )
-        try:
-            _check_schema(conn, self._path)
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = FULL")
-            self._next_seq = int(
-                conn.execute("SELECT COALESCE(MAX(seq) + 1, 0) FROM quiesce_log").fetchone()[0]
+        with _refused_if_damaged(self._path):
+            conn = sqlite3.connect(
+                self._path, timeout=self._timeout, isolation_level=None, check_same_thread=False
             )
+        try:
+            with _refused_if_damaged(self._path):
+                self._layout = _check_schema(conn, self._path)
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute("PRAGMA synchronous = FULL")
+                (next_seq,) = conn.execute(
+                    "SELECT COALESCE(MAX(seq) + 1, 0) FROM quiesce_log"
+                ).fetchone()
+            if type(next_seq) is not int:
+                raise LogFormatError(f"{self._path}: the log's last seq is not an integer")
+            self._next_seq = next_seq
             _ensure_checkpoint_index(conn)
         except BaseException:
             conn.close()
@@ -282,12 +611,15 @@ class SQLiteLog:
     # -- LogSink ----------------------------------------------------------
 
     def load(self) -> Sequence[LogRecord]:
-        """Every record in ``seq`` order. O(records). Raises
-        :class:`LogFormatError` for a damaged or newer-format record."""
+        """Every record in ``seq`` order, after ``PRAGMA quick_check`` and each
+        record's checksum. O(file size). Raises :class:`LogFormatError` for a
+        damaged file or a damaged or newer-format record (never a raw
+        ``sqlite3`` or decoding error)."""
         with self._lock:
             conn = self._open_conn()
-            rows = conn.execute("SELECT seq, record FROM quiesce_log ORDER BY seq").fetchall()
-        return _decode_rows(rows, self._path)
+            with _refused_if_damaged(self._path):
+                _check_pages(conn, self._path)
+            return _read_rows(conn, self._layout, self._path)
 
     def read_range(self, start: int, stop: int) -> Sequence[LogRecord]:
         """Records ``start`` .. ``stop - 1`` (the ``ReadableSink`` method, see
@@ -297,12 +629,12 @@ class SQLiteLog:
         if start >= stop:
             return []
         with self._lock:
-            conn = self._open_conn()
-            rows = conn.execute(
-                "SELECT seq, record FROM quiesce_log WHERE seq >= ? AND seq < ? ORDER BY seq",
-                (start, stop),
-            ).fetchall()
-        return check_read(_decode_rows(rows, self._path, start), start, stop)
+            if self._conn is None:
+                # Closed: read through a read-only connection (a buffer's log
+                # stays readable after its sink is closed). O(records).
+                return check_read(read_sqlite(self._path)[1][start:stop], start, stop)
+            records = _read_rows(self._conn, self._layout, self._path, start, stop)
+        return check_read(records, start, stop)
 
     def checkpoints(self) -> tuple[int, Sequence[int]]:
         """The number of durable records and the seqs of the checkpoint
@@ -321,46 +653,68 @@ class SQLiteLog:
         """Insert ``records`` in one transaction and commit: when this returns
         they are durable; when it raises, none of them are stored.
 
-        Raises ``ValueError`` for a batch that does not continue the log,
-        ``sqlite3.Error`` for a database failure (rolled back).
+        Each record is encoded on its own (:func:`~._format.encode_batch`):
+        if one cannot be, the records before it are committed and a
+        ``ValueError`` names it. Raises ``ValueError`` for a batch that does
+        not continue the log or whose records are stored already with other
+        contents (compared whole), ``sqlite3.Error`` for a database failure
+        (rolled back).
         """
         if not records:
             return
-        expected = records[0].seq
-        for rec in records:
-            if rec.seq != expected:
-                raise ValueError(f"batch is not contiguous: seq {rec.seq} where {expected} was due")
-            expected += 1
-        rows = [(rec.seq, encode_record(rec)) for rec in records]
+        texts, failure = encode_batch(records)
+        if not texts:
+            assert failure is not None
+            raise failure
         with self._lock:
             conn = self._open_conn()
             if self._broken:
                 conn = self._reconnect()
-            skip = self._already_stored(conn, records)
-            rows = rows[skip:]
-            if not rows:
-                return
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                conn.executemany(_INSERT, rows)
-                conn.execute("COMMIT")
-            except BaseException:
-                self._broken = True
+            skip = self._already_stored(conn, records[: len(texts)], texts)
+            first = records[0].seq
+            rows: list[tuple[object, ...]] = [
+                (seq, t) if self._layout == 1 else (seq, t, record_crc(seq, t))
+                for seq, t in enumerate(texts[skip:], first + skip)
+            ]
+            if rows:
                 try:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                except sqlite3.Error:
-                    pass  # the reconnect on the next write discards the transaction
-                raise
-            self._next_seq = expected
-            self._commits += 1
+                    conn.execute("BEGIN IMMEDIATE")
+                    conn.executemany(_INSERT[self._layout], rows)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    self._broken = True
+                    try:
+                        if conn.in_transaction:
+                            conn.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass  # the reconnect on the next write discards the transaction
+                    raise
+                self._next_seq = first + len(texts)
+                self._commits += 1
+        if failure is not None:
+            raise failure
 
     def close(self) -> None:
-        """Close the connection. Idempotent; ``write`` after it raises."""
+        """Close the connection, then release the file's lock. Idempotent;
+        ``write`` after it raises."""
         with self._lock:
-            conn, self._conn = self._conn, None
-            if conn is not None:
-                conn.close()
+            self._release()
+
+    def _release(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+        fd, self._lock_fd = self._lock_fd, -1
+        if fd >= 0:
+            with _HELD_LOCK:
+                _HELD.pop(self._held_key, None)
+                os.close(fd)  # after the connection: this drops the process's POSIX locks
+
+    def __del__(self) -> None:
+        # Like a file object: a forgotten log releases its connection and lock.
+        if getattr(self, "_lock_fd", -1) >= 0:
+            with contextlib.suppress(Exception):
+                self._release()
 
     # -- extras -----------------------------------------------------------
 
@@ -415,23 +769,27 @@ class SQLiteLog:
         self._broken = False
         return self._conn
 
-    def _already_stored(self, conn: sqlite3.Connection, records: Sequence[LogRecord]) -> int:
+    def _already_stored(
+        self, conn: sqlite3.Connection, records: Sequence[LogRecord], texts: Sequence[str]
+    ) -> int:
         """How many leading records of the batch are stored already (a COMMIT
         that reported failure but reached the disk). They must be the same
-        records; anything else is a gap or a divergence and raises."""
+        records, compared whole (their stored text against ``texts``, the
+        batch's own encoding, which is deterministic); anything else is a gap
+        or a divergence and raises ``ValueError``."""
         first = records[0].seq
         if first > self._next_seq:
             raise ValueError(
                 f"batch starts at seq {first} but the log holds {self._next_seq} records"
             )
-        skip = min(self._next_seq - first, len(records))
+        skip = min(self._next_seq - first, len(texts))
         if skip:
-            rows = conn.execute(
-                "SELECT seq, record FROM quiesce_log WHERE seq >= ? AND seq < ? ORDER BY seq",
-                (first, first + skip),
-            ).fetchall()
-            stored = [_identity(r) for r in _decode_rows(rows, self._path, first)]
-            if stored != [_identity(r) for r in records[:skip]]:
+            with _refused_if_damaged(self._path):
+                rows = conn.execute(
+                    "SELECT seq, record FROM quiesce_log WHERE seq >= ? AND seq < ? ORDER BY seq",
+                    (first, first + skip),
+                ).fetchall()
+            if [row[1] for row in rows] != list(texts[:skip]):
                 raise ValueError(
                     f"records {first}..{first + skip - 1} are stored with different contents: "
                     f"the log and the buffer diverged"
@@ -440,4 +798,7 @@ class SQLiteLog:
 
 
 def _identity(rec: LogRecord) -> tuple[object, ...]:
+    """A few fields of a record. Kept for callers of 0.1.0's retry; NOT a
+    test of sameness (two different records can share it): compare the
+    encoded records whole, as :meth:`SQLiteLog._already_stored` does."""
     return (rec.seq, rec.op, rec.version, tuple(rec.ids), rec.outcome)
