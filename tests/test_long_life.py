@@ -143,7 +143,7 @@ def test_sqlite_missing_record_raises(tmp_path: Path) -> None:
     conn.close()
     with SQLiteLog(path) as sink:
         assert [r.seq for r in sink.read_range(10, 20)] == list(range(10, 20))
-        with pytest.raises(LogFormatError, match="gone missing|a gap or a repeat"):
+        with pytest.raises(LogFormatError, match=r"gone missing|a gap or a repeat"):
             sink.read_range(15, 25)
 
 

@@ -44,7 +44,13 @@ from types import MappingProxyType
 from typing import Any
 
 from .check import check_buffer
-from .checkpoint import DEFAULT_CHECKPOINT_EVERY, CheckpointSink, recover, replay_log
+from .checkpoint import (
+    DEFAULT_CHECKPOINT_EVERY,
+    CheckpointSink,
+    build_checkpoint,
+    recover,
+    replay_log,
+)
 from .edit import Editor
 from .entry import Entry, check_id, check_text, check_turn
 from .errors import (
@@ -631,6 +637,18 @@ class Buffer(Editor):
             reclamation_latency_max=self._latency_max,
             callback_errors=self._counts["callback_errors"],
         )
+
+    def _append_checkpoint(self) -> None:
+        """Append a checkpoint record of the current state (flush() calls
+        it). O(live + tombstones + staged), under the write lock."""
+        lock = self._write_lock
+        lock.acquire()
+        try:
+            rec = build_checkpoint(self, time.time())
+            self._records.append(rec)
+            self._checkpoint_due = rec.seq + 1 + self._checkpoint_every
+        finally:
+            lock.release()
 
     def _check(self, *, expect_no_pins: bool = False) -> None:
         """Assert every invariant of DESIGN.md on the current state.

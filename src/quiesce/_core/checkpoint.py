@@ -43,6 +43,7 @@ from .entry import Entry
 from .errors import LogFormatError
 from .grace import Group
 from .log import ReadableSink, Records, check_read
+from .publish import tomb_to_dict
 from .records import LogRecord, Mark, Refusal
 from .replay import _tomb as tomb_from_dict
 from .replay import replay
@@ -98,8 +99,6 @@ def _digest(state: dict[str, Any]) -> str:
 def checkpoint_state(buf: Buffer) -> dict[str, Any]:
     """The state a checkpoint holds (call under the write lock; every value
     JSON-able). O(live log live + tombstones + staged)."""
-    from .publish import tomb_to_dict
-
     head = buf._head
     tombs = head.tombs
     slots = sorted(head.live.values(), key=lambda s: s.key)
