@@ -64,6 +64,7 @@ class Publisher(Grace):
         imports :mod:`.checkpoint`; this module must not, to stay out of an
         import circle)."""
         raise NotImplementedError
+
     _log_failing: bool
     _counts: Counter[str]
     _refusals: Counter[Refusal]
