@@ -25,8 +25,10 @@ from quiesce import Buffer, JsonlLog, LogWriteError, SQLiteLog
 def main() -> None:
     kind, path, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
     per_flush = int(sys.argv[4]) if len(sys.argv) > 4 else 8
+    # checkpoints: every N records, and flush(checkpoint=True) every third flush
+    every = int(sys.argv[5]) if len(sys.argv) > 5 else 0
     sink = SQLiteLog(path) if kind == "sqlite" else JsonlLog(path)
-    buf = Buffer(log=sink)
+    buf = Buffer(log=sink, checkpoint_every=every)
     rng = random.Random(seed)
     work = Workload(buf, prefix=f"p{seed}-")
     out = sys.stdout
@@ -39,7 +41,7 @@ def main() -> None:
         try:
             work.run(random_op(rng))
             if i % per_flush == 0:
-                buf.flush()
+                buf.flush(checkpoint=bool(every) and i % (3 * per_flush) == 0)
         except LogWriteError as exc:  # pragma: no cover - would fail the parent's checks
             out.write(json.dumps({"error": str(exc)}) + "\n")
             out.flush()

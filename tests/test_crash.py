@@ -33,14 +33,16 @@ KILLS = 15  # per sink: 30 kills in the default run
 SOAK_KILLS = 100
 
 
-def _run_and_kill(kind: str, path: Path, seed: int, delay: float) -> list[dict[str, Any]]:
+def _run_and_kill(
+    kind: str, path: Path, seed: int, delay: float, every: int = 0
+) -> list[dict[str, Any]]:
     """Start the child, wait until it is running, let it work for ``delay``
     seconds, SIGKILL it; return the complete report lines it printed."""
     env = dict(
         os.environ, PYTHONPATH=str(CHILD.parent) + os.pathsep + os.environ.get("PYTHONPATH", "")
     )
     proc = subprocess.Popen(
-        [sys.executable, str(CHILD), kind, str(path), str(seed), str(1 + seed % 12)],
+        [sys.executable, str(CHILD), kind, str(path), str(seed), str(1 + seed % 12), str(every)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,
@@ -74,6 +76,10 @@ def _check_recovery(kind: str, path: Path, reports: list[dict[str, Any]]) -> int
         buf = Buffer(log=sink)
         buf._check(expect_no_pins=True)
         records = list(buf.log)
+        # recovery from the newest checkpoint and the tail = a full replay
+        full = Buffer()
+        replay(full, records)
+        assert digest(state(full)) == digest(state(buf)), "checkpoint recovery differs"
         if reports:
             last = reports[-1]
             assert len(records) >= last["log"], "a flushed change was lost"
@@ -88,7 +94,7 @@ def _check_recovery(kind: str, path: Path, reports: list[dict[str, Any]]) -> int
         sink.close()
 
 
-def _crash_loop(kind: str, tmp_path: Path, kills: int, seed: int) -> None:
+def _crash_loop(kind: str, tmp_path: Path, kills: int, seed: int, every: int = 0) -> None:
     rng = random.Random(seed)
     path = tmp_path / f"log-0.{kind}"
     lengths = []
@@ -96,9 +102,15 @@ def _crash_loop(kind: str, tmp_path: Path, kills: int, seed: int) -> None:
         if k % 6 == 0:  # a fresh file now and then, so logs stay small
             path = tmp_path / f"log-{k}.{kind}"
         delay = rng.choice([0.0, rng.uniform(0, 0.01), rng.uniform(0, 0.1), rng.uniform(0, 0.1)])
-        reports = _run_and_kill(kind, path, seed * 1000 + k, delay)
+        reports = _run_and_kill(kind, path, seed * 1000 + k, delay, every)
         lengths.append(_check_recovery(kind, path, reports))
     assert max(lengths) > 0, "no child ever made anything durable"
+    if every:
+        sink = _open(kind, path)
+        try:
+            assert sink.checkpoints()[1], "no checkpoint was ever written"
+        finally:
+            sink.close()
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "jsonl"])
@@ -106,6 +118,15 @@ def test_sigkill_at_random_moments(kind: str, tmp_path: Path) -> None:
     """Every change flushed before a SIGKILL is recovered; the recovered
     buffer passes _check() (15 kills per sink)."""
     _crash_loop(kind, tmp_path, KILLS, seed=1 if kind == "sqlite" else 2)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "jsonl"])
+def test_sigkill_with_frequent_checkpoints(kind: str, tmp_path: Path) -> None:
+    """The same with a checkpoint every 7 records and on every third flush,
+    so kills land while checkpoints are built and written: nothing flushed
+    is lost, and recovery from the newest checkpoint equals a full replay
+    (15 kills per sink)."""
+    _crash_loop(kind, tmp_path, KILLS, seed=3 if kind == "sqlite" else 4, every=7)
 
 
 @pytest.mark.slow

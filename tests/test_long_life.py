@@ -612,7 +612,9 @@ class _DurableTailMachine(RuleBasedStateMachine):
         publish.DURABLE_TAIL = 16
         self._dir = tempfile.TemporaryDirectory()
         self.path = Path(self._dir.name) / f"log.{self.kind}"
-        self.buf = Buffer(log=_open(self.kind, self.path))
+        # checkpoints every 5 records (and on demand, below): reopening
+        # recovers from the newest one and the tail
+        self.buf = Buffer(log=_open(self.kind, self.path), checkpoint_every=5)
         self.work = Workload(self.buf)
         self.seen: dict[int, str] = {}  # seq -> the record as first read (JSON)
 
@@ -635,12 +637,17 @@ class _DurableTailMachine(RuleBasedStateMachine):
         assert self.seen.setdefault(seq, got) == got
 
     @rule()
+    def checkpoint(self) -> None:
+        self.buf.flush(checkpoint=True)
+        assert self.buf.log[-1].op == "checkpoint"
+
+    @rule()
     def reopen(self) -> None:
         self.work.release_all()
         self.buf.flush()
         before = state(self.buf)
         self.buf.sink.close()  # type: ignore[union-attr]
-        self.buf = Buffer(log=_open(self.kind, self.path))
+        self.buf = Buffer(log=_open(self.kind, self.path), checkpoint_every=5)
         self.work = Workload(self.buf, prefix=f"r{len(self.buf.log)}-")
         assert state(self.buf) == before
 

@@ -1,4 +1,4 @@
-"""The ``quiesce`` command: ``demo``, ``bench``, ``inspect``.
+"""The ``quiesce`` command: ``demo``, ``bench``, ``inspect``, ``compact``.
 
 Each subcommand lives in its own module and is imported only when run, so
 ``quiesce inspect`` never imports the benchmark's plotting stack.
@@ -15,6 +15,7 @@ _COMMANDS = {
     "demo": ("quiesce.demo", "the main job: a multi-agent loop, quiesce vs a naive buffer"),
     "bench": ("quiesce.bench", "the benchmark suite: JSON results and PNG plots"),
     "inspect": ("quiesce._log.inspect", "the edit log and tombstones of a durable log file"),
+    "compact": ("quiesce._log.compact", "write a new log starting from a checkpoint of a log"),
 }
 
 

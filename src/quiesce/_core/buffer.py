@@ -44,6 +44,13 @@ from types import MappingProxyType
 from typing import Any
 
 from .check import check_buffer
+from .checkpoint import (
+    DEFAULT_CHECKPOINT_EVERY,
+    CheckpointSink,
+    build_checkpoint,
+    recover,
+    replay_log,
+)
 from .edit import Editor
 from .entry import Entry, check_id, check_text, check_turn
 from .errors import (
@@ -73,7 +80,6 @@ from .records import (
     Status,
     Tombstone,
 )
-from .replay import replay
 from .tasks import task_name
 from .version import ADD as _ADD
 from .version import EMPTY_MAP, Slot, Version
@@ -131,6 +137,7 @@ class Buffer(Editor):
         clock: Callable[[], float] = time.monotonic,
         escalation_capacity: int = 10_000,
         log_retention: int = DEFAULT_RETENTION,
+        checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
     ) -> None:
         if policy is None:
             policy = Policy()
@@ -150,6 +157,12 @@ class Buffer(Editor):
             raise InvalidType(f"log_retention must be an int, not {type(log_retention).__name__}")
         if log_retention < 0:
             raise InvalidArgument(f"log_retention must be >= 0, got {log_retention}")
+        if type(checkpoint_every) is not int:
+            raise InvalidType(
+                f"checkpoint_every must be an int, not {type(checkpoint_every).__name__}"
+            )
+        if checkpoint_every < 0:
+            raise InvalidArgument(f"checkpoint_every must be >= 0, got {checkpoint_every}")
         gil_enabled = getattr(sys, "_is_gil_enabled", None)  # Python >= 3.13
         if gil_enabled is not None and not gil_enabled():
             raise RuntimeError(
@@ -208,13 +221,21 @@ class Buffer(Editor):
         # invariant 4 bookkeeping: the bytes every immutable entry was admitted with
         self._immutable_hashes = {}
         self._max_removed_grace = 0
+        self._compacted = False  # the log starts from a compacted checkpoint
+        self._checkpoint_every = checkpoint_every
+        # checkpoints go only to sinks that recover from them (SQLite, JSONL):
+        # a shared log (Postgres) or a custom sink never sees one
+        self._checkpoints_ok = isinstance(log, CheckpointSink)
         if log is not None:
-            records = log.load()
-            if records:
-                replay(self, records)
-                self._synced = len(self._records)
+            if not (self._checkpoints_ok and recover(self, log)):  # type: ignore[arg-type]
+                records = log.load()
+                if records:
+                    replay_log(self, records)
                 del records
-                self._trim_log()
+            self._synced = len(self._records)
+            self._trim_log()
+        #: seq the next automatic checkpoint is due at (flush() writes it)
+        self._checkpoint_due = len(self._records) + checkpoint_every
 
     # -- reading --------------------------------------------------------
 
@@ -616,6 +637,18 @@ class Buffer(Editor):
             reclamation_latency_max=self._latency_max,
             callback_errors=self._counts["callback_errors"],
         )
+
+    def _append_checkpoint(self) -> None:
+        """Append a checkpoint record of the current state (flush() calls
+        it). O(live + tombstones + staged), under the write lock."""
+        lock = self._write_lock
+        lock.acquire()
+        try:
+            rec = build_checkpoint(self, time.time())
+            self._records.append(rec)
+            self._checkpoint_due = rec.seq + 1 + self._checkpoint_every
+        finally:
+            lock.release()
 
     def _check(self, *, expect_no_pins: bool = False) -> None:
         """Assert every invariant of DESIGN.md on the current state.

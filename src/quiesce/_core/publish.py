@@ -55,6 +55,16 @@ class Publisher(Grace):
     _records: Records  #: LogRecords and compact records (log.py)
     _synced: int  #: records [0, _synced) are durable in the sink
     _retention: int  #: records kept in memory without a sink (log.py)
+    _checkpoint_every: int  #: records between automatic checkpoints (checkpoint.py)
+    _checkpoint_due: int  #: the record count at which flush() writes the next one
+    _checkpoints_ok: bool  #: the sink recovers from checkpoints (CheckpointSink)
+
+    def _append_checkpoint(self) -> None:
+        """Append a checkpoint record of the current state (Buffer, which
+        imports :mod:`.checkpoint`; this module must not, to stay out of an
+        import circle)."""
+        raise NotImplementedError
+
     _log_failing: bool
     _counts: Counter[str]
     _refusals: Counter[Refusal]
@@ -376,12 +386,22 @@ class Publisher(Grace):
         elif self._sink is None:
             records.trim(len(records), self._retention)
 
-    def flush(self) -> None:
+    def flush(self, *, checkpoint: bool = False) -> None:
         """Return once every change made before the call is durable in the sink.
 
         One sink write (one commit) for every pending record, whatever their
         number. Raises :class:`LogWriteError` on failure; the records stay
         pending and a later successful ``flush()`` resumes.
+
+        Checkpoints (issue 13, :mod:`.checkpoint`): with ``checkpoint=True``,
+        or once ``checkpoint_every`` records were written since the last one,
+        a checkpoint record of the current state is appended (under the write
+        lock) and made durable in the same commit. Recovery then starts from
+        it. Checkpoints are written only to a sink that recovers from them
+        (``CheckpointSink``: ``SQLiteLog``, ``JsonlLog``); with any other sink,
+        or none, ``checkpoint`` does nothing. If the write fails the
+        checkpoint stays pending like any record (it is never half-written:
+        a sink write is atomic).
         """
         sink = self._sink
         if sink is None:
@@ -396,6 +416,10 @@ class Publisher(Grace):
         guard = self._write_lock
         if type(guard) is WriteGuard:  # a policy callback runs: refused if in this thread
             guard.refuse_owner("flush()")
+        if self._checkpoints_ok and (
+            checkpoint or (self._checkpoint_every and len(self._records) >= self._checkpoint_due)
+        ):
+            self._append_checkpoint()
         with self._flush_lock:
             start = self._synced
             # a stable prefix; appends go on meanwhile

@@ -102,7 +102,17 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 #: The value of the ``"quiesce"`` key in the header line of a JSONL log.
 JSONL_TAG = "edit-log"
 #: Every operation a format-1 record may name.
-OPS = ("append", "mark", "prune", "edit", "tombstone", "remove", "refuse", "escalate")
+OPS = (
+    "append",
+    "mark",
+    "prune",
+    "edit",
+    "tombstone",
+    "remove",
+    "refuse",
+    "escalate",
+    "checkpoint",
+)
 
 _FIELDS = frozenset(LogRecord._fields)
 

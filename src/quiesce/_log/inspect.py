@@ -39,9 +39,9 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from .._core.buffer import Buffer
+from .._core.checkpoint import describe_checkpoint, replay_log
 from .._core.errors import LogFormatError
 from .._core.records import LogRecord, Tombstone
-from .._core.replay import replay
 from ._format import OPS, encode_json, log_path, sniff
 from .jsonl import read_jsonl
 from .sqlite import _held_fd, read_sqlite
@@ -157,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         kind, fmt, records, torn = _read(args.path)
         buf = Buffer()
-        replay(buf, records)
+        replay_log(buf, records)  # a compacted log starts from its checkpoint
     except (OSError, LogFormatError) as exc:
         sys.stderr.write(f"quiesce inspect: error: {printable(str(exc))}\n")
         return 1
@@ -218,7 +218,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     _dash(r.actor),
                     printable(r.op),
                     _cut(",".join(r.ids), 32) or "-",
-                    _cut(r.reason or "-", 48),
+                    printable(describe_checkpoint(r))
+                    if r.op == "checkpoint"
+                    else _cut(r.reason or "-", 48),
                     printable(r.outcome),
                 ]
                 for r in shown

@@ -276,6 +276,8 @@ class JsonlLog:
         self._fd = fd
         self._records: list[LogRecord] | None = contents.records
         self._next_seq = len(contents.records)
+        #: seqs of the checkpoint records (noted on open and on write)
+        self._checkpoints = [r.seq for r in contents.records if r.op == "checkpoint"]
         self._size = contents.committed_size
         # bytes after the committed end (a torn tail) are truncated before the next write
         self._dirty = contents.torn_bytes > 0
@@ -372,6 +374,19 @@ class JsonlLog:
             self._index_pos, self._index_seq = pos, seq
         return index
 
+    def checkpoints(self) -> tuple[int, Sequence[int]]:
+        """The number of committed records and the seqs of the checkpoint
+        records, ascending (the ``CheckpointSink`` method, see
+        ``quiesce._core.checkpoint``), noted while opening and writing. O(1)
+        plus the copy."""
+        with self._lock:
+            self._check_open()
+            if self._checkpoints:
+                # recovery will start from one: do not keep every record
+                # decoded while opening (load() re-reads the file if asked)
+                self._records = None
+            return self._next_seq, list(self._checkpoints)
+
     def write(self, records: Sequence[LogRecord]) -> None:
         """Append ``records`` as one batch and ``fsync``: when this returns
         they are durable; when it raises, none of them will be recovered.
@@ -424,6 +439,7 @@ class JsonlLog:
             self._size += len(data)
             self._next_seq = expected
             self._commits += 1
+            self._checkpoints.extend(r.seq for r in records if r.op == "checkpoint")
         if failure is not None:
             raise failure
 

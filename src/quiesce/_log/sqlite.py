@@ -175,6 +175,25 @@ _SELECT = {
     2: "SELECT seq, record, crc FROM quiesce_log",
 }
 
+#: A partial index of the checkpoint rows (issue 13): recovery finds the
+#: newest checkpoint without scanning the log. Built once, on the first
+#: writable open of a log that lacks it (one pass over older files).
+_CHECKPOINT_INDEX = (
+    "CREATE INDEX IF NOT EXISTS quiesce_log_checkpoints ON quiesce_log (seq) "
+    "WHERE op = 'checkpoint'"
+)
+_CHECKPOINTS = "SELECT seq FROM quiesce_log WHERE op = 'checkpoint' AND seq < ? ORDER BY seq"
+
+
+def _ensure_checkpoint_index(conn: sqlite3.Connection) -> None:
+    """Create the checkpoint index if missing (a read-only file keeps
+    working without it: the query then scans)."""
+    try:
+        conn.execute(_CHECKPOINT_INDEX)
+    except sqlite3.OperationalError:
+        pass  # read-only or locked: checkpoints() still answers, by a scan
+
+
 #: Generated columns (SQLite 3.31) and the JSON functions are required.
 _MIN_SQLITE = (3, 31, 0)
 
@@ -380,6 +399,23 @@ def _schema_of(layout: int) -> frozenset[tuple[object, ...]]:
 _SCHEMAS = {layout: _schema_of(layout) for layout in range(1, SQLITE_FORMAT + 1)}
 
 
+def _checkpoint_index_row() -> frozenset[tuple[object, ...]]:
+    """The ``sqlite_master`` row of the checkpoint index (issue 13), which
+    a log may hold beside its schema (added on the first writable open)."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        conn.executescript(_SCHEMA)
+        before = frozenset(conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master"))
+        conn.execute(_CHECKPOINT_INDEX)
+        after = frozenset(conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master"))
+        return after - before
+    finally:
+        conn.close()
+
+
+_CHECKPOINT_INDEX_ROW = _checkpoint_index_row()
+
+
 def _check_pages(conn: sqlite3.Connection, path: str) -> None:
     """``PRAGMA quick_check`` and the schema, compared with what quiesce
     writes: a damaged page, cell or table definition is refused, not read
@@ -392,6 +428,7 @@ def _check_pages(conn: sqlite3.Connection, path: str) -> None:
         raise LogFormatError(f"{path} is damaged: {'; '.join(map(str, problems))}")
     layout = conn.execute("PRAGMA user_version").fetchone()[0]
     schema = frozenset(conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master"))
+    schema -= _CHECKPOINT_INDEX_ROW  # present or not (checkpoints, issue 13)
     if schema != _SCHEMAS.get(layout):
         raise LogFormatError(f"{path} is damaged: its schema is not a quiesce log's")
 
@@ -565,6 +602,7 @@ class SQLiteLog:
             if type(next_seq) is not int:
                 raise LogFormatError(f"{self._path}: the log's last seq is not an integer")
             self._next_seq = next_seq
+            _ensure_checkpoint_index(conn)
         except BaseException:
             conn.close()
             raise
@@ -597,6 +635,19 @@ class SQLiteLog:
                 return check_read(read_sqlite(self._path)[1][start:stop], start, stop)
             records = _read_rows(self._conn, self._layout, self._path, start, stop)
         return check_read(records, start, stop)
+
+    def checkpoints(self) -> tuple[int, Sequence[int]]:
+        """The number of durable records and the seqs of the checkpoint
+        records, ascending (the ``CheckpointSink`` method, see
+        ``quiesce._core.checkpoint``): one query on the partial index of
+        checkpoint rows, O(log records + checkpoints)."""
+        with self._lock:
+            conn = self._open_conn()
+            total = int(
+                conn.execute("SELECT COALESCE(MAX(seq) + 1, 0) FROM quiesce_log").fetchone()[0]
+            )
+            seqs = [r[0] for r in conn.execute(_CHECKPOINTS, (total,))]
+        return total, seqs
 
     def write(self, records: Sequence[LogRecord]) -> None:
         """Insert ``records`` in one transaction and commit: when this returns

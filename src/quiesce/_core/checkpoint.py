@@ -1,0 +1,329 @@
+"""Checkpoints: a log record holding the whole recoverable state (issue 13).
+
+What it keeps true: a checkpoint record (op ``"checkpoint"``, seq ``s``)
+holds exactly the state a full replay of records ``0 .. s - 1`` builds — the
+head's live entries in window order with their order keys, marks, tombstones
+(and the re-admission indexes by content hash and key), staged removal
+groups, the immutable-bytes table and the statistics counters — plus a
+SHA-256 checksum over that state's canonical JSON. It publishes no version
+and changes no state when replayed: nothing is ever deleted from the log, a
+checkpoint is one more record.
+
+Recovery (:func:`recover`) starts from the newest checkpoint whose checksum
+holds, restores its state and replays only the records after it. A
+checkpoint that fails its checksum, or disagrees with the records after it
+(the tail does not replay onto it, or the result fails the invariant
+checker), is skipped with a warning on the ``logging`` logger
+``"quiesce.checkpoint"``, and the one before it is tried; with none left,
+the caller replays the whole log. A state that fails ``check_buffer`` is
+never kept. Cost: O(live + tombstones + tail · log n) instead of
+O(records · log n).
+
+The staged groups' intent records (``intents``, gid -> seq) are kept in the
+checkpoint for people reading it; like a full replay, recovery does not
+restore them (a recovered group logs a new intent when it comes due).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import itertools
+import json
+import logging
+from collections import Counter
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from immutables import Map
+
+from .check import check_buffer
+from .draft import Draft
+from .entry import Entry
+from .errors import LogFormatError
+from .grace import Group
+from .log import ReadableSink, Records, check_read
+from .publish import tomb_to_dict
+from .records import LogRecord, Mark, Refusal
+from .replay import _tomb as tomb_from_dict
+from .replay import replay
+from .version import Tombs, Version
+
+if TYPE_CHECKING:
+    from .buffer import Buffer
+
+__all__ = [
+    "CHECKPOINT_OP",
+    "DEFAULT_CHECKPOINT_EVERY",
+    "CheckpointSink",
+    "build_checkpoint",
+    "checkpoint_state",
+    "compacted_records",
+    "describe_checkpoint",
+    "recover",
+    "replay_log",
+    "verify_checkpoint",
+]
+
+#: The op of a checkpoint record.
+CHECKPOINT_OP = "checkpoint"
+
+#: Records between automatic checkpoints (``Buffer(checkpoint_every=...)``;
+#: 0 turns them off). A checkpoint costs O(live + tombstones) to build and
+#: store; every 10,000 records it is a small share of the log.
+DEFAULT_CHECKPOINT_EVERY = 10_000
+
+_log = logging.getLogger("quiesce.checkpoint")
+
+
+@runtime_checkable
+class CheckpointSink(ReadableSink, Protocol):
+    """A readable sink that can find its checkpoint records without reading
+    the log (optional). ``checkpoints()`` returns the number of durable
+    records and the seqs of the checkpoint records among them, ascending.
+    SQLite asks an index on ``op``; JSONL notes them while opening."""
+
+    def checkpoints(self) -> tuple[int, Sequence[int]]: ...
+
+
+def _canonical(state: dict[str, Any]) -> bytes:
+    return json.dumps(
+        state, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+    ).encode("ascii")
+
+
+def _digest(state: dict[str, Any]) -> str:
+    return hashlib.sha256(_canonical(state)).hexdigest()
+
+
+def checkpoint_state(buf: Buffer) -> dict[str, Any]:
+    """The state a checkpoint holds (call under the write lock; every value
+    JSON-able). O(live log live + tombstones + staged)."""
+    head = buf._head
+    tombs = head.tombs
+    slots = sorted(head.live.values(), key=lambda s: s.key)
+    groups = [g for _, _, g in buf._staged]
+    groups.extend(buf._applying.values())
+    groups.sort(key=lambda g: g.gid)
+    return {
+        "records": len(buf._records),
+        "version": head.number,
+        "next_key": head.next_key,
+        "live": [[s.entry.to_dict(), s.key, s.changed] for s in slots],
+        "marks": sorted([m.id, m.reason, m.turn, m.version] for m in head.marks.values()),
+        "tombstones": sorted(
+            (tomb_to_dict(t) for t in tombs.by_id.values()), key=lambda d: d["id"]
+        ),
+        "by_hash": sorted([h, t.id] for h, t in tombs.by_hash.items()),
+        "by_key": sorted([k, t.id] for k, t in tombs.by_key.items()),
+        "groups": [
+            [g.gid, list(g.ids), g.grace, g.staged, g.reason, g.actor, g.turn, sorted(g.retracted)]
+            for g in groups
+        ],
+        "intents": sorted([gid, seq] for gid, seq in buf._intents.items()),
+        "immutable": sorted([i, h] for i, h in buf._immutable_hashes.items()),
+        "counts": sorted([k, v] for k, v in buf._counts.items()),
+        "refusals": sorted([r.value, v] for r, v in buf._refusals.items()),
+    }
+
+
+def build_checkpoint(buf: Buffer, at: float) -> LogRecord:
+    """A checkpoint record for the current state, seq ``len(buf._records)``
+    (call under the write lock, then append it)."""
+    return _record(checkpoint_state(buf), at)
+
+
+def _record(state: dict[str, Any], at: float) -> LogRecord:
+    """The checkpoint record of ``state`` (seq ``state["records"]``), checksummed."""
+    return LogRecord(
+        state["records"],
+        at,
+        CHECKPOINT_OP,
+        None,
+        (),
+        None,
+        None,
+        None,
+        "applied",
+        {"sha256": _digest(state), "state": state},
+    )
+
+
+def verify_checkpoint(rec: LogRecord) -> dict[str, Any]:
+    """The state of checkpoint record ``rec``, if its checksum holds and it
+    names its own seq; otherwise :class:`LogFormatError`."""
+    if rec.op != CHECKPOINT_OP:
+        raise LogFormatError(f"log record {rec.seq} is a {rec.op!r} record, not a checkpoint")
+    state = rec.detail.get("state")
+    want = rec.detail.get("sha256")
+    if not isinstance(state, dict) or not isinstance(want, str):
+        raise LogFormatError(f"checkpoint {rec.seq} has no state or checksum")
+    try:
+        got = _digest(state)
+    except (TypeError, ValueError) as exc:
+        raise LogFormatError(f"checkpoint {rec.seq} holds a value JSON cannot encode") from exc
+    if got != want:
+        raise LogFormatError(f"checkpoint {rec.seq} fails its checksum")
+    if state.get("records") != rec.seq:
+        raise LogFormatError(f"checkpoint {rec.seq} says it follows {state.get('records')} records")
+    return state
+
+
+def _restore(buf: Buffer, rec: LogRecord, state: dict[str, Any]) -> None:
+    """Make ``buf`` (fresh) hold ``state``, with the log ending at ``rec``."""
+    draft = Draft(Version.empty())
+    for entry_d, key, changed in state["live"]:
+        draft.add(Entry.from_dict(entry_d), float(key), int(changed))
+    draft.next_key = float(state["next_key"])
+    for i, reason, turn, version in state["marks"]:
+        draft.marks[i] = Mark(i, reason, turn, version)
+    by_id = {d["id"]: tomb_from_dict(d) for d in state["tombstones"]}
+    draft.tombs = Tombs(
+        Map(by_id),
+        Map({h: by_id[i] for h, i in state["by_hash"]}),
+        Map({k: by_id[i] for k, i in state["by_key"]}),
+    )
+    buf._head = draft.finish(int(state["version"]))
+    # a compacted log (``quiesce compact``) starts at this checkpoint: the
+    # records it summarises are not in this log (check.py allows for it)
+    buf._compacted = state.get("compacted_from") is not None
+    buf._immutable_hashes = {i: h for i, h in state["immutable"]}
+    buf._counts = Counter({k: v for k, v in state["counts"]})
+    buf._refusals = Counter({Refusal(r): v for r, v in state["refusals"]})
+    buf._staged = []
+    buf._staged_ids = {}
+    for gid, ids, grace, staged, reason, actor, turn, retracted in state["groups"]:
+        g = Group(gid, tuple(ids), grace, staged, reason, actor, turn, frozenset(retracted))
+        heapq.heappush(buf._staged, (g.grace, g.gid, g))
+    records = buf._records
+    assert type(records) is Records
+    records.first = rec.seq
+    records.append(rec)
+
+
+def _reset(buf: Buffer) -> None:
+    """Back to the state of a fresh buffer (after a rejected checkpoint)."""
+    reader = buf._records.reader
+    buf._records.clear()
+    buf._records.first = 0
+    buf._records.dropped = 0
+    buf._records.reader = reader
+    buf._head = Version.empty()
+    buf._immutable_hashes = {}
+    buf._counts = Counter()
+    buf._refusals = Counter()
+    buf._staged = []
+    buf._staged_ids = {}
+    buf._unmarked = set()
+    buf._unmarked_new = []
+    buf._gids = itertools.count(1)
+    buf._compacted = False
+
+
+def _try(buf: Buffer, sink: ReadableSink, seq: int, total: int) -> None:
+    """Recover ``buf`` from checkpoint ``seq`` and the tail; raises
+    LogFormatError or AssertionError if the checkpoint cannot be used."""
+    rec = check_read(sink.read_range(seq, seq + 1), seq, seq + 1)[0]
+    state = verify_checkpoint(rec)
+    try:
+        _restore(buf, rec, state)
+    except Exception as exc:  # KeyError, TypeError, the tombstone decoder's own checks
+        raise LogFormatError(f"checkpoint {seq} is malformed: {exc!r}") from exc
+    tail = check_read(sink.read_range(seq + 1, total), seq + 1, total)
+    replay(buf, tail)
+    # The invariant checker over the checkpoint and its tail only: the
+    # records before it are treated like a retention cut (log.py), so the
+    # check costs O(live + tail), not O(history).
+    records = buf._records
+    reader = records.reader
+    records.reader = None
+    records.dropped = records.first
+    try:
+        check_buffer(buf, True)
+    finally:
+        records.reader = reader
+        records.dropped = 0
+
+
+def recover(buf: Buffer, sink: CheckpointSink) -> bool:
+    """Recover a fresh ``buf`` from the newest usable checkpoint of ``sink``
+    and the records after it. Returns False (``buf`` left fresh) when there
+    is none: the caller replays the whole log. Each rejected checkpoint is
+    logged (warning) and the one before it tried."""
+    total, seqs = sink.checkpoints()
+    for seq in reversed(seqs):
+        try:
+            _try(buf, sink, seq, total)
+        except (LogFormatError, AssertionError) as exc:
+            _log.warning(
+                "skipping checkpoint %d of %r: %s; falling back to %s",
+                seq,
+                sink,
+                exc or type(exc).__name__,
+                "an older checkpoint" if seq != seqs[0] else "a full replay",
+            )
+            _reset(buf)
+            if seq == 0:  # a compacted log's base: nothing else holds its history
+                raise LogFormatError(
+                    f"{sink!r}: the checkpoint this compacted log starts from is unusable: {exc}"
+                ) from exc
+            continue
+        return True
+    return False
+
+
+def _is_compacted_base(rec: LogRecord) -> bool:
+    state = rec.detail.get("state") if rec.op == CHECKPOINT_OP else None
+    return rec.seq == 0 and isinstance(state, dict) and state.get("compacted_from") is not None
+
+
+def replay_log(buf: Buffer, records: Sequence[LogRecord]) -> None:
+    """Load a whole log into a fresh ``buf``: :func:`replay`, except that a
+    compacted log (its record 0 is the checkpoint ``quiesce compact``
+    wrote) starts from that checkpoint's state. Raises
+    :class:`LogFormatError` for a damaged one."""
+    if records and _is_compacted_base(records[0]):
+        rec = records[0]
+        try:
+            _restore(buf, rec, verify_checkpoint(rec))
+        except Exception as exc:  # KeyError, TypeError, the tombstone decoder's own checks
+            raise LogFormatError(f"checkpoint 0 is malformed: {exc!r}") from exc
+        replay(buf, records[1:])
+        return
+    replay(buf, records)
+
+
+def compacted_records(buf: Buffer, source: str, at: float) -> list[LogRecord]:
+    """The records of a compacted copy of ``buf``'s log: one checkpoint
+    (seq 0) holding the current state, marked as compacted from ``source``
+    (``len(buf.log)`` records). O(live + tombstones)."""
+    state = checkpoint_state(buf)
+    state["records"] = 0
+    state["intents"] = []  # intent records are not carried over
+    state["compacted_from"] = {"source": source, "records": len(buf._records)}
+    return [_record(state, at)]
+
+
+def describe_checkpoint(rec: LogRecord) -> str:
+    """One line for people (``quiesce inspect``): what checkpoint ``rec``
+    holds and whether its checksum holds."""
+    try:
+        state = verify_checkpoint(rec)
+        status = "checksum ok"
+    except LogFormatError as exc:
+        raw = rec.detail.get("state")
+        state = raw if isinstance(raw, dict) else {}
+        status = f"DAMAGED ({exc})"
+    try:
+        parts = [
+            f"v{state.get('version')}",
+            f"{len(state.get('live', ()))} live",
+            f"{len(state.get('marks', ()))} marked",
+            f"{len(state.get('tombstones', ()))} tombstones",
+            f"{len(state.get('groups', ()))} staged",
+        ]
+    except TypeError:
+        parts = ["unreadable state"]
+    if state.get("compacted_from"):
+        parts.append(f"compacted from {state['compacted_from'].get('records')} records")
+    return ", ".join([*parts, status])
