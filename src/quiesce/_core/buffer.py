@@ -211,6 +211,11 @@ class Buffer(Editor):
         # the in-memory tail of the log (log.py): a readable sink holds the rest
         self._records = Records()
         self._retention = log_retention
+        #: without a sink, the fast paths trim the log once it holds more than
+        #: this (so it never exceeds about twice the retention; log.py)
+        self._trim_above = (
+            log_retention + max(log_retention, 16) if log is None else sys.maxsize
+        )
         if isinstance(log, ReadableSink):
             self._records.reader = log.read_range
         self._log_view = EditLog(self._records)
@@ -363,7 +368,10 @@ class Buffer(Editor):
             if override is None:
                 # A compact record (log.py): the LogRecord — and the entry's
                 # JSON-ready dict — is built when first read.
-                self._records.append((_build_append_record, entry, key, n, _wall_clock()))
+                records = self._records
+                records.append((_build_append_record, entry, key, n, _wall_clock()))
+                if len(records) - records.first > self._trim_above:
+                    self._trim_log()
             else:
                 record = _build_append_record(len(self._records), entry, key, n, _wall_clock())
                 # "overridden" only when the override let matching content in
@@ -422,7 +430,10 @@ class Buffer(Editor):
             n = head.number + 1
             mark: Mark = _new_tuple(Mark, (entry_id, reason, turn, n))
             # A compact record (log.py): the LogRecord is built when first read.
-            self._records.append((_build_mark_record, mark, _wall_clock()))
+            records = self._records
+            records.append((_build_mark_record, mark, _wall_clock()))
+            if len(records) - records.first > self._trim_above:
+                self._trim_log()
             # Version.with_marks, written out.
             new = _new_object(Version)
             new.number = n
