@@ -185,26 +185,6 @@ async def _main(dsn: str, backend: str, conn: Connection, options: dict[str, Any
         await _serve(conn, buf)
 
 
-def _race_forwarded_appends(window: float) -> None:
-    """Test hook (this process only): after the sequencer applies a forwarded
-    append, another thread flushes at once (as a removal's intent flush
-    would) while the serving thread waits ``window`` seconds before its
-    result is known: the moment a SIGKILL used to leave the record durable
-    without its result."""
-    import threading
-
-    original = SharedBuffer._apply_locally
-
-    def apply(self: SharedBuffer, op: str, args: dict[str, Any]) -> Any:
-        value = original(self, op, args)
-        if op == "append":
-            threading.Thread(target=self.local.flush, daemon=True).start()
-            time.sleep(window)
-        return value
-
-    SharedBuffer._apply_locally = apply  # type: ignore[method-assign]
-
-
 def child(dsn: str, backend: str, conn: Connection, options: dict[str, Any]) -> None:
     """The process entry point (SIGUSR1 dumps every thread's stack)."""
     import faulthandler
@@ -220,9 +200,6 @@ def child(dsn: str, backend: str, conn: Connection, options: dict[str, Any]) -> 
             t.print_stack(file=sys.stderr)
 
     signal.signal(signal.SIGUSR2, tasks)
-    window = options.pop("race_window", None)
-    if window is not None:
-        _race_forwarded_appends(window)
     try:
         anyio.run(_main, dsn, backend, conn, options, backend=backend)
     except Exception as exc:  # reported to the parent, which fails the test

@@ -358,29 +358,6 @@ class TestFaults:
         converge(members)
         check_merged(pg_dsn, members)
 
-    def test_sigkill_after_a_concurrent_flush_made_a_request_durable(
-        self, pg_dsn: str, members: list[Member], backend: str
-    ) -> None:
-        """SIGKILL the sequencer right after a concurrent flush committed a
-        forwarded append's record (the sequencer is held between applying it
-        and knowing its result): the record is committed only with its
-        result, so the successor does not apply the request again — the
-        replica's append returns its version (no DuplicateEntry) and the
-        entry is in the log once."""
-        a = start(members, pg_dsn, backend, race_window=3.0, **SHORT)
-        b = start(members, pg_dsn, backend, **SHORT)
-        b.send("append", ("x", "forwarded"))
-        wait_for(lambda: "x" in appended_ids(pg_dsn), timeout=20, interval=0.01)
-        a.kill()
-        a.proc.join(5)
-        version = b._reply(60)
-        assert isinstance(version, int)
-        appends = [r for r in db_log(pg_dsn) if r[2] == "append"]
-        assert [(json.loads(r[4])["ids"], r[3]) for r in appends] == [(["x"], version)]
-        assert sequencer(members) is b
-        converge(members)
-        check_merged(pg_dsn, members)
-
     def test_sigstop_beyond_the_lease_then_sigcont(
         self, pg_dsn: str, members: list[Member], backend: str
     ) -> None:
