@@ -52,13 +52,10 @@ may still be applied).
 What does *not* hold across processes: a sequencer's own writes are
 acknowledged when applied locally and durable only after ``flush()`` (as with
 any sink; a forwarded write is durable when it returns); a forwarded request
-that timed out may still be applied later. A removal flush that commits
-records of a request still being applied waits for that request's result and
-commits it in the same transaction; only when the serving thread itself
-flushes in the middle of applying a request (a removal published inline) can
-a crash at that moment leave its records without its result, and the next
-sequencer apply it again (``append`` then fails with ``DuplicateEntry``;
-``mark_stale`` and ``prune`` are idempotent).
+that timed out may still be applied later; a request whose records were made
+durable by a concurrent removal flush, with the sequencer dying before its
+result committed, can be applied a second time (``append`` then fails with
+``DuplicateEntry``; ``mark_stale`` and ``prune`` are idempotent).
 
 Threads: each member has three psycopg connections (the sink, a control
 connection for leases, members and requests, and a listener), all used from
@@ -453,12 +450,6 @@ class SharedBuffer:
         self._commit_lock = threading.Lock()  # request batches vs the flusher
         self._results: list[tuple[str, str, int]] = []  # (request_id, json, seq_after)
         self._results_lock = threading.Lock()
-        # requests being applied (request_id -> first seq they may write) and
-        # the thread applying them: a concurrent flush whose batch holds their
-        # records waits for their results (stored in the same transaction)
-        self._inflight: dict[str, int] = {}
-        self._results_ready = threading.Condition(self._results_lock)
-        self._serving_thread: int | None = None
         self._waiting: dict[str, tuple[str, EditPlan | None]] = {}
         self._answers: dict[str, tuple[str, int]] = {}
         self._answered = anyio.Event()
@@ -1115,9 +1106,6 @@ class SharedBuffer:
             for request_id, _member, op, args_text in rows:
                 if request_id in applied:
                     continue
-                with self._results_ready:
-                    self._inflight[request_id] = len(buf._records)
-                    self._serving_thread = threading.get_ident()
                 try:
                     value = self._apply_locally(op, json.loads(args_text))
                     text = json.dumps(_result_to_dict(op, value))
@@ -1127,14 +1115,8 @@ class SharedBuffer:
                     text = json.dumps(_error_to_dict(exc))
                 except (KeyError, TypeError, ValueError) as exc:
                     text = json.dumps({"error": "InvalidArgument", "message": repr(exc)})
-                finally:
-                    with self._results_ready:
-                        self._inflight.pop(request_id, None)
-                        self._serving_thread = None
-                        self._results_ready.notify_all()
-                with self._results_ready:
+                with self._results_lock:
                     self._results.append((request_id, text, len(buf._records)))
-                    self._results_ready.notify_all()
                 self.served += 1
             self._flush_locked()
 
@@ -1170,20 +1152,7 @@ class SharedBuffer:
                         buf._grace_floor = floor
                     self._floor = floor
         last_seq = batch[-1].seq
-        with self._results_ready:
-            # A request being applied in another thread whose first records
-            # are in this batch (a concurrent removal flush): wait for its
-            # result, so records and result commit together and a crash
-            # never leaves its records without its result (it would be
-            # applied again). Bounded by the timeout; the serving thread's
-            # own flushes never wait for themselves.
-            deadline = time.monotonic() + self._timeout
-            while (
-                self._serving_thread != threading.get_ident()
-                and any(start <= last_seq for start in self._inflight.values())
-                and (left := deadline - time.monotonic()) > 0
-            ):
-                self._results_ready.wait(left)
+        with self._results_lock:
             done = [r for r in self._results if r[2] <= last_seq + 1]
         if not done:
             return None
