@@ -14,7 +14,7 @@ import pytest
 
 from conftest import ListSink
 from quiesce import Buffer, Entry, Kind, LogRecord, Override
-from quiesce._core.log import materialize
+from quiesce._core.log import Records, materialize
 
 
 def make() -> Buffer:
@@ -81,7 +81,7 @@ class TestDeferredRecords:
         buf = make()
         records = buf._records
 
-        class Growing(list):  # type: ignore[type-arg]
+        class Growing(Records):
             def __getitem__(self, i: Any) -> Any:
                 if not grown:
                     grown.append(True)
@@ -89,7 +89,9 @@ class TestDeferredRecords:
                 return list.__getitem__(self, i)
 
         grown: list[bool] = []
-        buf._records = Growing(records)
+        growing = Growing()
+        growing.extend(records)
+        buf._records = growing
         rec = materialize(buf._records, -1)
         assert grown and rec.seq == 2 and rec.op == "mark"
         assert [materialize(buf._records, i).seq for i in range(4)] == [0, 1, 2, 3]
