@@ -981,3 +981,38 @@ class TestCacheHints:
         report = anthropic.sync_messages(buf, later)
         assert (report.held, report.appended) == ((0,), (1,))
         assert anthropic.render(buf)["messages"] == [*first, later[1]]
+
+
+class TestAnthropicServerTools:
+    """``validate`` checks a server tool's use/result pair the way the
+    Messages API does: the result later in the same assistant turn."""
+
+    def test_the_fixture_validates(self) -> None:
+        anthropic.validate(anthropic_fixture())
+
+    def test_a_server_result_without_its_use_is_refused(self) -> None:
+        msgs = anthropic_fixture()
+        turn = msgs[1]["content"]
+        msgs[1]["content"] = [b for b in turn if b["type"] != "server_tool_use"]
+        with pytest.raises(InvalidArgument, match=r"message 1:.*answers no server_tool_use"):
+            anthropic.validate(msgs)
+
+    def test_a_server_use_left_open_before_another_turn_is_refused(self) -> None:
+        msgs = anthropic_fixture()
+        turn = msgs[1]["content"]
+        msgs[1]["content"] = [b for b in turn if b["type"] != "web_search_tool_result"]
+        with pytest.raises(InvalidArgument, match=r"message 1:.*srvtoolu_1.*no result"):
+            anthropic.validate(msgs)
+
+    def test_the_last_turn_may_pause_on_a_server_use(self) -> None:
+        msgs = anthropic_fixture()[:1]
+        use = at.ServerToolUseBlock(
+            id="srvtoolu_9", type="server_tool_use", name="web_search", input={"query": "q"}
+        )
+        msgs.append({"role": "assistant", "content": [use.model_dump()]})
+        anthropic.validate(msgs)  # stop_reason "pause_turn": the next request continues it
+
+    def test_a_server_use_in_a_user_turn_is_refused(self) -> None:
+        use = {"type": "server_tool_use", "id": "srvtoolu_2", "name": "web_search", "input": {}}
+        with pytest.raises(InvalidArgument, match=r"message 0:.*belongs in an assistant"):
+            anthropic.validate([{"role": "user", "content": [use]}])

@@ -510,8 +510,15 @@ def _render(snap: Snapshot, *, annotate_stale: bool, tombstone_notes: bool) -> d
             if e.kind is Kind.TOOL_OUTPUT and not server:
                 continue  # placed after its call
             if e.kind is Kind.TOOL_CALL and e.meta.get("block") == "server_tool_use":
-                if e.id in results:
+                answer = results.get(e.id)
+                if answer is not None and answer.meta.get("api") == API and answer.content:
                     turn.blocks.extend(_blocks(e, note_of(e)))
+                elif answer is not None:
+                    # The result was rewritten: it renders as text, which
+                    # cannot answer a server_tool_use; the call does too.
+                    call = escape_text(f"[{tool_name(e)} {canonical_json(_input(e))}]")
+                    note = note_of(e)
+                    turn.blocks.append(_text(call if note is None else f"{note}\n{call}"))
                 else:  # a server call is answered in its own turn, or not shown
                     in_place.add(result_id(e.id))
                     turn.blocks.append(_text(missing_result_note(e.id, tombstones)))
@@ -603,7 +610,9 @@ def validate(messages: Sequence[Mapping[str, Any]], *, system: object = None) ->
     """Check what the Messages API checks: roles ``user``/``assistant``, str
     or block contents, every ``tool_use`` answered by a ``tool_result`` (in
     any order) at the start of the very next message, a user message, and no
-    other ``tool_result``; a server tool's result in its own turn. Raises
+    other ``tool_result``; a ``server_tool_use`` answered by its result later
+    in the same assistant turn (only the last turn may leave one open, as a
+    ``pause_turn`` continuation), and no server result without its use. Raises
     ``InvalidArgument``/``InvalidType`` naming the first bad message and field."""
     if system is not None and not isinstance(system, str | list):
         raise fail(
@@ -624,6 +633,7 @@ def validate(messages: Sequence[Mapping[str, Any]], *, system: object = None) ->
             raise fail(index, "content must be a str or a non-empty list", type_error=True)
         want = pending
         pending = []
+        server: list[str] = []
         results_done = False
         for n, block in enumerate(blocks):
             what = f"content[{n}]"
@@ -644,13 +654,29 @@ def validate(messages: Sequence[Mapping[str, Any]], *, system: object = None) ->
             results_done = True
             if want:
                 raise fail(index, f"tool_use {want[0]!r} has no tool_result right after it")
-            if kind == "tool_use":
+            if kind in ("tool_use", "server_tool_use"):
                 if role != "assistant":
-                    raise fail(index, f"{what}: a tool_use block belongs in an assistant message")
-                pending.append(check_nonempty(index, block.get("id"), f"{what}.id"))
+                    raise fail(index, f"{what}: a {kind} block belongs in an assistant message")
+                call_id = check_nonempty(index, block.get("id"), f"{what}.id")
+                (pending if kind == "tool_use" else server).append(call_id)
+            elif _is_server_result(block):
+                if role != "assistant":
+                    raise fail(index, f"{what}: a {kind} block belongs in an assistant message")
+                call_id = block.get("tool_use_id")
+                if call_id not in server:
+                    raise fail(
+                        index,
+                        f"{what}: {kind} for {call_id!r} answers no server_tool_use "
+                        "before it in this message",
+                    )
+                server.remove(call_id)
             else:
                 _block_text(index, block, kind, what)
         if want:
             raise fail(index, f"tool_use {want[0]!r} has no tool_result right after it")
+        if server and index != len(msgs) - 1:
+            # Only the last turn may end on an unanswered server tool use
+            # (``stop_reason: pause_turn``: the request continues that turn).
+            raise fail(index, f"server_tool_use {server[0]!r} has no result in its turn")
     if pending:
         raise fail(len(msgs), f"tool_use {pending[0]!r} has no tool_result")
