@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .entry import Kind, check_text, check_turn
 from .errors import InvalidType
+from .notes import escape_field
 
 if TYPE_CHECKING:
     from .plan import EditPlan
@@ -123,9 +124,10 @@ class Tombstone(NamedTuple):
     key: str | None = None
 
     def note(self) -> str:
-        """A one-line, human-readable tombstone note for rendering into a prompt."""
+        """A one-line, human-readable tombstone note for rendering into a prompt
+        (id and reason escaped: one line, no bracket a reason could forge)."""
         when = f"turn {self.turn}" if self.turn is not None else f"version {self.version}"
-        return f"[{self.id} pruned at {when}: {self.reason}]"
+        return f"[{escape_field(self.id)} pruned at {when}: {escape_field(self.reason)}]"
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,6 +62,7 @@ from .._core.errors import (
     QuiesceError,
     ReadmissionRefused,
 )
+from .._core.notes import escape_field
 from .._core.records import Escalation, EscalationKind, Mark, Override, Tombstone
 from .._core.version import Version
 
@@ -229,22 +230,7 @@ class Keys:
 
 # -- notes --------------------------------------------------------------------
 
-_CONTROL = re.compile(r"[\\\[\]\x00-\x1f\x7f-\x9f\u2028\u2029]")
-_SIMPLE = {"\\": "\\\\", "[": "\\[", "]": "\\]", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _IMITATION = re.compile(r"(^|[\n\r\x0b\x0c\x85\u2028\u2029])([ \t]*)\[(?=quiesce)", re.IGNORECASE)
-
-
-def _escape_char(m: re.Match[str]) -> str:
-    c = m.group()
-    simple = _SIMPLE.get(c)
-    if simple is not None:
-        return simple
-    return f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
-
-
-def escape_field(text: str) -> str:
-    """A reason, actor or id as it appears inside a note: one line, no brackets."""
-    return _CONTROL.sub(_escape_char, text)
 
 
 def escape_text(text: str) -> str:

@@ -510,15 +510,15 @@ def _render(snap: Snapshot, *, annotate_stale: bool, tombstone_notes: bool) -> d
             if e.kind is Kind.TOOL_OUTPUT and not server:
                 continue  # placed after its call
             if e.kind is Kind.TOOL_CALL and e.meta.get("block") == "server_tool_use":
-                answer = results.get(e.id)
-                if answer is not None and answer.meta.get("api") == API and answer.content:
+                reply = results.get(e.id)
+                if reply is not None and reply.meta.get("api") == API and reply.content:
                     turn.blocks.extend(_blocks(e, note_of(e)))
-                elif answer is not None:
+                elif reply is not None:
                     # The result was rewritten: it renders as text, which
                     # cannot answer a server_tool_use; the call does too.
-                    call = escape_text(f"[{tool_name(e)} {canonical_json(_input(e))}]")
-                    note = note_of(e)
-                    turn.blocks.append(_text(call if note is None else f"{note}\n{call}"))
+                    shown = escape_text(f"[{tool_name(e)} {canonical_json(_input(e))}]")
+                    stale = note_of(e)
+                    turn.blocks.append(_text(shown if stale is None else f"{stale}\n{shown}"))
                 else:  # a server call is answered in its own turn, or not shown
                     in_place.add(result_id(e.id))
                     turn.blocks.append(_text(missing_result_note(e.id, tombstones)))

@@ -47,6 +47,7 @@ from typing import Any
 from .._core.buffer import Buffer, Snapshot
 from .._core.entry import Entry, Kind, content_hash, thaw
 from .._core.errors import InvalidArgument, UnknownEntry
+from .._core.notes import escape_field
 from .._core.records import Tombstone
 from ..adapters._common import (
     NOTE_PREFIX,
@@ -54,7 +55,6 @@ from ..adapters._common import (
     ReadmitPolicy,
     SyncReport,
     admit,
-    escape_field,
     removal_note,
 )
 
