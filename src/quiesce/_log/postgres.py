@@ -643,7 +643,9 @@ class PostgresLog:
         skip = min(self._next_seq - first, len(texts))
         if skip:
             try:
-                rows = conn.execute(_SELECT_RANGE, (self._buffer_id, first, first + skip)).fetchall()
+                rows = conn.execute(
+                    _SELECT_RANGE, (self._buffer_id, first, first + skip)
+                ).fetchall()
             except psycopg.Error as exc:
                 self._broken = True
                 raise LogWriteError(f"{self.where}: {_server_message(exc)}") from None
