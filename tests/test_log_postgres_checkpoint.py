@@ -39,6 +39,7 @@ from _workload import Workload, digest, random_op, state
 from quiesce import Buffer, Entry, Kind, LogFormatError, PostgresLog
 from quiesce._core.checkpoint import CheckpointSink, _digest
 from quiesce._core.log import ReadableSink
+from quiesce._core.records import FORMAT
 from quiesce._core.replay import replay
 from quiesce._log._format import encode_json
 from quiesce._log.inspect import main as inspect_main
@@ -176,6 +177,19 @@ class TestWritten:
         with _raw(pg_dsn) as conn:
             row = conn.execute("SELECT to_regclass('quiesce_log_checkpoints')").fetchone()
         assert row is not None and row[0] is not None
+
+    def test_a_newer_format_after_the_checkpoint_is_refused_on_open(self, pg_dsn: str) -> None:
+        """The newer-format check reads from the newest checkpoint on: a row
+        of a newer format there is refused on open, before anything is
+        written."""
+        _history(pg_dsn)
+        with _raw(pg_dsn) as conn:
+            conn.execute(
+                "INSERT INTO quiesce_log VALUES ('b', 27, 0, %s, 'mark', 99, '{}')", (FORMAT + 1,)
+            )
+        with pytest.raises(LogFormatError, match=f"holds records of format {FORMAT + 1}"):
+            PostgresLog(pg_dsn, "b")
+        assert len(_ops(pg_dsn)) == 28
 
 
 class TestRecovery:

@@ -54,10 +54,13 @@ batch). Recovery asks a partial index (``quiesce_log_checkpoints`` on
 newest one and the records after it by the primary key ``(buffer_id, seq)``,
 and nothing else: opening costs O(log n + checkpoints + tail) rows on the
 server, not O(records) (:attr:`PostgresLog.rows_read` counts the rows this
-object fetched). A checkpoint that fails its SHA-256, does not decode, or
-disagrees with the records after it is skipped with a warning on the
-``quiesce.checkpoint`` logger and the one before it is tried, then a full
-replay (``quiesce._core.checkpoint.recover``): never a wrong state. Older
+object fetched). A checkpoint that fails its SHA-256 or disagrees with the
+records after it is skipped with a warning on the ``quiesce.checkpoint``
+logger and the one before it is tried, then a full replay
+(``quiesce._core.checkpoint.recover``): never a wrong state. (A row that is
+not even JSON is damage to the log itself: the older checkpoints' tails and
+the full replay hold it too, so the log is refused with
+:class:`LogFormatError` naming it.) Older
 records stay readable through ``buf.log``, fetched lazily by
 :meth:`PostgresLog.read_range` (the buffer keeps only a short tail in
 memory).
@@ -354,6 +357,11 @@ class PostgresLog:
     ``writer_epoch`` is the epoch every row is stamped with: 0 for a buffer
     without a writer lease; :func:`quiesce.open_shared_buffer` sets it to the
     lease's epoch. A write refused by the fence raises :class:`WriterFenced`.
+
+    It is a ``CheckpointSink`` (and a ``ReadableSink``): the buffer writes
+    checkpoints into it and recovers from the newest valid one and the
+    records after it, reading nothing older (:meth:`checkpoints`,
+    :meth:`read_range`); older records are fetched when ``buf.log`` is read.
     """
 
     def __init__(self, dsn: str, buffer_id: str, *, timeout: float = 10.0) -> None:
@@ -419,8 +427,9 @@ class PostgresLog:
     # -- LogSink ----------------------------------------------------------
 
     def load(self) -> Sequence[LogRecord]:
-        """Every record of the buffer in ``seq`` order. O(records). Raises
-        :class:`LogFormatError` for a damaged or newer-format record."""
+        """Every record of the buffer in ``seq`` order (a full replay; the
+        buffer calls it only when no checkpoint is usable). O(records).
+        Raises :class:`LogFormatError` for a damaged or newer-format record."""
         return self.read_from(0)
 
     def read_from(self, seq: int) -> list[LogRecord]:
