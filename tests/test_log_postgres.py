@@ -194,6 +194,43 @@ class TestAppendOnly:
         _close(second)
         assert state(Buffer(log=PostgresLog(pg_dsn, "b"))) == before
 
+    def test_a_different_record_at_the_same_seq_is_not_taken_as_stored(self, pg_dsn: str) -> None:
+        """Two buffers opened on one empty log each append an entry "e" (same
+        seq, op, version, ids and outcome; other bodies). The second one's
+        flush finds seq 0 taken and must compare the whole stored record, not
+        a few fields: it is refused as a divergence, never skipped as
+        "already stored" (which would acknowledge a write the log does not
+        hold)."""
+        first = Buffer(log=PostgresLog(pg_dsn, "b"))
+        second = Buffer(log=PostgresLog(pg_dsn, "b"))
+        first.append(Entry("e", Kind.REASONING, "from the first"))
+        first.flush()
+        second.append(Entry("e", Kind.REASONING, "from the second"))
+        with pytest.raises(LogWriteError, match="not the next one"):
+            second.flush()  # refused by the insert trigger; reconnects on the retry
+        # the retry cannot tell a lost COMMIT reply from this: it compares
+        for _ in range(2):
+            with pytest.raises(LogWriteError, match="diverged"):
+                second.flush()
+        assert second.pending_records == 1
+        assert next(r[4] for r in _rows(pg_dsn)).count("from the first") == 1
+        _close(first)
+        _close(second)
+
+    def test_lost_commit_reply_check_compares_whole_records(self, pg_dsn: str) -> None:
+        """The retry after an unknown outcome skips a stored record only if it
+        is the same record byte for byte: a record differing in any field
+        (here the time and the reason) is a divergence."""
+        log = PostgresLog(pg_dsn, "b")
+        rec = LogRecord(0, 1.0, "mark", 1, ("a",), None, "r", None, "applied", {})
+        log.write([rec])
+        log.write([rec])  # the very same record: already stored
+        for other in (rec._replace(reason="other"), rec._replace(time=2.0)):
+            with pytest.raises(ValueError, match="diverged"):
+                log.write([other])
+        assert log.commits == 1
+        log.close()
+
 
 class TestFence:
     def _lease(self, dsn: str, epoch: int) -> None:

@@ -80,6 +80,7 @@ import anyio.abc
 
 from ._core import errors as _errors
 from ._core.buffer import Snapshot
+from ._core.checkpoint import recover
 from ._core.entry import Entry
 from ._core.errors import InvalidArgument, InvalidType, LogWriteError, QuiesceError
 from ._core.log import EditLog
@@ -732,23 +733,35 @@ class SharedBuffer:
                 old._sink = None  # it never writes again
             old_stop.set()
         assert self._tg is not None and self._sink is not None
-        records = await self._db(self._sink.read_from, 0)
         stop = anyio.Event()
         self._local_stop = stop
-        self._local = await self._tg.start(self._run_local, records, stop)
+        self._local = await self._tg.start(self._run_local, stop)
         self._signal_applied()
 
     async def _run_local(
-        self, records: list[Any], stop: anyio.Event, *, task_status: anyio.abc.TaskStatus[Any]
+        self, stop: anyio.Event, *, task_status: anyio.abc.TaskStatus[Any]
     ) -> None:
         async with open_buffer(
             None, self._policy, max_pin_age=self._max_pin_age, flush_interval=self._flush_interval
         ) as buf:
             buf._grace_floor = -1  # a replica never applies a removal itself
-            with buf._write_lock:
-                replay(buf, records)
+            await self._db(self._load_local, buf)
             task_status.started(buf)
             await stop.wait()
+
+    def _load_local(self, buf: RuntimeBuffer) -> None:
+        """Fill the fresh local buffer (no one else sees it yet; in a worker
+        thread): from the newest valid checkpoint and the records after it
+        (a damaged one is skipped with a warning, checkpoint.py), else the
+        whole log. The records before the checkpoint stay in the database
+        only, counted as dropped from memory, as the retention drops them."""
+        sink = self._sink
+        assert sink is not None
+        with buf._write_lock:
+            if recover(buf, sink):
+                buf._records.dropped = buf._records.first
+            else:
+                replay(buf, sink.read_from(0))
 
     async def _close(self) -> None:
         self._closing = True
@@ -866,6 +879,10 @@ class SharedBuffer:
                 sink.writer_epoch = epoch
                 buf._synced = len(buf._records)
                 buf._sink = sink
+                # the sequencer writes checkpoints (every checkpoint_every
+                # records) for members and successors to start from
+                buf._checkpoints_ok = True
+                buf._checkpoint_due = len(buf._records) + buf._checkpoint_every
                 buf._grace_floor = 0  # until the members' horizons are read
             self._role = _SEQUENCER
         await self._refresh_floor()

@@ -45,8 +45,30 @@ log ends (a ``COMMIT`` that reached the server but whose reply was lost is
 not written twice). A DSN that cannot connect raises :class:`LogWriteError`
 carrying the server's message, with no driver traceback chained.
 
-Recovery replays the whole log (``Buffer(log=PostgresLog(...))``), like the
-other sinks; the log has no checkpoints yet.
+Checkpoints and recovery (issue 13's, on PostgreSQL). A ``PostgresLog`` is a
+``CheckpointSink``: ``Buffer(log=PostgresLog(...))`` writes a checkpoint
+record every ``checkpoint_every`` records and on ``flush(checkpoint=True)``,
+in the same transaction as the records before it (all or nothing, like any
+batch). Recovery asks a partial index (``quiesce_log_checkpoints`` on
+``(buffer_id, seq) WHERE op = 'checkpoint'``) for the checkpoints, reads the
+newest one and the records after it by the primary key ``(buffer_id, seq)``,
+and nothing else: opening costs O(log n + checkpoints + tail) rows on the
+server, not O(records) (:attr:`PostgresLog.rows_read` counts the rows this
+object fetched). A checkpoint that fails its SHA-256 or disagrees with the
+records after it is skipped with a warning on the ``quiesce.checkpoint``
+logger and the one before it is tried, then a full replay
+(``quiesce._core.checkpoint.recover``): never a wrong state. (A row that is
+not even JSON is damage to the log itself: the older checkpoints' tails and
+the full replay hold it too, so the log is refused with
+:class:`LogFormatError` naming it.) Older
+records stay readable through ``buf.log``, fetched lazily by
+:meth:`PostgresLog.read_range` (the buffer keeps only a short tail in
+memory).
+
+The newer-format check on open reads only the rows from the newest
+checkpoint on (by the primary key): every record before it was read by the
+writer of that checkpoint, which refuses newer formats itself (a writer that
+lost its place reconnects, and reconnecting repeats this check).
 """
 
 from __future__ import annotations
@@ -59,9 +81,10 @@ from types import TracebackType
 from typing import Any
 
 from .._core.errors import InvalidArgument, InvalidType, LogFormatError, LogWriteError
+from .._core.log import check_read
 from .._core.records import FORMAT, LogRecord
-from ._format import encode_record
-from .sqlite import _decode_rows, _identity
+from ._format import encode_batch
+from .sqlite import _decode_rows
 
 try:
     import psycopg
@@ -124,6 +147,8 @@ CREATE TABLE quiesce_request (
 );
 CREATE INDEX quiesce_request_open ON quiesce_request (buffer_id, created)
     WHERE result IS NULL;
+CREATE INDEX quiesce_log_checkpoints ON quiesce_log (buffer_id, seq)
+    WHERE op = 'checkpoint';
 
 CREATE FUNCTION quiesce_log_insert() RETURNS trigger LANGUAGE plpgsql
 SET search_path FROM CURRENT AS $$
@@ -164,6 +189,30 @@ CREATE TRIGGER quiesce_meta_no_truncate BEFORE TRUNCATE ON quiesce_meta
 
 _COPY = "COPY quiesce_log (buffer_id, seq, writer_epoch, format, op, version, record) FROM STDIN"
 _SELECT = "SELECT seq, record FROM quiesce_log WHERE buffer_id = %s AND seq >= %s ORDER BY seq"
+_SELECT_RANGE = (
+    "SELECT seq, record FROM quiesce_log WHERE buffer_id = %s AND seq >= %s AND seq < %s "
+    "ORDER BY seq"
+)
+#: The checkpoint index (issue 13): recovery finds the checkpoints without
+#: reading the log. In the DDL of a new schema; added once to a schema-1
+#: database that predates it (same tables, one more index: no new schema).
+_CHECKPOINT_INDEX = (
+    "CREATE INDEX IF NOT EXISTS quiesce_log_checkpoints ON quiesce_log (buffer_id, seq) "
+    "WHERE op = 'checkpoint'"
+)
+#: The number of records (the primary key's last entry) and the checkpoint
+#: seqs below it (the partial index), in one statement and one snapshot.
+_CHECKPOINTS = """
+SELECT COALESCE(MAX(seq) + 1, 0), NULL FROM quiesce_log WHERE buffer_id = %(b)s
+UNION ALL
+SELECT NULL, seq FROM quiesce_log WHERE buffer_id = %(b)s AND op = 'checkpoint'
+"""
+#: The newest record format from the newest checkpoint on (see the module
+#: docstring): two index lookups and the tail, not the whole log.
+_NEWEST_FORMAT = """
+SELECT MAX(format) FROM quiesce_log WHERE buffer_id = %(b)s AND seq >= COALESCE(
+    (SELECT MAX(seq) FROM quiesce_log WHERE buffer_id = %(b)s AND op = 'checkpoint'), 0)
+"""
 
 
 class WriterFenced(LogWriteError):
@@ -208,8 +257,18 @@ def _check_meta(conn: psycopg.Connection[Any], where: str) -> None:
 def ensure_schema(conn: psycopg.Connection[Any], where: str) -> None:
     """Create the tables in the current schema if they are missing (once, under
     an advisory lock, so processes starting together do not race), then refuse
-    a newer schema with :class:`LogFormatError`. ``conn`` is in autocommit."""
-    exists = conn.execute("SELECT to_regclass('quiesce_meta') IS NOT NULL").fetchone()
+    a newer schema with :class:`LogFormatError`. A schema-1 database without
+    the checkpoint index gets it (once: later calls see it and take no lock).
+    ``conn`` is in autocommit."""
+    exists = conn.execute(
+        "SELECT to_regclass('quiesce_meta') IS NOT NULL, "
+        "to_regclass('quiesce_log_checkpoints') IS NOT NULL"
+    ).fetchone()
+    if exists and exists[0] and not exists[1]:
+        _check_meta(conn, where)  # a newer schema is refused before anything is created
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext('quiesce schema'))")
+            conn.execute(_CHECKPOINT_INDEX)
     if not (exists and exists[0]):
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(hashtext('quiesce schema'))")
@@ -298,6 +357,11 @@ class PostgresLog:
     ``writer_epoch`` is the epoch every row is stamped with: 0 for a buffer
     without a writer lease; :func:`quiesce.open_shared_buffer` sets it to the
     lease's epoch. A write refused by the fence raises :class:`WriterFenced`.
+
+    It is a ``CheckpointSink`` (and a ``ReadableSink``): the buffer writes
+    checkpoints into it and recovers from the newest valid one and the
+    records after it, reading nothing older (:meth:`checkpoints`,
+    :meth:`read_range`); older records are fetched when ``buf.log`` is read.
     """
 
     def __init__(self, dsn: str, buffer_id: str, *, timeout: float = 10.0) -> None:
@@ -310,6 +374,7 @@ class PostgresLog:
         self._timeout = float(timeout)
         self._lock = threading.Lock()
         self._commits = 0
+        self._rows_read = 0
         self.writer_epoch = 0
         #: Called inside each write's transaction, after the COPY, with the
         #: cursor and the batch; may raise to abort the batch, and may return
@@ -333,9 +398,7 @@ class PostgresLog:
             # whatever the server's default
             conn.execute("SET synchronous_commit = on")
             ensure_schema(conn, self.where)
-            newest = conn.execute(
-                "SELECT MAX(format) FROM quiesce_log WHERE buffer_id = %s", (self._buffer_id,)
-            ).fetchone()
+            newest = conn.execute(_NEWEST_FORMAT, {"b": self._buffer_id}).fetchone()
             if newest and newest[0] is not None and newest[0] > FORMAT:
                 raise LogFormatError(
                     f"{self.where} holds records of format {newest[0]}; this quiesce reads "
@@ -364,25 +427,45 @@ class PostgresLog:
     # -- LogSink ----------------------------------------------------------
 
     def load(self) -> Sequence[LogRecord]:
-        """Every record of the buffer in ``seq`` order. O(records). Raises
-        :class:`LogFormatError` for a damaged or newer-format record."""
+        """Every record of the buffer in ``seq`` order (a full replay; the
+        buffer calls it only when no checkpoint is usable). O(records).
+        Raises :class:`LogFormatError` for a damaged or newer-format record."""
         return self.read_from(0)
 
     def read_from(self, seq: int) -> list[LogRecord]:
         """The stored records with ``seq >= seq``, in order (one query; from 0
         it also checks the log has no gap)."""
-        with self._lock:
-            conn = self._usable_conn()
-            try:
-                rows = conn.execute(_SELECT, (self._buffer_id, seq)).fetchall()
-            except psycopg.Error as exc:
-                self._broken = True
-                raise LogWriteError(f"{self.where}: {_server_message(exc)}") from None
+        rows = self._fetch(_SELECT, (self._buffer_id, seq))
         records = _decode_rows(rows, self.where, seq)
         if records:  # a follower's idea of where the log ends, for when it writes
             with self._lock:
                 self._next_seq = max(self._next_seq, records[-1].seq + 1)
         return records
+
+    def read_range(self, start: int, stop: int) -> Sequence[LogRecord]:
+        """Records ``start`` .. ``stop - 1`` (the ``ReadableSink`` method, see
+        ``quiesce._core.log``): one range query on the primary key, O(log n +
+        the records read) on the server. Every row is decoded and its ``seq``
+        checked: a missing or damaged record raises :class:`LogFormatError`,
+        never another record. A lost connection is retried once (a read is
+        idempotent), then raises :class:`LogWriteError`. After :meth:`close`
+        it reads through a connection of its own (a buffer's log stays
+        readable after its sink is closed)."""
+        if start >= stop:
+            return []
+        rows = self._fetch(_SELECT_RANGE, (self._buffer_id, start, stop))
+        return check_read(_decode_rows(rows, self.where, start), start, stop)
+
+    def checkpoints(self) -> tuple[int, Sequence[int]]:
+        """The number of stored records and the seqs of the checkpoint records
+        among them, ascending (the ``CheckpointSink`` method, see
+        ``quiesce._core.checkpoint``): one statement over the primary key's
+        last entry and the partial checkpoint index, O(log n + checkpoints);
+        no log row is read."""
+        rows = self._fetch(_CHECKPOINTS, {"b": self._buffer_id}, count=False)
+        total = next(int(r[0]) for r in rows if r[0] is not None)
+        seqs = sorted(int(r[1]) for r in rows if r[1] is not None and r[1] < total)
+        return total, seqs
 
     def write(self, records: Sequence[LogRecord]) -> None:
         """Store ``records`` in one transaction: COPY, one NOTIFY carrying the
@@ -390,9 +473,13 @@ class PostgresLog:
         raises, none of them are stored (a lost COMMIT reply is detected on
         the next write). O(len(records)).
 
-        Raises ``ValueError`` for a batch that does not continue the log,
-        :class:`WriterFenced` if the writer's epoch is not current, and
-        :class:`LogWriteError` for a database failure (rolled back).
+        Each record is encoded on its own: if one cannot be, the records
+        before it are committed and a ``ValueError`` names it. Raises
+        ``ValueError`` for a batch that does not continue the log or whose
+        leading records are stored already with other contents (compared
+        whole, as encoded), :class:`WriterFenced` if the writer's epoch is not
+        current, and :class:`LogWriteError` for a database failure (rolled
+        back).
         """
         if not records:
             return
@@ -401,27 +488,27 @@ class PostgresLog:
             if rec.seq != expected:
                 raise ValueError(f"batch is not contiguous: seq {rec.seq} where {expected} was due")
             expected += 1
+        texts, failure = encode_batch(records)
+        if not texts:
+            assert failure is not None
+            raise failure
+        records = records[: len(texts)]
+        expected = records[0].seq + len(texts)
         with self._lock:
             conn = self._usable_conn()
-            skip = self._already_stored(conn, records)
+            skip = self._already_stored(conn, records, texts)
             batch = records[skip:]
             if not batch:
+                if failure is not None:
+                    raise failure
                 return
             bid, epoch = self._buffer_id, self.writer_epoch
             try:
                 with conn.transaction(), conn.cursor() as cur:
                     with cur.copy(_COPY) as copy:
-                        for rec in batch:
+                        for rec, text in zip(batch, texts[skip:], strict=True):
                             copy.write_row(
-                                (
-                                    bid,
-                                    rec.seq,
-                                    epoch,
-                                    rec.format,
-                                    rec.op,
-                                    rec.version,
-                                    encode_record(rec),
-                                )
+                                (bid, rec.seq, epoch, rec.format, rec.op, rec.version, text)
                             )
                     hook = self.before_commit
                     committed = None if hook is None else hook(cur, batch)
@@ -436,6 +523,8 @@ class PostgresLog:
             self._commits += 1
             if committed is not None:
                 committed()
+        if failure is not None:
+            raise failure
 
     def close(self) -> None:
         """Close the connection. Idempotent; ``write`` after it raises."""
@@ -464,6 +553,12 @@ class PostgresLog:
     def next_seq(self) -> int:
         """The seq the next stored record will have, as this object last saw it."""
         return self._next_seq
+
+    @property
+    def rows_read(self) -> int:
+        """Log rows this object fetched from the server (every read: recovery,
+        ``buf.log``, catch-up, the retry check of a lost COMMIT)."""
+        return self._rows_read
 
     @property
     def commits(self) -> int:
@@ -515,24 +610,56 @@ class PostgresLog:
             self._broken = False
         return conn
 
-    def _already_stored(self, conn: psycopg.Connection[Any], records: Sequence[LogRecord]) -> int:
+    def _fetch(
+        self, query: str, params: Sequence[Any] | dict[str, Any], *, count: bool = True
+    ) -> list[tuple[Any, ...]]:
+        """Rows of a read-only ``query``, under the lock. A lost connection is
+        retried once on a fresh one (reads are idempotent); any other failure
+        raises :class:`LogWriteError` with the server's message. After
+        :meth:`close`, a connection of its own, closed again."""
+        for attempt in (1, 2):
+            with self._lock:
+                try:
+                    if self._closed:
+                        with connect(self._dsn, timeout=self._timeout) as own:
+                            rows = own.execute(query, params).fetchall()
+                    else:
+                        rows = self._usable_conn().execute(query, params).fetchall()
+                except psycopg.Error as exc:
+                    if not self._closed:
+                        self._broken = True
+                    if attempt == 1 and isinstance(exc, psycopg.OperationalError):
+                        continue
+                    raise LogWriteError(f"{self.where}: {_server_message(exc)}") from None
+                if count:
+                    self._rows_read += len(rows)
+                return rows
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _already_stored(
+        self, conn: psycopg.Connection[Any], records: Sequence[LogRecord], texts: Sequence[str]
+    ) -> int:
         """How many leading records of the batch are stored already (a COMMIT
-        whose reply was lost). They must be the same records; anything else
-        is a gap or a divergence and raises ``ValueError``."""
+        whose reply was lost). They must be the same records, compared whole:
+        the stored text against ``texts``, the batch's own encoding (which is
+        deterministic); anything else — a gap, or another record at the same
+        seq — is a divergence and raises ``ValueError``. O(skipped records)."""
         first = records[0].seq
         if first > self._next_seq:
             raise ValueError(
                 f"batch starts at seq {first} but the log holds {self._next_seq} records"
             )
-        skip = min(self._next_seq - first, len(records))
+        skip = min(self._next_seq - first, len(texts))
         if skip:
-            rows = conn.execute(
-                "SELECT seq, record FROM quiesce_log WHERE buffer_id = %s AND seq >= %s "
-                "AND seq < %s ORDER BY seq",
-                (self._buffer_id, first, first + skip),
-            ).fetchall()
-            stored = [_identity(r) for r in _decode_rows(rows, self.where, first)]
-            if stored != [_identity(r) for r in records[:skip]]:
+            try:
+                rows = conn.execute(
+                    _SELECT_RANGE, (self._buffer_id, first, first + skip)
+                ).fetchall()
+            except psycopg.Error as exc:
+                self._broken = True
+                raise LogWriteError(f"{self.where}: {_server_message(exc)}") from None
+            self._rows_read += len(rows)
+            if [row[1] for row in rows] != list(texts[:skip]):
                 raise ValueError(
                     f"records {first}..{first + skip - 1} are stored with different contents: "
                     f"the log and the buffer diverged"
