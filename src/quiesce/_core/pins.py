@@ -53,7 +53,6 @@ from . import tasks as _tasks
 from .entry import Entry, check_id
 from .errors import EntryPruned, SnapshotReleased, UnknownEntry
 from .records import Mark, Tombstone
-from .tasks import current_task
 from .version import Version
 
 if TYPE_CHECKING:
@@ -67,6 +66,7 @@ _NOT_ENTERED: Any = object()
 _new_object = object.__new__
 _get_ident = threading.get_ident
 _thread_loops = _tasks._thread_loops
+_current_task_of = _tasks.current_task_of
 
 
 class Snapshot:
@@ -114,7 +114,7 @@ class Snapshot:
             if loop is not None and loop._thread_id == ident:
                 task = _tasks._aio_task_of(loop)  # type: ignore[misc]
         if task is None:
-            task = current_task()
+            task = _current_task_of(ident, ref)
         self._task = task
         buf = self._buffer
         self._since = buf._clock()
