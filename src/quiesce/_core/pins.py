@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 from . import tasks as _tasks
 from .entry import Entry, check_id
 from .errors import EntryPruned, SnapshotReleased, UnknownEntry
-from .records import Mark, Tombstone
+from .records import Mark, ReaderInfo, Tombstone
 from .version import Version
 
 if TYPE_CHECKING:
@@ -67,6 +67,8 @@ _new_object = object.__new__
 _get_ident = threading.get_ident
 _thread_loops = _tasks._thread_loops
 _current_task_of = _tasks.current_task_of
+_task_name = _tasks.task_name
+_tuple_new = tuple.__new__
 
 
 class Snapshot:
@@ -282,6 +284,10 @@ class Pins:
     _pins: dict[int, dict[Snapshot, None]]  #: version number -> its readers
     _pin_order: deque[int]  #: pinned version numbers, oldest at the front
     _pin_lock: threading.Lock  #: serializes the walkers of _pin_order, never a reader
+    #: entries popped off the front of ``_pin_order`` so far (under
+    #: ``_pin_lock``): ``_pin_popped + i`` numbers ``_pin_order[i]`` for good,
+    #: so a walker (the reader-age alarm) can keep a position across calls
+    _pin_popped: int = 0
 
     if TYPE_CHECKING:  # provided by .grace.Grace
         _staged: list[tuple[int, int, Group]]
@@ -296,6 +302,31 @@ class Pins:
         being validated in another thread may be listed with ``_version``
         ``None``; callers skip those."""
         return [s for readers in list(self._pins.values()) for s in list(readers)]
+
+    def _reader_infos(self, now: float) -> tuple[tuple[ReaderInfo, ...], set[int], int | None]:
+        """What ``stats()`` reports of the readers: one :class:`ReaderInfo`
+        per pinned reader (age against ``now``), the pinned version numbers
+        and the oldest pinned version. Each reader's fields are read under
+        ``_pin_lock`` (a reader unpinning meanwhile is never seen half
+        released). O(readers + pinned versions) with a small constant: a
+        task's name is found by its type (:func:`.tasks.task_name`) and each
+        row is built as a plain tuple."""
+        with self._pin_lock:
+            oldest = self._oldest_pin()
+            rows = [
+                (s._task, v, s._since)
+                for readers in list(self._pins.values())
+                for s in list(readers)
+                if (v := s._version) is not None
+            ]
+        name = _task_name
+        infos: tuple[ReaderInfo, ...] = tuple(
+            [
+                _tuple_new(ReaderInfo, (name(task), v.number, max(0.0, now - since)))
+                for task, v, since in rows
+            ]
+        )
+        return infos, {v.number for _t, v, _s in rows}, oldest
 
     def _last_unpin(self, n: int, readers: dict[Snapshot, None]) -> None:
         """The last reader of version ``n`` left (``readers``: the set it
@@ -346,6 +377,7 @@ class Pins:
             if pins.get(n):
                 return n
             order.popleft()
+            self._pin_popped += 1
             readers = pins.get(n)
             if readers is not None and not readers:
                 pins.pop(n, None)

@@ -25,7 +25,7 @@ import sys
 import threading
 import weakref
 from collections.abc import Callable
-from types import BuiltinFunctionType
+from types import BuiltinFunctionType, MemberDescriptorType
 from typing import Any
 
 __all__ = ["current_task", "task_name"]
@@ -150,9 +150,46 @@ def _trio_or_thread(ident: int) -> object:
 
 
 def task_name(task: object) -> str:
-    """A readable name for what :func:`current_task` returned."""
+    """A readable name for what :func:`current_task` returned: an asyncio
+    task's ``get_name()``, else its ``name`` (trio tasks, threads), else its
+    ``repr``. O(1): the way to name a task is found once per type (probing
+    ``get_name`` on a thread each time costs a caught AttributeError)."""
+    cls = type(task)
+    namer = _namers.get(cls)
+    if namer is None:
+        namer = _namer_for(cls)
+        if len(_namers) < 64:
+            _namers[cls] = namer
+    return namer(task)
+
+
+def _name_any(task: object) -> str:
     get_name = getattr(task, "get_name", None)  # asyncio.Task
     if callable(get_name):
         return str(get_name())
     name = getattr(task, "name", None)  # trio.lowlevel.Task, threading.Thread
     return str(name) if name is not None else repr(task)
+
+
+def _name_by_get_name(task: Any) -> str:
+    return str(task.get_name())
+
+
+def _name_by_name(task: Any) -> str:
+    name = task.name
+    return str(name) if name is not None else repr(task)
+
+
+def _namer_for(cls: type) -> Callable[[Any], str]:
+    """How to name instances of ``cls``: by what its class defines (a method
+    ``get_name``, or a ``name`` descriptor: a property or a slot), else the
+    general probe of each instance."""
+    if callable(getattr(cls, "get_name", None)):
+        return _name_by_get_name
+    if isinstance(getattr(cls, "name", None), property | MemberDescriptorType):
+        return _name_by_name
+    return _name_any
+
+
+#: type -> how to name its instances (a handful of types: tasks and threads)
+_namers: dict[type, Callable[[Any], str]] = {}
