@@ -65,8 +65,9 @@ from .errors import (
 from .grace import Group, components
 from .log import DEFAULT_RETENTION, EditLog, LogSink, ReadableSink, Records
 from .pins import _NOT_ENTERED, Snapshot, _missing, _new_object
+from .policy import _CACHE_FROM as _CLASSIFY_FROM
 from .policy import IMMUTABLE_KINDS as _IMMUTABLE
-from .policy import Policy, sealed_conflicts
+from .policy import Policy, preclassify, sealed_conflicts
 from .publish import cascade, tomb_to_dict
 from .records import (
     LogRecord,
@@ -301,6 +302,8 @@ class Buffer(Editor):
             raise InvalidType(f"append takes an Entry, not {type(entry).__name__}")
         if override is not None and type(override) is not Override:
             raise InvalidType(f"override must be an Override, not {type(override).__name__}")
+        if len(entry.body) >= _CLASSIFY_FROM and self._own_policy():
+            preclassify(entry)  # before the lock: a prune later finds the verdict
         self._write_lock.acquire()
         try:
             head = self._head
