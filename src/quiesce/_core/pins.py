@@ -67,6 +67,7 @@ _new_object = object.__new__
 _get_ident = threading.get_ident
 _thread_loops = _tasks._thread_loops
 _current_task_of = _tasks.current_task_of
+_active_threads = _tasks._active_threads
 _task_name = _tasks.task_name
 _tuple_new = tuple.__new__
 
@@ -107,7 +108,8 @@ class Snapshot:
         head and registering, and each retry sees a newer head)."""
         if self._task is not _NOT_ENTERED:
             raise SnapshotReleased("a snapshot is pinned once; take a new buffer.snapshot()")
-        # The task probe (tasks.current_task), its cached asyncio case inline.
+        # The task probe (tasks.current_task), its cached asyncio case and
+        # its trio case inline.
         ident = _get_ident()
         ref = _thread_loops.get(ident)
         task = None
@@ -115,6 +117,15 @@ class Snapshot:
             loop = ref()
             if loop is not None and loop._thread_id == ident:
                 task = _tasks._aio_task_of(loop)  # type: ignore[misc]
+        elif _tasks._trio_context is not None:
+            # No asyncio loop cached for this thread: if none is running
+            # (asked first, as current_task does), the trio task if any, else
+            # the thread (from threading's table; current_task_of otherwise).
+            running = _tasks._aio_running_loop
+            if running is not None and running() is None:
+                task = _tasks._trio_context.__dict__.get("task")
+                if task is None:
+                    task = _active_threads.get(ident)
         if task is None:
             task = _current_task_of(ident, ref)
         self._task = task
@@ -305,28 +316,28 @@ class Pins:
 
     def _reader_infos(self, now: float) -> tuple[tuple[ReaderInfo, ...], set[int], int | None]:
         """What ``stats()`` reports of the readers: one :class:`ReaderInfo`
-        per pinned reader (age against ``now``), the pinned version numbers
-        and the oldest pinned version. Each reader's fields are read under
-        ``_pin_lock`` (a reader unpinning meanwhile is never seen half
-        released). O(readers + pinned versions) with a small constant: a
-        task's name is found by its type (:func:`.tasks.task_name`) and each
-        row is built as a plain tuple."""
+        per pinned reader (age against ``now``, never negative), the pinned
+        version numbers and the oldest pinned version. Under ``_pin_lock``
+        (walkers only: readers never take it). A reader's task and pin time
+        never change once it is pinned, so a reader unpinning meanwhile is
+        either listed whole or not at all. O(readers + pinned versions), one
+        tuple per reader and no other allocation: a task's name is found by
+        its type (:func:`.tasks.task_name`)."""
+        name = _task_name
         with self._pin_lock:
             oldest = self._oldest_pin()
-            rows = [
-                (s._task, v, s._since)
-                for readers in list(self._pins.values())
-                for s in list(readers)
-                if (v := s._version) is not None
-            ]
-        name = _task_name
-        infos: tuple[ReaderInfo, ...] = tuple(
-            [
-                _tuple_new(ReaderInfo, (name(task), v.number, max(0.0, now - since)))
-                for task, v, since in rows
-            ]
-        )
-        return infos, {v.number for _t, v, _s in rows}, oldest
+            infos: tuple[ReaderInfo, ...] = tuple(
+                [
+                    _tuple_new(
+                        ReaderInfo,
+                        (name(s._task), v.number, age if (age := now - s._since) > 0.0 else 0.0),
+                    )
+                    for readers in list(self._pins.values())
+                    for s in list(readers)
+                    if (v := s._version) is not None
+                ]
+            )
+        return infos, {r[1] for r in infos}, oldest
 
     def _last_unpin(self, n: int, readers: dict[Snapshot, None]) -> None:
         """The last reader of version ``n`` left (``readers``: the set it

@@ -39,7 +39,15 @@ Figures (keys of the goals; the issue's goal table, in order):
 * ``ll_gc_pause``: a full ``gc.collect()`` with the aged buffers alive / with
   the fresh ones.
 * ``ll_sqlite_open``: ``SQLiteLog(path)`` on the long log / the short one.
-* ``ll_prune_big_body``: pruning a 16 KB entry / a 160 B one.
+* ``ll_prune_big_body``: pruning a 16 KB entry / a 160 B one (the verdict
+  of the negative-result classifier is cached per content at ``append``;
+  the extra ``append_big_body`` gives append's side of it, same run).
+* ``ll_alarm_pass``: one reader-age alarm pass with 10,000 pinned readers /
+  with 10 (incremental: O(1) beyond the readers it escalates).
+* ``ll_stats_readers``: ``stats()`` per pinned reader, 10,000 / 100 readers
+  (one ``ReaderInfo`` per reader is its floor: O(1) per reader).
+* ``ll_pin_trio``, ``ll_pin_thread``: pin + unpin on trio / on asyncio, and in
+  a worker thread / on asyncio.
 
 Run alone: ``python -m quiesce.bench.long_life [--quick] [--out FILE.json]``.
 """
@@ -56,6 +64,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
@@ -200,6 +209,8 @@ def _ratio_goal(
 
 def _fmt(x: float, unit: str) -> str:
     if unit == "s":
+        if x < 1e-3:
+            return f"{x * 1e6:.2f} us"
         return f"{x * 1e3:.2f} ms" if x < 1 else f"{x:.2f} s"
     if unit == "B":
         return f"{x / 1e6:.2f} MB"
@@ -649,6 +660,7 @@ def _prune_body(ll: LongLifeConfig, res: SectionResult) -> None:
     """Figure 14: pruning a 16 KB entry / a 160 B one (no sink)."""
     k = 300
     counter = [0]
+    appends: dict[int, list[float]] = {16_000: [], 160: []}
 
     def run(size: int) -> Callable[[], float]:
         def go() -> float:
@@ -656,8 +668,10 @@ def _prune_body(ll: LongLifeConfig, res: SectionResult) -> None:
             start = counter[0]
             counter[0] += k
             entries = [_entry(start + j, size) for j in range(k)]
+            t0 = time.perf_counter()
             for e in entries:
                 buf.append(e)
+            appends[size].append((time.perf_counter() - t0) / k)
             ids = [e.id for e in entries]
             t0 = time.perf_counter()
             for i in ids:
@@ -667,9 +681,166 @@ def _prune_body(ll: LongLifeConfig, res: SectionResult) -> None:
         return go
 
     run(16_000)()
+    appends[16_000].clear()
     xs, ys = _alternate(run(16_000), run(160), ll.repeat * 2)
     res.goals.append(
         _ratio_goal("ll_prune_big_body", "prune of a 16 KB entry / of a 160 B entry", xs, ys, 2.0)
+    )
+    big, small = statistics.median(appends[16_000]), statistics.median(appends[160])
+    res.extra["append_big_body"] = {
+        "append_16KB_us": round(big * 1e6, 2),
+        "append_160B_us": round(small * 1e6, 2),
+        "ratio": round(big / small, 2),
+        "note": "append classifies a big body once (the verdict a prune then reads)",
+    }
+
+
+def _readers(ll: LongLifeConfig, res: SectionResult) -> None:
+    """Figures ``ll_alarm_pass`` and ``ll_stats_readers``: the reader-age
+    alarm and ``stats()`` with many pinned readers.
+
+    The readers are pinned as an agent's are, between writes (a write every
+    ten pins), with removals staged behind them; a fake clock makes them all
+    old, and a first pass escalates every one (its cost per escalation is in
+    the extras). ``ll_alarm_pass``: one later pass (nothing new to escalate)
+    with 10,000 readers / with 10 — incremental, so about equal; the worst
+    case, 10,000 readers all pinned at the head version, is in the extras.
+    ``ll_stats_readers``: ``stats()`` per pinned reader at 10,000 readers / at
+    100 — it returns one ``ReaderInfo`` per reader, so O(readers) is its
+    floor; the goal is that each costs the same, not more, as readers grow."""
+    from .._runtime import RuntimeBuffer
+
+    now = [0.0]
+
+    def pinned(n: int, write_every: int) -> tuple[RuntimeBuffer, ExitStack]:
+        buf = RuntimeBuffer(clock=lambda: now[0], max_pin_age=1.0)
+        stack = ExitStack()
+        for i in range(n):
+            if i % write_every == 0:  # a write, then readers pin its version
+                buf.append(_entry(i))
+                if i:  # staged: the readers before it hold it back
+                    buf.prune([f"e{i - write_every}"], reason="bench: behind readers")
+            stack.enter_context(buf.snapshot())
+        return buf, stack
+
+    repeat = ll.repeat * 4
+    big, small = 10_000, 10
+    extra: dict[str, Any] = {}
+    now[0] = 0.0
+    bufs = {n: pinned(n, 10) for n in (big, small)}
+    head_only = pinned(big, big + 1)
+    now[0] = 10.0
+    for n, (buf, _st) in bufs.items():
+        t, escs = _timed(buf.check_reader_ages)
+        assert len(escs) == n
+        extra[f"first_pass_{n}_per_escalation_us"] = round(t / n * 1e6, 2)
+    head_only[0].check_reader_ages()
+
+    def one_pass(buf: RuntimeBuffer) -> Callable[[], float]:
+        def run() -> float:
+            t, escs = _timed(buf.check_reader_ages)
+            assert not escs
+            return t
+
+        return run
+
+    xs, ys = _alternate(one_pass(bufs[big][0]), one_pass(bufs[small][0]), repeat)
+    res.goals.append(
+        _ratio_goal(
+            "ll_alarm_pass",
+            f"one reader-age alarm pass, {big:,} pinned readers / {small} (all escalated "
+            f"before; a write every 10 pins)",
+            xs,
+            ys,
+            3.0,
+        )
+    )
+    hs, _ = _alternate(one_pass(head_only[0]), one_pass(bufs[small][0]), repeat)
+    extra["alarm_pass_all_at_head_10000_ms"] = round(statistics.median(hs) * 1e3, 4)
+
+    def stats_per_reader(buf: RuntimeBuffer, n: int) -> Callable[[], float]:
+        def run() -> float:
+            t, st = _timed(buf.stats)
+            assert st.pinned == n
+            return t / n
+
+        return run
+
+    mid, _mid_stack = pinned(100, 10)
+    xs, ys = _alternate(stats_per_reader(bufs[big][0], big), stats_per_reader(mid, 100), repeat)
+    res.goals.append(
+        _ratio_goal(
+            "ll_stats_readers",
+            f"stats() per pinned reader, {big:,} readers / 100 readers",
+            xs,
+            ys,
+            1.5,
+        )
+    )
+    extra["stats_10000_ms"] = round(statistics.median(xs) * big * 1e3, 3)
+    for _buf, stack in (*bufs.values(), head_only, (mid, _mid_stack)):
+        stack.close()
+    res.extra["readers"] = extra
+
+
+def _pin_backends(ll: LongLifeConfig, res: SectionResult) -> None:
+    """Figures ``ll_pin_trio`` and ``ll_pin_thread``: the same pin + unpin
+    loop (``with buf.snapshot(): pass``, the public API) run inside
+    ``asyncio.run``, ``trio.run`` and a worker thread, side by side. What
+    differs is only how the pin finds its task (asyncio task, trio task or
+    thread)."""
+    import asyncio
+
+    buf = Buffer()
+    for i in range(100):
+        buf.append(_entry(i))
+    k = 20_000
+
+    def loop() -> float:
+        t0 = time.perf_counter()
+        for _ in range(k):
+            with buf.snapshot():
+                pass
+        return (time.perf_counter() - t0) / k
+
+    async def in_task() -> float:
+        return loop()
+
+    def on_asyncio() -> float:
+        return asyncio.run(in_task())
+
+    def in_thread() -> float:
+        out: list[float] = []
+        th = threading.Thread(target=lambda: out.append(loop()))
+        th.start()
+        th.join()
+        return out[0]
+
+    trio: Any
+    try:
+        import trio
+    except ImportError:  # pragma: no cover - trio is a test dependency
+        trio = None
+
+    def on_trio() -> float:
+        assert trio is not None
+        return float(trio.run(in_task))
+
+    repeat = ll.repeat * 2
+    aio, tr, th = [], [], []
+    for _ in range(repeat):
+        aio.append(on_asyncio())
+        if trio is not None:
+            tr.append(on_trio())
+        th.append(in_thread())
+    if trio is not None:
+        res.goals.append(
+            _ratio_goal("ll_pin_trio", "pin + unpin on trio / on asyncio", tr, aio, 1.1)
+        )
+    else:
+        res.goals.append(Goal("ll_pin_trio", "pin + unpin on trio / on asyncio", None, 1.1, "<="))
+    res.goals.append(
+        _ratio_goal("ll_pin_thread", "pin + unpin in a worker thread / on asyncio", th, aio, 1.3)
     )
 
 
@@ -705,6 +876,8 @@ def bench_long_life(cfg: Config) -> SectionResult:
     _first_iter(ll, res)
     _refused_edit(ll, res)
     _prune_body(ll, res)
+    _readers(ll, res)
+    _pin_backends(ll, res)
     res.notes.append(
         "workload: rounds of `batch` appends, `batch` marks and one prune of the `batch` "
         "oldest, a window of `live` entries; memory by tracemalloc (bytes still held); "
