@@ -117,13 +117,13 @@ class Snapshot:
             loop = ref()
             if loop is not None and loop._thread_id == ident:
                 task = _tasks._aio_task_of(loop)  # type: ignore[misc]
-        elif _tasks._trio_context is not None:
+        elif (trio_context := _tasks._trio_context) is not None:
             # No asyncio loop cached for this thread: if none is running
             # (asked first, as current_task does), the trio task if any, else
             # the thread (from threading's table; current_task_of otherwise).
             running = _tasks._aio_running_loop
             if running is not None and running() is None:
-                task = _tasks._trio_context.__dict__.get("task")
+                task = trio_context.__dict__.get("task")
                 if task is None:
                     task = _active_threads.get(ident)
         if task is None:
