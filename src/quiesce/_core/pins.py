@@ -317,26 +317,27 @@ class Pins:
     def _reader_infos(self, now: float) -> tuple[tuple[ReaderInfo, ...], set[int], int | None]:
         """What ``stats()`` reports of the readers: one :class:`ReaderInfo`
         per pinned reader (age against ``now``, never negative), the pinned
-        version numbers and the oldest pinned version. Under ``_pin_lock``
-        (walkers only: readers never take it). A reader's task and pin time
-        never change once it is pinned, so a reader unpinning meanwhile is
-        either listed whole or not at all. O(readers + pinned versions), one
-        tuple per reader and no other allocation: a task's name is found by
-        its type (:func:`.tasks.task_name`)."""
+        version numbers and the oldest pinned version. The reader sets are
+        copied under ``_pin_lock`` (walkers only: readers never take it);
+        names are found outside it. A reader's task and pin time never
+        change once it is pinned, so a reader unpinning meanwhile is either
+        listed whole or not at all. O(readers + pinned versions), one tuple
+        per reader: a task's name is found by its type
+        (:func:`.tasks.task_name`)."""
         name = _task_name
         with self._pin_lock:
             oldest = self._oldest_pin()
-            infos: tuple[ReaderInfo, ...] = tuple(
-                [
-                    _tuple_new(
-                        ReaderInfo,
-                        (name(s._task), v.number, age if (age := now - s._since) > 0.0 else 0.0),
-                    )
-                    for readers in list(self._pins.values())
-                    for s in list(readers)
-                    if (v := s._version) is not None
-                ]
-            )
+            snaps = [s for readers in list(self._pins.values()) for s in list(readers)]
+        infos: tuple[ReaderInfo, ...] = tuple(
+            [
+                _tuple_new(
+                    ReaderInfo,
+                    (name(s._task), v.number, age if (age := now - s._since) > 0.0 else 0.0),
+                )
+                for s in snaps
+                if (v := s._version) is not None
+            ]
+        )
         return infos, {r[1] for r in infos}, oldest
 
     def _last_unpin(self, n: int, readers: dict[Snapshot, None]) -> None:
