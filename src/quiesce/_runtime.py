@@ -18,7 +18,9 @@
   staged removals they hold back — like RCU stall warnings or PostgreSQL's
   ``backend_xmin``). Ages are measured on the running loop's clock by
   default, the clock the alarm sleeps on (so trio's ``MockClock`` drives
-  both);
+  both). A pass is incremental (it resumes where the last one stopped:
+  O(1) plus the readers it escalates, whatever the number pinned; see
+  ``_check_reader_ages``);
 * **group commit** of a durable log: pending records are flushed every
   ``flush_interval`` seconds in a worker thread, so no coroutine waits for a
   disk on the mark or append path.
