@@ -633,7 +633,7 @@ def _per_op(ll: LongLifeConfig, aged: Buffer, res: SectionResult) -> None:
                 break
             op_runs(fresh)
         runs_a, runs_f = [], []
-        for _ in range(ll.repeat * 2):
+        for _ in range(ll.repeat * 6):  # ~10 ms each: many, for a stable median
             runs_a.append(op_runs(aged))
             runs_f.append(op_runs(fresh))
     finally:
