@@ -16,6 +16,15 @@ loop is still running in this thread (``loop._thread_id``, which
 loop, a loop class without ``_thread_id``, after a fork, which clears the
 cache) it falls back to ``_get_running_loop()``. Same answers, ~0.1 µs;
 ``anyio.get_current_task()`` costs 2.9 µs (``shared/reference/FLOOR.md``).
+
+Trio and plain threads: trio keeps its running task in a ``threading.local``
+(``GLOBAL_RUN_CONTEXT.task``, what ``trio.lowlevel.current_task()`` reads);
+the probe reads that local's per-thread dict directly (one dict lookup; the
+public ``in_trio_task()`` costs ~0.4 µs outside trio, a caught
+AttributeError), and a thread is looked up in ``threading``'s own table. So
+a pin costs about the same on asyncio, on trio and in a worker thread (the
+``ll_pin_trio`` and ``ll_pin_thread`` figures of the ``long_life`` bench).
+If a trio version lacks that local, the public calls are used.
 """
 
 from __future__ import annotations
@@ -176,7 +185,7 @@ def _name_by_get_name(task: Any) -> str:
 
 
 def _name_by_name(task: Any) -> str:
-    name = task.name
+    name = getattr(task, "name", None)  # None also for an unset slot
     return str(name) if name is not None else repr(task)
 
 
