@@ -150,3 +150,42 @@ def test_a_thread_threading_does_not_know() -> None:
     _thread.start_new_thread(run, ())
     assert done.wait(10)
     assert seen[0] is seen[1]
+
+
+def test_task_name_by_type() -> None:
+    """``task_name`` gives what the general probe gives, for every kind of
+    holder (found once per type): asyncio's ``get_name()``, a trio task's or a
+    thread's ``name``, else ``repr``; a renamed task is named afresh."""
+    from quiesce._core.tasks import task_name
+
+    trio = pytest.importorskip("trio")
+
+    async def aio() -> list[str]:
+        task = asyncio.current_task()
+        assert task is not None
+        task.set_name("first")
+        out = [task_name(task)]
+        task.set_name("second")
+        return [*out, task_name(task)]
+
+    assert asyncio.run(aio()) == ["first", "second"]
+
+    async def in_trio() -> str:
+        return task_name(trio.lowlevel.current_task())
+
+    assert trio.run(in_trio).endswith("in_trio")
+    t = threading.Thread(name="worker-7")
+    assert task_name(t) == "worker-7"
+
+    class Odd:
+        def __repr__(self) -> str:
+            return "<odd>"
+
+    class Slotted:
+        __slots__ = ("name",)
+
+    assert task_name(Odd()) == "<odd>"
+    s = Slotted()
+    assert task_name(s).startswith("<")  # an unset slot: the repr
+    s.name = "named"
+    assert task_name(s) == "named"
