@@ -49,6 +49,10 @@ GOALS = {
     "ll_gc_pause",
     "ll_sqlite_open",
     "ll_prune_big_body",
+    "ll_alarm_pass",
+    "ll_stats_readers",
+    "ll_pin_trio",
+    "ll_pin_thread",
 }
 PLOTS = [
     "ops_vs_n.png",

@@ -103,3 +103,89 @@ def test_plain_thread() -> None:
     t.start()
     t.join()
     assert seen == [t]
+
+
+def test_trio_tasks_and_its_worker_threads() -> None:
+    """Each trio task gets itself (children too, across checkpoints); a trio
+    worker thread gets the thread, not the task that started it; after the
+    run, the thread again (trio's per-thread run context is read directly)."""
+    trio = pytest.importorskip("trio")
+    seen: list[bool] = []
+
+    async def child() -> None:
+        for _ in range(2):
+            seen.append(current_task() is trio.lowlevel.current_task())
+            await trio.sleep(0)
+
+    def in_worker() -> object:
+        return current_task()
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(child)
+            nursery.start_soon(child)
+        worker_saw = await trio.to_thread.run_sync(in_worker)
+        seen.append(isinstance(worker_saw, threading.Thread))
+        seen.append(worker_saw is not threading.current_thread())
+        seen.append(current_task() is trio.lowlevel.current_task())
+
+    trio.run(main)
+    assert seen == [True] * 7
+    assert current_task() is threading.current_thread()
+
+
+def test_a_thread_threading_does_not_know() -> None:
+    """A thread started below ``threading`` (``_thread.start_new_thread``)
+    gets what ``threading.current_thread()`` gives it (a dummy thread)."""
+    import _thread
+
+    seen: list[object] = []
+    done = threading.Event()
+
+    def run() -> None:
+        seen.append(current_task())
+        seen.append(threading.current_thread())
+        done.set()
+
+    _thread.start_new_thread(run, ())
+    assert done.wait(10)
+    assert seen[0] is seen[1]
+
+
+def test_task_name_by_type() -> None:
+    """``task_name`` gives what the general probe gives, for every kind of
+    holder (found once per type): asyncio's ``get_name()``, a trio task's or a
+    thread's ``name``, else ``repr``; a renamed task is named afresh."""
+    from quiesce._core.tasks import task_name
+
+    trio = pytest.importorskip("trio")
+
+    async def aio() -> list[str]:
+        task = asyncio.current_task()
+        assert task is not None
+        task.set_name("first")
+        out = [task_name(task)]
+        task.set_name("second")
+        return [*out, task_name(task)]
+
+    assert asyncio.run(aio()) == ["first", "second"]
+
+    async def in_trio() -> str:
+        return task_name(trio.lowlevel.current_task())
+
+    assert trio.run(in_trio).endswith("in_trio")
+    t = threading.Thread(name="worker-7")
+    assert task_name(t) == "worker-7"
+
+    class Odd:
+        def __repr__(self) -> str:
+            return "<odd>"
+
+    class Slotted:
+        __slots__ = ("name",)
+
+    assert task_name(Odd()) == "<odd>"
+    s = Slotted()
+    assert task_name(s).startswith("<")  # an unset slot: the repr
+    s.name = "named"
+    assert task_name(s) == "named"

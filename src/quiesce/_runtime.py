@@ -18,7 +18,9 @@
   staged removals they hold back — like RCU stall warnings or PostgreSQL's
   ``backend_xmin``). Ages are measured on the running loop's clock by
   default, the clock the alarm sleeps on (so trio's ``MockClock`` drives
-  both);
+  both). A pass is incremental (it resumes where the last one stopped:
+  O(1) plus the readers it escalates, whatever the number pinned; see
+  ``_check_reader_ages``);
 * **group commit** of a durable log: pending records are flushed every
   ``flush_interval`` seconds in a worker thread, so no coroutine waits for a
   disk on the mark or append path.
@@ -50,8 +52,10 @@ alone would let ``quiesce()`` return too early.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import functools
+import itertools
 import threading
 import time
 import weakref
@@ -151,9 +155,15 @@ class RuntimeBuffer(Buffer):
         self._call_soon: Callable[[Callable[[], None]], None] | None = None
         self._esc_send: MemoryObjectSendStream[Escalation] | None = None
         self._esc_receive: MemoryObjectReceiveStream[Escalation] | None = None
-        # Readers already escalated, held weakly: keyed by the snapshot itself,
-        # not id(), which a new snapshot may reuse once an old one is freed.
-        self._alarmed: weakref.WeakSet[Snapshot] = weakref.WeakSet()
+        # Readers already escalated, held weakly: id -> weak reference, and a
+        # hit counts only if the reference still gives that snapshot (a new
+        # snapshot may reuse the id once an old one is freed; the reference's
+        # callback forgets the entry then). A lookup is one dict get, cheaper
+        # than a WeakSet's (which builds a weak reference per lookup).
+        self._alarmed: dict[int, weakref.ref[Snapshot]] = {}
+        # ``Pins._pin_popped + i`` of the first ``_pin_order`` entry the
+        # alarm has not passed for good (see _check_reader_ages)
+        self._alarm_pos = 0
         self._in_flight: list[anyio.Event] = []
         self.wakeups = 0  #: scheduler wake-ups so far (for latency benchmarks)
         self.batches = 0  #: batches applied by the scheduler
@@ -257,21 +267,82 @@ class RuntimeBuffer(Buffer):
             self._check_reader_ages(max_age)
 
     def _check_reader_ages(self, max_age: float) -> list[Escalation]:
-        """Escalate (once each) readers pinned longer than ``max_age``."""
+        """Escalate (once each) readers pinned longer than ``max_age``.
+
+        Incremental. The pass walks the pinned versions oldest first, each
+        version's readers in pin order, and stops at the first reader that is
+        not old yet or is still pinning or unpinning (so a reader is escalated
+        only after every reader before it in that order was). Hence, in each
+        version, the escalated readers still pinned form a prefix of its
+        readers (readers only leave, or join at the end): the pass finds the
+        first one not escalated by bisection, and passes for good
+        (``_alarm_pos``) the versions that are no longer the head and whose
+        readers are all escalated. A pass costs O(log readers) plus a C-level
+        copy of the head version's reader set plus O(1) per reader it
+        escalates — not a walk of every pinned reader. A reader whose pin
+        registered behind a younger one is escalated once that one is old.
+        Readers are marked escalated under ``_pin_lock``, so two passes at
+        once (the alarm task and a ``check_reader_ages()`` call) never
+        escalate a reader twice.
+        """
         now = self._clock()
+        found: list[Snapshot] = []
+        alarmed = self._alarmed
+        forget = self._forget_alarmed
+
+        def escalated(snap: Snapshot) -> bool:
+            ref = alarmed.get(id(snap))
+            return ref is not None and ref() is snap
+
         with self._pin_lock:
-            readers = [s for s in self._readers if s._version is not None]
-        staged = [(g.grace, len(g.ids)) for _, _, g in self._staged]
+            self._oldest_pin()  # pops finished versions off the front
+            order = self._pin_order
+            pins = self._pins
+            head = self._head.number
+            i = max(0, self._alarm_pos - self._pin_popped)
+            advance = True  # every version before i is passed for good
+            stop = False
+            while i < len(order) and not stop:
+                n = order[i]
+                readers = pins.get(n)
+                snaps = list(readers) if readers else []
+                lo, hi = 0, len(snaps)
+                while lo < hi:  # the escalated prefix
+                    mid = (lo + hi) // 2
+                    if escalated(snaps[mid]):
+                        lo = mid + 1
+                    else:
+                        hi = mid
+                for snap in itertools.islice(snaps, lo, None):
+                    if snap._version is None or now - snap._since <= max_age:
+                        stop = True  # pinning, unpinning, or not old yet
+                        break
+                    key = id(snap)
+                    alarmed[key] = weakref.ref(snap, functools.partial(forget, key))
+                    found.append(snap)
+                if stop or n == head:
+                    advance = False  # its readers may still come of age / join
+                if advance:
+                    self._alarm_pos = self._pin_popped + i + 1
+                i += 1
+        if not found:
+            return []
+        # removals held back by a pin of version v: those whose grace point
+        # is above v (suffix sums over the distinct grace points: a bisection
+        # per escalated reader, not a walk of the staged queue)
+        counts: dict[int, int] = {}
+        for _, _, g in list(self._staged):
+            counts[g.grace] = counts.get(g.grace, 0) + len(g.ids)
+        graces = sorted(counts)
+        above = [*itertools.accumulate([counts[x] for x in reversed(graces)])][::-1]
+        above.append(0)
         out = []
-        for snap in readers:
+        for snap in found:
             v = snap._version
-            if v is None or snap in self._alarmed:
-                continue
+            if v is None:
+                continue  # left meanwhile
+            held = above[bisect.bisect_right(graces, v.number)]
             age = now - snap._since
-            if age <= max_age:
-                continue
-            self._alarmed.add(snap)
-            held = sum(n for grace, n in staged if grace > v.number)
             name = task_name(snap._task)
             detail = (
                 f"reader {name!r} has pinned version {v.number} for {age:.1f}s "
@@ -285,6 +356,12 @@ class RuntimeBuffer(Buffer):
                 )
             )
         return out
+
+    def _forget_alarmed(self, key: int, ref: weakref.ref[Snapshot]) -> None:
+        """An escalated snapshot was freed: forget it (only if the entry is
+        still its own: a new snapshot may reuse the id once this one is gone)."""
+        if self._alarmed.get(key) is ref:
+            self._alarmed.pop(key, None)
 
     async def _flusher(self) -> None:
         while True:

@@ -52,8 +52,7 @@ from typing import TYPE_CHECKING, Any
 from . import tasks as _tasks
 from .entry import Entry, check_id
 from .errors import EntryPruned, SnapshotReleased, UnknownEntry
-from .records import Mark, Tombstone
-from .tasks import current_task
+from .records import Mark, ReaderInfo, Tombstone
 from .version import Version
 
 if TYPE_CHECKING:
@@ -67,6 +66,10 @@ _NOT_ENTERED: Any = object()
 _new_object = object.__new__
 _get_ident = threading.get_ident
 _thread_loops = _tasks._thread_loops
+_current_task_of = _tasks.current_task_of
+_active_threads = _tasks._active_threads
+_task_name = _tasks.task_name
+_tuple_new = tuple.__new__
 
 
 class Snapshot:
@@ -105,7 +108,8 @@ class Snapshot:
         head and registering, and each retry sees a newer head)."""
         if self._task is not _NOT_ENTERED:
             raise SnapshotReleased("a snapshot is pinned once; take a new buffer.snapshot()")
-        # The task probe (tasks.current_task), its cached asyncio case inline.
+        # The task probe (tasks.current_task), its cached asyncio case and
+        # its trio case inline.
         ident = _get_ident()
         ref = _thread_loops.get(ident)
         task = None
@@ -113,8 +117,17 @@ class Snapshot:
             loop = ref()
             if loop is not None and loop._thread_id == ident:
                 task = _tasks._aio_task_of(loop)  # type: ignore[misc]
+        elif (trio_context := _tasks._trio_context) is not None:
+            # No asyncio loop cached for this thread: if none is running
+            # (asked first, as current_task does), the trio task if any, else
+            # the thread (from threading's table; current_task_of otherwise).
+            running = _tasks._aio_running_loop
+            if running is not None and running() is None:
+                task = trio_context.__dict__.get("task")
+                if task is None:
+                    task = _active_threads.get(ident)
         if task is None:
-            task = current_task()
+            task = _current_task_of(ident, ref)
         self._task = task
         buf = self._buffer
         self._since = buf._clock()
@@ -282,6 +295,10 @@ class Pins:
     _pins: dict[int, dict[Snapshot, None]]  #: version number -> its readers
     _pin_order: deque[int]  #: pinned version numbers, oldest at the front
     _pin_lock: threading.Lock  #: serializes the walkers of _pin_order, never a reader
+    #: entries popped off the front of ``_pin_order`` so far (under
+    #: ``_pin_lock``): ``_pin_popped + i`` numbers ``_pin_order[i]`` for good,
+    #: so a walker (the reader-age alarm) can keep a position across calls
+    _pin_popped: int = 0
 
     if TYPE_CHECKING:  # provided by .grace.Grace
         _staged: list[tuple[int, int, Group]]
@@ -296,6 +313,32 @@ class Pins:
         being validated in another thread may be listed with ``_version``
         ``None``; callers skip those."""
         return [s for readers in list(self._pins.values()) for s in list(readers)]
+
+    def _reader_infos(self, now: float) -> tuple[tuple[ReaderInfo, ...], set[int], int | None]:
+        """What ``stats()`` reports of the readers: one :class:`ReaderInfo`
+        per pinned reader (age against ``now``, never negative), the pinned
+        version numbers and the oldest pinned version. The reader sets are
+        copied under ``_pin_lock`` (walkers only: readers never take it);
+        names are found outside it. A reader's task and pin time never
+        change once it is pinned, so a reader unpinning meanwhile is either
+        listed whole or not at all. O(readers + pinned versions), one tuple
+        per reader: a task's name is found by its type
+        (:func:`.tasks.task_name`)."""
+        name = _task_name
+        with self._pin_lock:
+            oldest = self._oldest_pin()
+            snaps = [s for readers in list(self._pins.values()) for s in list(readers)]
+        infos: tuple[ReaderInfo, ...] = tuple(
+            [
+                _tuple_new(
+                    ReaderInfo,
+                    (name(s._task), v.number, age if (age := now - s._since) > 0.0 else 0.0),
+                )
+                for s in snaps
+                if (v := s._version) is not None
+            ]
+        )
+        return infos, {r[1] for r in infos}, oldest
 
     def _last_unpin(self, n: int, readers: dict[Snapshot, None]) -> None:
         """The last reader of version ``n`` left (``readers``: the set it
@@ -346,6 +389,7 @@ class Pins:
             if pins.get(n):
                 return n
             order.popleft()
+            self._pin_popped += 1
             readers = pins.get(n)
             if readers is not None and not readers:
                 pins.pop(n, None)

@@ -16,6 +16,15 @@ loop is still running in this thread (``loop._thread_id``, which
 loop, a loop class without ``_thread_id``, after a fork, which clears the
 cache) it falls back to ``_get_running_loop()``. Same answers, ~0.1 µs;
 ``anyio.get_current_task()`` costs 2.9 µs (``shared/reference/FLOOR.md``).
+
+Trio and plain threads: trio keeps its running task in a ``threading.local``
+(``GLOBAL_RUN_CONTEXT.task``, what ``trio.lowlevel.current_task()`` reads);
+the probe reads that local's per-thread dict directly (one dict lookup; the
+public ``in_trio_task()`` costs ~0.4 µs outside trio, a caught
+AttributeError), and a thread is looked up in ``threading``'s own table. So
+a pin costs about the same on asyncio, on trio and in a worker thread (the
+``ll_pin_trio`` and ``ll_pin_thread`` figures of the ``long_life`` bench).
+If a trio version lacks that local, the public calls are used.
 """
 
 from __future__ import annotations
@@ -25,7 +34,7 @@ import sys
 import threading
 import weakref
 from collections.abc import Callable
-from types import BuiltinFunctionType
+from types import BuiltinFunctionType, MemberDescriptorType
 from typing import Any
 
 __all__ = ["current_task", "task_name"]
@@ -33,6 +42,9 @@ __all__ = ["current_task", "task_name"]
 _modules = sys.modules
 _current_thread = threading.current_thread
 _get_ident = threading.get_ident
+#: ident -> Thread of the threads ``threading`` started or adopted (what
+#: ``current_thread()`` reads, without its second ``get_ident()`` call)
+_active_threads: dict[int, threading.Thread] = getattr(threading, "_active", {})
 
 #: thread ident → weak reference to the asyncio loop last found running there
 _thread_loops: dict[int, weakref.ref[Any]] = {}
@@ -44,6 +56,10 @@ _aio_running_loop: Callable[[], Any] | None = None
 _aio_task_of: Callable[[Any], Any] | None = None
 _trio_current_task: Callable[[], Any] | None = None
 _trio_in_task: Callable[[], bool] | None = None
+#: trio's per-thread run context (a ``threading.local`` whose ``task``
+#: attribute is the running task, exactly what ``current_task()`` reads and
+#: ``in_trio_task()`` tests); None if this trio does not have one.
+_trio_context: threading.local | None = None
 
 
 def _bind_asyncio() -> Callable[[], Any] | None:
@@ -64,10 +80,17 @@ def _bind_asyncio() -> Callable[[], Any] | None:
 
 def _bind_trio() -> Callable[[], Any] | None:
     """Bind trio's probes if trio is imported; return the task getter."""
-    global _trio_current_task, _trio_in_task
+    global _trio_current_task, _trio_in_task, _trio_context
     tr: Any = _modules.get("trio")
     if tr is None:
         return None
+    # The run context read directly: its per-thread ``__dict__`` answers
+    # "which task, if any" in one dict lookup (~50 ns), where
+    # ``in_trio_task()`` costs ~0.4 µs outside trio (a caught AttributeError).
+    run = _modules.get("trio._core._run")
+    ctx = getattr(run, "GLOBAL_RUN_CONTEXT", None)
+    if isinstance(ctx, threading.local):
+        _trio_context = ctx
     # in_trio_task() (trio >= 0.23) answers "no" without raising, which in a
     # worker thread is ~1 µs cheaper than current_task()'s RuntimeError.
     _trio_in_task = getattr(tr.lowlevel, "in_trio_task", None)
@@ -78,14 +101,19 @@ def _bind_trio() -> Callable[[], Any] | None:
 def current_task() -> object:
     """The running asyncio task, else the running trio task, else the thread."""
     ident = _get_ident()
-    ref = _thread_loops.get(ident)
+    return current_task_of(ident, _thread_loops.get(ident))
+
+
+def current_task_of(ident: int, ref: weakref.ref[Any] | None) -> object:
+    """:func:`current_task` given the thread's ident and its cached loop
+    reference (the pin fast path has read both already)."""
     if ref is not None:
         loop = ref()
         if loop is not None and loop._thread_id == ident:  # still running here
             task = _aio_task_of(loop)  # type: ignore[misc]
             if task is not None:
                 return task
-            return _trio_or_thread()
+            return _trio_or_thread(ident)
     running_loop = _aio_running_loop
     if running_loop is None:
         running_loop = _bind_asyncio()
@@ -99,13 +127,24 @@ def current_task() -> object:
                 return task
         elif ref is not None:
             _thread_loops.pop(ident, None)  # that loop has stopped: forget it
-    return _trio_or_thread()
+    return _trio_or_thread(ident)
 
 
-def _trio_or_thread() -> object:
+def _trio_or_thread(ident: int) -> object:
+    """The running trio task in thread ``ident`` (the caller's), else the
+    thread itself."""
+    ctx = _trio_context
+    if ctx is not None:
+        task = ctx.__dict__.get("task")
+        if task is not None:
+            return task
+        thread = _active_threads.get(ident)
+        return _current_thread() if thread is None else thread
     trio_task = _trio_current_task
     if trio_task is None:
         trio_task = _bind_trio()
+        if _trio_context is not None:
+            return _trio_or_thread(ident)
     if trio_task is not None:
         in_task = _trio_in_task
         if in_task is not None:
@@ -120,9 +159,46 @@ def _trio_or_thread() -> object:
 
 
 def task_name(task: object) -> str:
-    """A readable name for what :func:`current_task` returned."""
+    """A readable name for what :func:`current_task` returned: an asyncio
+    task's ``get_name()``, else its ``name`` (trio tasks, threads), else its
+    ``repr``. O(1): the way to name a task is found once per type (probing
+    ``get_name`` on a thread each time costs a caught AttributeError)."""
+    cls = type(task)
+    namer = _namers.get(cls)
+    if namer is None:
+        namer = _namer_for(cls)
+        if len(_namers) < 64:
+            _namers[cls] = namer
+    return namer(task)
+
+
+def _name_any(task: object) -> str:
     get_name = getattr(task, "get_name", None)  # asyncio.Task
     if callable(get_name):
         return str(get_name())
     name = getattr(task, "name", None)  # trio.lowlevel.Task, threading.Thread
     return str(name) if name is not None else repr(task)
+
+
+def _name_by_get_name(task: Any) -> str:
+    return str(task.get_name())
+
+
+def _name_by_name(task: Any) -> str:
+    name = getattr(task, "name", None)  # None also for an unset slot
+    return str(name) if name is not None else repr(task)
+
+
+def _namer_for(cls: type) -> Callable[[Any], str]:
+    """How to name instances of ``cls``: by what its class defines (a method
+    ``get_name``, or a ``name`` descriptor: a property or a slot), else the
+    general probe of each instance."""
+    if callable(getattr(cls, "get_name", None)):
+        return _name_by_get_name
+    if isinstance(getattr(cls, "name", None), property | MemberDescriptorType):
+        return _name_by_name
+    return _name_any
+
+
+#: type -> how to name its instances (a handful of types: tasks and threads)
+_namers: dict[type, Callable[[Any], str]] = {}

@@ -35,11 +35,22 @@ Figures (keys of the goals; the issue's goal table, in order):
 * ``ll_refused_edit_wait``: the longest ``mark_stale`` call in another thread
   while an 800-op edit with 800 referrers per target is refused (seconds).
 * ``ll_per_op_aged``: per-op cost (append, mark, prune, pin) on the aged
-  in-memory buffer / on a fresh one (the worst of the four).
+  in-memory buffer / on a fresh one with the same live entries, run until
+  its log retention has cut once (both in steady state: the cut frees old
+  records, a cost of every buffer past its retention) — the worst of the four.
 * ``ll_gc_pause``: a full ``gc.collect()`` with the aged buffers alive / with
   the fresh ones.
 * ``ll_sqlite_open``: ``SQLiteLog(path)`` on the long log / the short one.
-* ``ll_prune_big_body``: pruning a 16 KB entry / a 160 B one.
+* ``ll_prune_big_body``: pruning a 16 KB entry / a 160 B one (the verdict
+  of the negative-result classifier is cached per content at ``append``;
+  the extra ``append_big_body`` gives append's side of it, same run).
+* ``ll_alarm_pass``: one reader-age alarm pass with 10,000 pinned readers /
+  with 10 (incremental: O(1) beyond the readers it escalates).
+* ``ll_stats_readers``: ``stats()`` with 10,000 pinned readers / building
+  its 10,000 ``ReaderInfo`` rows from ready values (its floor: one row per
+  reader).
+* ``ll_pin_trio``, ``ll_pin_thread``: pin + unpin on trio / on asyncio, and in
+  a worker thread / on asyncio.
 
 Run alone: ``python -m quiesce.bench.long_life [--quick] [--out FILE.json]``.
 """
@@ -56,10 +67,11 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
-from .. import Buffer, EditPlan, Entry, Kind, Move, Prune, SQLiteLog
+from .. import Buffer, EditPlan, Entry, Kind, Move, Prune, ReaderInfo, SQLiteLog
 from .lib import FULL, QUICK, Config, Goal, SectionResult, _traced, section
 
 __all__ = ["LongLifeConfig", "bench_long_life", "churn", "main"]
@@ -200,6 +212,8 @@ def _ratio_goal(
 
 def _fmt(x: float, unit: str) -> str:
     if unit == "s":
+        if x < 1e-3:
+            return f"{x * 1e6:.2f} us"
         return f"{x * 1e3:.2f} ms" if x < 1 else f"{x:.2f} s"
     if unit == "B":
         return f"{x / 1e6:.2f} MB"
@@ -609,8 +623,17 @@ def _per_op(ll: LongLifeConfig, aged: Buffer, res: SectionResult) -> None:
     try:
         op_runs(aged)
         op_runs(fresh)
+        # Steady state on both sides: the fresh buffer runs until its log has
+        # reached the retention and been cut once, as the aged one's is at
+        # every ~retention records (the cut frees the records and the pruned
+        # entries they hold: a cost of every buffer past its retention, not
+        # one that grows with history).
+        for _ in range(1_000):
+            if fresh.log.dropped:
+                break
+            op_runs(fresh)
         runs_a, runs_f = [], []
-        for _ in range(ll.repeat * 2):
+        for _ in range(ll.repeat * 6):  # ~10 ms each: many, for a stable median
             runs_a.append(op_runs(aged))
             runs_f.append(op_runs(fresh))
     finally:
@@ -626,7 +649,8 @@ def _per_op(ll: LongLifeConfig, aged: Buffer, res: SectionResult) -> None:
     res.goals.append(
         Goal(
             "ll_per_op_aged",
-            f"per-op cost after {ll.ops:,} ops / fresh (worst of append, mark, prune, pin)",
+            f"per-op cost after {ll.ops:,} ops / fresh, past its log retention (worst of "
+            f"append, mark, prune, pin)",
             ratios[worst],
             1.2,
             "<=",
@@ -649,6 +673,7 @@ def _prune_body(ll: LongLifeConfig, res: SectionResult) -> None:
     """Figure 14: pruning a 16 KB entry / a 160 B one (no sink)."""
     k = 300
     counter = [0]
+    appends: dict[int, list[float]] = {16_000: [], 160: []}
 
     def run(size: int) -> Callable[[], float]:
         def go() -> float:
@@ -656,8 +681,10 @@ def _prune_body(ll: LongLifeConfig, res: SectionResult) -> None:
             start = counter[0]
             counter[0] += k
             entries = [_entry(start + j, size) for j in range(k)]
+            t0 = time.perf_counter()
             for e in entries:
                 buf.append(e)
+            appends[size].append((time.perf_counter() - t0) / k)
             ids = [e.id for e in entries]
             t0 = time.perf_counter()
             for i in ids:
@@ -667,9 +694,186 @@ def _prune_body(ll: LongLifeConfig, res: SectionResult) -> None:
         return go
 
     run(16_000)()
+    appends[16_000].clear()
     xs, ys = _alternate(run(16_000), run(160), ll.repeat * 2)
     res.goals.append(
         _ratio_goal("ll_prune_big_body", "prune of a 16 KB entry / of a 160 B entry", xs, ys, 2.0)
+    )
+    big, small = statistics.median(appends[16_000]), statistics.median(appends[160])
+    res.extra["append_big_body"] = {
+        "append_16KB_us": round(big * 1e6, 2),
+        "append_160B_us": round(small * 1e6, 2),
+        "ratio": round(big / small, 2),
+        "note": "append classifies a big body once (the verdict a prune then reads)",
+    }
+
+
+def _readers(ll: LongLifeConfig, res: SectionResult) -> None:
+    """Figures ``ll_alarm_pass`` and ``ll_stats_readers``: the reader-age
+    alarm and ``stats()`` with many pinned readers.
+
+    The readers are pinned as an agent's are, between writes (a write every
+    ten pins), with removals staged behind them; a fake clock makes them all
+    old, and a first pass escalates every one (its cost per escalation is in
+    the extras). ``ll_alarm_pass``: one later pass (nothing new to escalate)
+    with 10,000 readers / with 10 — incremental, so about equal; the worst
+    case, 10,000 readers all pinned at the head version, is in the extras.
+    ``ll_stats_readers``: ``stats()`` with 10,000 pinned readers / building
+    the 10,000 ``ReaderInfo`` rows it returns from ready values — the floor
+    of any ``stats()`` (one row per reader); finding the readers, their
+    names and ages may add at most 1.5x that (goal 2.5x). The extra
+    ``stats_per_reader_10000_vs_100`` shows the cost per reader does not
+    grow with their number."""
+    from .._runtime import RuntimeBuffer
+
+    now = [0.0]
+
+    def pinned(n: int, write_every: int) -> tuple[RuntimeBuffer, ExitStack]:
+        buf = RuntimeBuffer(clock=lambda: now[0], max_pin_age=1.0)
+        stack = ExitStack()
+        for i in range(n):
+            if i % write_every == 0:  # a write, then readers pin its version
+                buf.append(_entry(i))
+                if i:  # staged: the readers before it hold it back
+                    buf.prune([f"e{i - write_every}"], reason="bench: behind readers")
+            stack.enter_context(buf.snapshot())
+        return buf, stack
+
+    repeat = ll.repeat * 4
+    big, small = 10_000, 10
+    extra: dict[str, Any] = {}
+    now[0] = 0.0
+    bufs = {n: pinned(n, 10) for n in (big, small)}
+    head_only = pinned(big, big + 1)
+    now[0] = 10.0
+    for n, (buf, _st) in bufs.items():
+        t, escs = _timed(buf.check_reader_ages)
+        assert len(escs) == n
+        extra[f"first_pass_{n}_per_escalation_us"] = round(t / n * 1e6, 2)
+    head_only[0].check_reader_ages()
+
+    def one_pass(buf: RuntimeBuffer) -> Callable[[], float]:
+        def run() -> float:
+            t, escs = _timed(buf.check_reader_ages)
+            assert not escs
+            return t
+
+        return run
+
+    xs, ys = _alternate(one_pass(bufs[big][0]), one_pass(bufs[small][0]), repeat)
+    res.goals.append(
+        _ratio_goal(
+            "ll_alarm_pass",
+            f"one reader-age alarm pass, {big:,} pinned readers / {small} (all escalated "
+            f"before; a write every 10 pins)",
+            xs,
+            ys,
+            3.0,
+        )
+    )
+    hs, _ = _alternate(one_pass(head_only[0]), one_pass(bufs[small][0]), repeat)
+    extra["alarm_pass_all_at_head_10000_ms"] = round(statistics.median(hs) * 1e3, 4)
+
+    def stats_per_reader(buf: RuntimeBuffer, n: int) -> Callable[[], float]:
+        def run() -> float:
+            t, st = _timed(buf.stats)
+            assert st.pinned == n
+            return t / n
+
+        return run
+
+    rows = [(f"Task-{i}", i, 1.5) for i in range(big)]
+
+    def floor() -> float:
+        """Building the 10,000 rows ``stats()`` returns, from ready values."""
+        t, out = _timed(lambda: tuple([ReaderInfo(a, b, c) for a, b, c in rows]))
+        assert len(out) == big
+        return t / big
+
+    xs, ys = _alternate(stats_per_reader(bufs[big][0], big), floor, repeat)
+    res.goals.append(
+        _ratio_goal(
+            "ll_stats_readers",
+            f"stats() with {big:,} pinned readers / building its {big:,} ReaderInfo rows",
+            xs,
+            ys,
+            2.5,
+        )
+    )
+    extra["stats_10000_ms"] = round(statistics.median(xs) * big * 1e3, 3)
+    mid, _mid_stack = pinned(100, 10)
+    xs2, ys2 = _alternate(stats_per_reader(bufs[big][0], big), stats_per_reader(mid, 100), repeat)
+    extra["stats_per_reader_10000_vs_100"] = round(
+        statistics.median(xs2) / statistics.median(ys2), 3
+    )
+    for _buf, stack in (*bufs.values(), head_only, (mid, _mid_stack)):
+        stack.close()
+    res.extra["readers"] = extra
+
+
+def _pin_backends(ll: LongLifeConfig, res: SectionResult) -> None:
+    """Figures ``ll_pin_trio`` and ``ll_pin_thread``: the same pin + unpin
+    loop (``with buf.snapshot(): pass``, the public API) run inside
+    ``asyncio.run``, ``trio.run`` and a worker thread, side by side. What
+    differs is only how the pin finds its task (asyncio task, trio task or
+    thread)."""
+    import asyncio
+
+    buf = Buffer()
+    for i in range(100):
+        buf.append(_entry(i))
+    k = 5_000
+
+    def loop() -> float:
+        """Seconds per pin + unpin: the best of three runs of ``k`` (the
+        same on every backend; a run hit by another process is dropped)."""
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            for _ in range(k):
+                with buf.snapshot():
+                    pass
+            best = min(best, (time.perf_counter() - t0) / k)
+        return best
+
+    async def in_task() -> float:
+        return loop()
+
+    def on_asyncio() -> float:
+        return asyncio.run(in_task())
+
+    def in_thread() -> float:
+        out: list[float] = []
+        th = threading.Thread(target=lambda: out.append(loop()))
+        th.start()
+        th.join()
+        return out[0]
+
+    trio: Any
+    try:
+        import trio
+    except ImportError:  # pragma: no cover - trio is a test dependency
+        trio = None
+
+    def on_trio() -> float:
+        assert trio is not None
+        return float(trio.run(in_task))
+
+    repeat = ll.repeat * 6
+    aio, tr, th = [], [], []
+    for _ in range(repeat):
+        aio.append(on_asyncio())
+        if trio is not None:
+            tr.append(on_trio())
+        th.append(in_thread())
+    if trio is not None:
+        res.goals.append(
+            _ratio_goal("ll_pin_trio", "pin + unpin on trio / on asyncio", tr, aio, 1.1)
+        )
+    else:
+        res.goals.append(Goal("ll_pin_trio", "pin + unpin on trio / on asyncio", None, 1.1, "<="))
+    res.goals.append(
+        _ratio_goal("ll_pin_thread", "pin + unpin in a worker thread / on asyncio", th, aio, 1.3)
     )
 
 
@@ -705,6 +909,8 @@ def bench_long_life(cfg: Config) -> SectionResult:
     _first_iter(ll, res)
     _refused_edit(ll, res)
     _prune_body(ll, res)
+    _readers(ll, res)
+    _pin_backends(ll, res)
     res.notes.append(
         "workload: rounds of `batch` appends, `batch` marks and one prune of the `batch` "
         "oldest, a window of `live` entries; memory by tracemalloc (bytes still held); "
