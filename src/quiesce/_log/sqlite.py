@@ -185,6 +185,34 @@ _CHECKPOINT_INDEX = (
 _CHECKPOINTS = "SELECT seq FROM quiesce_log WHERE op = 'checkpoint' AND seq < ? ORDER BY seq"
 
 
+#: A partial index of the records of a format above 1 (issue 13): the open's
+#: format check ("no record newer than this code reads") is one O(log n)
+#: probe of it instead of a scan of every record. It holds no row while every
+#: record is format 1, so it costs a log nothing to keep. Built once, on the
+#: first writable open of a log that lacks it, after that file's records
+#: passed the check by a scan (so a refused file is never written to).
+_FORMAT_INDEX = (
+    "CREATE INDEX IF NOT EXISTS quiesce_log_formats ON quiesce_log (format) WHERE format > 1"
+)
+_NEWEST_FORMAT = "SELECT MAX(format) FROM quiesce_log WHERE format > 1"
+
+
+def _has_format_index(conn: sqlite3.Connection) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'quiesce_log_formats'"
+    ).fetchone()
+    return row is not None
+
+
+def _ensure_format_index(conn: sqlite3.Connection) -> None:
+    """Create the format index if missing (a read-only file keeps working
+    without it: its open then scans)."""
+    try:
+        conn.execute(_FORMAT_INDEX)
+    except sqlite3.OperationalError:
+        pass  # read-only or locked: the format check scans
+
+
 def _ensure_checkpoint_index(conn: sqlite3.Connection) -> None:
     """Create the checkpoint index if missing (a read-only file keeps
     working without it: the query then scans)."""
@@ -376,7 +404,13 @@ def _check_schema(conn: sqlite3.Connection, path: str) -> int:
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if not {"quiesce_log", "quiesce_meta"} <= tables:
         raise LogFormatError(f"{path} has a quiesce header but no quiesce_log table")
-    newest = conn.execute("SELECT MAX(format) FROM quiesce_log").fetchone()[0]
+    # The newest record format: one probe of the format index when the file
+    # has it, O(log n); else a scan of every record, O(n) (a file written
+    # before the index, or a read-only one; _connect then adds the index).
+    if _has_format_index(conn):
+        newest = conn.execute(_NEWEST_FORMAT).fetchone()[0]
+    else:
+        newest = conn.execute("SELECT MAX(format) FROM quiesce_log").fetchone()[0]
     if newest is not None:
         if type(newest) is not int:
             raise LogFormatError(f"{path} holds a record with an invalid format field")
@@ -400,13 +434,15 @@ _SCHEMAS = {layout: _schema_of(layout) for layout in range(1, SQLITE_FORMAT + 1)
 
 
 def _checkpoint_index_row() -> frozenset[tuple[object, ...]]:
-    """The ``sqlite_master`` row of the checkpoint index (issue 13), which
-    a log may hold beside its schema (added on the first writable open)."""
+    """The ``sqlite_master`` rows of the checkpoint and format indexes
+    (issue 13), which a log may hold beside its schema (added on the first
+    writable open)."""
     conn = sqlite3.connect(":memory:")
     try:
         conn.executescript(_SCHEMA)
         before = frozenset(conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master"))
         conn.execute(_CHECKPOINT_INDEX)
+        conn.execute(_FORMAT_INDEX)
         after = frozenset(conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master"))
         return after - before
     finally:
@@ -428,7 +464,7 @@ def _check_pages(conn: sqlite3.Connection, path: str) -> None:
         raise LogFormatError(f"{path} is damaged: {'; '.join(map(str, problems))}")
     layout = conn.execute("PRAGMA user_version").fetchone()[0]
     schema = frozenset(conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master"))
-    schema -= _CHECKPOINT_INDEX_ROW  # present or not (checkpoints, issue 13)
+    schema -= _CHECKPOINT_INDEX_ROW  # present or not (checkpoints, format check: issue 13)
     if schema != _SCHEMAS.get(layout):
         raise LogFormatError(f"{path} is damaged: its schema is not a quiesce log's")
 
@@ -602,6 +638,7 @@ class SQLiteLog:
             if type(next_seq) is not int:
                 raise LogFormatError(f"{self._path}: the log's last seq is not an integer")
             self._next_seq = next_seq
+            _ensure_format_index(conn)
             _ensure_checkpoint_index(conn)
         except BaseException:
             conn.close()
