@@ -92,7 +92,7 @@ try:
 except ImportError:  # pragma: no cover - Windows: no advisory locks
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["JsonlContents", "JsonlLog", "read_jsonl"]
+__all__ = ["JsonlContents", "JsonlLog", "read_jsonl", "stream_jsonl"]
 
 _READ_ONLY_ERRNOS = frozenset((errno.EACCES, errno.EPERM, errno.EROFS))
 
@@ -652,3 +652,46 @@ def _lines(fd: int, pos: int, end: int) -> Iterator[tuple[int, bytes]]:
 
 def _is_read_only(exc: OSError) -> bool:
     return exc.errno in _READ_ONLY_ERRNOS
+
+
+def stream_jsonl(path: str | os.PathLike[str]) -> tuple[int, int, Iterator[LogRecord]]:
+    """A JSONL log read without opening it for writing and without holding
+    its records (for ``quiesce inspect``): its format, the bytes of torn tail,
+    and an iterator over its committed records, decoded and checked one at a
+    time. Opening checks the whole file as :class:`JsonlLog` does (raises
+    :class:`LogFormatError` alike); iterating raises it for a record that
+    does not decode or is out of sequence. Memory: O(batches) for the index
+    plus one read chunk, whatever the log's length. The descriptor is closed
+    when the iterator ends or is discarded."""
+    p = log_path(path, "JSONL log")
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        opened = _open_fd(fd, p)
+    except BaseException:
+        os.close(fd)
+        raise
+
+    def records() -> Iterator[LogRecord]:
+        try:
+            seq = 0
+            if not opened.offsets:
+                return
+            for offset, line in _lines(fd, opened.offsets[0], opened.committed_size):
+                if line.startswith(_COMMIT_PREFIX):
+                    continue
+                where = f"{p}: record {seq} (byte {offset})"
+                try:
+                    obj = decode_json(line)
+                except ValueError:
+                    raise LogFormatError(f"{where} is not valid JSON") from None
+                rec = decode_record(obj, where)
+                if rec.seq != seq:
+                    raise LogFormatError(f"{where} has seq {rec.seq}")
+                yield rec
+                seq += 1
+            if seq != opened.next_seq:
+                raise LogFormatError(f"{p}: {seq} records read, {opened.next_seq} committed")
+        finally:
+            os.close(fd)
+
+    return opened.format, opened.torn_bytes, records()

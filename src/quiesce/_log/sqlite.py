@@ -126,7 +126,7 @@ try:
 except ImportError:  # pragma: no cover - Windows: no advisory locks
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["SQLITE_FORMAT", "SQLiteLog", "read_sqlite", "record_crc"]
+__all__ = ["SQLITE_FORMAT", "SQLiteLog", "read_sqlite", "record_crc", "stream_sqlite"]
 
 #: The SQLite file layout a new log gets (``PRAGMA user_version``): 2 adds
 #: the per-record ``crc`` column; 1 (quiesce 0.1.0) is still read and written.
@@ -545,6 +545,23 @@ def read_sqlite(path: str | os.PathLike[str]) -> tuple[int, list[LogRecord]]:
     """The format and records of a SQLite log, read through a read-only
     connection (for ``quiesce inspect``; never writes, never creates).
     Raises :class:`LogFormatError` like :class:`SQLiteLog`."""
+    layout, records = stream_sqlite(path)
+    return layout, list(records)
+
+
+#: records a streaming read fetches per query
+_STREAM_CHUNK = 2048
+
+
+def stream_sqlite(path: str | os.PathLike[str]) -> tuple[int, Iterator[LogRecord]]:
+    """The layout of a SQLite log and an iterator over its records, read
+    through a read-only connection in chunks of :data:`_STREAM_CHUNK` rows
+    (one indexed range query each): memory holds one chunk, whatever the
+    log's length. The file's pages and schema are checked first (``PRAGMA
+    quick_check``, O(file size)); each record is checked as :func:`read_sqlite`
+    checks it. Raises :class:`LogFormatError` like :class:`SQLiteLog`, on the
+    call or while iterating. The connection is closed when the iterator ends
+    or is discarded."""
     p = log_path(path, "SQLite log")
     _check_header(p)
     # A live writer's WAL is not a crash's leftover (and a file this process
@@ -558,9 +575,23 @@ def read_sqlite(path: str | os.PathLike[str]) -> tuple[int, list[LogRecord]]:
         with _refused_if_damaged(p):
             layout = _check_schema(conn, p)
             _check_pages(conn, p)
-        return layout, _read_rows(conn, layout, p)
-    finally:
+    except BaseException:
         conn.close()
+        raise
+
+    def records() -> Iterator[LogRecord]:
+        try:
+            first = 0
+            while True:
+                chunk = _read_rows(conn, layout, p, first, first + _STREAM_CHUNK)
+                yield from chunk
+                if len(chunk) < _STREAM_CHUNK:
+                    return
+                first += _STREAM_CHUNK
+        finally:
+            conn.close()
+
+    return layout, records()
 
 
 class SQLiteLog:
