@@ -100,7 +100,7 @@ import threading
 import time
 import urllib.parse
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from types import TracebackType
 
 from .._core.errors import InvalidArgument, InvalidType, LogFormatError, LogLocked
@@ -549,19 +549,35 @@ def read_sqlite(path: str | os.PathLike[str]) -> tuple[int, list[LogRecord]]:
     return layout, list(records)
 
 
+def _read_closed(path: str, start: int, stop: int) -> list[LogRecord]:
+    """Records ``start`` .. ``stop - 1`` of a log no ``SQLiteLog`` of ours
+    holds open, through a read-only connection after the checks
+    :func:`stream_sqlite` makes."""
+    _layout, records = stream_sqlite(path, start)
+    out: list[LogRecord] = []
+    for rec in records:
+        if rec.seq >= stop:
+            break
+        out.append(rec)
+    records.close()
+    return out
+
+
 #: records a streaming read fetches per query
 _STREAM_CHUNK = 2048
 
 
-def stream_sqlite(path: str | os.PathLike[str]) -> tuple[int, Iterator[LogRecord]]:
-    """The layout of a SQLite log and an iterator over its records, read
-    through a read-only connection in chunks of :data:`_STREAM_CHUNK` rows
-    (one indexed range query each): memory holds one chunk, whatever the
-    log's length. The file's pages and schema are checked first (``PRAGMA
-    quick_check``, O(file size)); each record is checked as :func:`read_sqlite`
-    checks it. Raises :class:`LogFormatError` like :class:`SQLiteLog`, on the
-    call or while iterating. The connection is closed when the iterator ends
-    or is discarded."""
+def stream_sqlite(
+    path: str | os.PathLike[str], start: int = 0
+) -> tuple[int, Generator[LogRecord, None, None]]:
+    """The layout of a SQLite log and an iterator over its records from
+    ``start`` on, read through a read-only connection in chunks of
+    :data:`_STREAM_CHUNK` rows (one indexed range query each): memory holds
+    one chunk, whatever the log's length. The file's pages and schema are
+    checked first (``PRAGMA quick_check``, O(file size)); each record is
+    checked as :func:`read_sqlite` checks it. Raises :class:`LogFormatError`
+    like :class:`SQLiteLog`, on the call or while iterating. The connection
+    is closed when the iterator ends or is discarded."""
     p = log_path(path, "SQLite log")
     _check_header(p)
     # A live writer's WAL is not a crash's leftover (and a file this process
@@ -579,9 +595,9 @@ def stream_sqlite(path: str | os.PathLike[str]) -> tuple[int, Iterator[LogRecord
         conn.close()
         raise
 
-    def records() -> Iterator[LogRecord]:
+    def records() -> Generator[LogRecord, None, None]:
         try:
-            first = 0
+            first = start
             while True:
                 chunk = _read_rows(conn, layout, p, first, first + _STREAM_CHUNK)
                 yield from chunk
@@ -599,7 +615,8 @@ class SQLiteLog:
     module docstring for the schema and what holds after a crash).
 
     ``SQLiteLog(path)`` opens or creates the log (the header, a few pragmas,
-    and the newest record format: one pass in SQLite's C code);
+    and the newest record format: one probe of a partial index, O(log n),
+    after a one-time scan of a file written before that index);
     ``Buffer(log=SQLiteLog(path))`` recovers the buffer from it. ``timeout``
     is how long a write waits for another connection's lock.
     ``write`` is one transaction per batch. Thread-safe (the buffer flushes
@@ -699,8 +716,9 @@ class SQLiteLog:
         with self._lock:
             if self._conn is None:
                 # Closed: read through a read-only connection (a buffer's log
-                # stays readable after its sink is closed). O(records).
-                return check_read(read_sqlite(self._path)[1][start:stop], start, stop)
+                # stays readable after its sink is closed): the file's checks
+                # (O(file size)), then one range query.
+                return check_read(_read_closed(self._path, start, stop), start, stop)
             records = _read_rows(self._conn, self._layout, self._path, start, stop)
         return check_read(records, start, stop)
 
