@@ -144,15 +144,15 @@ def _open(path: str) -> tuple[str, int, int, Callable[[], Iterator[LogRecord]]]:
     kind = "sqlite" if _held_fd(path) is not None else sniff(log_path(path, "inspect"))
     if kind == "sqlite":
         fmt, first = stream_sqlite(path)
-        pending = [first]
+        pending: list[Iterator[LogRecord]] = [first]
 
         def sqlite_records() -> Iterator[LogRecord]:
             return pending.pop() if pending else stream_sqlite(path)[1]
 
         return kind, fmt, 0, sqlite_records
     if kind == "jsonl":
-        fmt, torn, first = stream_jsonl(path)
-        queued = [first]
+        fmt, torn, jsonl_first = stream_jsonl(path)
+        queued = [jsonl_first]
 
         def jsonl_records() -> Iterator[LogRecord]:
             return queued.pop() if queued else stream_jsonl(path)[2]
