@@ -2,11 +2,19 @@
 
 The file kind is detected by content (a SQLite header, or a JSONL header
 line), never by name. The file is only read: SQLite through a read-only
-connection, JSONL with a plain read (a torn tail is reported and ignored,
+connection, JSONL with plain reads (a torn tail is reported and ignored,
 as recovery would). The records are replayed into a scratch buffer, so the
 summary (head version, live entries, staged removals) is exactly what
 ``Buffer(log=...)`` would recover, and a log that cannot be recovered is
 reported as such.
+
+Streaming (issue 13): the records are read twice, a chunk at a time
+(:func:`~.sqlite.stream_sqlite`, :func:`~.jsonl.stream_jsonl`): the first
+pass replays them (the scratch buffer's in-memory log is cut after each
+chunk) and sizes the table's columns, the second prints them (``--json``
+writes the document record by record). Memory holds the recovered state
+(live entries, tombstones) and one chunk, never the whole log; time is two
+reads of the log.
 
 Output: a summary, the edit log as a table (time, turn, actor, operation,
 ids, reason, outcome) and the tombstones (id, kind, content hash, version,

@@ -46,6 +46,20 @@ reported as :class:`LogFormatError`. A batch whose commit line matches it
 (CRC and count) was written whole, so an invalid record inside it is refused
 rather than taken for a torn tail.
 
+Opening costs what the live window costs, not what history costs (issue 13):
+it decodes no record. Each committed batch is checked at C speed (its commit
+line, CRC-32, line count, and every line's record prefix ``{"format":F,
+"seq":N,``, first and last ``seq``) and noted in a batch index (first seq
+and offset, 16 bytes a batch); checkpoint records are found by their line
+prefix. From the first batch that does not pass, the rest of the file is
+decoded line by line as before, so a torn tail, damage followed by committed
+data and a newer-format record behave exactly as they always did. A record
+in a batch that passed is decoded and checked when it is read (recovery
+reads the newest checkpoint and the records after it; ``buf.log`` reads
+older ones through the index), and an invalid one is refused then. Open
+cost: O(file size) byte work in C, O(batches) Python steps, no per-record
+object.
+
 Opening a file that is not a quiesce log, or a log from a newer format,
 raises :class:`LogFormatError` and writes nothing. A missing or empty file is
 created as a new log (built beside it and moved into place, so a log file is

@@ -51,7 +51,11 @@ Opening. A missing or empty file becomes a new log: it is built beside the
 path and moved into place, so a log file is never half-initialized. An
 existing file must be a quiesce log of a format this code reads; otherwise
 opening raises :class:`LogFormatError` after reading only its 100-byte
-header, and nothing is written to it. One writer per file: a
+header, and nothing is written to it. A log holding a record of a newer
+format is refused too: that check probes a partial index of the records
+above format 1 (``quiesce_log_formats``, empty in practice), O(log n); a
+file written before the index is scanned once and then given it on its
+first writable open (never a file that is refused). One writer per file: a
 ``SQLiteLog`` holds an exclusive ``flock`` on the database file for its life
 (as :class:`~quiesce.JsonlLog` does), and a second one — in this or another
 process — raises :class:`~quiesce.LogLocked` on open. (Without it two
