@@ -81,7 +81,7 @@ import time
 import zlib
 from array import array
 from bisect import bisect_right
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from types import TracebackType
 from typing import NamedTuple
 
@@ -470,9 +470,10 @@ class JsonlLog:
             return []
         with self._lock:
             if self._fd < 0:
-                # Closed: the file is read whole, read-only (a buffer's log
-                # stays readable after its sink is closed). O(file size).
-                return check_read(read_jsonl(self._path).records[start:stop], start, stop)
+                # Closed: read read-only (a buffer's log stays readable after
+                # its sink is closed): the open's checks (O(file size) in C),
+                # then only the records asked for are decoded.
+                return check_read(_read_closed(self._path, start, stop), start, stop)
             if start < 0 or stop > self._next_seq:
                 raise LogFormatError(
                     f"{self._path}: records {start}..{stop - 1} asked, the log holds "
@@ -668,15 +669,33 @@ def _is_read_only(exc: OSError) -> bool:
     return exc.errno in _READ_ONLY_ERRNOS
 
 
-def stream_jsonl(path: str | os.PathLike[str]) -> tuple[int, int, Iterator[LogRecord]]:
+def _read_closed(path: str, start: int, stop: int) -> list[LogRecord]:
+    """Records ``start`` .. ``stop - 1`` of a JSONL log no ``JsonlLog`` holds
+    open, through :func:`stream_jsonl`."""
+    _fmt, _torn, records = stream_jsonl(path, start)
+    out: list[LogRecord] = []
+    for rec in records:
+        if rec.seq >= stop:
+            break
+        out.append(rec)
+    records.close()
+    return out
+
+
+def stream_jsonl(
+    path: str | os.PathLike[str], start: int = 0
+) -> tuple[int, int, Generator[LogRecord, None, None]]:
     """A JSONL log read without opening it for writing and without holding
-    its records (for ``quiesce inspect``): its format, the bytes of torn tail,
-    and an iterator over its committed records, decoded and checked one at a
-    time. Opening checks the whole file as :class:`JsonlLog` does (raises
-    :class:`LogFormatError` alike); iterating raises it for a record that
-    does not decode or is out of sequence. Memory: O(batches) for the index
-    plus one read chunk, whatever the log's length. The descriptor is closed
-    when the iterator ends or is discarded."""
+    its records (for ``quiesce inspect``, and reading back from a closed
+    sink): its format, the bytes of torn tail, and an iterator over its
+    committed records from ``start`` on, decoded and checked one at a time
+    (the batch index finds the batch holding ``start``; the lines before it
+    in that batch are skipped undecoded). Opening checks the whole file as
+    :class:`JsonlLog` does (raises :class:`LogFormatError` alike); iterating
+    raises it for a record that does not decode or is out of sequence.
+    Memory: O(batches) for the index plus one read chunk, whatever the log's
+    length. The descriptor is closed when the iterator ends or is
+    discarded."""
     p = log_path(path, "JSONL log")
     fd = os.open(p, os.O_RDONLY)
     try:
@@ -685,23 +704,25 @@ def stream_jsonl(path: str | os.PathLike[str]) -> tuple[int, int, Iterator[LogRe
         os.close(fd)
         raise
 
-    def records() -> Iterator[LogRecord]:
+    def records() -> Generator[LogRecord, None, None]:
         try:
-            seq = 0
-            if not opened.offsets:
+            slot = max(bisect_right(opened.starts, start) - 1, 0)
+            if slot >= len(opened.offsets):
                 return
-            for offset, line in _lines(fd, opened.offsets[0], opened.committed_size):
+            seq = opened.starts[slot]
+            for offset, line in _lines(fd, opened.offsets[slot], opened.committed_size):
                 if line.startswith(_COMMIT_PREFIX):
                     continue
-                where = f"{p}: record {seq} (byte {offset})"
-                try:
-                    obj = decode_json(line)
-                except ValueError:
-                    raise LogFormatError(f"{where} is not valid JSON") from None
-                rec = decode_record(obj, where)
-                if rec.seq != seq:
-                    raise LogFormatError(f"{where} has seq {rec.seq}")
-                yield rec
+                if seq >= start:
+                    where = f"{p}: record {seq} (byte {offset})"
+                    try:
+                        obj = decode_json(line)
+                    except ValueError:
+                        raise LogFormatError(f"{where} is not valid JSON") from None
+                    rec = decode_record(obj, where)
+                    if rec.seq != seq:
+                        raise LogFormatError(f"{where} has seq {rec.seq}")
+                    yield rec
                 seq += 1
             if seq != opened.next_seq:
                 raise LogFormatError(f"{p}: {seq} records read, {opened.next_seq} committed")
