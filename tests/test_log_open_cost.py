@@ -263,3 +263,21 @@ def test_records_before_the_checkpoint_read_back_from_the_sink(tmp_path: Path, k
     again.sink.close()  # type: ignore[union-attr]
     assert list(again.log[0:10]) == written[0:10]
     assert again.log[len(written) - 1] == written[-1]
+
+
+def test_stream_jsonl_beside_a_live_writer(tmp_path: Path) -> None:
+    """Streaming a JSONL log another JsonlLog holds open (it may truncate a
+    torn tail at any time, so the reader does not map the file) reads the
+    same records; streaming leaves no lock behind (a writer opens after)."""
+    from quiesce._log.jsonl import stream_jsonl
+
+    path = tmp_path / "log.jsonl"
+    buf = Buffer(log=JsonlLog(path))
+    _churn(buf, 5)
+    written = list(buf.log)
+    _fmt, _torn, live = stream_jsonl(path)
+    assert list(live) == written
+    buf.sink.close()  # type: ignore[union-attr]
+    _fmt, _torn, idle = stream_jsonl(path)
+    assert list(idle) == written
+    JsonlLog(path).close()  # the shared lock was released

@@ -359,13 +359,16 @@ def _create(path: str) -> None:
     install(tmp, path)
 
 
-def _open_fd(fd: int, path: str) -> _Opened:
+def _open_fd(fd: int, path: str, may_map: bool = True) -> _Opened:
     """:func:`_open_scan` of the file open on ``fd``, through a read-only
-    memory map (the file is not copied into memory; the exclusive lock
-    keeps writers out while it is mapped)."""
+    memory map when ``may_map`` (the file is not copied into memory): only
+    while a lock keeps every writer out, since a writer truncating a mapped
+    file would crash the reader (``SIGBUS``); otherwise read whole."""
     size = os.fstat(fd).st_size
     if size == 0:
         return _open_scan(b"", path)
+    if not may_map:
+        return _open_scan(_pread_all(fd, size), path)
     try:
         data = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
     except (OSError, ValueError):  # pragma: no cover - a file system without mmap
@@ -665,6 +668,18 @@ def _lines(fd: int, pos: int, end: int) -> Iterator[tuple[int, bytes]]:
         i = nl + 1
 
 
+def _lock_shared(fd: int) -> bool:
+    """Take a shared ``flock`` on ``fd`` without waiting; False if a writer
+    holds the file (or there are no advisory locks)."""
+    if fcntl is None:  # pragma: no cover - Windows
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
 def _is_read_only(exc: OSError) -> bool:
     return exc.errno in _READ_ONLY_ERRNOS
 
@@ -699,7 +714,16 @@ def stream_jsonl(
     p = log_path(path, "JSONL log")
     fd = os.open(p, os.O_RDONLY)
     try:
-        opened = _open_fd(fd, p)
+        # A shared lock while the file is scanned keeps writers out, so it
+        # may be mapped; a live writer holds its exclusive lock, and the
+        # file is then read whole instead (a writer opening during the scan
+        # gets LogLocked, as against any other holder).
+        shared = _lock_shared(fd)
+        try:
+            opened = _open_fd(fd, p, may_map=shared)
+        finally:
+            if shared:
+                fcntl.flock(fd, fcntl.LOCK_UN)
     except BaseException:
         os.close(fd)
         raise

@@ -690,8 +690,9 @@ class SQLiteLog:
             if type(next_seq) is not int:
                 raise LogFormatError(f"{self._path}: the log's last seq is not an integer")
             self._next_seq = next_seq
-            _ensure_format_index(conn)
-            _ensure_checkpoint_index(conn)
+            with _refused_if_damaged(self._path):  # building an index reads the table
+                _ensure_format_index(conn)
+                _ensure_checkpoint_index(conn)
         except BaseException:
             conn.close()
             raise
@@ -733,10 +734,14 @@ class SQLiteLog:
         checkpoint rows, O(log records + checkpoints)."""
         with self._lock:
             conn = self._open_conn()
-            total = int(
-                conn.execute("SELECT COALESCE(MAX(seq) + 1, 0) FROM quiesce_log").fetchone()[0]
-            )
-            seqs = [r[0] for r in conn.execute(_CHECKPOINTS, (total,))]
+            # the open no longer reads every page: damage may show here first
+            with _refused_if_damaged(self._path):
+                total = conn.execute(
+                    "SELECT COALESCE(MAX(seq) + 1, 0) FROM quiesce_log"
+                ).fetchone()[0]
+                seqs = [r[0] for r in conn.execute(_CHECKPOINTS, (total,))]
+        if type(total) is not int or not all(type(s) is int for s in seqs):
+            raise LogFormatError(f"{self._path}: the log's seqs are not integers (damaged)")
         return total, seqs
 
     def write(self, records: Sequence[LogRecord]) -> None:
