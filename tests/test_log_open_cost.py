@@ -281,3 +281,47 @@ def test_stream_jsonl_beside_a_live_writer(tmp_path: Path) -> None:
     _fmt, _torn, idle = stream_jsonl(path)
     assert list(idle) == written
     JsonlLog(path).close()  # the shared lock was released
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "jsonl"])
+def test_recovery_leaves_the_collector_as_it_found_it(tmp_path: Path, kind: str) -> None:
+    """Recovery pauses the cyclic collector for its bulk build and restores
+    it exactly: on when it was on (also after a refused log), off when the
+    caller had turned it off."""
+    import gc
+
+    path = tmp_path / f"log.{kind}"
+    buf = Buffer(log=SQLiteLog(path) if kind == "sqlite" else JsonlLog(path), checkpoint_every=40)
+    _churn(buf, 10)
+    buf.sink.close()  # type: ignore[union-attr]
+    assert gc.isenabled()
+    for enabled in (True, False):
+        if not enabled:
+            gc.disable()
+        try:
+            again = Buffer(log=SQLiteLog(path) if kind == "sqlite" else JsonlLog(path))
+            again.sink.close()  # type: ignore[union-attr]
+            assert gc.isenabled() is enabled
+        finally:
+            gc.enable()
+    bad = tmp_path / f"bad.{kind}"
+    buf = Buffer(log=SQLiteLog(bad) if kind == "sqlite" else JsonlLog(bad), checkpoint_every=0)
+    buf.append(Entry("a", Kind.REASONING, "x"))
+    buf.flush()
+    buf.sink.close()  # type: ignore[union-attr]
+    if kind == "sqlite":
+        conn = sqlite3.connect(bad, isolation_level=None)
+        text = json.dumps({"format": FORMAT, "seq": 1, "op": "mark"})
+        conn.execute(
+            "INSERT INTO quiesce_log (seq, record, crc) VALUES (?, ?, ?)",
+            (1, text, record_crc(1, text)),
+        )
+        conn.close()
+    else:
+        line = json.dumps({"format": FORMAT, "seq": 1, "op": "mark"}).encode() + b"\n"
+        commit = json.dumps({"commit": 1, "n": 1, "crc": zlib.crc32(line)}).encode() + b"\n"
+        with open(bad, "ab") as f:
+            f.write(line + commit)
+    with pytest.raises(LogFormatError):
+        Buffer(log=SQLiteLog(bad) if kind == "sqlite" else JsonlLog(bad))
+    assert gc.isenabled()
