@@ -489,6 +489,8 @@ def _create(path: str) -> None:
     conn = sqlite3.connect(tmp, isolation_level=None)
     try:
         conn.executescript(_SCHEMA)
+        conn.execute(_FORMAT_INDEX)  # a new log has both indexes from the start
+        conn.execute(_CHECKPOINT_INDEX)
         conn.executemany(
             "INSERT INTO quiesce_meta (key, value) VALUES (?, ?)",
             [
