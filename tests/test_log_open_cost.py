@@ -325,3 +325,21 @@ def test_recovery_leaves_the_collector_as_it_found_it(tmp_path: Path, kind: str)
     with pytest.raises(LogFormatError):
         Buffer(log=SQLiteLog(bad) if kind == "sqlite" else JsonlLog(bad))
     assert gc.isenabled()
+
+
+def test_stream_jsonl_discarded_unstarted_closes_its_descriptor(tmp_path: Path) -> None:
+    """A stream dropped before its first record still closes its file."""
+    import gc
+    import os
+
+    from quiesce._log.jsonl import stream_jsonl
+
+    path = tmp_path / "log.jsonl"
+    buf = Buffer(log=JsonlLog(path))
+    _churn(buf, 2)
+    buf.sink.close()  # type: ignore[union-attr]
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(20):
+        stream_jsonl(path)
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) <= before

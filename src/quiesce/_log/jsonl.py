@@ -78,6 +78,7 @@ import os
 import re
 import threading
 import time
+import weakref
 import zlib
 from array import array
 from bisect import bisect_right
@@ -751,6 +752,10 @@ def stream_jsonl(
             if seq != opened.next_seq:
                 raise LogFormatError(f"{p}: {seq} records read, {opened.next_seq} committed")
         finally:
-            os.close(fd)
+            release()
 
-    return opened.format, opened.torn_bytes, records()
+    stream = records()
+    # closes the descriptor once: when the iterator ends, or when it is
+    # discarded (even never started, when its own ``finally`` never runs)
+    release = weakref.finalize(stream, os.close, fd)
+    return opened.format, opened.torn_bytes, stream
