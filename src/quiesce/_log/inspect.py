@@ -2,11 +2,19 @@
 
 The file kind is detected by content (a SQLite header, or a JSONL header
 line), never by name. The file is only read: SQLite through a read-only
-connection, JSONL with a plain read (a torn tail is reported and ignored,
+connection, JSONL with plain reads (a torn tail is reported and ignored,
 as recovery would). The records are replayed into a scratch buffer, so the
 summary (head version, live entries, staged removals) is exactly what
 ``Buffer(log=...)`` would recover, and a log that cannot be recovered is
 reported as such.
+
+Streaming (issue 13): the records are read twice, a chunk at a time
+(:func:`~.sqlite.stream_sqlite`, :func:`~.jsonl.stream_jsonl`): the first
+pass replays them (the scratch buffer's in-memory log is cut after each
+chunk) and sizes the table's columns, the second prints them (``--json``
+writes the document record by record). Memory holds the recovered state
+(live entries, tombstones) and one chunk, never the whole log; time is two
+reads of the log.
 
 Output: a summary, the edit log as a table (time, turn, actor, operation,
 ids, reason, outcome) and the tombstones (id, kind, content hash, version,
@@ -34,7 +42,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
@@ -42,9 +50,10 @@ from .._core.buffer import Buffer
 from .._core.checkpoint import describe_checkpoint, replay_log
 from .._core.errors import LogFormatError
 from .._core.records import LogRecord, Tombstone
+from .._core.replay import replay
 from ._format import OPS, encode_json, log_path, sniff
-from .jsonl import read_jsonl
-from .sqlite import _held_fd, read_sqlite
+from .jsonl import stream_jsonl
+from .sqlite import _held_fd, stream_sqlite
 
 __all__ = ["main", "printable"]
 
@@ -93,11 +102,19 @@ def _table(headers: Sequence[str], rows: list[list[str]], out: TextIO) -> None:
     for row in rows:
         for i, cell in enumerate(row):
             widths[i] = max(widths[i], len(cell))
+    _table_head(headers, widths, out)
+    for row in rows:
+        _table_row(row, widths, out)
+
+
+def _table_head(headers: Sequence[str], widths: Sequence[int], out: TextIO) -> None:
     line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
     out.write(line.rstrip() + "\n")
     out.write("  ".join("-" * w for w in widths) + "\n")
-    for row in rows:
-        out.write("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() + "\n")
+
+
+def _table_row(row: Sequence[str], widths: Sequence[int], out: TextIO) -> None:
+    out.write("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() + "\n")
 
 
 def _dash(value: object) -> str:
@@ -117,20 +134,86 @@ def _tomb_dict(t: Tombstone) -> dict[str, Any]:
     }
 
 
-def _read(path: str) -> tuple[str, int, list[LogRecord], int]:
+#: records replayed into the scratch buffer at a time (its in-memory log is
+#: cut after each chunk, so memory does not grow with the log)
+_CHUNK = 2048
+
+
+def _open(path: str) -> tuple[str, int, int, Callable[[], Iterator[LogRecord]]]:
+    """The kind, format and torn-tail bytes of the log at ``path``, and a
+    function that streams its records (each call reads them again, one
+    chunk at a time). Raises :class:`LogFormatError` or ``OSError``."""
     if path.startswith(("postgresql://", "postgres://")):
         from .postgres import read_postgres  # psycopg only when asked for
 
-        return ("postgresql", *read_postgres(path), 0)
+        fmt, records = read_postgres(path)
+        return "postgresql", fmt, 0, lambda: iter(records)
     # A SQLite log this process writes is not opened again to sniff it.
     kind = "sqlite" if _held_fd(path) is not None else sniff(log_path(path, "inspect"))
     if kind == "sqlite":
-        fmt, records = read_sqlite(path)
-        return kind, fmt, records, 0
+        fmt, first = stream_sqlite(path)
+        pending: list[Iterator[LogRecord]] = [first]
+
+        def sqlite_records() -> Iterator[LogRecord]:
+            return pending.pop() if pending else stream_sqlite(path)[1]
+
+        return kind, fmt, 0, sqlite_records
     if kind == "jsonl":
-        contents = read_jsonl(path)
-        return kind, contents.format, contents.records, contents.torn_bytes
+        fmt, torn, jsonl_first = stream_jsonl(path)
+        queued = [jsonl_first]
+
+        def jsonl_records() -> Iterator[LogRecord]:
+            return queued.pop() if queued else stream_jsonl(path)[2]
+
+        return kind, fmt, torn, jsonl_records
     raise LogFormatError(f"{path} is empty: not a quiesce edit log")
+
+
+def _read(path: str) -> tuple[str, int, list[LogRecord], int]:
+    """The kind, format, every record and the torn-tail bytes of the log at
+    ``path``, in memory (``quiesce compact``; ``inspect`` streams)."""
+    kind, fmt, torn, stream = _open(path)
+    return kind, fmt, list(stream()), torn
+
+
+def _recover(records: Iterable[LogRecord]) -> tuple[Buffer, int]:
+    """A scratch buffer holding what ``Buffer(log=...)`` would recover from
+    ``records``, and their count. Replays chunk by chunk and cuts the
+    buffer's in-memory log after each, so memory is the state (live
+    entries, tombstones, staged removals) plus one chunk, not the log."""
+    buf = Buffer()
+    count = 0
+    chunk: list[LogRecord] = []
+    for rec in records:
+        chunk.append(rec)
+        if len(chunk) == _CHUNK:
+            count = _replay_chunk(buf, chunk, count)
+            chunk = []
+    count = _replay_chunk(buf, chunk, count)
+    return buf, count
+
+
+def _replay_chunk(buf: Buffer, chunk: list[LogRecord], count: int) -> int:
+    if count == 0:
+        replay_log(buf, chunk)  # a compacted log starts from its checkpoint
+    elif chunk:
+        replay(buf, chunk)
+    records = buf._records
+    records.trim(len(records), 0)
+    return count + len(chunk)
+
+
+def _row(r: LogRecord) -> list[str]:
+    return [
+        str(r.seq),
+        _when(r.time),
+        _dash(r.turn),
+        _dash(r.actor),
+        printable(r.op),
+        _cut(",".join(r.ids), 32) or "-",
+        printable(describe_checkpoint(r)) if r.op == "checkpoint" else _cut(r.reason or "-", 48),
+        printable(r.outcome),
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -154,20 +237,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         # a FIFO or a device would block the read; a folder is not a log either
         sys.stderr.write(f"quiesce inspect: error: {printable(args.path)} is not a regular file\n")
         return 2
+
+    def wanted(r: LogRecord) -> bool:
+        return (args.entry is None or args.entry in r.ids) and (args.op is None or r.op == args.op)
+
+    # Two streaming passes: the first replays the log (the summary) and
+    # sizes the table; the second prints the records. Memory holds the
+    # recovered state and one chunk, never the whole log.
+    headers = ("seq", "time (UTC)", "turn", "actor", "operation", "ids", "reason", "outcome")
+    widths = [len(h) for h in headers]
+    shown = 0
+
+    def sized(records: Iterable[LogRecord]) -> Iterator[LogRecord]:
+        nonlocal shown
+        for r in records:
+            if wanted(r):
+                shown += 1
+                if not args.json:
+                    for i, cell in enumerate(_row(r)):
+                        widths[i] = max(widths[i], len(cell))
+            yield r
+
     try:
-        kind, fmt, records, torn = _read(args.path)
-        buf = Buffer()
-        replay_log(buf, records)  # a compacted log starts from its checkpoint
+        kind, fmt, torn, stream = _open(args.path)
+        buf, total = _recover(sized(stream()))
     except (OSError, LogFormatError) as exc:
         sys.stderr.write(f"quiesce inspect: error: {printable(str(exc))}\n")
         return 1
     head = buf.head()
     tombs = sorted(head.tombs.by_id.values(), key=lambda t: (t.version, t.id))
-    shown = [
-        r
-        for r in records
-        if (args.entry is None or args.entry in r.ids) and (args.op is None or r.op == args.op)
-    ]
     shown_tombs = [] if args.op not in (None, "remove") else tombs
     if args.entry is not None:
         shown_tombs = [t for t in shown_tombs if t.id == args.entry]
@@ -175,7 +273,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "path": args.path,
         "kind": kind,
         "format": fmt,
-        "records": len(records),
+        "records": total,
         "version": buf.version,
         "entries": len(head.live),
         "marks": len(head.marks),
@@ -185,20 +283,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     try:
         if args.json:
-            doc = {
-                "summary": summary,
-                "records": [{**r.to_dict(), "time_utc": _when(r.time)} for r in shown],
-                "tombstones": [_tomb_dict(t) for t in shown_tombs],
-            }
-            try:
-                text = json.dumps(doc, indent=2, default=str)
-            except (RecursionError, ValueError):  # a record deeper than json's stack
-                text = encode_json(doc)  # compact and iterative: any depth
-            out.write(text + "\n")
+            _write_json(out, summary, stream(), wanted, [_tomb_dict(t) for t in shown_tombs])
             return 0
         out.write(
             f"{printable(args.path)}: quiesce {kind} edit log, format {fmt}\n"
-            f"{len(records)} records; head version {buf.version}: {len(head.live)} live entries, "
+            f"{total} records; head version {buf.version}: {len(head.live)} live entries, "
             f"{len(head.marks)} marked, {len(tombs)} tombstones, "
             f"{len(buf.staged())} staged removals\n"
         )
@@ -206,27 +295,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             out.write(f"torn tail ignored: {torn} bytes after the last commit (a crash)\n")
         filters = [f"--id {printable(args.entry)}"] if args.entry else []
         filters += [f"--op {args.op}"] if args.op else []
-        suffix = f" ({' '.join(filters)}: {len(shown)} of {len(records)})" if filters else ""
+        suffix = f" ({' '.join(filters)}: {shown} of {total})" if filters else ""
         out.write(f"\nEDIT LOG{suffix}\n")
-        _table(
-            ("seq", "time (UTC)", "turn", "actor", "operation", "ids", "reason", "outcome"),
-            [
-                [
-                    str(r.seq),
-                    _when(r.time),
-                    _dash(r.turn),
-                    _dash(r.actor),
-                    printable(r.op),
-                    _cut(",".join(r.ids), 32) or "-",
-                    printable(describe_checkpoint(r))
-                    if r.op == "checkpoint"
-                    else _cut(r.reason or "-", 48),
-                    printable(r.outcome),
-                ]
-                for r in shown
-            ],
-            out,
-        )
+        _table_head(headers, widths, out)
+        for r in stream():
+            if wanted(r):
+                _table_row(_row(r), widths, out)
         if args.op in (None, "remove"):
             out.write("\nTOMBSTONES\n")
             _table(
@@ -248,4 +322,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         out.flush()
     except BrokenPipeError:  # pragma: no cover - e.g. piped into head
         return 0
+    except (OSError, LogFormatError) as exc:  # the file changed between the two passes
+        out.flush()
+        sys.stderr.write(f"quiesce inspect: error: {printable(str(exc))}\n")
+        return 1
     return 0
+
+
+def _write_json(
+    out: TextIO,
+    summary: dict[str, Any],
+    records: Iterable[LogRecord],
+    wanted: Callable[[LogRecord], bool],
+    tombstones: list[dict[str, Any]],
+) -> None:
+    """The ``--json`` document, written record by record (one JSON value:
+    ``summary``, ``records``, ``tombstones``)."""
+
+    def dump(value: Any) -> str:
+        try:
+            return json.dumps(value, indent=2, default=str)
+        except (RecursionError, ValueError):  # a record deeper than json's stack
+            return encode_json(value)  # compact and iterative: any depth
+
+    out.write('{"summary": ' + dump(summary) + ',\n"records": [')
+    sep = "\n"
+    for r in records:
+        if wanted(r):
+            out.write(sep + dump({**r.to_dict(), "time_utc": _when(r.time)}))
+            sep = ",\n"
+    out.write('\n],\n"tombstones": ' + dump(tombstones) + "\n}\n")

@@ -46,6 +46,20 @@ reported as :class:`LogFormatError`. A batch whose commit line matches it
 (CRC and count) was written whole, so an invalid record inside it is refused
 rather than taken for a torn tail.
 
+Opening costs what the live window costs, not what history costs (issue 13):
+it decodes no record. Each committed batch is checked at C speed (its commit
+line, CRC-32, line count, and every line's record prefix ``{"format":F,
+"seq":N,``, first and last ``seq``) and noted in a batch index (first seq
+and offset, 16 bytes a batch); checkpoint records are found by their line
+prefix. From the first batch that does not pass, the rest of the file is
+decoded line by line as before, so a torn tail, damage followed by committed
+data and a newer-format record behave exactly as they always did. A record
+in a batch that passed is decoded and checked when it is read (recovery
+reads the newest checkpoint and the records after it; ``buf.log`` reads
+older ones through the index), and an invalid one is refused then. Open
+cost: O(file size) byte work in C, O(batches) Python steps, no per-record
+object.
+
 Opening a file that is not a quiesce log, or a log from a newer format,
 raises :class:`LogFormatError` and writes nothing. A missing or empty file is
 created as a new log (built beside it and moved into place, so a log file is
@@ -59,12 +73,16 @@ from __future__ import annotations
 
 import errno
 import json
+import mmap
 import os
+import re
 import threading
 import time
+import weakref
 import zlib
 from array import array
-from collections.abc import Iterator, Sequence
+from bisect import bisect_right
+from collections.abc import Generator, Iterator, Sequence
 from types import TracebackType
 from typing import NamedTuple
 
@@ -89,9 +107,12 @@ try:
 except ImportError:  # pragma: no cover - Windows: no advisory locks
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["JsonlContents", "JsonlLog", "read_jsonl"]
+__all__ = ["JsonlContents", "JsonlLog", "read_jsonl", "stream_jsonl"]
 
 _READ_ONLY_ERRNOS = frozenset((errno.EACCES, errno.EPERM, errno.EROFS))
+
+#: What the scanners read: the file's bytes, or a read-only map of them.
+_Bytes = bytes | mmap.mmap
 
 
 class JsonlContents(NamedTuple):
@@ -104,13 +125,13 @@ class JsonlContents(NamedTuple):
     torn_bytes: int
 
 
-def _scan(data: bytes, path: str) -> JsonlContents:
-    """Parse a whole JSONL log. O(size). Raises :class:`LogFormatError` for a
-    file that is not a quiesce log, is from a newer format, or is damaged
-    before its last commit line."""
+def _header_end(data: _Bytes, path: str) -> tuple[int, int]:
+    """The header line's format and where the records start. Raises
+    :class:`LogFormatError` for a file that is not a quiesce log or is from
+    a newer format."""
     end = data.find(b"\n")
     try:
-        header = decode_json(data[:end] if end >= 0 else data)
+        header = decode_json(data[:end] if end >= 0 else data[:])
     except ValueError:
         header = None
     if not isinstance(header, dict) or header.get("quiesce") != JSONL_TAG or end < 0:
@@ -119,9 +140,34 @@ def _scan(data: bytes, path: str) -> JsonlContents:
     if type(fmt) is not int or fmt < 1:
         raise LogFormatError(f"{path}: the header has no valid format field")
     check_log_format(path, fmt)
+    return fmt, end + 1
+
+
+def _scan(data: _Bytes, path: str) -> JsonlContents:
+    """Parse a whole JSONL log. O(size). Raises :class:`LogFormatError` for a
+    file that is not a quiesce log, is from a newer format, or is damaged
+    before its last commit line."""
+    fmt, start = _header_end(data, path)
+    records, committed_size = _scan_from(data, path, start, 0, None)
+    return JsonlContents(fmt, records, committed_size, len(data) - committed_size)
+
+
+def _scan_from(
+    data: _Bytes,
+    path: str,
+    start: int,
+    first_seq: int,
+    batches: list[tuple[int, int]] | None,
+) -> tuple[list[LogRecord], int]:
+    """Decode and check every line from ``start`` (a line start; the next
+    record is ``first_seq``): the committed records and where the committed
+    data ends. Notes ``(first seq, offset)`` of each committed batch in
+    ``batches``. O(bytes from ``start``). Raises :class:`LogFormatError` for
+    damage followed by a second commit line or an invalid record in a
+    committed batch (see the module docstring)."""
     committed: list[LogRecord] = []
     pending: list[LogRecord] = []
-    committed_size = batch_start = pos = end + 1
+    committed_size = batch_start = pos = start
     # The batch being read: its record lines, and the first of them that is
     # not a valid record. Whether that is damage or a torn tail is decided at
     # the commit line: if the batch's CRC and count match, the batch was
@@ -159,6 +205,8 @@ def _scan(data: bytes, path: str) -> JsonlContents:
                     raise LogFormatError(f"{batch_error} (in a committed batch)")
                 last = pending[-1].seq if pending else None
                 if intact and type(obj["commit"]) is type(last) and obj["commit"] == last:
+                    if batches is not None:
+                        batches.append((pending[0].seq, batch_start))
                     committed.extend(pending)
                     pending = []
                     batch_lines = 0
@@ -182,14 +230,109 @@ def _scan(data: bytes, path: str) -> JsonlContents:
             if obj is None:
                 raise LogFormatError(f"{where} is not valid JSON")
             rec = decode_record(obj, where)
-            expected = len(committed) + len(pending)
+            expected = first_seq + len(committed) + len(pending)
             if rec.seq != expected:
                 raise LogFormatError(f"{where} has seq {rec.seq}, expected {expected}")
         except LogFormatError as exc:
             batch_error = exc  # a torn tail, unless its commit line vouches for it
             continue
         pending.append(rec)
-    return JsonlContents(fmt, committed, committed_size, len(data) - committed_size)
+    return committed, committed_size
+
+
+#: How every record line of this format starts (``LogRecord.to_dict``'s key
+#: order, encoded by ``_format``): the open's fast path checks batches by it.
+_RECORD_START = b'{"format":%d,"seq":' % FORMAT
+_CHECKPOINT_LINE = re.compile(
+    rb'\{"format":%d,"seq":(\d+),"time":[-+.0-9eE]+,"op":"checkpoint",' % FORMAT
+)
+_CHECKPOINT_OP = b',"op":"checkpoint",'
+
+
+class _Opened(NamedTuple):
+    """What opening a JSONL log learns without decoding its records."""
+
+    format: int
+    next_seq: int
+    committed_size: int
+    torn_bytes: int
+    starts: array[int]  #: first seq of each committed batch, ascending
+    offsets: array[int]  #: file offset of each committed batch
+    checkpoints: list[int]  #: seqs of the checkpoint records
+
+
+def _open_scan(data: _Bytes, path: str) -> _Opened:
+    """Open a JSONL log without decoding its records (issue 13): each
+    committed batch is checked at C speed — its commit line parsed, its
+    CRC-32 and line count compared, every line starting with this format's
+    record prefix, its first and last ``seq`` read from those prefixes —
+    and noted in a batch index (first seq, offset); checkpoint records are
+    found by their line prefix. From the first batch that does not pass (a
+    torn tail, damage, a record of another format, anything unusual), the
+    rest is decoded and checked line by line exactly as :func:`_scan` does,
+    so a torn tail, damage followed by committed data, and a newer record
+    behave as before. A record inside a batch that passed is decoded only
+    when it is read (``read_range``, ``load``), and refused then if invalid.
+    O(file size) byte work, O(batches) Python steps, no per-record objects."""
+    fmt, pos = _header_end(data, path)
+    starts: array[int] = array("q")
+    offsets: array[int] = array("q")
+    checkpoints: list[int] = []
+    seq = 0
+    while True:
+        c = data.find(b"\n" + _COMMIT_PREFIX, pos - 1)
+        if c < 0 or c + 1 <= pos:
+            break
+        cend = data.find(b"\n", c + 1)
+        if cend < 0:
+            break
+        try:
+            obj = decode_json(data[c + 1 : cend])
+        except ValueError:
+            break
+        if not isinstance(obj, dict):
+            break
+        n, crc, last = obj.get("n"), obj.get("crc"), obj.get("commit")
+        if type(n) is not int or type(crc) is not int or type(last) is not int or n < 1:
+            break
+        if last != seq + n - 1:
+            break
+        batch = data[pos : c + 1]
+        if (
+            batch.count(b"\n") != n
+            or not batch.startswith(_RECORD_START + b"%d," % seq)
+            or batch.count(b"\n" + _RECORD_START) != n - 1
+            or not batch.startswith(
+                _RECORD_START + b"%d," % last, batch.rfind(b"\n", 0, len(batch) - 1) + 1
+            )
+            or zlib.crc32(batch) != crc
+        ):
+            break
+        i = batch.find(_CHECKPOINT_OP)
+        while i >= 0:  # a checkpoint record's line starts with its prefix
+            m = _CHECKPOINT_LINE.match(batch, batch.rfind(b"\n", 0, i) + 1)
+            if m is not None and m.end() == i + len(_CHECKPOINT_OP):
+                checkpoints.append(int(m.group(1)))
+            i = batch.find(_CHECKPOINT_OP, i + 1)
+        starts.append(seq)
+        offsets.append(pos)
+        seq += n
+        pos = cend + 1
+    batches: list[tuple[int, int]] = []
+    records, committed_size = _scan_from(data, path, pos, seq, batches)
+    for first, offset in batches:
+        starts.append(first)
+        offsets.append(offset)
+    checkpoints.extend(r.seq for r in records if r.op == "checkpoint")
+    return _Opened(
+        fmt,
+        seq + len(records),
+        committed_size,
+        len(data) - committed_size,
+        starts,
+        offsets,
+        checkpoints,
+    )
 
 
 def read_jsonl(path: str | os.PathLike[str]) -> JsonlContents:
@@ -217,6 +360,26 @@ def _create(path: str) -> None:
     install(tmp, path)
 
 
+def _open_fd(fd: int, path: str, may_map: bool = True) -> _Opened:
+    """:func:`_open_scan` of the file open on ``fd``, through a read-only
+    memory map when ``may_map`` (the file is not copied into memory): only
+    while a lock keeps every writer out, since a writer truncating a mapped
+    file would crash the reader (``SIGBUS``); otherwise read whole."""
+    size = os.fstat(fd).st_size
+    if size == 0:
+        return _open_scan(b"", path)
+    if not may_map:
+        return _open_scan(_pread_all(fd, size), path)
+    try:
+        data = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+    except (OSError, ValueError):  # pragma: no cover - a file system without mmap
+        return _open_scan(_pread_all(fd, size), path)
+    try:
+        return _open_scan(data, path)
+    finally:
+        data.close()
+
+
 def _pread_all(fd: int, size: int) -> bytes:
     chunks = []
     offset = 0
@@ -242,10 +405,11 @@ class JsonlLog:
     docstring for the format and what holds after a crash).
 
     ``JsonlLog(path)`` opens or creates the log; ``Buffer(log=JsonlLog(path))``
-    recovers the buffer from it. Opening reads and validates the whole file,
-    O(size). ``write`` is one ``pwrite`` + one ``fsync`` per batch, however
-    many records. Thread-safe. Use it as a context manager or call
-    :meth:`close`.
+    recovers the buffer from it. Opening checks every batch's CRC and shape
+    at C speed and decodes nothing but commit lines (records are decoded
+    when read): O(size) byte work, O(batches) Python steps. ``write`` is one
+    ``pwrite`` + one ``fsync`` per batch, however many records. Thread-safe.
+    Use it as a context manager or call :meth:`close`.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -268,77 +432,69 @@ class JsonlLog:
             self._read_only = True
         try:
             lock_exclusive(fd, self._path, "JsonlLog")
-            size = os.fstat(fd).st_size
-            contents = _scan(_pread_all(fd, size), self._path)
+            opened = _open_fd(fd, self._path)
         except BaseException:
             os.close(fd)
             raise
         self._fd = fd
-        self._records: list[LogRecord] | None = contents.records
-        self._next_seq = len(contents.records)
+        self._next_seq = opened.next_seq
         #: seqs of the checkpoint records (noted on open and on write)
-        self._checkpoints = [r.seq for r in contents.records if r.op == "checkpoint"]
-        self._size = contents.committed_size
+        self._checkpoints = opened.checkpoints
+        #: the batch index: first seq and file offset of each committed batch
+        self._starts = opened.starts
+        self._offsets = opened.offsets
+        self._size = opened.committed_size
         # bytes after the committed end (a torn tail) are truncated before the next write
-        self._dirty = contents.torn_bytes > 0
+        self._dirty = opened.torn_bytes > 0
         #: bytes of torn tail found (and ignored) when the file was opened
-        self.torn_bytes = contents.torn_bytes
+        self.torn_bytes = opened.torn_bytes
 
     # -- LogSink ----------------------------------------------------------
 
     def load(self) -> Sequence[LogRecord]:
-        """The committed records in ``seq`` order (a torn tail is left out).
-        The first call returns what opening read; later calls re-read the file."""
+        """The committed records in ``seq`` order (a torn tail is left out),
+        decoded and checked line by line (:func:`_scan`). O(size)."""
         with self._lock:
             self._check_open()
-            records = self._records
-            if records is not None:
-                self._records = None
-                return records
             data = _pread_all(self._fd, self._size)
         return _scan(data, self._path).records
 
     # -- reading back (ReadableSink, issue 13) -----------------------------
 
-    #: file offsets of the record lines whose seq is a multiple of
-    #: _INDEX_EVERY, built lazily by read_range and extended as the log grows
-    _index: array[int] | None = None
-    _index_pos = 0  #: where the index scan resumes (a line start)
-    _index_seq = 0  #: the seq of the next record line at _index_pos
-
     def read_range(self, start: int, stop: int) -> Sequence[LogRecord]:
         """Records ``start`` .. ``stop - 1`` (the ``ReadableSink`` method, see
-        ``quiesce._core.log``), read from the file by a sparse offset index
-        (one offset per :data:`_INDEX_EVERY` records: 8 bytes per 64 records),
-        built on first use by one streaming pass over the committed data and
-        extended over what was written since. O(log size + the bytes read).
-        Every record read is decoded and its ``seq`` checked: a missing or
-        damaged one raises :class:`LogFormatError`, never another record."""
+        ``quiesce._core.log``), read from the file through the batch index
+        built while opening (first seq and offset of each committed batch,
+        16 bytes a batch) and extended by each write: a bisection, then one
+        streaming read from the batch holding ``start``. O(log batches + the
+        bytes read). Every record read is decoded and its ``seq`` checked: a
+        missing or damaged one raises :class:`LogFormatError`, never another
+        record."""
         if start >= stop:
             return []
         with self._lock:
             if self._fd < 0:
-                # Closed: the file is read whole, read-only (a buffer's log
-                # stays readable after its sink is closed). O(file size).
-                return check_read(read_jsonl(self._path).records[start:stop], start, stop)
+                # Closed: read read-only (a buffer's log stays readable after
+                # its sink is closed): the open's checks (O(file size) in C),
+                # then only the records asked for are decoded.
+                return check_read(_read_closed(self._path, start, stop), start, stop)
             if start < 0 or stop > self._next_seq:
                 raise LogFormatError(
                     f"{self._path}: records {start}..{stop - 1} asked, the log holds "
                     f"{self._next_seq}: a record has gone missing"
                 )
-            index = self._extend_index()
-            slot = start // _INDEX_EVERY
-            if slot >= len(index):
+            slot = bisect_right(self._starts, start) - 1
+            if slot < 0:
                 raise LogFormatError(f"{self._path}: record {start} is not in the file")
-            seq = slot * _INDEX_EVERY
+            seq = self._starts[slot]
             out: list[LogRecord] = []
-            for offset, line in _lines(self._fd, index[slot], self._size):
+            for offset, line in _lines(self._fd, self._offsets[slot], self._size):
                 if line.startswith(_COMMIT_PREFIX):
                     continue
                 if seq >= start:
                     where = f"{self._path}: record {seq} (byte {offset})"
                     try:
-                        obj = json.loads(line)
+                        obj = decode_json(line)
                     except ValueError:
                         raise LogFormatError(f"{where} is not valid JSON") from None
                     out.append(decode_record(obj, where))
@@ -347,33 +503,6 @@ class JsonlLog:
                 seq += 1
         return check_read(out, start, stop)
 
-    def _extend_index(self) -> array[int]:
-        """The sparse offset index, extended to the committed end (call
-        under the lock). Counts record lines; read_range checks every
-        record it returns, so a miscount is an error, not a wrong record."""
-        index = self._index
-        if index is None:
-            index = self._index = array("q")
-            header = os.pread(self._fd, 1 << 16, 0)
-            nl = header.find(b"\n")
-            while nl < 0 and len(header) < self._size:
-                header = os.pread(self._fd, len(header) * 2, 0)
-                nl = header.find(b"\n")
-            self._index_pos = nl + 1
-            self._index_seq = 0
-        if self._index_pos < self._size:
-            seq = self._index_seq
-            pos = self._index_pos
-            for offset, line in _lines(self._fd, pos, self._size):
-                pos = offset + len(line) + 1
-                if line.startswith(_COMMIT_PREFIX):
-                    continue
-                if seq % _INDEX_EVERY == 0:
-                    index.append(offset)
-                seq += 1
-            self._index_pos, self._index_seq = pos, seq
-        return index
-
     def checkpoints(self) -> tuple[int, Sequence[int]]:
         """The number of committed records and the seqs of the checkpoint
         records, ascending (the ``CheckpointSink`` method, see
@@ -381,10 +510,6 @@ class JsonlLog:
         plus the copy."""
         with self._lock:
             self._check_open()
-            if self._checkpoints:
-                # recovery will start from one: do not keep every record
-                # decoded while opening (load() re-reads the file if asked)
-                self._records = None
             return self._next_seq, list(self._checkpoints)
 
     def write(self, records: Sequence[LogRecord]) -> None:
@@ -436,6 +561,8 @@ class JsonlLog:
                 except OSError:
                     pass  # the next write truncates first; recovery ignores it anyway
                 raise
+            self._starts.append(records[0].seq)
+            self._offsets.append(self._size)
             self._size += len(data)
             self._next_seq = expected
             self._commits += 1
@@ -515,8 +642,6 @@ class JsonlLog:
         self._read_only = False
 
 
-#: record lines per entry of the JSONL read-back index
-_INDEX_EVERY = 64
 _COMMIT_PREFIX = b'{"commit":'
 _READ_CHUNK = 1 << 20
 
@@ -544,5 +669,93 @@ def _lines(fd: int, pos: int, end: int) -> Iterator[tuple[int, bytes]]:
         i = nl + 1
 
 
+def _lock_shared(fd: int) -> bool:
+    """Take a shared ``flock`` on ``fd`` without waiting; False if a writer
+    holds the file (or there are no advisory locks)."""
+    if fcntl is None:  # pragma: no cover - Windows
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
 def _is_read_only(exc: OSError) -> bool:
     return exc.errno in _READ_ONLY_ERRNOS
+
+
+def _read_closed(path: str, start: int, stop: int) -> list[LogRecord]:
+    """Records ``start`` .. ``stop - 1`` of a JSONL log no ``JsonlLog`` holds
+    open, through :func:`stream_jsonl`."""
+    _fmt, _torn, records = stream_jsonl(path, start)
+    out: list[LogRecord] = []
+    for rec in records:
+        if rec.seq >= stop:
+            break
+        out.append(rec)
+    records.close()
+    return out
+
+
+def stream_jsonl(
+    path: str | os.PathLike[str], start: int = 0
+) -> tuple[int, int, Generator[LogRecord, None, None]]:
+    """A JSONL log read without opening it for writing and without holding
+    its records (for ``quiesce inspect``, and reading back from a closed
+    sink): its format, the bytes of torn tail, and an iterator over its
+    committed records from ``start`` on, decoded and checked one at a time
+    (the batch index finds the batch holding ``start``; the lines before it
+    in that batch are skipped undecoded). Opening checks the whole file as
+    :class:`JsonlLog` does (raises :class:`LogFormatError` alike); iterating
+    raises it for a record that does not decode or is out of sequence.
+    Memory: O(batches) for the index plus one read chunk, whatever the log's
+    length. The descriptor is closed when the iterator ends or is
+    discarded."""
+    p = log_path(path, "JSONL log")
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        # A shared lock while the file is scanned keeps writers out, so it
+        # may be mapped; a live writer holds its exclusive lock, and the
+        # file is then read whole instead (a writer opening during the scan
+        # gets LogLocked, as against any other holder).
+        shared = _lock_shared(fd)
+        try:
+            opened = _open_fd(fd, p, may_map=shared)
+        finally:
+            if shared:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+    except BaseException:
+        os.close(fd)
+        raise
+
+    def records() -> Generator[LogRecord, None, None]:
+        try:
+            slot = max(bisect_right(opened.starts, start) - 1, 0)
+            if slot >= len(opened.offsets):
+                return
+            seq = opened.starts[slot]
+            for offset, line in _lines(fd, opened.offsets[slot], opened.committed_size):
+                if line.startswith(_COMMIT_PREFIX):
+                    continue
+                if seq >= start:
+                    where = f"{p}: record {seq} (byte {offset})"
+                    try:
+                        obj = decode_json(line)
+                    except ValueError:
+                        raise LogFormatError(f"{where} is not valid JSON") from None
+                    rec = decode_record(obj, where)
+                    if rec.seq != seq:
+                        raise LogFormatError(f"{where} has seq {rec.seq}")
+                    yield rec
+                seq += 1
+            if seq != opened.next_seq:
+                raise LogFormatError(f"{p}: {seq} records read, {opened.next_seq} committed")
+        finally:
+            release()
+
+    stream = records()
+    # closes the descriptor once: when the iterator ends, or when it is
+    # discarded (even never started, when its own ``finally`` never runs)
+    release = weakref.finalize(stream, os.close, fd)
+    return opened.format, opened.torn_bytes, stream

@@ -51,7 +51,11 @@ Opening. A missing or empty file becomes a new log: it is built beside the
 path and moved into place, so a log file is never half-initialized. An
 existing file must be a quiesce log of a format this code reads; otherwise
 opening raises :class:`LogFormatError` after reading only its 100-byte
-header, and nothing is written to it. One writer per file: a
+header, and nothing is written to it. A log holding a record of a newer
+format is refused too: that check probes a partial index of the records
+above format 1 (``quiesce_log_formats``, empty in practice), O(log n); a
+file written before the index is scanned once and then given it on its
+first writable open (never a file that is refused). One writer per file: a
 ``SQLiteLog`` holds an exclusive ``flock`` on the database file for its life
 (as :class:`~quiesce.JsonlLog` does), and a second one — in this or another
 process — raises :class:`~quiesce.LogLocked` on open. (Without it two
@@ -100,7 +104,7 @@ import threading
 import time
 import urllib.parse
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from types import TracebackType
 
 from .._core.errors import InvalidArgument, InvalidType, LogFormatError, LogLocked
@@ -126,7 +130,7 @@ try:
 except ImportError:  # pragma: no cover - Windows: no advisory locks
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["SQLITE_FORMAT", "SQLiteLog", "read_sqlite", "record_crc"]
+__all__ = ["SQLITE_FORMAT", "SQLiteLog", "read_sqlite", "record_crc", "stream_sqlite"]
 
 #: The SQLite file layout a new log gets (``PRAGMA user_version``): 2 adds
 #: the per-record ``crc`` column; 1 (quiesce 0.1.0) is still read and written.
@@ -183,6 +187,34 @@ _CHECKPOINT_INDEX = (
     "WHERE op = 'checkpoint'"
 )
 _CHECKPOINTS = "SELECT seq FROM quiesce_log WHERE op = 'checkpoint' AND seq < ? ORDER BY seq"
+
+
+#: A partial index of the records of a format above 1 (issue 13): the open's
+#: format check ("no record newer than this code reads") is one O(log n)
+#: probe of it instead of a scan of every record. It holds no row while every
+#: record is format 1, so it costs a log nothing to keep. Built once, on the
+#: first writable open of a log that lacks it, after that file's records
+#: passed the check by a scan (so a refused file is never written to).
+_FORMAT_INDEX = (
+    "CREATE INDEX IF NOT EXISTS quiesce_log_formats ON quiesce_log (format) WHERE format > 1"
+)
+_NEWEST_FORMAT = "SELECT MAX(format) FROM quiesce_log WHERE format > 1"
+
+
+def _has_format_index(conn: sqlite3.Connection) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'quiesce_log_formats'"
+    ).fetchone()
+    return row is not None
+
+
+def _ensure_format_index(conn: sqlite3.Connection) -> None:
+    """Create the format index if missing (a read-only file keeps working
+    without it: its open then scans)."""
+    try:
+        conn.execute(_FORMAT_INDEX)
+    except sqlite3.OperationalError:
+        pass  # read-only or locked: the format check scans
 
 
 def _ensure_checkpoint_index(conn: sqlite3.Connection) -> None:
@@ -376,7 +408,13 @@ def _check_schema(conn: sqlite3.Connection, path: str) -> int:
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if not {"quiesce_log", "quiesce_meta"} <= tables:
         raise LogFormatError(f"{path} has a quiesce header but no quiesce_log table")
-    newest = conn.execute("SELECT MAX(format) FROM quiesce_log").fetchone()[0]
+    # The newest record format: one probe of the format index when the file
+    # has it, O(log n); else a scan of every record, O(n) (a file written
+    # before the index, or a read-only one; _connect then adds the index).
+    if _has_format_index(conn):
+        newest = conn.execute(_NEWEST_FORMAT).fetchone()[0]
+    else:
+        newest = conn.execute("SELECT MAX(format) FROM quiesce_log").fetchone()[0]
     if newest is not None:
         if type(newest) is not int:
             raise LogFormatError(f"{path} holds a record with an invalid format field")
@@ -400,13 +438,15 @@ _SCHEMAS = {layout: _schema_of(layout) for layout in range(1, SQLITE_FORMAT + 1)
 
 
 def _checkpoint_index_row() -> frozenset[tuple[object, ...]]:
-    """The ``sqlite_master`` row of the checkpoint index (issue 13), which
-    a log may hold beside its schema (added on the first writable open)."""
+    """The ``sqlite_master`` rows of the checkpoint and format indexes
+    (issue 13), which a log may hold beside its schema (added on the first
+    writable open)."""
     conn = sqlite3.connect(":memory:")
     try:
         conn.executescript(_SCHEMA)
         before = frozenset(conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master"))
         conn.execute(_CHECKPOINT_INDEX)
+        conn.execute(_FORMAT_INDEX)
         after = frozenset(conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master"))
         return after - before
     finally:
@@ -428,7 +468,7 @@ def _check_pages(conn: sqlite3.Connection, path: str) -> None:
         raise LogFormatError(f"{path} is damaged: {'; '.join(map(str, problems))}")
     layout = conn.execute("PRAGMA user_version").fetchone()[0]
     schema = frozenset(conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master"))
-    schema -= _CHECKPOINT_INDEX_ROW  # present or not (checkpoints, issue 13)
+    schema -= _CHECKPOINT_INDEX_ROW  # present or not (checkpoints, format check: issue 13)
     if schema != _SCHEMAS.get(layout):
         raise LogFormatError(f"{path} is damaged: its schema is not a quiesce log's")
 
@@ -449,6 +489,8 @@ def _create(path: str) -> None:
     conn = sqlite3.connect(tmp, isolation_level=None)
     try:
         conn.executescript(_SCHEMA)
+        conn.execute(_FORMAT_INDEX)  # a new log has both indexes from the start
+        conn.execute(_CHECKPOINT_INDEX)
         conn.executemany(
             "INSERT INTO quiesce_meta (key, value) VALUES (?, ?)",
             [
@@ -509,6 +551,39 @@ def read_sqlite(path: str | os.PathLike[str]) -> tuple[int, list[LogRecord]]:
     """The format and records of a SQLite log, read through a read-only
     connection (for ``quiesce inspect``; never writes, never creates).
     Raises :class:`LogFormatError` like :class:`SQLiteLog`."""
+    layout, records = stream_sqlite(path)
+    return layout, list(records)
+
+
+def _read_closed(path: str, start: int, stop: int) -> list[LogRecord]:
+    """Records ``start`` .. ``stop - 1`` of a log no ``SQLiteLog`` of ours
+    holds open, through a read-only connection after the checks
+    :func:`stream_sqlite` makes."""
+    _layout, records = stream_sqlite(path, start)
+    out: list[LogRecord] = []
+    for rec in records:
+        if rec.seq >= stop:
+            break
+        out.append(rec)
+    records.close()
+    return out
+
+
+#: records a streaming read fetches per query
+_STREAM_CHUNK = 2048
+
+
+def stream_sqlite(
+    path: str | os.PathLike[str], start: int = 0
+) -> tuple[int, Generator[LogRecord, None, None]]:
+    """The layout of a SQLite log and an iterator over its records from
+    ``start`` on, read through a read-only connection in chunks of
+    :data:`_STREAM_CHUNK` rows (one indexed range query each): memory holds
+    one chunk, whatever the log's length. The file's pages and schema are
+    checked first (``PRAGMA quick_check``, O(file size)); each record is
+    checked as :func:`read_sqlite` checks it. Raises :class:`LogFormatError`
+    like :class:`SQLiteLog`, on the call or while iterating. The connection
+    is closed when the iterator ends or is discarded."""
     p = log_path(path, "SQLite log")
     _check_header(p)
     # A live writer's WAL is not a crash's leftover (and a file this process
@@ -522,9 +597,23 @@ def read_sqlite(path: str | os.PathLike[str]) -> tuple[int, list[LogRecord]]:
         with _refused_if_damaged(p):
             layout = _check_schema(conn, p)
             _check_pages(conn, p)
-        return layout, _read_rows(conn, layout, p)
-    finally:
+    except BaseException:
         conn.close()
+        raise
+
+    def records() -> Generator[LogRecord, None, None]:
+        try:
+            first = start
+            while True:
+                chunk = _read_rows(conn, layout, p, first, first + _STREAM_CHUNK)
+                yield from chunk
+                if len(chunk) < _STREAM_CHUNK:
+                    return
+                first += _STREAM_CHUNK
+        finally:
+            conn.close()
+
+    return layout, records()
 
 
 class SQLiteLog:
@@ -532,7 +621,8 @@ class SQLiteLog:
     module docstring for the schema and what holds after a crash).
 
     ``SQLiteLog(path)`` opens or creates the log (the header, a few pragmas,
-    and the newest record format: one pass in SQLite's C code);
+    and the newest record format: one probe of a partial index, O(log n),
+    after a one-time scan of a file written before that index);
     ``Buffer(log=SQLiteLog(path))`` recovers the buffer from it. ``timeout``
     is how long a write waits for another connection's lock.
     ``write`` is one transaction per batch. Thread-safe (the buffer flushes
@@ -602,7 +692,9 @@ class SQLiteLog:
             if type(next_seq) is not int:
                 raise LogFormatError(f"{self._path}: the log's last seq is not an integer")
             self._next_seq = next_seq
-            _ensure_checkpoint_index(conn)
+            with _refused_if_damaged(self._path):  # building an index reads the table
+                _ensure_format_index(conn)
+                _ensure_checkpoint_index(conn)
         except BaseException:
             conn.close()
             raise
@@ -631,8 +723,9 @@ class SQLiteLog:
         with self._lock:
             if self._conn is None:
                 # Closed: read through a read-only connection (a buffer's log
-                # stays readable after its sink is closed). O(records).
-                return check_read(read_sqlite(self._path)[1][start:stop], start, stop)
+                # stays readable after its sink is closed): the file's checks
+                # (O(file size)), then one range query.
+                return check_read(_read_closed(self._path, start, stop), start, stop)
             records = _read_rows(self._conn, self._layout, self._path, start, stop)
         return check_read(records, start, stop)
 
@@ -643,10 +736,14 @@ class SQLiteLog:
         checkpoint rows, O(log records + checkpoints)."""
         with self._lock:
             conn = self._open_conn()
-            total = int(
-                conn.execute("SELECT COALESCE(MAX(seq) + 1, 0) FROM quiesce_log").fetchone()[0]
-            )
-            seqs = [r[0] for r in conn.execute(_CHECKPOINTS, (total,))]
+            # the open no longer reads every page: damage may show here first
+            with _refused_if_damaged(self._path):
+                total = conn.execute(
+                    "SELECT COALESCE(MAX(seq) + 1, 0) FROM quiesce_log"
+                ).fetchone()[0]
+                seqs = [r[0] for r in conn.execute(_CHECKPOINTS, (total,))]
+        if type(total) is not int or not all(type(s) is int for s in seqs):
+            raise LogFormatError(f"{self._path}: the log's seqs are not integers (damaged)")
         return total, seqs
 
     def write(self, records: Sequence[LogRecord]) -> None:
