@@ -97,20 +97,27 @@ def _check_recovery(kind: str, path: Path, reports: list[dict[str, Any]]) -> int
 def _crash_loop(kind: str, tmp_path: Path, kills: int, seed: int, every: int = 0) -> None:
     rng = random.Random(seed)
     path = tmp_path / f"log-0.{kind}"
+    paths = []
     lengths = []
     for k in range(kills):
         if k % 6 == 0:  # a fresh file now and then, so logs stay small
             path = tmp_path / f"log-{k}.{kind}"
+            paths.append(path)
         delay = rng.choice([0.0, rng.uniform(0, 0.01), rng.uniform(0, 0.1), rng.uniform(0, 0.1)])
         reports = _run_and_kill(kind, path, seed * 1000 + k, delay, every)
         lengths.append(_check_recovery(kind, path, reports))
     assert max(lengths) > 0, "no child ever made anything durable"
     if every:
-        sink = _open(kind, path)
-        try:
-            assert sink.checkpoints()[1], "no checkpoint was ever written"
-        finally:
-            sink.close()
+        # some file got a checkpoint (one whose kills all came early may not)
+        written = []
+        for p in paths:
+            if p.exists():
+                sink = _open(kind, p)
+                try:
+                    written.append(bool(sink.checkpoints()[1]))
+                finally:
+                    sink.close()
+        assert any(written), "no checkpoint was ever written"
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "jsonl"])

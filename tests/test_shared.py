@@ -258,7 +258,9 @@ class TestScenarios:
         assert "x" in a("summary")["staged"]
         released = b("unpin")
         s = wait_for(lambda: (s := a("summary"))["tombstones"] == ["x"] and s)
-        removal = [json.loads(r[4]) for r in db_log(pg_dsn) if r[2] == "remove"]
+        # the remove record follows the published removal in the next flush
+        rows = wait_for(lambda: [r for r in db_log(pg_dsn) if r[2] == "remove"])
+        removal = [json.loads(r[4]) for r in rows]
         assert len(removal) == 1
         assert removal[0]["time"] >= released  # published after B's reader left
         assert pinned_version < s["version"]
