@@ -19,12 +19,22 @@ What it keeps true across processes (each member is one
    and never touch the network. A replica never applies a removal itself.
 3. Writes are forwarded. A replica's ``append``, ``mark_stale``, ``prune`` and
    ``edit`` become rows of ``quiesce_request``; the sequencer applies each
-   once, in arrival order, and stores its result *in the same transaction*
-   as the records it produced. The call returns the same report (or raises
-   the same error) the sequencer's buffer gave, after the replica has applied
-   those records locally (read-your-writes). A crash before that commit
-   leaves neither the records nor the result, and the next sequencer applies
-   the request.
+   exactly once, in arrival order, and stores its result *in the same
+   transaction* as the records it produced: while it applies a request it
+   holds its buffer's flush lock until the result is queued, so no other
+   flush can commit the records alone. The call returns the same report (or
+   raises the same error) the sequencer's buffer gave, after the replica has
+   applied those records locally (read-your-writes). A crash before that
+   commit leaves neither the records nor the result, and the next sequencer
+   applies the request. The one flush that can commit a request's records
+   before its result exists is the request's own (a prune or edit publishing
+   a due removal inline); so every record a request's application appends
+   carries its id (``detail["request_id"]``), and a sequencer that finds an
+   unanswered request's records in the log — its predecessor died in that
+   window — stores the result derived from them instead of applying it
+   again: the same report, except that a ``version`` the request did not
+   publish itself is the newest one before its first record, and an edit's
+   ``deferred`` omits ids another request had staged already.
 4. Grace periods span processes. Each member publishes a *horizon* with its
    member lease: ``min(oldest local pin, local head version)`` (the head term
    covers a reader about to pin a version the member has not yet seen marked).
@@ -52,10 +62,7 @@ may still be applied).
 What does *not* hold across processes: a sequencer's own writes are
 acknowledged when applied locally and durable only after ``flush()`` (as with
 any sink; a forwarded write is durable when it returns); a forwarded request
-that timed out may still be applied later; a request whose records were made
-durable by a concurrent removal flush, with the sequencer dying before its
-result committed, can be applied a second time (``append`` then fails with
-``DuplicateEntry``; ``mark_stale`` and ``prune`` are idempotent).
+that timed out may still be applied later (once).
 
 Threads: each member has three psycopg connections (the sink, a control
 connection for leases, members and requests, and a listener), all used from
@@ -240,7 +247,9 @@ REQUEST_KEY = "request_id"
 #: Requests whose stamped records a member remembers (oldest forgotten first):
 #: only a request whose result was lost in a crash needs its records again,
 #: and that is one of the last few the old sequencer applied.
-_STAMPED_KEPT = 10_000
+_STAMPED_KEPT = 4_096
+#: The detail fields of a stamped record that a derived result reads.
+_DERIVED_FROM = frozenset({"outcomes", "staged", "tombstones", "tombstone", "refusals", "why"})
 #: The records that decide a request, per operation (the first one present
 #: holds what its result is derived from).
 _DECIDING = {
@@ -1178,6 +1187,8 @@ class SharedBuffer:
             request_id = rec.detail.get(REQUEST_KEY)
             if request_id is None:
                 continue
+            # only what _derive_result reads (not an appended entry's body)
+            rec = rec._replace(detail={k: v for k, v in rec.detail.items() if k in _DERIVED_FROM})
             found = stamped.get(request_id)
             if found is None:
                 stamped[request_id] = [rec]

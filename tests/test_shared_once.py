@@ -1,0 +1,132 @@
+"""Forwarded requests are applied exactly once, even when the sequencer is
+SIGKILLed between applying a request and storing its result.
+
+The window: the sequencer applied a replica's request on its local buffer
+and its records reached the log (a concurrent flush, or the request's own
+inline flush when a prune or edit publishes a due removal), but the
+request's result did not. A successor used to apply the request again
+(``append`` then failed with ``DuplicateEntry``; a prune reported
+``UNCHANGED`` for what it had removed). Each test holds the real sequencer
+process in that window (a child-only hook, ``tests/_shared_child.py``),
+SIGKILLs it, and checks that the replica gets the report of the one
+application, and the log holds the request's records once. Members run on
+asyncio and on trio.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from test_shared import (
+    SHORT,
+    Member,
+    check_merged,
+    converge,
+    db_log,
+    sequencer,
+    start,
+    wait_for,
+)
+
+BACKENDS = ["asyncio", "trio"]
+
+
+@pytest.fixture
+def members(pg_dsn: str) -> Iterator[list[Member]]:
+    started: list[Member] = []
+    yield started
+    for m in started:
+        m.close()
+
+
+def _held(path: Path) -> bool:
+    return path.exists()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+class TestExactlyOnce:
+    def test_append_committed_by_a_concurrent_flush(
+        self, pg_dsn: str, members: list[Member], backend: str, tmp_path: Path
+    ) -> None:
+        """Another thread flushes while the sequencer is between applying a
+        forwarded append and queueing its result; then the sequencer dies.
+        The flush waits for the result (it holds the request's record back
+        until then), so the record is not durable without it: the successor
+        applies the append once and the replica gets its version."""
+        held = tmp_path / "held"
+        a = start(
+            members,
+            pg_dsn,
+            backend,
+            hold={"op": "append", "path": str(held), "race": True},
+            **SHORT,
+        )
+        b = start(members, pg_dsn, backend, **SHORT)
+        b.send("append", ("x", "forwarded"))
+        wait_for(lambda: _held(held), timeout=30, interval=0.01)
+        a.kill()
+        a.proc.join(5)
+        version = b._reply(60)  # DuplicateEntry if it was applied twice
+        assert isinstance(version, int)
+        appends = [r for r in db_log(pg_dsn) if r[2] == "append"]
+        assert [(json.loads(r[4])["ids"], r[3]) for r in appends] == [(["x"], version)]
+        (record,) = (json.loads(r[4]) for r in appends)
+        assert record["detail"]["request_id"]  # stamped with the request
+        assert sequencer(members) is b
+        converge(members)
+        check_merged(pg_dsn, members)
+
+    @pytest.mark.parametrize("op", ["prune", "edit_prune"])
+    def test_removal_committed_by_the_requests_own_flush(
+        self, pg_dsn: str, members: list[Member], backend: str, tmp_path: Path, op: str
+    ) -> None:
+        """A forwarded prune (or edit) of an entry already marked and seen by
+        every member is due at once: the sequencer publishes the removal
+        inline, and that flush makes the request's records durable before
+        its result exists. The sequencer dies right then. The successor finds
+        the request's records (stamped with its id) and derives the report
+        (PRUNED / removed) instead of applying it again (UNCHANGED)."""
+        held = tmp_path / "held"
+        a = start(
+            members,
+            pg_dsn,
+            backend,
+            hold={"op": op.split("_")[0], "path": str(held), "race": False},
+            **SHORT,
+        )
+        b = start(members, pg_dsn, backend, **SHORT)
+        b("append", ("x", "the dump"))
+        v = b("mark", "x")
+        b("wait_applied", v)
+
+        # the sequencer has read b's horizon at or past the mark: x is due
+        wait_for(lambda: (a("stats")["grace_floor"] or -1) >= v, timeout=10)
+        b.send(op, ["x"])
+        wait_for(lambda: _held(held), timeout=30, interval=0.01)
+        a.kill()
+        a.proc.join(5)
+        report = b._reply(60)
+        rows = db_log(pg_dsn)
+        decided = "prune" if op == "prune" else "edit"
+        records = [json.loads(r[4]) for r in rows if r[2] == decided]
+        assert len(records) == 1, "the request was applied twice"
+        removes = [json.loads(r[4]) for r in rows if r[2] == "remove"]
+        assert [[t["id"] for t in r["detail"]["tombstones"]] for r in removes] == [["x"]]
+        stamp = records[0]["detail"]["request_id"]
+        assert removes[0]["detail"]["request_id"] == stamp
+        if op == "prune":
+            assert report == {"x": "PRUNED"}
+        else:
+            assert report == {
+                "applied": True,
+                "version": removes[0]["version"],
+                "removed": ["x"],
+                "deferred": [],
+            }
+        assert sequencer(members) is b
+        converge(members)
+        check_merged(pg_dsn, members)
