@@ -130,3 +130,56 @@ class TestExactlyOnce:
         assert sequencer(members) is b
         converge(members)
         check_merged(pg_dsn, members)
+
+
+@pytest.mark.anyio
+async def test_rows_read_before_the_result_committed_are_not_applied_again(
+    pg_dsn: str, anyio_backend: str
+) -> None:
+    """The sequencer's pump reads the open requests, then serves them; a
+    request answered in between (its result committed by another flush) is
+    served from a stale row. Replayed here deterministically: the rows of a
+    forwarded prune and append that are already answered, served again. The
+    sequencer finds their stamped records in its log and derives the same
+    results; nothing is applied twice."""
+    import anyio
+    import psycopg
+
+    from quiesce import Entry, Kind, open_shared_buffer
+
+    fast = {"lease": 3.0, "poll": 0.2, "timeout": 5.0}
+    async with (
+        open_shared_buffer(pg_dsn, "b", **fast) as a,
+        open_shared_buffer(pg_dsn, "b", **fast) as b,
+    ):
+        assert b.role == "replica"
+        await b.append(Entry("x", Kind.REASONING, "x"))
+        report = await b.prune(["x"], reason="stale")
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT request_id, member_id, op, args FROM quiesce_request "
+                "WHERE buffer_id = 'b' ORDER BY created"
+            ).fetchall()
+            before = conn.execute(
+                "SELECT op, result FROM quiesce_request WHERE buffer_id = 'b' ORDER BY created"
+            ).fetchall()
+        assert [r[2] for r in rows] == ["append", "prune"]
+        n = len(a.log)
+        await anyio.to_thread.run_sync(a._serve_batch, rows)
+        assert len(a.log) == n  # applied again: a second prune record
+        assert [r.op for r in a.log].count("prune") == 1
+        assert a._results == []  # derived, stored (a no-op: already answered)
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            after = conn.execute(
+                "SELECT op, result FROM quiesce_request WHERE buffer_id = 'b' ORDER BY created"
+            ).fetchall()
+        assert after == before
+        # what the derivation gives is the report the caller got
+        prune_args = json.loads(rows[1][3])
+        stamped = a._stamped[rows[1][0]]
+        from quiesce._shared import _derive_result, _result_to_dict
+
+        derived = _derive_result("prune", prune_args, stamped, a._version_before)
+        assert derived == _result_to_dict("prune", report)
+        a._check()
+        b._check()
