@@ -89,7 +89,8 @@ class TestExactlyOnce:
         inline, and that flush makes the request's records durable before
         its result exists. The sequencer dies right then. The successor finds
         the request's records (stamped with its id) and derives the report
-        (PRUNED / removed) instead of applying it again (UNCHANGED)."""
+        (PRUNED / removed) instead of applying it again (UNCHANGED; a second
+        prune or edit record)."""
         held = tmp_path / "held"
         a = start(
             members,
@@ -111,22 +112,33 @@ class TestExactlyOnce:
         a.proc.join(5)
         report = b._reply(60)
         rows = db_log(pg_dsn)
-        decided = "prune" if op == "prune" else "edit"
-        records = [json.loads(r[4]) for r in rows if r[2] == decided]
-        assert len(records) == 1, "the request was applied twice"
-        removes = [json.loads(r[4]) for r in rows if r[2] == "remove"]
-        assert [[t["id"] for t in r["detail"]["tombstones"]] for r in removes] == [["x"]]
-        stamp = records[0]["detail"]["request_id"]
-        assert removes[0]["detail"]["request_id"] == stamp
-        if op == "prune":
-            assert report == {"x": "PRUNED"}
+        decided = [r for r in rows if r[2] == ("prune" if op == "prune" else "edit")]
+        assert len(decided) == 1, "the request was applied twice"
+        stamp = json.loads(decided[0][4])["detail"]["request_id"]
+        if decided[0][1] == 1:
+            # committed by the killed sequencer (epoch 1), by the request's own
+            # removal flush, without its result: the successor derived it
+            removes = [json.loads(r[4]) for r in rows if r[2] == "remove"]
+            assert [[t["id"] for t in r["detail"]["tombstones"]] for r in removes] == [["x"]]
+            assert removes[0]["detail"]["request_id"] == stamp
+            if op == "prune":
+                assert report == {"x": "PRUNED"}
+            else:
+                assert report == {
+                    "applied": True,
+                    "version": removes[0]["version"],
+                    "removed": ["x"],
+                    "deferred": [],
+                }
         else:
-            assert report == {
-                "applied": True,
-                "version": removes[0]["version"],
-                "removed": ["x"],
-                "deferred": [],
-            }
+            # rarely, the runtime's scheduler took the due removal before the
+            # request's inline one (then nothing of the request was durable
+            # when the sequencer died): the successor applied it, once
+            if op == "prune":
+                assert report in ({"x": "PRUNED"}, {"x": "DEFERRED"})
+            else:
+                assert report["applied"] and report["removed"] + report["deferred"] == ["x"]
+        wait_for(lambda: b("summary")["tombstones"] == ["x"])
         assert sequencer(members) is b
         converge(members)
         check_merged(pg_dsn, members)
