@@ -195,3 +195,66 @@ async def test_rows_read_before_the_result_committed_are_not_applied_again(
         assert derived == _result_to_dict("prune", report)
         a._check()
         b._check()
+
+
+@pytest.mark.anyio
+async def test_derived_results_equal_the_reports_callers_got(
+    pg_dsn: str, anyio_backend: str
+) -> None:
+    """For every kind of forwarded request (append, mark, prune, an applied
+    and a refused edit, a refused re-admission), the result derived from its
+    stamped records equals the one the sequencer stored when it applied it;
+    errors cross processes as themselves, with their tombstone."""
+    import anyio
+    import psycopg
+
+    from quiesce import (
+        EditPlan,
+        Entry,
+        EntryPruned,
+        Kind,
+        Prune,
+        ReadmissionRefused,
+        open_shared_buffer,
+    )
+    from quiesce._shared import _derive_result
+
+    fast = {"lease": 3.0, "poll": 0.2, "timeout": 5.0}
+    async with (
+        open_shared_buffer(pg_dsn, "d", **fast) as a,
+        open_shared_buffer(pg_dsn, "d", **fast) as b,
+    ):
+        await b.append(Entry("x", Kind.REASONING, "the dump"))
+        await b.append(Entry("y", Kind.REASONING, "kept"))
+        await b.append(Entry("n", Kind.REASONING, "attempt 2 timed out, do not retry"))
+        await b.mark_stale("y", "old")
+        await b.prune(["x", "nope"], reason="stale")
+        refused = await b.edit(EditPlan([Prune("n")], reason="drop"))
+        assert not refused.applied
+        await b.edit(EditPlan([Prune("y")], reason="drop"))
+        with anyio.fail_after(10):
+            while "x" not in b.head().tombs.by_id:
+                await anyio.sleep(0.02)
+        with pytest.raises(ReadmissionRefused) as readmission:
+            await b.append(Entry("x2", Kind.REASONING, "the dump"))
+        assert readmission.value.tombstone.id == "x"
+        with pytest.raises(EntryPruned) as pruned:
+            await b.mark_stale("x", "again")
+        assert pruned.value.tombstone.id == "x"
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT request_id, op, args, result FROM quiesce_request "
+                "WHERE buffer_id = 'd' ORDER BY created"
+            ).fetchall()
+        compared = []
+        for request_id, op, args, result in rows:
+            stamped = a._stamped.get(request_id)
+            if stamped is None:  # no record (mark_stale of a pruned entry)
+                assert op == "mark_stale" and "EntryPruned" in result
+                continue
+            derived = _derive_result(op, json.loads(args), stamped, a._version_before)
+            assert derived == json.loads(result), op
+            compared.append(op)
+        assert compared == ["append"] * 3 + ["mark_stale", "prune", "edit", "edit", "append"]
+        a._check()
+        b._check()

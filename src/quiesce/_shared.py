@@ -93,6 +93,7 @@ from ._core.log import EditLog, _build_lock
 from ._core.pins import _NOT_ENTERED, _new_object
 from ._core.plan import EditPlan, Move, Op, Prune, Rewrite, Summarize
 from ._core.policy import Policy
+from ._core.publish import tomb_to_dict
 from ._core.records import (
     EditReport,
     Escalation,
@@ -105,8 +106,9 @@ from ._core.records import (
     Refusal,
     Stats,
     Status,
+    Tombstone,
 )
-from ._core.replay import replay
+from ._core.replay import _tomb, replay
 from ._core.tasks import task_name
 from ._core.version import Version
 from ._log.postgres import PostgresLog, WriterFenced, connect, ensure_schema
@@ -389,6 +391,7 @@ def _derive_result(
                 "message": f"entry {deciding.ids[0]!r} matches tombstone of {tomb['id']!r} "
                 f"(pruned at version {tomb['version']}: {tomb['reason']}); re-admission "
                 f"needs an Override",
+                "tombstone": tomb,
             }
         return {"version": deciding.version}
     if op == "mark_stale":
@@ -437,14 +440,33 @@ def _derive_result(
 
 
 def _error_to_dict(exc: BaseException) -> dict[str, Any]:
-    return {"error": type(exc).__name__, "message": str(exc)}
+    """The wire form of an error, with the tombstone (and ref) that
+    ``EntryPruned``, ``ReadmissionRefused`` and ``DanglingReference`` carry."""
+    d: dict[str, Any] = {"error": type(exc).__name__, "message": str(exc)}
+    tomb = getattr(exc, "tombstone", None)
+    if isinstance(tomb, Tombstone):
+        d["tombstone"] = tomb_to_dict(tomb)
+    if isinstance(exc, _errors.DanglingReference):
+        d["ref"] = exc.ref
+    return d
 
 
 def _error_from_dict(d: dict[str, Any]) -> QuiesceError:
+    """Invert :func:`_error_to_dict`: the same class, message and payload."""
     cls = getattr(_errors, str(d["error"]), None)
     if not (isinstance(cls, type) and issubclass(cls, QuiesceError)):
         cls = QuiesceError
-    return cls(d["message"])
+    message = str(d["message"])
+    tomb = d.get("tombstone")
+    tombstone = None if tomb is None else _tomb(tomb)
+    if issubclass(cls, _errors.DanglingReference):
+        return cls(message, str(d.get("ref", "")), tombstone)
+    if issubclass(cls, _errors.EntryPruned | _errors.ReadmissionRefused):
+        return cls(message, tombstone)
+    try:
+        return cls(message)
+    except TypeError:  # a class this version builds differently
+        return QuiesceError(message)
 
 
 def _check_seconds(value: object, what: str) -> float:
