@@ -243,6 +243,27 @@ def _hold_mid_commit(path: str, at: int) -> None:
     SharedBuffer._before_commit = before_commit  # type: ignore[method-assign]
 
 
+def _hold_mid_copy(path: str, at: int) -> None:
+    """Test hook (this process only): while the sink streams the ``at``-th
+    record into its ``COPY ... FROM STDIN`` (the COPY under way, the
+    transaction open), create the file ``path`` holding that record's seq
+    and stop there for good (the parent SIGKILLs this process)."""
+    from quiesce._log import postgres
+
+    original = postgres.encode_record
+    count: list[int] = []
+
+    def encode(record: Any) -> str:
+        count.append(1)
+        if len(count) == at:
+            with open(path, "w") as f:
+                f.write(f"{record.seq} {record.seq}")
+            time.sleep(600)
+        return original(record)
+
+    postgres.encode_record = encode  # type: ignore[assignment]
+
+
 def child(dsn: str, backend: str, conn: Connection, options: dict[str, Any]) -> None:
     """The process entry point (SIGUSR1 dumps every thread's stack)."""
     import faulthandler
@@ -264,6 +285,9 @@ def child(dsn: str, backend: str, conn: Connection, options: dict[str, Any]) -> 
     mid_commit = options.pop("hold_commit", None)
     if mid_commit is not None:
         _hold_mid_commit(**mid_commit)
+    mid_copy = options.pop("hold_copy", None)
+    if mid_copy is not None:
+        _hold_mid_copy(**mid_copy)
     try:
         anyio.run(_main, dsn, backend, conn, options, backend=backend)
     except Exception as exc:  # reported to the parent, which fails the test

@@ -50,6 +50,8 @@ FAST = {"lease": 3.0, "poll": 0.2, "timeout": 5.0}
 #: the fault tests: a lease short enough to expire within a test
 SHORT = {"lease": 1.0}
 SLOW = pytest.mark.slow
+#: the SIGKILL sweep: three seeds by default, 21 under -m slow
+KILL_SEEDS = [1, 2, 3, *(pytest.param(s, marks=SLOW) for s in range(4, 22))]
 
 
 class Member:
@@ -332,23 +334,26 @@ class TestScenarios:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 class TestFaults:
-    @pytest.mark.parametrize("seed", [1, 2, *(pytest.param(s, marks=SLOW) for s in range(3, 21))])
+    @pytest.mark.parametrize("seed", KILL_SEEDS)
     def test_sigkill_of_the_sequencer_while_replicas_write(
         self, pg_dsn: str, members: list[Member], backend: str, seed: int, tmp_path: Any
     ) -> None:
         """SIGKILL the sequencer at a seeded moment while two replicas
-        forward writes: with an odd seed in the middle of its k-th group
-        commit (k seeded; a child-only hook holds it after the COPY, before
-        the NOTIFY and the COMMIT, and the kill lands there), with an even
-        seed after a seeded random delay. Another member takes the lease
-        (epoch + 1) and serves. Then: nothing of the killed batch became
-        visible, nothing acknowledged is lost, no request was applied twice,
-        no gap in seq, every member's _check() passes and the merged history
-        passes check_shared_history. Two seeds by default, 20 with -m slow."""
+        forward writes. Seeds 1, 4, ...: inside its k-th group commit, after
+        the COPY, before the NOTIFY and the COMMIT; seeds 3, 6, ...: in the
+        middle of a COPY, while it streams its k-th record (k seeded; a
+        child-only hook holds the sequencer there and the kill lands there);
+        seeds 2, 5, ...: after a seeded random delay. Another member takes
+        the lease (epoch + 1) and serves. Then: nothing of the killed
+        transaction became visible, nothing acknowledged is lost, no request
+        was applied twice, no gap in seq, every member's _check() passes and
+        the merged history passes check_shared_history. Three seeds by
+        default, 21 with -m slow."""
         rng = random.Random(seed)
         held = tmp_path / "held"
-        mid_commit = seed % 2 == 1
-        hold = {"hold_commit": {"path": str(held), "at": rng.randint(2, 40)}} if mid_commit else {}
+        mode = ("copy", "commit", "random")[seed % 3]
+        mid_commit = mode != "random"
+        hold = {f"hold_{mode}": {"path": str(held), "at": rng.randint(2, 40)}} if mid_commit else {}
         a = start(members, pg_dsn, backend, **SHORT, **hold)
         b = start(members, pg_dsn, backend, **SHORT)
         c = start(members, pg_dsn, backend, **SHORT)
