@@ -1306,7 +1306,10 @@ class SharedBuffer:
                 done = self._stamped.get(request_id)
                 derived = None
                 if done is not None and args is not None and op in _DECIDING:
-                    derived = _derive_result(op, args, done, self._version_before)
+                    try:
+                        derived = _derive_result(op, args, done, self._version_before)
+                    except (KeyError, TypeError, ValueError, IndexError):
+                        derived = None  # malformed arguments: applied (and refused) as before
                 if derived is not None:
                     assert done is not None
                     with self._results_lock:
