@@ -195,6 +195,13 @@ async def _main(dsn: str, backend: str, conn: Connection, options: dict[str, Any
         await _serve(conn, buf)
 
 
+def _signal(path: str, text: str) -> None:
+    """Tell the parent (which polls for ``path``): written whole, then renamed."""
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+
+
 def _hold_between_apply_and_result(op: str, path: str, race: bool) -> None:
     """Test hook (this process only): once the sequencer has applied the
     first forwarded ``op``, and before its result is known, hold the serving
@@ -215,8 +222,7 @@ def _hold_between_apply_and_result(op: str, path: str, race: bool) -> None:
                 racer = threading.Thread(target=self.local.flush, daemon=True)
                 racer.start()
                 racer.join(1.0)
-            with open(path, "w") as f:
-                f.write("held")
+            _signal(path, "held")
             time.sleep(600)
         return value
 
@@ -235,8 +241,7 @@ def _hold_mid_commit(path: str, at: int) -> None:
         done = original(self, cur, batch)
         commits.append(len(batch))
         if len(commits) == at:
-            with open(path, "w") as f:
-                f.write(f"{batch[0].seq} {batch[-1].seq}")
+            _signal(path, f"{batch[0].seq} {batch[-1].seq}")
             time.sleep(600)
         return done
 
@@ -256,8 +261,7 @@ def _hold_mid_copy(path: str, at: int) -> None:
     def encode(record: Any) -> str:
         count.append(1)
         if len(count) == at:
-            with open(path, "w") as f:
-                f.write(f"{record.seq} {record.seq}")
+            _signal(path, f"{record.seq} {record.seq}")
             time.sleep(600)
         return original(record)
 
