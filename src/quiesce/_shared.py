@@ -1241,7 +1241,9 @@ class SharedBuffer:
     def _stamp_tail(self, buf: RuntimeBuffer, start: int, request_id: str) -> None:
         """Stamp the records from ``start`` on (the fast path's compact ones,
         built now) with ``request_id``. Call holding the buffer's write lock
-        (no other writer appends) and flush lock (no flush has read them)."""
+        (no other writer appends) and flush lock (no flush has read them). A
+        reader of ``log`` that built one of them in between keeps a record
+        equal to the stored one but for the stamp. O(records stamped)."""
         records = buf._records
         with _build_lock:
             for seq in range(start, len(records)):
