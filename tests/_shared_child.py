@@ -17,7 +17,7 @@ from typing import Any
 
 import anyio
 
-from quiesce import Entry, Kind, QuiesceError, Snapshot
+from quiesce import EditPlan, Entry, Kind, Prune, QuiesceError, Snapshot
 from quiesce._shared import SharedBuffer, SharedWriteTimeout, open_shared_buffer
 
 
@@ -103,6 +103,15 @@ async def _serve(conn: Connection, buf: SharedBuffer) -> None:
             elif name == "prune":
                 report = await buf.prune(args, reason="test prune", actor="test")
                 value = {i: o.status.name for i, o in report.items()}
+            elif name == "edit_prune":
+                plan = EditPlan([Prune(i) for i in args], reason="test edit", actor="test")
+                er = await buf.edit(plan)
+                value = {
+                    "applied": er.applied,
+                    "version": er.version,
+                    "removed": list(er.removed),
+                    "deferred": list(er.deferred),
+                }
             elif name == "pin":
                 snap = buf.snapshot().__enter__()
                 seen = [e.id for e in snap]
@@ -147,6 +156,7 @@ async def _serve(conn: Connection, buf: SharedBuffer) -> None:
                     "failovers": st.failovers,
                     "served": st.served,
                     "forwarded": st.forwarded,
+                    "grace_floor": st.grace_floor,
                 }
             elif name == "writes":
                 value = await _writes(buf, *args)
@@ -185,6 +195,79 @@ async def _main(dsn: str, backend: str, conn: Connection, options: dict[str, Any
         await _serve(conn, buf)
 
 
+def _signal(path: str, text: str) -> None:
+    """Tell the parent (which polls for ``path``): written whole, then renamed."""
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+
+
+def _hold_between_apply_and_result(op: str, path: str, race: bool) -> None:
+    """Test hook (this process only): once the sequencer has applied the
+    first forwarded ``op``, and before its result is known, hold the serving
+    thread for good, after creating the file ``path`` (the parent SIGKILLs
+    this process then). With ``race``, another thread flushes first, as the
+    flusher or a removal's intent flush may at that moment; the file is
+    created when that flush returned, or after 1 s if it waits."""
+    import threading
+
+    original = SharedBuffer._apply_locally
+    fired: list[bool] = []
+
+    def apply(self: SharedBuffer, name: str, args: dict[str, Any]) -> Any:
+        value = original(self, name, args)
+        if name == op and not fired:
+            fired.append(True)
+            if race:
+                racer = threading.Thread(target=self.local.flush, daemon=True)
+                racer.start()
+                racer.join(1.0)
+            _signal(path, "held")
+            time.sleep(600)
+        return value
+
+    SharedBuffer._apply_locally = apply  # type: ignore[method-assign]
+
+
+def _hold_mid_commit(path: str, at: int) -> None:
+    """Test hook (this process only): inside the ``at``-th group commit of
+    the sink that holds records (after the COPY, before the NOTIFY and the
+    COMMIT), create the file ``path`` and stop there for good (the parent
+    SIGKILLs this process)."""
+    original = SharedBuffer._before_commit
+    commits: list[int] = []
+
+    def before_commit(self: SharedBuffer, cur: Any, batch: Any) -> Any:
+        done = original(self, cur, batch)
+        commits.append(len(batch))
+        if len(commits) == at:
+            _signal(path, f"{batch[0].seq} {batch[-1].seq}")
+            time.sleep(600)
+        return done
+
+    SharedBuffer._before_commit = before_commit  # type: ignore[method-assign]
+
+
+def _hold_mid_copy(path: str, at: int) -> None:
+    """Test hook (this process only): while the sink streams the ``at``-th
+    record into its ``COPY ... FROM STDIN`` (the COPY under way, the
+    transaction open), create the file ``path`` holding that record's seq
+    and stop there for good (the parent SIGKILLs this process)."""
+    from quiesce._log import postgres
+
+    original = postgres.encode_record
+    count: list[int] = []
+
+    def encode(record: Any) -> str:
+        count.append(1)
+        if len(count) == at:
+            _signal(path, f"{record.seq} {record.seq}")
+            time.sleep(600)
+        return original(record)
+
+    postgres.encode_record = encode  # type: ignore[assignment]
+
+
 def child(dsn: str, backend: str, conn: Connection, options: dict[str, Any]) -> None:
     """The process entry point (SIGUSR1 dumps every thread's stack)."""
     import faulthandler
@@ -200,6 +283,15 @@ def child(dsn: str, backend: str, conn: Connection, options: dict[str, Any]) -> 
             t.print_stack(file=sys.stderr)
 
     signal.signal(signal.SIGUSR2, tasks)
+    hold = options.pop("hold", None)
+    if hold is not None:
+        _hold_between_apply_and_result(**hold)
+    mid_commit = options.pop("hold_commit", None)
+    if mid_commit is not None:
+        _hold_mid_commit(**mid_commit)
+    mid_copy = options.pop("hold_copy", None)
+    if mid_copy is not None:
+        _hold_mid_copy(**mid_copy)
     try:
         anyio.run(_main, dsn, backend, conn, options, backend=backend)
     except Exception as exc:  # reported to the parent, which fails the test

@@ -19,12 +19,22 @@ What it keeps true across processes (each member is one
    and never touch the network. A replica never applies a removal itself.
 3. Writes are forwarded. A replica's ``append``, ``mark_stale``, ``prune`` and
    ``edit`` become rows of ``quiesce_request``; the sequencer applies each
-   once, in arrival order, and stores its result *in the same transaction*
-   as the records it produced. The call returns the same report (or raises
-   the same error) the sequencer's buffer gave, after the replica has applied
-   those records locally (read-your-writes). A crash before that commit
-   leaves neither the records nor the result, and the next sequencer applies
-   the request.
+   exactly once, in arrival order, and stores its result *in the same
+   transaction* as the records it produced: while it applies a request it
+   holds its buffer's flush lock until the result is queued, so no other
+   flush can commit the records alone. The call returns the same report (or
+   raises the same error) the sequencer's buffer gave, after the replica has
+   applied those records locally (read-your-writes). A crash before that
+   commit leaves neither the records nor the result, and the next sequencer
+   applies the request. The one flush that can commit a request's records
+   before its result exists is the request's own (a prune or edit publishing
+   a due removal inline); so every record a request's application appends
+   carries its id (``detail["request_id"]``), and a sequencer that finds an
+   unanswered request's records in the log — its predecessor died in that
+   window — stores the result derived from them instead of applying it
+   again: the same report, except that a ``version`` the request did not
+   publish itself is the newest one before its first record, and an edit's
+   ``deferred`` omits ids another request had staged already.
 4. Grace periods span processes. Each member publishes a *horizon* with its
    member lease: ``min(oldest local pin, local head version)`` (the head term
    covers a reader about to pin a version the member has not yet seen marked).
@@ -52,10 +62,7 @@ may still be applied).
 What does *not* hold across processes: a sequencer's own writes are
 acknowledged when applied locally and durable only after ``flush()`` (as with
 any sink; a forwarded write is durable when it returns); a forwarded request
-that timed out may still be applied later; a request whose records were made
-durable by a concurrent removal flush, with the sequencer dying before its
-result committed, can be applied a second time (``append`` then fails with
-``DuplicateEntry``; ``mark_stale`` and ``prune`` are idempotent).
+that timed out may still be applied later (once).
 
 Threads: each member has three psycopg connections (the sink, a control
 connection for leases, members and requests, and a listener), all used from
@@ -83,14 +90,16 @@ from ._core.buffer import Snapshot
 from ._core.checkpoint import recover
 from ._core.entry import Entry
 from ._core.errors import InvalidArgument, InvalidType, LogWriteError, QuiesceError
-from ._core.log import EditLog
+from ._core.log import EditLog, _build_lock
 from ._core.pins import _NOT_ENTERED, _new_object
 from ._core.plan import EditPlan, Move, Op, Prune, Rewrite, Summarize
 from ._core.policy import Policy
+from ._core.publish import tomb_to_dict
 from ._core.records import (
     EditReport,
     Escalation,
     EscalationKind,
+    LogRecord,
     Mark,
     Outcome,
     Override,
@@ -98,8 +107,9 @@ from ._core.records import (
     Refusal,
     Stats,
     Status,
+    Tombstone,
 )
-from ._core.replay import replay
+from ._core.replay import _tomb, replay
 from ._core.tasks import task_name
 from ._core.version import Version
 from ._log.postgres import PostgresLog, WriterFenced, connect, ensure_schema
@@ -234,6 +244,26 @@ SELECT request_id, result, applied_seq FROM quiesce_request
 WHERE buffer_id = %(b)s AND request_id = ANY(%(ids)s) AND result IS NOT NULL
 """
 
+#: The key, in a log record's ``detail``, naming the forwarded request whose
+#: application appended the record (exactly-once; see ``_serve_batch``).
+REQUEST_KEY = "request_id"
+#: Requests whose stamped records a member remembers (oldest forgotten first):
+#: only a request whose result was lost in a crash needs its records again,
+#: and that is one of the last few the old sequencer applied.
+_STAMPED_KEPT = 4_096
+#: Records before a member's starting checkpoint it reads once for stamps.
+_STAMP_LOOKBACK = 10_000
+#: The detail fields of a stamped record that a derived result reads.
+_DERIVED_FROM = frozenset({"outcomes", "staged", "tombstones", "tombstone", "refusals", "why"})
+#: The records that decide a request, per operation (the first one present
+#: holds what its result is derived from).
+_DECIDING = {
+    "append": ("append", "refuse"),
+    "mark_stale": ("mark",),
+    "prune": ("prune",),
+    "edit": ("edit",),
+}
+
 
 # -- wire forms of the forwarded operations and their results ---------------
 
@@ -335,15 +365,111 @@ def _result_from_dict(op: str, d: dict[str, Any], plan: EditPlan | None) -> Any:
     )
 
 
+def _stamped(record: LogRecord, request_id: str) -> LogRecord:
+    """``record`` with the forwarded request's id in its detail."""
+    return record._replace(detail={**record.detail, REQUEST_KEY: request_id})
+
+
+def _derive_result(
+    op: str, args: dict[str, Any], records: list[LogRecord], version_before: Callable[[int], int]
+) -> dict[str, Any] | None:
+    """The result of request ``op(args)`` from the records its application
+    appended (stamped with its id, in ``seq`` order), when that application
+    is in the log but its result is not (the sequencer died in between): the
+    report the caller would have got, except that a ``version`` the request
+    itself did not publish is the newest one before its first record. None
+    if the deciding record is not among them (then nothing was decided)."""
+    deciding = next((r for r in records if r.op in _DECIDING[op]), None)
+    if deciding is None:
+        return None
+    det = deciding.detail
+    versions = [r.version for r in records if r.version is not None]
+    version = max(versions) if versions else version_before(deciding.seq)
+    removed = {t["id"] for r in records if r.op == "remove" for t in r.detail.get("tombstones", ())}
+    if op == "append":
+        if deciding.op == "refuse":
+            tomb = det["tombstone"]
+            return {
+                "error": "ReadmissionRefused",
+                "message": f"entry {deciding.ids[0]!r} matches tombstone of {tomb['id']!r} "
+                f"(pruned at version {tomb['version']}: {tomb['reason']}); re-admission "
+                f"needs an Override",
+                "tombstone": tomb,
+            }
+        return {"version": deciding.version}
+    if op == "mark_stale":
+        return {"mark": [deciding.ids[0], deciding.reason, deciding.turn, deciding.version]}
+    if op == "prune":
+        decided = det.get("outcomes", {})
+        outcomes = []
+        for i in dict.fromkeys(args["ids"]):
+            if i in decided:
+                outcomes.append([i, *decided[i]])
+            else:  # a candidate: removed by this request's own removal, or staged
+                status = Status.PRUNED if i in removed else Status.DEFERRED
+                outcomes.append([i, status.value, None])
+        return {"version": version, "outcomes": outcomes}
+    if deciding.outcome != "applied":
+        refusals = list(det.get("refusals", ()))
+        return {
+            "applied": False,
+            "refusals": refusals,
+            "escalation": {
+                "kind": EscalationKind.REFUSED_EDIT.value,
+                "detail": "; ".join(det.get("why", ())),
+                "refusals": refusals,
+                "version": version,
+                "data": {},
+            },
+            "version": version,
+            "removed": [],
+            "deferred": [],
+        }
+    plan = args["plan"]
+    staged = {i for g in det.get("staged", ()) for i in g[1]}
+    taken: dict[str, None] = {}
+    for o in plan["ops"]:
+        for i in [o["id"]] if o["op"] == "prune" else o["ids"] if o["op"] == "summarize" else []:
+            if i in staged or i in removed:
+                taken[i] = None
+    return {
+        "applied": True,
+        "refusals": [],
+        "escalation": None,
+        "version": version,
+        "removed": [i for i in taken if i in removed],
+        "deferred": [i for i in taken if i not in removed],
+    }
+
+
 def _error_to_dict(exc: BaseException) -> dict[str, Any]:
-    return {"error": type(exc).__name__, "message": str(exc)}
+    """The wire form of an error, with the tombstone (and ref) that
+    ``EntryPruned``, ``ReadmissionRefused`` and ``DanglingReference`` carry."""
+    d: dict[str, Any] = {"error": type(exc).__name__, "message": str(exc)}
+    tomb = getattr(exc, "tombstone", None)
+    if isinstance(tomb, Tombstone):
+        d["tombstone"] = tomb_to_dict(tomb)
+    if isinstance(exc, _errors.DanglingReference):
+        d["ref"] = exc.ref
+    return d
 
 
 def _error_from_dict(d: dict[str, Any]) -> QuiesceError:
+    """Invert :func:`_error_to_dict`: the same class, message and payload."""
     cls = getattr(_errors, str(d["error"]), None)
     if not (isinstance(cls, type) and issubclass(cls, QuiesceError)):
         cls = QuiesceError
-    return cls(d["message"])
+    message = str(d["message"])
+    tomb = d.get("tombstone")
+    tombstone = None if tomb is None else _tomb(tomb)
+    if issubclass(cls, _errors.DanglingReference):
+        return cls(message, str(d.get("ref", "")), tombstone)
+    if issubclass(cls, _errors.EntryPruned | _errors.ReadmissionRefused):
+        return cls(message, tombstone)
+    try:
+        return cls(message)
+    except TypeError:  # a class this version builds differently
+        return QuiesceError(message)
 
 
 def _check_seconds(value: object, what: str) -> float:
@@ -451,6 +577,11 @@ class SharedBuffer:
         self._commit_lock = threading.Lock()  # request batches vs the flusher
         self._results: list[tuple[str, str, int]] = []  # (request_id, json, seq_after)
         self._results_lock = threading.Lock()
+        #: (thread, request_id) while that thread applies a forwarded request
+        self._serving: tuple[int, str] | None = None
+        #: request_id -> the records its application appended (stamped with
+        #: it), for the requests this member's local log holds, newest last
+        self._stamped: dict[str, list[LogRecord]] = {}
         self._waiting: dict[str, tuple[str, EditPlan | None]] = {}
         self._answers: dict[str, tuple[str, int]] = {}
         self._answered = anyio.Event()
@@ -745,6 +876,8 @@ class SharedBuffer:
             None, self._policy, max_pin_age=self._max_pin_age, flush_interval=self._flush_interval
         ) as buf:
             buf._grace_floor = -1  # a replica never applies a removal itself
+            self._install_stamping(buf)
+            self._stamped = {}
             await self._db(self._load_local, buf)
             task_status.started(buf)
             await stop.wait()
@@ -760,8 +893,17 @@ class SharedBuffer:
         with buf._write_lock:
             if recover(buf, sink):
                 buf._records.dropped = buf._records.first
+                # Stamped records of a request whose result a dead sequencer
+                # never stored sit just before the checkpoint at worst (the
+                # checkpoint rode on that request's inline flush; the result
+                # follows within the same serve batch): index a bounded
+                # stretch before it too, read once from the database.
+                start = max(0, buf._records.first - _STAMP_LOOKBACK)
+                self._index_stamped(sink.read_range(start, len(buf._records)))
             else:
-                replay(buf, sink.read_from(0))
+                records = sink.read_from(0)
+                replay(buf, records)
+                self._index_stamped(records)
 
     async def _close(self) -> None:
         self._closing = True
@@ -1082,7 +1224,64 @@ class SharedBuffer:
             fresh = [r for r in records if r.seq >= start]
             if fresh and fresh[0].seq == start:
                 replay(buf, fresh)
+                self._index_stamped(fresh)
         self._signal_applied()
+
+    def _index_stamped(self, records: Iterable[LogRecord]) -> None:
+        """Remember the records stamped with a forwarded request's id (from
+        the log, or appended here). O(records); keeps the newest
+        :data:`_STAMPED_KEPT` requests."""
+        stamped = self._stamped
+        for rec in records:
+            request_id = rec.detail.get(REQUEST_KEY)
+            if request_id is None:
+                continue
+            # only what _derive_result reads (not an appended entry's body)
+            rec = rec._replace(detail={k: v for k, v in rec.detail.items() if k in _DERIVED_FROM})
+            found = stamped.get(request_id)
+            if found is None:
+                stamped[request_id] = [rec]
+                if len(stamped) > _STAMPED_KEPT:
+                    del stamped[next(iter(stamped))]
+            else:
+                found.append(rec)
+
+    def _install_stamping(self, buf: RuntimeBuffer) -> None:
+        """Make the local buffer stamp every record that the thread applying a
+        forwarded request appends through ``_append_record`` (all but the
+        two fast paths, which :meth:`_stamp_tail` covers) with the request's
+        id, before the record is visible to any flush. Its flush lock becomes
+        re-entrant: the serving thread holds it while applying a request
+        (:meth:`_apply_request`) and a prune or edit flushes inline."""
+        buf._flush_lock = threading.RLock()  # type: ignore[assignment]
+        append_record = buf._append_record
+
+        def stamping(record: LogRecord) -> None:
+            serving = self._serving
+            if serving is not None and serving[0] == threading.get_ident():
+                record = _stamped(record, serving[1])
+                self._index_stamped((record,))
+            append_record(record)
+
+        buf._append_record = stamping  # type: ignore[method-assign]
+
+    def _stamp_tail(self, buf: RuntimeBuffer, start: int, request_id: str) -> None:
+        """Stamp the records from ``start`` on (the fast path's compact ones,
+        built now) with ``request_id``. Call holding the buffer's write lock
+        (no other writer appends) and flush lock (no flush has read them). A
+        reader of ``log`` that built one of them in between keeps a record
+        equal to the stored one but for the stamp. O(records stamped)."""
+        records = buf._records
+        with _build_lock:
+            for seq in range(start, len(records)):
+                local = seq - records.first
+                rec = list.__getitem__(records, local)
+                if type(rec) is tuple:  # compact (log.py): build it now
+                    rec = rec[0](seq, *rec[1:])
+                if REQUEST_KEY not in rec.detail:
+                    rec = _stamped(rec, request_id)
+                    self._index_stamped((rec,))
+                list.__setitem__(records, local, rec)
 
     def _signal_applied(self) -> None:
         event, self._applied = self._applied, anyio.Event()
@@ -1116,6 +1315,11 @@ class SharedBuffer:
         self._signal_applied()
 
     def _serve_batch(self, rows: list[tuple[Any, ...]]) -> None:
+        """Apply each open request exactly once (worker thread). A request
+        whose stamped records this member's log already holds — applied by a
+        sequencer that died before its result was stored, or by this one
+        (rows read before its result committed) — is not applied again: its
+        result is derived from those records (:func:`_derive_result`)."""
         with self._commit_lock:
             buf = self.local
             with self._results_lock:
@@ -1124,18 +1328,79 @@ class SharedBuffer:
                 if request_id in applied:
                     continue
                 try:
-                    value = self._apply_locally(op, json.loads(args_text))
-                    text = json.dumps(_result_to_dict(op, value))
-                except QuiesceError as exc:
-                    if isinstance(exc, LogWriteError):
-                        raise
-                    text = json.dumps(_error_to_dict(exc))
-                except (KeyError, TypeError, ValueError) as exc:
-                    text = json.dumps({"error": "InvalidArgument", "message": repr(exc)})
-                with self._results_lock:
-                    self._results.append((request_id, text, len(buf._records)))
+                    args = json.loads(args_text)
+                except ValueError as exc:
+                    args = None
+                    bad = json.dumps({"error": "InvalidArgument", "message": repr(exc)})
+                done = self._stamped.get(request_id)
+                derived = None
+                if done is not None and args is not None and op in _DECIDING:
+                    try:
+                        derived = _derive_result(op, args, done, self._version_before)
+                    except (KeyError, TypeError, ValueError, IndexError):
+                        derived = None  # malformed arguments: applied (and refused) as before
+                if derived is not None:
+                    assert done is not None
+                    with self._results_lock:
+                        self._results.append((request_id, json.dumps(derived), done[-1].seq + 1))
+                    continue
+                if args is None:
+                    with self._results_lock:
+                        self._results.append((request_id, bad, len(buf._records)))
+                    continue
+                self._apply_request(buf, request_id, op, args)
                 self.served += 1
             self._flush_locked()
+
+    def _apply_request(
+        self, buf: RuntimeBuffer, request_id: str, op: str, args: dict[str, Any]
+    ) -> None:
+        """Apply one forwarded request and queue its result, holding the
+        buffer's flush lock throughout: a flush by another thread (the
+        flusher, a removal's intent) waits, so it commits the request's
+        records only together with its result (``_before_commit``). Only the
+        request's own inline flush (a prune or edit publishing a due removal)
+        can commit them first; they carry the request's id, so a successor
+        derives the result instead of applying the request again."""
+        with buf._flush_lock:
+            self._serving = (threading.get_ident(), request_id)
+            try:
+                try:
+                    if op in ("append", "mark_stale"):
+                        # the fast paths append compact records, stamped here
+                        with buf._write_lock:
+                            start = len(buf._records)
+                            try:
+                                value = self._apply_locally(op, args)
+                            finally:
+                                self._stamp_tail(buf, start, request_id)
+                    else:
+                        value = self._apply_locally(op, args)
+                finally:
+                    self._serving = None
+                text = json.dumps(_result_to_dict(op, value))
+            except QuiesceError as exc:
+                if isinstance(exc, LogWriteError):
+                    raise
+                text = json.dumps(_error_to_dict(exc))
+            except (KeyError, TypeError, ValueError) as exc:
+                text = json.dumps({"error": "InvalidArgument", "message": repr(exc)})
+            with self._results_lock:
+                self._results.append((request_id, text, len(buf._records)))
+
+    def _version_before(self, seq: int) -> int:
+        """The newest version published by a record before ``seq`` (the head
+        a request that published none reported). Reads back at most 1,000
+        records; past them, or where they were dropped, the current head."""
+        log = self.local.log
+        for s in range(seq - 1, max(-1, seq - 1_001), -1):
+            try:
+                version = log[s].version
+            except QuiesceError:
+                return self.local.version
+            if version is not None:
+                return version
+        return self.local.version if seq > 1_000 else 0
 
     def _before_commit(self, cur: Any, batch: Any) -> Callable[[], None] | None:
         """The sink's ``before_commit``, inside each batch's transaction:
