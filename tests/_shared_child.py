@@ -253,19 +253,20 @@ def _hold_mid_copy(path: str, at: int) -> None:
     record into its ``COPY ... FROM STDIN`` (the COPY under way, the
     transaction open), create the file ``path`` holding that record's seq
     and stop there for good (the parent SIGKILLs this process)."""
-    from quiesce._log import postgres
+    import psycopg
 
-    original = postgres.encode_record
+    original = psycopg.Copy.write_row
     count: list[int] = []
 
-    def encode(record: Any) -> str:
+    def write_row(self: Any, row: Any) -> None:
         count.append(1)
         if len(count) == at:
-            _signal(path, f"{record.seq} {record.seq}")
+            seq = row[1]  # (buffer_id, seq, epoch, format, op, version, record)
+            _signal(path, f"{seq} {seq}")
             time.sleep(600)
-        return original(record)
+        original(self, row)
 
-    postgres.encode_record = encode  # type: ignore[assignment]
+    psycopg.Copy.write_row = write_row  # type: ignore[method-assign]
 
 
 def child(dsn: str, backend: str, conn: Connection, options: dict[str, Any]) -> None:

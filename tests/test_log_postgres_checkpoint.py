@@ -590,3 +590,23 @@ def test_state_machine(pg_dsn: str) -> None:
             suppress_health_check=[HealthCheck.too_slow],
         ),
     )
+
+
+def test_read_containing_filters_on_the_server(pg_dsn: str) -> None:
+    """``read_containing`` returns, in order and decoded, exactly the records
+    of the range whose stored text holds the literal (``%`` and ``_`` in it
+    are not wildcards), counting only the rows that matched."""
+    sink = PostgresLog(pg_dsn, "b")
+    buf = Buffer(log=sink)
+    for n in range(40):
+        body = "needle_%" if n % 7 == 0 else ("needleX%" if n % 5 == 0 else f"hay {n}")
+        buf.append(Entry(f"e{n}", Kind.TOOL_OUTPUT, body))
+    buf.flush()
+    before = sink.rows_read
+    found = sink.read_containing(3, 30, "needle_%")
+    assert [r.seq for r in found] == [r.seq for r in buf.log[3:30] if "needle_%" in str(r.detail)]
+    assert [r.seq for r in found] == [7, 14, 21, 28]
+    assert sink.rows_read - before == 4
+    assert found == list(buf.log[7:29:7])
+    assert sink.read_containing(5, 5, "needle") == []
+    sink.close()

@@ -893,13 +893,16 @@ class SharedBuffer:
         with buf._write_lock:
             if recover(buf, sink):
                 buf._records.dropped = buf._records.first
-                # Stamped records of a request whose result a dead sequencer
-                # never stored sit just before the checkpoint at worst (the
-                # checkpoint rode on that request's inline flush; the result
-                # follows within the same serve batch): index a bounded
-                # stretch before it too, read once from the database.
-                start = max(0, buf._records.first - _STAMP_LOOKBACK)
-                self._index_stamped(sink.read_range(start, len(buf._records)))
+                first = buf._records.first
+                self._index_stamped(buf.log[first:])  # the tail, in memory
+                # A request still open may have stamped records just before
+                # the checkpoint (it rode on that request's inline flush and a
+                # dead sequencer never stored the result; the result follows
+                # within the same serve batch): fetch the stamped ones of a
+                # bounded stretch before it, filtered on the server.
+                if first and self._ctl.run(_OPEN_REQUESTS, {"b": self._buffer_id}):
+                    start = max(0, first - _STAMP_LOOKBACK)
+                    self._index_stamped(sink.read_containing(start, first, f'"{REQUEST_KEY}"'))
             else:
                 records = sink.read_from(0)
                 replay(buf, records)

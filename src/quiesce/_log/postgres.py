@@ -189,6 +189,10 @@ CREATE TRIGGER quiesce_meta_no_truncate BEFORE TRUNCATE ON quiesce_meta
 
 _COPY = "COPY quiesce_log (buffer_id, seq, writer_epoch, format, op, version, record) FROM STDIN"
 _SELECT = "SELECT seq, record FROM quiesce_log WHERE buffer_id = %s AND seq >= %s ORDER BY seq"
+_SELECT_CONTAINING = (
+    "SELECT seq, record FROM quiesce_log WHERE buffer_id = %s AND seq >= %s AND seq < %s "
+    "AND record LIKE %s ORDER BY seq"
+)
 _SELECT_RANGE = (
     "SELECT seq, record FROM quiesce_log WHERE buffer_id = %s AND seq >= %s AND seq < %s "
     "ORDER BY seq"
@@ -455,6 +459,18 @@ class PostgresLog:
             return []
         rows = self._fetch(_SELECT_RANGE, (self._buffer_id, start, stop))
         return check_read(_decode_rows(rows, self.where, start), start, stop)
+
+    def read_containing(self, start: int, stop: int, text: str) -> list[LogRecord]:
+        """The records ``start`` .. ``stop - 1`` whose stored text contains
+        ``text`` (a literal, not a pattern), in order: one range query on the
+        primary key, filtered on the server, so only the matching rows cross
+        the network. Each is decoded and checked as :meth:`read_range` does.
+        O(log n + stop - start) on the server."""
+        if start >= stop:
+            return []
+        pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        rows = self._fetch(_SELECT_CONTAINING, (self._buffer_id, start, stop, pattern))
+        return [rec for row in rows for rec in _decode_rows([row], self.where, int(row[0]))]
 
     def checkpoints(self) -> tuple[int, Sequence[int]]:
         """The number of stored records and the seqs of the checkpoint records
