@@ -15,7 +15,15 @@ import anyio
 import psycopg
 import pytest
 
-from quiesce import Buffer, Entry, Kind, PostgresLog, open_shared_buffer
+from quiesce import (
+    Buffer,
+    Entry,
+    InvalidArgument,
+    InvalidType,
+    Kind,
+    PostgresLog,
+    open_shared_buffer,
+)
 from quiesce._core.replay import replay
 
 FAST = {"lease": 3.0, "poll": 0.2, "timeout": 5.0}
@@ -61,7 +69,7 @@ async def test_members_start_from_the_newest_checkpoint(pg_dsn: str, anyio_backe
     next sequencer starts from the newest of them."""
     want = _view(_long_log(pg_dsn))
     async with (
-        open_shared_buffer(pg_dsn, "b", **FAST) as a,
+        open_shared_buffer(pg_dsn, "b", checkpoint_every=5, **FAST) as a,  # a short cadence
         open_shared_buffer(pg_dsn, "b", **FAST) as b,
     ):
         assert (a.role, b.role) == ("sequencer", "replica")
@@ -70,9 +78,6 @@ async def test_members_start_from_the_newest_checkpoint(pg_dsn: str, anyio_backe
             assert m._sink is not None and m._sink.rows_read <= 11 + 5
             assert _view(m) == want
             m._check()
-        local = a.local
-        local._checkpoint_every = 5  # a short cadence for the test
-        local._checkpoint_due = len(local._records) + 5
         for i in range(12):
             await a.append(Entry(f"n{i}", Kind.REASONING, f"new {i}"))
         await a.flush()
@@ -124,3 +129,28 @@ async def test_a_damaged_checkpoint_is_skipped_by_a_joining_member(
         full = Buffer()
         replay(full, log.load())
     assert _view(full) == want
+
+
+@pytest.mark.anyio
+async def test_flush_checkpoint_and_the_cadence_setting(pg_dsn: str, anyio_backend: str) -> None:
+    """``checkpoint_every=0`` writes none by itself; the sequencer's
+    ``flush(checkpoint=True)`` writes one in the same commit, a replica's
+    writes none; a bad setting is refused before connecting."""
+    async with (
+        open_shared_buffer(pg_dsn, "b", checkpoint_every=0, **FAST) as a,
+        open_shared_buffer(pg_dsn, "b", **FAST) as b,
+    ):
+        assert (a.role, b.role) == ("sequencer", "replica")
+        for i in range(30):
+            await a.append(Entry(f"n{i}", Kind.REASONING, f"new {i}"))
+        await a.flush()
+        assert _checkpoints(pg_dsn) == []
+        await b.flush(checkpoint=True)
+        await a.flush()
+        assert _checkpoints(pg_dsn) == []
+        await a.flush(checkpoint=True)
+        assert _checkpoints(pg_dsn) == [(30, a.epoch)]
+    for bad, error in (("5", InvalidType), (-1, InvalidArgument), (2.5, InvalidType)):
+        with pytest.raises(error, match="checkpoint_every"):
+            async with open_shared_buffer(pg_dsn, "b", checkpoint_every=bad, **FAST):
+                pass

@@ -87,7 +87,7 @@ import anyio.abc
 
 from ._core import errors as _errors
 from ._core.buffer import Snapshot
-from ._core.checkpoint import recover
+from ._core.checkpoint import DEFAULT_CHECKPOINT_EVERY, recover
 from ._core.entry import Entry
 from ._core.errors import InvalidArgument, InvalidType, LogWriteError, QuiesceError
 from ._core.log import EditLog, _build_lock
@@ -546,6 +546,7 @@ class SharedBuffer:
         member_id: str | None,
         max_pin_age: float | None,
         flush_interval: float,
+        checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
     ) -> None:
         if not isinstance(dsn, str):
             raise InvalidType(f"dsn must be a str, not {type(dsn).__name__}")
@@ -555,6 +556,13 @@ class SharedBuffer:
         self._timeout = _check_seconds(timeout, "timeout")
         self._poll = _check_seconds(poll, "poll")
         self._flush_interval = _check_seconds(flush_interval, "flush_interval")
+        if type(checkpoint_every) is not int:
+            raise InvalidType(
+                f"checkpoint_every must be an int, not {type(checkpoint_every).__name__}"
+            )
+        if checkpoint_every < 0:
+            raise InvalidArgument(f"checkpoint_every must be >= 0, got {checkpoint_every}")
+        self._checkpoint_every = checkpoint_every
         if member_id is None:
             member_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         elif not isinstance(member_id, str) or not member_id:
@@ -730,15 +738,16 @@ class SharedBuffer:
         result: EditReport = await self._write("edit", {"plan": plan.to_dict()}, timeout, plan)
         return result
 
-    async def flush(self) -> None:
+    async def flush(self, *, checkpoint: bool = False) -> None:
         """On the sequencer: return once every change made before the call is
-        durable. On a replica: a checkpoint (its forwarded writes are durable
-        when they return). Raises :class:`LeaseLost` if this member, as
+        durable (with ``checkpoint=True``, a checkpoint row of the head in the
+        same commit). On a replica: an anyio checkpoint, nothing more (its
+        forwarded writes are durable when they return). Raises :class:`LeaseLost` if this member, as
         sequencer, lost the lease while some of its writes were not yet
         durable (they were dropped): a flush that returns means every write
         it acknowledged before is in the log."""
         if self._role == _SEQUENCER:
-            await anyio.to_thread.run_sync(self._flush)
+            await anyio.to_thread.run_sync(self._flush, checkpoint)
         else:
             await anyio.lowlevel.checkpoint()
         lost, self._lost_records = self._lost_records, 0
@@ -1027,7 +1036,8 @@ class SharedBuffer:
                 # the sequencer writes checkpoints (every checkpoint_every
                 # records) for members and successors to start from
                 buf._checkpoints_ok = True
-                buf._checkpoint_due = len(buf._records) + buf._checkpoint_every
+                buf._checkpoint_every = self._checkpoint_every
+                buf._checkpoint_due = len(buf._records) + self._checkpoint_every
                 buf._grace_floor = 0  # until the members' horizons are read
             self._role = _SEQUENCER
         await self._refresh_floor()
@@ -1454,14 +1464,14 @@ class SharedBuffer:
 
         return committed
 
-    def _flush(self) -> None:
+    def _flush(self, checkpoint: bool = False) -> None:
         with self._commit_lock:
-            self._flush_locked()
+            self._flush_locked(checkpoint)
 
-    def _flush_locked(self) -> None:
+    def _flush_locked(self, checkpoint: bool = False) -> None:
         buf = self.local
         try:
-            buf.flush()
+            buf.flush(checkpoint=checkpoint)
         except LogWriteError as exc:
             if isinstance(exc.__cause__, WriterFenced):
                 raise exc.__cause__ from None
@@ -1511,6 +1521,7 @@ async def open_shared_buffer(
     member_id: str | None = None,
     max_pin_age: float | None = 30.0,
     flush_interval: float = 0.01,
+    checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
 ) -> AsyncIterator[SharedBuffer]:
     """Join the buffer ``buffer_id`` shared through the PostgreSQL database at
     ``dsn``, as its sequencer if the writer lease is free, else as a replica.
@@ -1520,8 +1531,11 @@ async def open_shared_buffer(
     one lease. ``timeout`` bounds every database call and every forwarded
     write. ``poll`` is the fallback catch-up period when no ``NOTIFY``
     arrives. ``policy`` should be the same in every member (the sequencer's
-    decides). On exit the sequencer flushes and releases its lease (another
-    member takes over at once) and the member leaves.
+    decides). ``checkpoint_every``: while this member is the sequencer, it
+    writes a checkpoint row after that many records (0: only on
+    ``flush(checkpoint=True)``); members start from the newest one. On exit
+    the sequencer flushes and releases its lease (another member takes over
+    at once) and the member leaves.
 
     Raises :class:`LogWriteError` if the database cannot be reached and
     :class:`LogFormatError` for tables written by a newer quiesce.
@@ -1536,6 +1550,7 @@ async def open_shared_buffer(
         member_id=member_id,
         max_pin_age=max_pin_age,
         flush_interval=flush_interval,
+        checkpoint_every=checkpoint_every,
     )
     failure: BaseException | None = None
     try:

@@ -227,8 +227,8 @@ class Buffer(Editor):
         self._max_removed_grace = 0
         self._compacted = False  # the log starts from a compacted checkpoint
         self._checkpoint_every = checkpoint_every
-        # checkpoints go only to sinks that recover from them (SQLite, JSONL):
-        # a shared log (Postgres) or a custom sink never sees one
+        # checkpoints go only to sinks that recover from them (SQLite, JSONL,
+        # PostgreSQL: CheckpointSink); a custom sink without it never sees one
         self._checkpoints_ok = isinstance(log, CheckpointSink)
         if log is not None:
             if not (self._checkpoints_ok and recover(self, log)):  # type: ignore[arg-type]

@@ -220,9 +220,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``quiesce inspect``; returns the exit status."""
     parser = argparse.ArgumentParser(
         prog="quiesce inspect",
-        description="Show the edit log and tombstones of a quiesce log file (SQLite or JSONL).",
+        description=(
+            "Show the edit log and tombstones of a quiesce log: a SQLite or JSONL "
+            "file, or a postgresql:// URI (buffer_id=ID in its query)"
+        ),
     )
-    parser.add_argument("path", metavar="PATH", help="a SQLiteLog or JsonlLog file")
+    parser.add_argument(
+        "path", metavar="PATH", help="a SQLiteLog or JsonlLog file, or a PostgresLog URI"
+    )
     parser.add_argument("--id", dest="entry", metavar="ENTRY", help="only what names this entry")
     parser.add_argument(
         "--op", choices=OPS, metavar="OP", help=f"only one operation: {', '.join(OPS)}"
