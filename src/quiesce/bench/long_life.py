@@ -724,7 +724,7 @@ def _readers(ll: LongLifeConfig, res: SectionResult) -> None:
     names and ages may add at most 1.5x that (goal 2.5x). The extra
     ``stats_per_reader_10000_vs_100`` shows the cost per reader does not
     grow with their number."""
-    from .._runtime import RuntimeBuffer
+    from quiesce import RuntimeBuffer
 
     now = [0.0]
 
