@@ -35,8 +35,6 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from immutables import Map
-
 from .check import check_buffer
 from .draft import Draft
 from .entry import Entry
@@ -169,6 +167,35 @@ def verify_checkpoint(rec: LogRecord) -> dict[str, Any]:
     return state
 
 
+def restore_tombs(state: dict[str, Any]) -> Tombs:
+    """The tombstones of a checkpoint ``state``, written again in the order
+    that makes each ``by_hash`` / ``by_key`` winner the newest of its hash or
+    key (older first; the winners last within one version). A state whose
+    winners cannot all be honoured raises :class:`LogFormatError`, so
+    recovery falls back to an earlier checkpoint. O(tombstones)."""
+    tombs = [tomb_from_dict(d) for d in state["tombstones"]]
+    win_hash = {h: i for h, i in state["by_hash"]}
+    win_key = {k: i for k, i in state["by_key"]}
+
+    def order(item: tuple[int, Any]) -> tuple[int, int, int]:
+        index, t = item
+        wins = (win_hash.get(t.content_hash) == t.id) + (
+            t.key is not None and win_key.get(t.key) == t.id
+        )
+        return (-1 if t.version is None else t.version, wins, index)
+
+    out = Tombs.of(t for _, t in sorted(enumerate(tombs), key=order))
+    by_hash, by_key = out.by_hash, out.by_key
+    if (
+        len(by_hash) != len(win_hash)
+        or any((t := by_hash.get(h)) is None or t.id != i for h, i in win_hash.items())
+        or len(by_key) != len(win_key)
+        or any((t := by_key.get(k)) is None or t.id != i for k, i in win_key.items())
+    ):
+        raise LogFormatError("a checkpoint's tombstone indexes disagree with its tombstones")
+    return out
+
+
 def _restore(buf: Buffer, rec: LogRecord, state: dict[str, Any]) -> None:
     """Make ``buf`` (fresh) hold ``state``, with the log ending at ``rec``."""
     draft = Draft(Version.empty())
@@ -177,12 +204,7 @@ def _restore(buf: Buffer, rec: LogRecord, state: dict[str, Any]) -> None:
     draft.next_key = float(state["next_key"])
     for i, reason, turn, version in state["marks"]:
         draft.marks[i] = Mark(i, reason, turn, version)
-    by_id = {d["id"]: tomb_from_dict(d) for d in state["tombstones"]}
-    draft.tombs = Tombs(
-        Map(by_id),
-        Map({h: by_id[i] for h, i in state["by_hash"]}),
-        Map({k: by_id[i] for k, i in state["by_key"]}),
-    )
+    draft.tombs = restore_tombs(state)
     buf._head = draft.finish(int(state["version"]))
     # a compacted log (``quiesce compact``) starts at this checkpoint: the
     # records it summarises are not in this log (check.py allows for it)

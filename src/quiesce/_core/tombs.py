@@ -1,0 +1,534 @@
+"""Tombstones: one compact, append-only store shared by every version of a buffer.
+
+What it keeps true (issue 13): tombstones stay forever, and every version
+sees exactly the tombstones written up to it, but memory holds *no Python
+object per tombstone*. A buffer's tombstones live in one
+:class:`TombStore`: packed columns (``bytearray`` and ``array``) in the
+order they were written, and three open-addressing hash indexes over them
+(id, content hash, key) whose slots are 4-byte positions plus a 1-byte tag.
+A version's :class:`Tombs` is ``(store, count)``: its tombstones are the
+first ``count`` of the store. Tombstones are only ever added, and versions
+of one buffer form one line, so a version's set is a prefix; publishing a
+new tombstone appends to the store and makes a new ``(store, count + 1)``,
+O(1) amortized, never a copy.
+
+About 45 bytes per tombstone for the columns (an 8-byte id, a 16-hex-digit
+content hash packed to 8 bytes, interned reason and actor) plus 10-30 bytes
+of index slots, and the garbage collector sees a handful of objects whatever
+the count (a full collection does not grow with history).
+
+"Deleted" and "never existed" stay distinguishable: ``id in tombs`` is
+exact. A :class:`~.records.Tombstone` is built on each read (an equal, new
+object each time; nothing relies on identity).
+
+Threads: the store is changed only under the owning buffer's write lock.
+Readers never lock: a column is only appended to (or cut above every
+published count, below), an index slot's tag is written before its
+position, and a grown index is built aside and swapped in by one attribute
+store, so a reader sees either index, each holding every published
+tombstone. Every match is verified against the stored data and the
+reader's ``count``, so a stale slot is never a wrong answer.
+
+A draft that is dropped after adding tombstones (a refused edit) leaves
+them past the head's count; the next ``add`` from the head cuts them off
+(:meth:`TombStore.truncate`) before appending, so a store only ever holds
+one line of history past the head.
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_left
+from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
+from typing import Any
+
+from .entry import Kind
+from .records import Tombstone
+
+__all__ = ["EMPTY_TOMBS", "TombStore", "Tombs"]
+
+_KINDS: tuple[Kind, ...] = tuple(Kind)
+_KIND_CODE: dict[Kind, int] = {k: i for i, k in enumerate(_KINDS)}
+_NO_KIND = 255
+#: turn / version ``None`` in their int64 columns
+_NONE = -(1 << 63)
+#: smallest index size (slots); an index grows when 2/3 full
+_MIN_SLOTS = 16
+
+
+def _enc(s: str) -> bytes:
+    return s.encode("utf-8", "surrogatepass")
+
+
+def _dec(b: bytes | bytearray) -> str:
+    return b.decode("utf-8", "surrogatepass")
+
+
+def _packed_hash(h: str) -> bytes | None:
+    """The 8 bytes of a 16-lowercase-hex-digit content hash, or ``None`` for
+    any other string (stored as is, in the store's ``odd`` map)."""
+    if len(h) == 16:
+        try:
+            b = bytes.fromhex(h)
+        except ValueError:
+            return None
+        if b.hex() == h:
+            return b
+    return None
+
+
+class _Index:
+    """An open-addressing multimap from a string's ``hash()`` to store
+    positions: ``slots[i]`` is ``position + 1`` (0: empty), ``tags[i]`` 8
+    more bits of the hash. Linear probing; never deletes (a stale slot is
+    skipped by verification). Load at most 2/3."""
+
+    __slots__ = ("mask", "slots", "tags", "used")
+
+    def __init__(self, size: int) -> None:
+        self.slots = array("I", bytes(4 * size))
+        self.tags = bytearray(size)
+        self.mask = size - 1
+        self.used = 0
+
+    def full(self) -> bool:
+        return 3 * (self.used + 1) > 2 * (self.mask + 1)
+
+    def put(self, h: int, pos: int) -> None:
+        mask = self.mask
+        slots = self.slots
+        i = h & mask
+        while slots[i]:
+            i = (i + 1) & mask
+        self.tags[i] = (h >> 56) & 0xFF  # the tag first: a reader seeing the slot sees it
+        slots[i] = pos + 1
+        self.used += 1
+
+    def candidates(self, h: int, count: int) -> Iterator[int]:
+        """Positions below ``count`` whose slot tag matches ``h`` (verify them)."""
+        mask = self.mask
+        slots = self.slots
+        tags = self.tags
+        tag = (h >> 56) & 0xFF
+        i = h & mask
+        while True:
+            p = slots[i]
+            if not p:
+                return
+            if p <= count and tags[i] == tag:
+                yield p - 1
+            i = (i + 1) & mask
+
+
+class TombStore:
+    """Every tombstone a buffer wrote, packed, in writing order. See the
+    module docstring. Positions are 0-based; ``n`` tombstones are held."""
+
+    __slots__ = (
+        "_actor",
+        "_by_hash",
+        "_by_id",
+        "_by_key",
+        "_hash8",
+        "_id_blob",
+        "_id_end",
+        "_key_blob",
+        "_key_end",
+        "_key_pos",
+        "_kind",
+        "_odd",
+        "_reason",
+        "_str_ix",
+        "_strs",
+        "_turn",
+        "_version",
+        "n",
+    )
+
+    def __init__(self) -> None:
+        self.n = 0
+        self._id_blob = bytearray()
+        self._id_end = array("q")
+        self._hash8 = bytearray()
+        self._odd: dict[int, str] = {}  # position -> a content hash that is not 16 hex digits
+        self._strs: list[str | None] = [None]  # interned reasons and actors
+        self._str_ix: dict[str | None, int] = {None: 0}
+        self._reason = array("I")
+        self._actor = array("I")
+        self._turn = array("q")
+        self._version = array("q")
+        self._kind = bytearray()
+        self._key_pos = array("q")  # positions holding a key (ascending)
+        self._key_end = array("q")
+        self._key_blob = bytearray()
+        self._by_id = _Index(_MIN_SLOTS)
+        self._by_hash = _Index(_MIN_SLOTS)
+        self._by_key = _Index(_MIN_SLOTS)
+
+    # -- columns --------------------------------------------------------------
+
+    def id_at(self, p: int) -> str:
+        end = self._id_end
+        return _dec(self._id_blob[(end[p - 1] if p else 0) : end[p]])
+
+    def hash_at(self, p: int) -> str:
+        odd = self._odd
+        if odd and p in odd:
+            return odd[p]
+        return self._hash8[8 * p : 8 * p + 8].hex()
+
+    def key_at(self, p: int) -> str | None:
+        kpos = self._key_pos
+        j = bisect_left(kpos, p)
+        if j == len(kpos) or kpos[j] != p:
+            return None
+        end = self._key_end
+        return _dec(self._key_blob[(end[j - 1] if j else 0) : end[j]])
+
+    def tomb(self, p: int) -> Tombstone:
+        """The tombstone at position ``p``, built. O(log keys)."""
+        turn = self._turn[p]
+        version = self._version[p]
+        kind = self._kind[p]
+        strs = self._strs
+        return Tombstone(
+            self.id_at(p),
+            self.hash_at(p),
+            strs[self._reason[p]],  # type: ignore[arg-type]
+            None if turn == _NONE else turn,
+            strs[self._actor[p]],
+            None if version == _NONE else version,  # type: ignore[arg-type]
+            None if kind == _NO_KIND else _KINDS[kind],
+            self.key_at(p),
+        )
+
+    # -- writing (under the owner's write lock) --------------------------------
+
+    def _intern(self, s: str | None) -> int:
+        ix = self._str_ix.get(s)
+        if ix is None:
+            ix = len(self._strs)
+            self._strs.append(s)
+            self._str_ix[s] = ix
+        return ix
+
+    def append(self, t: Tombstone) -> None:
+        """Write ``t`` at position ``n``. Amortized O(1) (an index that is
+        2/3 full doubles: O(n), rarely)."""
+        p = self.n
+        if p >= 0xFFFFFFFE:  # pragma: no cover - 4e9 tombstones
+            raise OverflowError("a buffer holds at most 4,294,967,294 tombstones")
+        self._id_blob += _enc(t.id)
+        self._id_end.append(len(self._id_blob))
+        packed = _packed_hash(t.content_hash)
+        if packed is None:
+            self._odd[p] = t.content_hash
+            packed = bytes(8)
+        self._hash8 += packed
+        self._reason.append(self._intern(t.reason))
+        self._actor.append(self._intern(t.actor))
+        self._turn.append(_NONE if t.turn is None else t.turn)
+        self._version.append(_NONE if t.version is None else t.version)
+        self._kind.append(_NO_KIND if t.kind is None else _KIND_CODE[t.kind])
+        if t.key is not None:
+            self._key_blob += _enc(t.key)
+            self._key_end.append(len(self._key_blob))
+            self._key_pos.append(p)
+        self.n = p + 1  # the columns hold p before any index points at it
+        self._index_put("_by_id", hash(t.id), p)
+        self._index_put("_by_hash", hash(t.content_hash), p)
+        if t.key is not None:
+            self._index_put("_by_key", hash(t.key), p)
+
+    def _index_put(self, name: str, h: int, p: int) -> None:
+        index: _Index = getattr(self, name)
+        if index.full():
+            index = self._rebuilt(name, 2 * (index.mask + 1))
+            setattr(self, name, index)  # one store: readers see the old or the new
+        index.put(h, p)
+
+    def _rebuilt(self, name: str, size: int) -> _Index:
+        """A new index of ``size`` slots over positions ``0 .. n - 1``."""
+        index = _Index(size)
+        if name == "_by_id":
+            for p in range(self.n):
+                index.put(hash(self.id_at(p)), p)
+        elif name == "_by_hash":
+            for p in range(self.n):
+                index.put(hash(self.hash_at(p)), p)
+        else:
+            for p in self._key_pos:
+                k = self.key_at(p)
+                assert k is not None
+                index.put(hash(k), p)
+        return index
+
+    def truncate(self, n: int) -> None:
+        """Forget positions ``n`` and above (a dropped draft's tombstones;
+        no published version counts them). Index slots pointing there stay,
+        and are skipped (verification compares the stored data)."""
+        if n >= self.n:
+            return
+        self.n = n
+        end = self._id_end
+        del self._id_blob[(end[n - 1] if n else 0) :]
+        del end[n:]
+        del self._hash8[8 * n :]
+        for p in [p for p in self._odd if p >= n]:
+            del self._odd[p]
+        for col in (self._reason, self._actor, self._turn, self._version):
+            del col[n:]
+        del self._kind[n:]
+        j = bisect_left(self._key_pos, n)
+        kend = self._key_end
+        del self._key_blob[(kend[j - 1] if j else 0) :]
+        del kend[j:]
+        del self._key_pos[j:]
+
+    # -- finding ---------------------------------------------------------------
+
+    def find_id(self, entry_id: str, count: int) -> int:
+        """The position of ``entry_id``'s tombstone below ``count``, or -1.
+        O(1) expected."""
+        for p in self._by_id.candidates(hash(entry_id), count):
+            if self.id_at(p) == entry_id:
+                return p
+        return -1
+
+    def newest_hash(self, content_hash: str, count: int) -> int:
+        """The newest position below ``count`` with this content hash, or -1."""
+        best = -1
+        for p in self._by_hash.candidates(hash(content_hash), count):
+            if p > best and self.hash_at(p) == content_hash:
+                best = p
+        return best
+
+    def newest_key(self, key: str, count: int) -> int:
+        """The newest position below ``count`` with this key, or -1."""
+        best = -1
+        for p in self._by_key.candidates(hash(key), count):
+            if p > best and self.key_at(p) == key:
+                best = p
+        return best
+
+
+class Tombs(Mapping[str, Tombstone]):
+    """A version's tombstones: the first ``count`` of a :class:`TombStore`,
+    as a read-only mapping id → :class:`~.records.Tombstone` (in writing
+    order), with the re-admission lookups. Immutable; ``add`` returns a new
+    one. Lookups O(1) expected; iteration O(count)."""
+
+    __slots__ = ("_n", "_store")
+
+    def __init__(self, store: TombStore | None, count: int) -> None:
+        self._store = store
+        self._n = count
+
+    @classmethod
+    def of(cls, tombs: Iterable[Tombstone]) -> Tombs:
+        """Tombs holding ``tombs`` in this order (a new store)."""
+        out = EMPTY_TOMBS
+        for t in tombs:
+            out = out.add(t)
+        return out
+
+    # -- the pre-issue-13 names ----------------------------------------------
+
+    @property
+    def by_id(self) -> Tombs:
+        """This mapping itself (id → tombstone)."""
+        return self
+
+    @property
+    def by_hash(self) -> _Newest:
+        """Content hash → the newest tombstone with it (read-only)."""
+        return _Newest(self, "hash")
+
+    @property
+    def by_key(self) -> _Newest:
+        """Key → the newest tombstone with it (read-only)."""
+        return _Newest(self, "key")
+
+    # -- writing ----------------------------------------------------------------
+
+    def add(self, tomb: Tombstone) -> Tombs:
+        """These tombstones and ``tomb`` (call under the owner's write lock).
+        Amortized O(1)."""
+        store = self._store
+        if store is None:
+            store = TombStore()
+        elif store.n != self._n:
+            store.truncate(self._n)
+        store.append(tomb)
+        return Tombs(store, self._n + 1)
+
+    # -- reading ----------------------------------------------------------------
+
+    def matching(self, content_hash: str, key: str | None) -> Tombstone | None:
+        """The newest tombstone whose content hash matches, else the newest
+        whose key matches, else ``None``. O(1) expected."""
+        store = self._store
+        if store is None:
+            return None
+        p = store.newest_hash(content_hash, self._n)
+        if p < 0 and key is not None:
+            p = store.newest_key(key, self._n)
+        return None if p < 0 else store.tomb(p)
+
+    def __getitem__(self, entry_id: str) -> Tombstone:
+        store = self._store
+        if store is not None and type(entry_id) is str:
+            p = store.find_id(entry_id, self._n)
+            if p >= 0:
+                return store.tomb(p)
+        raise KeyError(entry_id)
+
+    def get(self, entry_id: str, default: Tombstone | None = None) -> Tombstone | None:  # type: ignore[override]
+        store = self._store
+        if store is not None and type(entry_id) is str:
+            p = store.find_id(entry_id, self._n)
+            if p >= 0:
+                return store.tomb(p)
+        return default
+
+    def __contains__(self, entry_id: object) -> bool:
+        store = self._store
+        return store is not None and type(entry_id) is str and store.find_id(entry_id, self._n) >= 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __bool__(self) -> bool:
+        return self._n > 0
+
+    def __iter__(self) -> Iterator[str]:
+        store = self._store
+        if store is not None:
+            for p in range(self._n):
+                yield store.id_at(p)
+
+    def in_order(self) -> Iterator[Tombstone]:
+        """The tombstones, oldest first."""
+        store = self._store
+        if store is not None:
+            for p in range(self._n):
+                yield store.tomb(p)
+
+    def keys(self) -> KeysView[str]:
+        return KeysView(self)
+
+    def values(self) -> ValuesView[Tombstone]:
+        return _Values(self)
+
+    def items(self) -> ItemsView[str, Tombstone]:
+        return _Items(self)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Tombs):
+            return (
+                self._n == other._n
+                and dict(self.items()) == dict(other.items())
+                and _winners(self, "hash") == _winners(other, "hash")
+                and _winners(self, "key") == _winners(other, "key")
+            )
+        return Mapping.__eq__(self, other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"<Tombs: {self._n}>"
+
+
+class _Values(ValuesView[Tombstone]):
+    _mapping: Tombs
+
+    def __iter__(self) -> Iterator[Tombstone]:
+        return self._mapping.in_order()
+
+
+class _Items(ItemsView[str, Tombstone]):
+    _mapping: Tombs
+
+    def __iter__(self) -> Iterator[tuple[str, Tombstone]]:
+        for t in self._mapping.in_order():
+            yield t.id, t
+
+
+class _Newest(Mapping[str, Tombstone]):
+    """Content hash (or key) → the newest tombstone with it, in ``tombs``."""
+
+    __slots__ = ("_field", "_tombs")
+
+    def __init__(self, tombs: Tombs, field: str) -> None:
+        self._tombs = tombs
+        self._field = field
+
+    def _find(self, k: object) -> int:
+        store = self._tombs._store
+        if store is None or type(k) is not str:
+            return -1
+        if self._field == "hash":
+            return store.newest_hash(k, self._tombs._n)
+        return store.newest_key(k, self._tombs._n)
+
+    def __getitem__(self, k: str) -> Tombstone:
+        p = self._find(k)
+        if p < 0:
+            raise KeyError(k)
+        store = self._tombs._store
+        assert store is not None
+        return store.tomb(p)
+
+    def __contains__(self, k: object) -> bool:
+        return self._find(k) >= 0
+
+    def _winners(self) -> dict[str, int]:
+        return _positions(self._tombs, self._field)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._winners())
+
+    def __len__(self) -> int:
+        return len(self._winners())
+
+    def items(self) -> ItemsView[str, Tombstone]:
+        return _NewestItems(self)
+
+
+class _NewestItems(ItemsView[str, Tombstone]):
+    _mapping: _Newest
+
+    def __iter__(self) -> Iterator[tuple[str, Tombstone]]:
+        store = self._mapping._tombs._store
+        for k, p in self._mapping._winners().items():
+            assert store is not None
+            yield k, store.tomb(p)
+
+
+def _positions(tombs: Tombs, field: str) -> dict[str, int]:
+    """Content hash (or key) → position of the newest tombstone with it. O(count)."""
+    store = tombs._store
+    out: dict[str, int] = {}
+    if store is None:
+        return out
+    if field == "hash":
+        for p in range(tombs._n):
+            out[store.hash_at(p)] = p
+    else:
+        for p in store._key_pos:
+            if p >= tombs._n:
+                break
+            k = store.key_at(p)
+            assert k is not None
+            out[k] = p
+    return out
+
+
+def _winners(tombs: Tombs, field: str) -> dict[str, str]:
+    store = tombs._store
+    if store is None:
+        return {}
+    return {k: store.id_at(p) for k, p in _positions(tombs, field).items()}
+
+
+EMPTY_TOMBS = Tombs(None, 0)

@@ -1,0 +1,229 @@
+"""The compact tombstone index (issue 13): every tombstone ever written stays
+visible to the re-admission guard, "deleted" and "never existed" stay
+distinguishable, each version sees exactly the tombstones written up to it,
+and memory holds no Python object per tombstone."""
+
+from __future__ import annotations
+
+import gc
+import tracemalloc
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from quiesce import (
+    Buffer,
+    DuplicateEntry,
+    Entry,
+    EntryPruned,
+    JsonlLog,
+    Kind,
+    ReadmissionRefused,
+    SQLiteLog,
+    Status,
+    UnknownEntry,
+)
+from quiesce._core.entry import content_hash
+from quiesce._core.records import Tombstone
+from quiesce._core.tombs import EMPTY_TOMBS, Tombs
+
+KINDS = ("sqlite", "jsonl")
+
+
+def _tomb(i: int, body: str | None = None, key: str | None = None, version: int = 1) -> Tombstone:
+    h = content_hash(body if body is not None else f"body {i}")
+    return Tombstone(f"t{i}", h, "gone", i % 3 or None, None, version, Kind.REASONING, key)
+
+
+def _entry(i: int, body: str | None = None, key: str | None = None) -> Entry:
+    return Entry(f"e{i}", Kind.REASONING, body if body is not None else f"body {i}", key=key)
+
+
+def _open(kind: str, path: Path) -> SQLiteLog | JsonlLog:
+    return SQLiteLog(path) if kind == "sqlite" else JsonlLog(path)
+
+
+def _fill(buf: Buffer, rounds: int, start: int = 0) -> int:
+    """Append 10 entries and prune them, ``rounds`` times; entry 10*r+3 has
+    key ``k<10*r+3>``."""
+    i = start
+    for _ in range(rounds):
+        ids = []
+        for _ in range(10):
+            buf.append(_entry(i, key=f"k{i}" if i % 10 == 3 else None))
+            ids.append(f"e{i}")
+            i += 1
+        report = buf.prune(ids, reason="window full")
+        assert report.ids(Status.PRUNED) == tuple(ids)
+    return i
+
+
+def _guard_sees(buf: Buffer, total: int) -> None:
+    """Every tombstone written (ids e0 .. e<total-1>) is seen: by id, by
+    content hash and by key; an id never written is unknown."""
+    tombs = buf.tombstones
+    assert len(tombs) == total
+    for i in (0, 1, 3, total // 2, total - 1):
+        assert f"e{i}" in tombs
+        assert tombs[f"e{i}"].content_hash == content_hash(f"body {i}")
+        with pytest.raises(DuplicateEntry):
+            buf.append(_entry(i, body="other"))
+        with pytest.raises(ReadmissionRefused) as exc:
+            buf.append(Entry(f"new{i}", Kind.REASONING, f"body {i}"))
+        assert exc.value.tombstone.id == f"e{i}"  # type: ignore[attr-defined]
+    with pytest.raises(ReadmissionRefused):
+        buf.append(Entry("by-key", Kind.REASONING, "fresh body", key="k3"))
+    assert "never" not in tombs
+    with buf.snapshot() as snap:
+        assert isinstance(snap.resolve("e0"), Tombstone)
+        with pytest.raises(EntryPruned):
+            snap["e0"]
+        with pytest.raises(UnknownEntry):
+            snap.resolve("never")
+    report = buf.prune(["e0", "never"], reason="again")
+    assert report["e0"].refusal is None and report["e0"].status is Status.UNCHANGED
+    assert report["never"].status is Status.UNCHANGED and report["never"].refusal is not None
+
+
+# -- the index itself ----------------------------------------------------------
+
+
+def test_deleted_and_never_existed_stay_distinct() -> None:
+    buf = Buffer()
+    _fill(buf, 30)
+    _guard_sees(buf, 300)
+    buf._check()
+
+
+def test_each_version_sees_its_own_prefix() -> None:
+    buf = Buffer()
+    _fill(buf, 3)
+    before = buf.head()  # an immutable version: what a reader pinned here sees
+    _fill(buf, 3, start=30)
+    assert len(before.tombs) == 30 and "e35" not in before.tombs
+    assert before.tombs.matching(content_hash("body 35"), None) is None
+    assert "e35" in buf.tombstones and len(buf.tombstones) == 60
+    assert before.tombs == {t.id: t for t in list(buf.tombstones.values())[:30]}
+
+
+def test_a_dropped_draft_is_cut_off_before_the_next_add() -> None:
+    base = Tombs.of(_tomb(i) for i in range(40))  # past the first index growth
+    dropped = base.add(_tomb(100, key="kx"))
+    assert "t100" in dropped and dropped.matching("zz", "kx") is not None
+    kept = base.add(_tomb(200))
+    assert "t100" not in kept and "t200" in kept and len(kept) == 41
+    assert kept.matching(content_hash("body 100"), "kx") is None
+    assert base == Tombs.of(_tomb(i) for i in range(40))
+    assert list(kept) == [f"t{i}" for i in range(40)] + ["t200"]
+
+
+def test_the_newest_tombstone_of_a_hash_or_key_wins() -> None:
+    tombs = EMPTY_TOMBS
+    for i in range(5):
+        tombs = tombs.add(_tomb(i, body="same", key="k", version=i))
+    hit = tombs.matching(content_hash("same"), None)
+    assert hit is not None and hit.id == "t4"
+    assert tombs.by_key["k"].id == "t4" and len(tombs.by_hash) == 1
+    assert tombs.matching("0" * 16, "k").id == "t4"  # type: ignore[union-attr]
+
+
+def test_odd_content_hashes_and_non_ascii_ids_round_trip() -> None:
+    odd = Tombstone("é\ud800x", "not-hex!", "r", None, "a", None, None, "ké")
+    tombs = EMPTY_TOMBS.add(odd).add(_tomb(1))
+    assert tombs["é\ud800x"] == odd
+    assert tombs.matching("not-hex!", None) == odd
+    assert tombs.matching("nope", "ké") == odd
+    assert 3 not in tombs and tombs.get(3) is None  # type: ignore[call-overload]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 3), st.integers(0, 6), st.sampled_from([None, "a", "b"])),
+        min_size=1,
+        max_size=80,
+    )
+)
+def test_the_index_agrees_with_a_dict_model(ops: list[tuple[int, int, str | None]]) -> None:
+    """Adds along one line of versions, with forks back to an older version
+    (a dropped draft): every version on the line matches a plain model."""
+    line: list[tuple[Tombs, list[Tombstone]]] = [(EMPTY_TOMBS, [])]
+    uid = 0
+    for back, body, key in ops:
+        at = max(0, len(line) - 1 - (back if back == 3 else 0))
+        del line[at + 1 :]  # the versions past a fork are never used again
+        tombs, model = line[at]
+        t = Tombstone(f"id{uid}", content_hash(f"b{body}"), "r", uid, None, uid, None, key)
+        uid += 1
+        line.append((tombs.add(t), [*model, t]))
+    for tombs, model in line:
+        assert len(tombs) == len(model)
+        assert dict(tombs.items()) == {t.id: t for t in model}
+        for body in range(7):
+            h = content_hash(f"b{body}")
+            want = [t for t in model if t.content_hash == h]
+            assert tombs.by_hash.get(h) == (want[-1] if want else None)
+        for key in ("a", "b"):
+            want = [t for t in model if t.key == key]
+            assert tombs.by_key.get(key) == (want[-1] if want else None)
+        assert "id999" not in tombs
+
+
+def test_no_python_object_per_tombstone() -> None:
+    """Regression (issue 13): the maps held a Tombstone and HAMT nodes per
+    tombstone, so a full collection grew with history."""
+    buf = Buffer(log_retention=100)
+    _fill(buf, 20)
+    gc.collect()
+    before = len(gc.get_objects())
+    _fill(buf, 400, start=200)
+    gc.collect()
+    grown = len(gc.get_objects()) - before
+    assert len(buf.tombstones) == 4200
+    assert grown < 1000, f"{grown} more objects for 4,000 more tombstones"
+
+
+def test_bytes_per_tombstone() -> None:
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        tombs = Tombs.of(_tomb(i) for i in range(20_000))
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(tombs) == 20_000
+    assert held / 20_000 < 100, f"{held / 20_000:.0f} bytes per tombstone"
+
+
+# -- through the sinks: recovery, checkpoints, retention -----------------------------
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("checkpoint_every", [0, 150])
+def test_the_guard_sees_old_tombstones_after_recovery(
+    kind: str, checkpoint_every: int, tmp_path: Path
+) -> None:
+    path = tmp_path / f"log.{kind}"
+    buf = Buffer(log=_open(kind, path), checkpoint_every=checkpoint_every)
+    _fill(buf, 40)
+    buf.flush()
+    assert buf.log.in_memory < len(buf.log)  # the old records left memory
+    _guard_sees(buf, 400)
+    want = dict(buf.tombstones.items())
+    buf.sink.close()  # type: ignore[union-attr]
+    again = Buffer(log=_open(kind, path), checkpoint_every=checkpoint_every)
+    assert dict(again.tombstones.items()) == want
+    assert again.head().tombs == buf.head().tombs
+    _guard_sees(again, 400)
+    again._check(expect_no_pins=True)
+    again.sink.close()  # type: ignore[union-attr]
+
+
+def test_the_guard_sees_tombstones_whose_records_retention_dropped() -> None:
+    buf = Buffer(log_retention=50)
+    _fill(buf, 40)
+    assert buf.log.dropped > 300  # the removal records of the first tombstones are gone
+    _guard_sees(buf, 400)
+    buf._check()
