@@ -150,13 +150,11 @@ def test_the_index_agrees_with_a_dict_model(ops: list[tuple[int, int, str | None
     """Adds along one line of versions, with forks back to an older version
     (a dropped draft): every version on the line matches a plain model."""
     line: list[tuple[Tombs, list[Tombstone]]] = [(EMPTY_TOMBS, [])]
-    uid = 0
-    for back, body, key in ops:
+    for uid, (back, body, key) in enumerate(ops):
         at = max(0, len(line) - 1 - (back if back == 3 else 0))
         del line[at + 1 :]  # the versions past a fork are never used again
         tombs, model = line[at]
         t = Tombstone(f"id{uid}", content_hash(f"b{body}"), "r", uid, None, uid, None, key)
-        uid += 1
         line.append((tombs.add(t), [*model, t]))
     for tombs, model in line:
         assert len(tombs) == len(model)

@@ -40,7 +40,6 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left
 from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
-from typing import Any
 
 from .entry import Kind
 from .records import Tombstone
