@@ -6,6 +6,7 @@ and memory holds no Python object per tombstone."""
 from __future__ import annotations
 
 import gc
+import sqlite3
 import tracemalloc
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from quiesce import (
     EntryPruned,
     JsonlLog,
     Kind,
+    LogFormatError,
     ReadmissionRefused,
     SQLiteLog,
     Status,
@@ -225,3 +227,86 @@ def test_the_guard_sees_tombstones_whose_records_retention_dropped() -> None:
     assert buf.log.dropped > 300  # the removal records of the first tombstones are gone
     _guard_sees(buf, 400)
     buf._check()
+
+
+# -- spilling: durable tombstones leave memory, read back from their records ------
+
+
+@pytest.fixture
+def small_spill(monkeypatch: pytest.MonkeyPatch) -> int:
+    import quiesce._core.tombs as tombs_mod
+
+    monkeypatch.setattr(tombs_mod, "SPILL_LEAST", 16)
+    return 16
+
+
+def _held(buf: Buffer) -> int:
+    store = buf.head().tombs._store
+    assert store is not None
+    return store.held
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("checkpoint_every", [0, 150])
+def test_spilled_tombstones_are_read_back(
+    kind: str, checkpoint_every: int, tmp_path: Path, small_spill: int
+) -> None:
+    path = tmp_path / f"log.{kind}"
+    buf = Buffer(log=_open(kind, path), checkpoint_every=checkpoint_every)
+    _fill(buf, 40)
+    buf.flush()
+    assert _held(buf) < 40  # the rest left memory
+    want = {t.id: t for t in (_tomb_of(i) for i in range(400))}
+    got = {i: t._replace(version=0) for i, t in buf.tombstones.items()}
+    assert got == want
+    _guard_sees(buf, 400)
+    _fill(buf, 5, start=400)  # more after a spill (the index grows over spilled ones)
+    buf.flush()
+    assert buf.tombstones["e403"].key == "k403" and "e5" in buf.tombstones
+    buf._check(expect_no_pins=True)
+    everything = dict(buf.tombstones.items())
+    buf.sink.close()  # type: ignore[union-attr]
+    again = Buffer(log=_open(kind, path), checkpoint_every=checkpoint_every)
+    assert _held(again) < 60
+    assert dict(again.tombstones.items()) == everything
+    assert again.head().tombs == buf.head().tombs
+    _guard_sees(again, 450)
+    again._check(expect_no_pins=True)
+    again.sink.close()  # type: ignore[union-attr]
+
+
+def _tomb_of(i: int) -> Tombstone:
+    return Tombstone(
+        f"e{i}",
+        content_hash(f"body {i}"),
+        "window full",
+        None,
+        None,
+        0,
+        Kind.REASONING,
+        f"k{i}" if i % 10 == 3 else None,
+    )
+
+
+def test_a_spilled_tombstone_whose_record_is_gone_raises(tmp_path: Path, small_spill: int) -> None:
+    """A record deleted behind the log's back (its trigger dropped first):
+    reading a tombstone it held raises, never answers wrongly."""
+
+    path = tmp_path / "log.sqlite"
+    buf = Buffer(log=SQLiteLog(path), checkpoint_every=0)
+    _fill(buf, 10)
+    buf.flush()
+    assert _held(buf) < 100
+    seqs = [r.seq for r in buf.log if r.op == "remove"]
+    sink = buf.sink
+    assert isinstance(sink, SQLiteLog)
+    conn = sqlite3.connect(path)
+    conn.execute("DROP TRIGGER quiesce_log_no_delete")
+    conn.execute("DELETE FROM quiesce_log WHERE seq = ?", (seqs[0],))
+    conn.commit()
+    conn.close()
+    with pytest.raises(LogFormatError):
+        buf.tombstones["e0"]
+    with pytest.raises(LogFormatError):
+        buf.append(Entry("x", Kind.REASONING, "body 1"))
+    sink.close()

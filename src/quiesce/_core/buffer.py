@@ -239,6 +239,7 @@ class Buffer(Editor):
                 del records
             self._synced = len(self._records)
             self._trim_log()
+            self._head.tombs.spill(self._synced)  # durable tombstones leave memory
         #: seq the next automatic checkpoint is due at (flush() writes it)
         self._checkpoint_due = len(self._records) + checkpoint_every
 

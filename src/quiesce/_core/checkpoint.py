@@ -109,9 +109,10 @@ def checkpoint_state(buf: Buffer) -> dict[str, Any]:
         "next_key": head.next_key,
         "live": [[s.entry.to_dict(), s.key, s.changed] for s in slots],
         "marks": sorted([m.id, m.reason, m.turn, m.version] for m in head.marks.values()),
-        "tombstones": sorted(
-            (tomb_to_dict(t) for t in tombs.by_id.values()), key=lambda d: d["id"]
-        ),
+        # in writing order, with the log records holding them (tombs.py):
+        # recovery rebuilds the same store and can read old ones back
+        "tombstones": [tomb_to_dict(t) for t in tombs.by_id.values()],
+        "tomb_runs": tombs.runs(),
         "by_hash": sorted([h, t.id] for h, t in tombs.by_hash.items()),
         "by_key": sorted([k, t.id] for k, t in tombs.by_key.items()),
         "groups": [
@@ -167,15 +168,31 @@ def verify_checkpoint(rec: LogRecord) -> dict[str, Any]:
     return state
 
 
-def restore_tombs(state: dict[str, Any]) -> Tombs:
-    """The tombstones of a checkpoint ``state``, written again in the order
-    that makes each ``by_hash`` / ``by_key`` winner the newest of its hash or
-    key (older first; the winners last within one version). A state whose
-    winners cannot all be honoured raises :class:`LogFormatError`, so
-    recovery falls back to an earlier checkpoint. O(tombstones)."""
+def restore_tombs(state: dict[str, Any]) -> tuple[Tombs, bool]:
+    """The tombstones of a checkpoint ``state``, written again in its order
+    when that makes each ``by_hash`` / ``by_key`` winner the newest of its
+    hash or key (checkpoints list them in writing order); otherwise (an
+    older checkpoint, sorted by id) in the order that does: older first, the
+    winners last within one version. Returns the tombstones and whether the
+    checkpoint's order was kept. A state whose winners cannot all be
+    honoured raises :class:`LogFormatError`, so recovery falls back to an
+    earlier checkpoint. O(tombstones)."""
     tombs = [tomb_from_dict(d) for d in state["tombstones"]]
     win_hash = {h: i for h, i in state["by_hash"]}
     win_key = {k: i for k, i in state["by_key"]}
+
+    def honoured(out: Tombs) -> bool:
+        by_hash, by_key = out.by_hash, out.by_key
+        return not (
+            len(by_hash) != len(win_hash)
+            or any((t := by_hash.get(h)) is None or t.id != i for h, i in win_hash.items())
+            or len(by_key) != len(win_key)
+            or any((t := by_key.get(k)) is None or t.id != i for k, i in win_key.items())
+        )
+
+    out = Tombs.of(tombs)
+    if honoured(out):
+        return out, True
 
     def order(item: tuple[int, Any]) -> tuple[int, int, int]:
         index, t = item
@@ -185,15 +202,9 @@ def restore_tombs(state: dict[str, Any]) -> Tombs:
         return (-1 if t.version is None else t.version, wins, index)
 
     out = Tombs.of(t for _, t in sorted(enumerate(tombs), key=order))
-    by_hash, by_key = out.by_hash, out.by_key
-    if (
-        len(by_hash) != len(win_hash)
-        or any((t := by_hash.get(h)) is None or t.id != i for h, i in win_hash.items())
-        or len(by_key) != len(win_key)
-        or any((t := by_key.get(k)) is None or t.id != i for k, i in win_key.items())
-    ):
+    if not honoured(out):
         raise LogFormatError("a checkpoint's tombstone indexes disagree with its tombstones")
-    return out
+    return out, False
 
 
 def _restore(buf: Buffer, rec: LogRecord, state: dict[str, Any]) -> None:
@@ -204,7 +215,12 @@ def _restore(buf: Buffer, rec: LogRecord, state: dict[str, Any]) -> None:
     draft.next_key = float(state["next_key"])
     for i, reason, turn, version in state["marks"]:
         draft.marks[i] = Mark(i, reason, turn, version)
-    draft.tombs = restore_tombs(state)
+    tombs, in_order = restore_tombs(state)
+    runs = state.get("tomb_runs")
+    if in_order and isinstance(runs, list) and state.get("compacted_from") is None:
+        # where each tombstone's record is, so they can leave memory (tombs.py)
+        tombs.relocate(runs, rec.seq, buf._records)
+    draft.tombs = tombs
     buf._head = draft.finish(int(state["version"]))
     # a compacted log (``quiesce compact``) starts at this checkpoint: the
     # records it summarises are not in this log (check.py allows for it)
@@ -322,6 +338,7 @@ def compacted_records(buf: Buffer, source: str, at: float) -> list[LogRecord]:
     state = checkpoint_state(buf)
     state["records"] = 0
     state["intents"] = []  # intent records are not carried over
+    state["tomb_runs"] = []  # their records are not carried over either
     state["compacted_from"] = {"source": source, "records": len(buf._records)}
     return [_record(state, at)]
 

@@ -37,11 +37,14 @@ one line of history past the head.
 
 from __future__ import annotations
 
+import itertools
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
+from typing import Any
 
 from .entry import Kind
+from .errors import LogFormatError
 from .records import Tombstone
 
 __all__ = ["EMPTY_TOMBS", "TombStore", "Tombs"]
@@ -53,6 +56,8 @@ _NO_KIND = 255
 _NONE = -(1 << 63)
 #: smallest index size (slots); an index grows when 2/3 full
 _MIN_SLOTS = 16
+#: fewest tombstones a spill drops (so its O(kept) copy is amortized O(1))
+SPILL_LEAST = 1024
 
 
 def _enc(s: str) -> bytes:
@@ -119,87 +124,168 @@ class _Index:
             i = (i + 1) & mask
 
 
-class TombStore:
-    """Every tombstone a buffer wrote, packed, in writing order. See the
-    module docstring. Positions are 0-based; ``n`` tombstones are held."""
+class _Cols:
+    """The packed columns of positions ``base`` .. ``base + len - 1``
+    (``id_end`` / ``key_end`` are offsets into this object's blobs;
+    ``key_pos`` holds absolute positions)."""
 
     __slots__ = (
-        "_actor",
+        "actor",
+        "base",
+        "hash8",
+        "id_blob",
+        "id_end",
+        "key_blob",
+        "key_end",
+        "key_pos",
+        "kind",
+        "odd",
+        "reason",
+        "turn",
+        "version",
+    )
+
+    def __init__(self, base: int) -> None:
+        self.base = base
+        self.id_blob = bytearray()
+        self.id_end = array("q")
+        self.hash8 = bytearray()
+        self.odd: dict[int, str] = {}  # position -> a content hash that is not 16 hex digits
+        self.reason = array("I")
+        self.actor = array("I")
+        self.turn = array("q")
+        self.version = array("q")
+        self.kind = bytearray()
+        self.key_pos = array("q")  # positions holding a key (ascending)
+        self.key_end = array("q")
+        self.key_blob = bytearray()
+
+
+class TombStore:
+    """Every tombstone a buffer wrote, in writing order. See the module
+    docstring. Positions are 0-based; ``n`` tombstones are written.
+
+    Spilling (durable sinks): the buffer tells the store which log record
+    holds each run of tombstones (:meth:`locate`: a ``remove`` record, in
+    the order of its ``detail["tombstones"]``); once those records are
+    durable, :meth:`spill` drops the columns of that prefix from memory and
+    keeps only the index slots (about 10-17 bytes per tombstone). A spilled
+    tombstone is read back from its record (``records.read``) and checked:
+    a missing or wrong record raises :class:`LogFormatError`, never another
+    tombstone."""
+
+    __slots__ = (
         "_by_hash",
         "_by_id",
         "_by_key",
-        "_hash8",
-        "_id_blob",
-        "_id_end",
-        "_key_blob",
-        "_key_end",
-        "_key_pos",
-        "_kind",
-        "_odd",
-        "_reason",
+        "_cache",
+        "_cols",
+        "_located",
+        "_records",
+        "_seg_seq",
+        "_seg_start",
         "_str_ix",
         "_strs",
-        "_turn",
-        "_version",
         "n",
     )
 
     def __init__(self) -> None:
         self.n = 0
-        self._id_blob = bytearray()
-        self._id_end = array("q")
-        self._hash8 = bytearray()
-        self._odd: dict[int, str] = {}  # position -> a content hash that is not 16 hex digits
+        self._cols = _Cols(0)
         self._strs: list[str | None] = [None]  # interned reasons and actors
         self._str_ix: dict[str | None, int] = {None: 0}
-        self._reason = array("I")
-        self._actor = array("I")
-        self._turn = array("q")
-        self._version = array("q")
-        self._kind = bytearray()
-        self._key_pos = array("q")  # positions holding a key (ascending)
-        self._key_end = array("q")
-        self._key_blob = bytearray()
         self._by_id = _Index(_MIN_SLOTS)
         self._by_hash = _Index(_MIN_SLOTS)
         self._by_key = _Index(_MIN_SLOTS)
+        # runs of positions and the log record holding each (see locate)
+        self._seg_start = array("q")
+        self._seg_seq = array("q")
+        self._located = 0  # positions 0 .. _located - 1 are located (-1: a gap, never spill)
+        self._records: Any = None  # the owner's Records (log.py), to read spilled ones back
+        self._cache: tuple[int, list[Tombstone]] = (-1, [])
+
+    @property
+    def held(self) -> int:
+        """Tombstones whose columns are in memory (the rest are spilled)."""
+        return self.n - self._cols.base
 
     # -- columns --------------------------------------------------------------
 
     def id_at(self, p: int) -> str:
-        end = self._id_end
-        return _dec(self._id_blob[(end[p - 1] if p else 0) : end[p]])
+        c = self._cols
+        q = p - c.base
+        if q < 0:
+            return self._load(p).id
+        end = c.id_end
+        return _dec(c.id_blob[(end[q - 1] if q else 0) : end[q]])
 
     def hash_at(self, p: int) -> str:
-        odd = self._odd
+        c = self._cols
+        q = p - c.base
+        if q < 0:
+            return self._load(p).content_hash
+        odd = c.odd
         if odd and p in odd:
             return odd[p]
-        return self._hash8[8 * p : 8 * p + 8].hex()
+        return c.hash8[8 * q : 8 * q + 8].hex()
 
     def key_at(self, p: int) -> str | None:
-        kpos = self._key_pos
+        c = self._cols
+        if p < c.base:
+            return self._load(p).key
+        kpos = c.key_pos
         j = bisect_left(kpos, p)
         if j == len(kpos) or kpos[j] != p:
             return None
-        end = self._key_end
-        return _dec(self._key_blob[(end[j - 1] if j else 0) : end[j]])
+        end = c.key_end
+        return _dec(c.key_blob[(end[j - 1] if j else 0) : end[j]])
 
     def tomb(self, p: int) -> Tombstone:
-        """The tombstone at position ``p``, built. O(log keys)."""
-        turn = self._turn[p]
-        version = self._version[p]
-        kind = self._kind[p]
+        """The tombstone at position ``p``, built (or read back). O(log keys)."""
+        c = self._cols
+        q = p - c.base
+        if q < 0:
+            return self._load(p)
+        turn = c.turn[q]
+        version = c.version[q]
+        kind = c.kind[q]
         strs = self._strs
         return Tombstone(
             self.id_at(p),
             self.hash_at(p),
-            strs[self._reason[p]],  # type: ignore[arg-type]
+            strs[c.reason[q]],  # type: ignore[arg-type]
             None if turn == _NONE else turn,
-            strs[self._actor[p]],
+            strs[c.actor[q]],
             None if version == _NONE else version,  # type: ignore[arg-type]
             None if kind == _NO_KIND else _KINDS[kind],
             self.key_at(p),
         )
+
+    def _load(self, p: int) -> Tombstone:
+        """A spilled tombstone, read back from its record (the last record
+        read is cached, so reading in order reads each record once)."""
+        j = bisect_right(self._seg_start, p) - 1
+        seq = self._seg_seq[j]
+        cached_seq, tombs = self._cache
+        if cached_seq != seq:
+            from .log import materialize  # (log.py imports records only; no cycle at import)
+            from .replay import _tomb
+
+            rec = materialize(self._records, seq)
+            raw = rec.detail.get("tombstones") if rec.op == "remove" else None
+            if not isinstance(raw, list):
+                raise LogFormatError(
+                    f"log record {seq} should hold tombstone {p}, but is a {rec.op!r} record"
+                )
+            try:
+                tombs = [_tomb(d) for d in raw]
+            except Exception as exc:
+                raise LogFormatError(f"log record {seq} holds a malformed tombstone") from exc
+            self._cache = (seq, tombs)
+        i = p - self._seg_start[j]
+        if not 0 <= i < len(tombs):
+            raise LogFormatError(f"log record {seq} does not hold tombstone {p}")
+        return tombs[i]
 
     # -- writing (under the owner's write lock) --------------------------------
 
@@ -217,22 +303,23 @@ class TombStore:
         p = self.n
         if p >= 0xFFFFFFFE:  # pragma: no cover - 4e9 tombstones
             raise OverflowError("a buffer holds at most 4,294,967,294 tombstones")
-        self._id_blob += _enc(t.id)
-        self._id_end.append(len(self._id_blob))
+        c = self._cols
+        c.id_blob += _enc(t.id)
+        c.id_end.append(len(c.id_blob))
         packed = _packed_hash(t.content_hash)
         if packed is None:
-            self._odd[p] = t.content_hash
+            c.odd[p] = t.content_hash
             packed = bytes(8)
-        self._hash8 += packed
-        self._reason.append(self._intern(t.reason))
-        self._actor.append(self._intern(t.actor))
-        self._turn.append(_NONE if t.turn is None else t.turn)
-        self._version.append(_NONE if t.version is None else t.version)
-        self._kind.append(_NO_KIND if t.kind is None else _KIND_CODE[t.kind])
+        c.hash8 += packed
+        c.reason.append(self._intern(t.reason))
+        c.actor.append(self._intern(t.actor))
+        c.turn.append(_NONE if t.turn is None else t.turn)
+        c.version.append(_NONE if t.version is None else t.version)
+        c.kind.append(_NO_KIND if t.kind is None else _KIND_CODE[t.kind])
         if t.key is not None:
-            self._key_blob += _enc(t.key)
-            self._key_end.append(len(self._key_blob))
-            self._key_pos.append(p)
+            c.key_blob += _enc(t.key)
+            c.key_end.append(len(c.key_blob))
+            c.key_pos.append(p)
         self.n = p + 1  # the columns hold p before any index points at it
         self._index_put("_by_id", hash(t.id), p)
         self._index_put("_by_hash", hash(t.content_hash), p)
@@ -247,19 +334,14 @@ class TombStore:
         index.put(h, p)
 
     def _rebuilt(self, name: str, size: int) -> _Index:
-        """A new index of ``size`` slots over positions ``0 .. n - 1``."""
+        """A new index of ``size`` slots over positions ``0 .. n - 1`` (the
+        spilled ones read back in order: O(n), each record read once)."""
         index = _Index(size)
-        if name == "_by_id":
-            for p in range(self.n):
-                index.put(hash(self.id_at(p)), p)
-        elif name == "_by_hash":
-            for p in range(self.n):
-                index.put(hash(self.hash_at(p)), p)
-        else:
-            for p in self._key_pos:
-                k = self.key_at(p)
-                assert k is not None
-                index.put(hash(k), p)
+        at = self.id_at if name == "_by_id" else self.hash_at if name == "_by_hash" else self.key_at
+        for p in range(self.n):
+            s = at(p)
+            if s is not None:
+                index.put(hash(s), p)
         return index
 
     def truncate(self, n: int) -> None:
@@ -268,21 +350,78 @@ class TombStore:
         and are skipped (verification compares the stored data)."""
         if n >= self.n:
             return
+        c = self._cols
+        assert n >= c.base, "a spilled tombstone is published"
         self.n = n
-        end = self._id_end
-        del self._id_blob[(end[n - 1] if n else 0) :]
-        del end[n:]
-        del self._hash8[8 * n :]
-        for p in [p for p in self._odd if p >= n]:
-            del self._odd[p]
-        for col in (self._reason, self._actor, self._turn, self._version):
-            del col[n:]
-        del self._kind[n:]
-        j = bisect_left(self._key_pos, n)
-        kend = self._key_end
-        del self._key_blob[(kend[j - 1] if j else 0) :]
+        q = n - c.base
+        end = c.id_end
+        del c.id_blob[(end[q - 1] if q else 0) :]
+        del end[q:]
+        del c.hash8[8 * q :]
+        for p in [p for p in c.odd if p >= n]:
+            del c.odd[p]
+        for col in (c.reason, c.actor, c.turn, c.version):
+            del col[q:]
+        del c.kind[q:]
+        j = bisect_left(c.key_pos, n)
+        kend = c.key_end
+        del c.key_blob[(kend[j - 1] if j else 0) :]
         del kend[j:]
-        del self._key_pos[j:]
+        del c.key_pos[j:]
+        j = bisect_left(self._seg_start, n)
+        del self._seg_start[j:]
+        del self._seg_seq[j:]
+        if self._located > n:
+            self._located = n
+
+    def locate(self, start: int, seq: int, records: Any) -> None:
+        """Positions ``start`` .. ``n - 1`` are the tombstones of log record
+        ``seq`` (a ``remove`` record, in its order), read back through
+        ``records`` (a :class:`~.log.Records`) once spilled. Runs must come in
+        order, with no gap; a gap stops spilling for good (what follows is
+        kept in memory)."""
+        if start >= self.n:
+            return
+        if self._located != start or (len(self._seg_seq) and seq <= self._seg_seq[-1]):
+            self._located = -1
+            return
+        self._records = records
+        self._seg_start.append(start)
+        self._seg_seq.append(seq)
+        self._located = self.n
+
+    def spill(self, durable: int) -> int:
+        """Drop from memory the columns of the located tombstones whose
+        records are below seq ``durable`` (durable, readable back), if at
+        least :data:`SPILL_LEAST` would go. Returns how many went. O(what stays): a new
+        column object is built and swapped in (readers holding the old one
+        still read it)."""
+        if self._located <= 0 or self._records is None:
+            return 0
+        j = bisect_left(self._seg_seq, durable)
+        cut = self._located if j == len(self._seg_seq) else self._seg_start[j]
+        old = self._cols
+        if cut - old.base < SPILL_LEAST:
+            return 0
+        new = _Cols(cut)
+        q = cut - old.base
+        lo = old.id_end[q - 1] if q else 0
+        new.id_blob = old.id_blob[lo:]
+        new.id_end = array("q", (e - lo for e in old.id_end[q:]))
+        new.hash8 = old.hash8[8 * q :]
+        new.odd = {p: h for p, h in old.odd.items() if p >= cut}
+        new.reason = old.reason[q:]
+        new.actor = old.actor[q:]
+        new.turn = old.turn[q:]
+        new.version = old.version[q:]
+        new.kind = old.kind[q:]
+        k = bisect_left(old.key_pos, cut)
+        klo = old.key_end[k - 1] if k else 0
+        new.key_pos = old.key_pos[k:]
+        new.key_end = array("q", (e - klo for e in old.key_end[k:]))
+        new.key_blob = old.key_blob[klo:]
+        self._cols = new  # one store: a reader sees the old columns or the new
+        return cut - old.base
 
     # -- finding ---------------------------------------------------------------
 
@@ -360,6 +499,59 @@ class Tombs(Mapping[str, Tombstone]):
             store.truncate(self._n)
         store.append(tomb)
         return Tombs(store, self._n + 1)
+
+    def locate(self, start: int, seq: int, records: Any) -> None:
+        """Tombstones ``start`` .. ``len - 1`` are held by log record ``seq``
+        (see :meth:`TombStore.locate`; call under the owner's write lock)."""
+        store = self._store
+        if store is not None and store.n == self._n:
+            store.locate(start, seq, records)
+
+    def spill(self, durable: int) -> int:
+        """Drop from memory the columns of the tombstones whose records are
+        durable below seq ``durable`` (see :meth:`TombStore.spill`; call
+        under the owner's write lock). Returns how many went."""
+        store = self._store
+        if store is None or store.n != self._n:
+            return 0
+        records = store._records
+        if records is None or getattr(records, "reader", None) is None:
+            return 0  # nothing to read them back from
+        return store.spill(durable)
+
+    def runs(self) -> list[list[int]]:
+        """``[[first position, record seq], ...]`` of every tombstone when
+        all are located (a checkpoint keeps them, see :meth:`relocate`),
+        else ``[]``. O(runs)."""
+        store = self._store
+        if store is None or store.n != self._n or store._located != self._n:
+            return []
+        return [[a, b] for a, b in zip(store._seg_start, store._seg_seq, strict=True)]
+
+    def relocate(self, runs: list[list[int]], before: int, records: Any) -> bool:
+        """Locate every tombstone from a checkpoint's ``runs`` (of records
+        below seq ``before``), if they are well-formed: starts ascending from
+        0, seqs ascending. Returns whether they were taken."""
+        store = self._store
+        if store is None or store._seg_start or not runs:
+            return False
+        starts = [r[0] for r in runs]
+        seqs = [r[1] for r in runs]
+        ok = (
+            all(type(x) is int for x in starts + seqs)
+            and starts[0] == 0
+            and all(a < b for a, b in itertools.pairwise(starts))
+            and starts[-1] < self._n
+            and all(a < b for a, b in itertools.pairwise(seqs))
+            and seqs[0] >= 0
+            and seqs[-1] < before
+        )
+        if ok:
+            store._seg_start.extend(starts)
+            store._seg_seq.extend(seqs)
+            store._located = self._n
+            store._records = records
+        return ok
 
     # -- reading ----------------------------------------------------------------
 
@@ -514,12 +706,10 @@ def _positions(tombs: Tombs, field: str) -> dict[str, int]:
         for p in range(tombs._n):
             out[store.hash_at(p)] = p
     else:
-        for p in store._key_pos:
-            if p >= tombs._n:
-                break
+        for p in range(tombs._n):
             k = store.key_at(p)
-            assert k is not None
-            out[k] = p
+            if k is not None:
+                out[k] = p
     return out
 
 
