@@ -310,3 +310,20 @@ def test_a_spilled_tombstone_whose_record_is_gone_raises(tmp_path: Path, small_s
     with pytest.raises(LogFormatError):
         buf.append(Entry("x", Kind.REASONING, "body 1"))
     sink.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_spilled_tombstones_stay_readable_after_the_sink_closed(
+    kind: str, tmp_path: Path, small_spill: int
+) -> None:
+    """A buffer's log stays readable after its sink is closed; so do the
+    tombstones that left memory."""
+    buf = Buffer(log=_open(kind, tmp_path / f"log.{kind}"), checkpoint_every=0)
+    _fill(buf, 10)
+    buf.flush()
+    assert _held(buf) < 100
+    buf.sink.close()  # type: ignore[union-attr]
+    assert len(buf.tombstones) == 100 and "never" not in buf.tombstones
+    assert buf.tombstones["e0"].content_hash == content_hash("body 0")
+    with pytest.raises(ReadmissionRefused):
+        buf.append(Entry("x", Kind.REASONING, "body 1"))

@@ -44,7 +44,7 @@ from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, Va
 from typing import Any
 
 from .entry import Kind
-from .errors import LogFormatError
+from .errors import LogFormatError, QuiesceError
 from .records import Tombstone
 
 __all__ = ["EMPTY_TOMBS", "TombStore", "Tombs"]
@@ -271,7 +271,14 @@ class TombStore:
             from .log import materialize  # (log.py imports records only; no cycle at import)
             from .replay import _tomb
 
-            rec = materialize(self._records, seq)
+            try:
+                rec = materialize(self._records, seq)
+            except QuiesceError:
+                raise
+            except Exception as exc:  # a closed sink, an OS error
+                raise LogFormatError(
+                    f"tombstone {p} is in log record {seq}, which cannot be read back: {exc!r}"
+                ) from exc
             raw = rec.detail.get("tombstones") if rec.op == "remove" else None
             if not isinstance(raw, list):
                 raise LogFormatError(
