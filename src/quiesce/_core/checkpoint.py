@@ -100,6 +100,15 @@ def checkpoint_state(buf: Buffer) -> dict[str, Any]:
     head = buf._head
     tombs = head.tombs
     slots = sorted(head.live.values(), key=lambda s: s.key)
+    # one pass over the tombstones (old ones are read back from the log):
+    # the newest of each content hash and key wins, as in Tombs.matching
+    tomb_list = list(tombs.by_id.values())
+    by_hash: dict[str, str] = {}
+    by_key: dict[str, str] = {}
+    for t in tomb_list:
+        by_hash[t.content_hash] = t.id
+        if t.key is not None:
+            by_key[t.key] = t.id
     groups = [g for _, _, g in buf._staged]
     groups.extend(buf._applying.values())
     groups.sort(key=lambda g: g.gid)
@@ -111,10 +120,10 @@ def checkpoint_state(buf: Buffer) -> dict[str, Any]:
         "marks": sorted([m.id, m.reason, m.turn, m.version] for m in head.marks.values()),
         # in writing order, with the log records holding them (tombs.py):
         # recovery rebuilds the same store and can read old ones back
-        "tombstones": [tomb_to_dict(t) for t in tombs.by_id.values()],
+        "tombstones": [tomb_to_dict(t) for t in tomb_list],
         "tomb_runs": tombs.runs(),
-        "by_hash": sorted([h, t.id] for h, t in tombs.by_hash.items()),
-        "by_key": sorted([k, t.id] for k, t in tombs.by_key.items()),
+        "by_hash": sorted([h, i] for h, i in by_hash.items()),
+        "by_key": sorted([k, i] for k, i in by_key.items()),
         "groups": [
             [g.gid, list(g.ids), g.grace, g.staged, g.reason, g.actor, g.turn, sorted(g.retracted)]
             for g in groups

@@ -202,7 +202,7 @@ class TombStore:
         self._seg_seq = array("q")
         self._located = 0  # positions 0 .. _located - 1 are located (-1: a gap, never spill)
         self._records: Any = None  # the owner's Records (log.py), to read spilled ones back
-        self._cache: tuple[int, list[Tombstone]] = (-1, [])
+        self._cache: tuple[int, list[Any]] = (-1, [])
 
     @property
     def held(self) -> int:
@@ -215,7 +215,7 @@ class TombStore:
         c = self._cols
         q = p - c.base
         if q < 0:
-            return self._load(p).id
+            return self._raw(p)["id"]  # type: ignore[no-any-return]
         end = c.id_end
         return _dec(c.id_blob[(end[q - 1] if q else 0) : end[q]])
 
@@ -223,7 +223,7 @@ class TombStore:
         c = self._cols
         q = p - c.base
         if q < 0:
-            return self._load(p).content_hash
+            return self._raw(p)["content_hash"]  # type: ignore[no-any-return]
         odd = c.odd
         if odd and p in odd:
             return odd[p]
@@ -232,7 +232,7 @@ class TombStore:
     def key_at(self, p: int) -> str | None:
         c = self._cols
         if p < c.base:
-            return self._load(p).key
+            return self._raw(p).get("key")
         kpos = c.key_pos
         j = bisect_left(kpos, p)
         if j == len(kpos) or kpos[j] != p:
@@ -261,15 +261,16 @@ class TombStore:
             self.key_at(p),
         )
 
-    def _load(self, p: int) -> Tombstone:
-        """A spilled tombstone, read back from its record (the last record
-        read is cached, so reading in order reads each record once)."""
+    def _raw(self, p: int) -> dict[str, Any]:
+        """The JSON-ready dict of spilled tombstone ``p``, read back from its
+        record and checked (the last record read is cached, so reading in
+        order reads each record once). Raises :class:`LogFormatError` if the
+        record is gone, is not a removal, or does not hold it intact."""
         j = bisect_right(self._seg_start, p) - 1
         seq = self._seg_seq[j]
-        cached_seq, tombs = self._cache
+        cached_seq, raw = self._cache
         if cached_seq != seq:
             from .log import materialize  # (log.py imports records only; no cycle at import)
-            from .replay import _tomb
 
             try:
                 rec = materialize(self._records, seq)
@@ -279,20 +280,34 @@ class TombStore:
                 raise LogFormatError(
                     f"tombstone {p} is in log record {seq}, which cannot be read back: {exc!r}"
                 ) from exc
-            raw = rec.detail.get("tombstones") if rec.op == "remove" else None
-            if not isinstance(raw, list):
+            got = rec.detail.get("tombstones") if rec.op == "remove" else None
+            if not isinstance(got, list):
                 raise LogFormatError(
                     f"log record {seq} should hold tombstone {p}, but is a {rec.op!r} record"
                 )
-            try:
-                tombs = [_tomb(d) for d in raw]
-            except Exception as exc:
-                raise LogFormatError(f"log record {seq} holds a malformed tombstone") from exc
-            self._cache = (seq, tombs)
+            raw = got
+            self._cache = (seq, raw)
         i = p - self._seg_start[j]
-        if not 0 <= i < len(tombs):
-            raise LogFormatError(f"log record {seq} does not hold tombstone {p}")
-        return tombs[i]
+        d = raw[i] if 0 <= i < len(raw) else None
+        if (
+            not isinstance(d, dict)
+            or type(d.get("id")) is not str
+            or type(d.get("content_hash")) is not str
+            or not (d.get("key") is None or type(d.get("key")) is str)
+        ):
+            raise LogFormatError(f"log record {seq} does not hold tombstone {p} intact")
+        return d
+
+    def _load(self, p: int) -> Tombstone:
+        """A spilled tombstone, read back (see :meth:`_raw`)."""
+        from .replay import _tomb
+
+        try:
+            return _tomb(self._raw(p))
+        except LogFormatError:
+            raise
+        except Exception as exc:
+            raise LogFormatError(f"spilled tombstone {p} is malformed in its record") from exc
 
     # -- writing (under the owner's write lock) --------------------------------
 
@@ -328,28 +343,37 @@ class TombStore:
             c.key_end.append(len(c.key_blob))
             c.key_pos.append(p)
         self.n = p + 1  # the columns hold p before any index points at it
-        self._index_put("_by_id", hash(t.id), p)
-        self._index_put("_by_hash", hash(t.content_hash), p)
+        if self._by_id.full() or self._by_hash.full():
+            self._grow(key=False)
+        self._by_id.put(hash(t.id), p)
+        self._by_hash.put(hash(t.content_hash), p)
         if t.key is not None:
-            self._index_put("_by_key", hash(t.key), p)
+            if self._by_key.full():
+                self._grow(key=True)
+            self._by_key.put(hash(t.key), p)
 
-    def _index_put(self, name: str, h: int, p: int) -> None:
-        index: _Index = getattr(self, name)
-        if index.full():
-            index = self._rebuilt(name, 2 * (index.mask + 1))
-            setattr(self, name, index)  # one store: readers see the old or the new
-        index.put(h, p)
-
-    def _rebuilt(self, name: str, size: int) -> _Index:
-        """A new index of ``size`` slots over positions ``0 .. n - 1`` (the
-        spilled ones read back in order: O(n), each record read once)."""
-        index = _Index(size)
-        at = self.id_at if name == "_by_id" else self.hash_at if name == "_by_hash" else self.key_at
-        for p in range(self.n):
-            s = at(p)
-            if s is not None:
-                index.put(hash(s), p)
-        return index
+    def _grow(self, *, key: bool) -> None:
+        """Double the id and content-hash indexes (``key``: the key index)
+        over positions ``0 .. n - 2`` (``n - 1`` is put in by the caller):
+        O(n), the spilled ones read back in order, each record once. Each
+        new index is built aside, then swapped in by one store (readers see
+        the old one or the new, both holding every published tombstone)."""
+        upto = self.n - 1
+        if key:
+            by_key = _Index(2 * (self._by_key.mask + 1))
+            for p in range(upto):
+                k = self.key_at(p)
+                if k is not None:
+                    by_key.put(hash(k), p)
+            self._by_key = by_key
+            return
+        by_id = _Index(2 * (self._by_id.mask + 1))
+        by_hash = _Index(2 * (self._by_hash.mask + 1))
+        for p in range(upto):
+            by_id.put(hash(self.id_at(p)), p)
+            by_hash.put(hash(self.hash_at(p)), p)
+        self._by_id = by_id
+        self._by_hash = by_hash
 
     def truncate(self, n: int) -> None:
         """Forget positions ``n`` and above (a dropped draft's tombstones;
