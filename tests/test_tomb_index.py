@@ -327,3 +327,20 @@ def test_spilled_tombstones_stay_readable_after_the_sink_closed(
     assert buf.tombstones["e0"].content_hash == content_hash("body 0")
     with pytest.raises(ReadmissionRefused):
         buf.append(Entry("x", Kind.REASONING, "body 1"))
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_index_slots_hold_positions_up_to_their_limit(wide: bool) -> None:
+    from quiesce._core.tombs import _Index
+
+    index = _Index(16, wide)
+    top = index.limit - 1  # the largest position a slot holds
+    a, b, c = 5 | 1 << 56, 21 | 2 << 56, -3  # a and b probe the same slots, other tags
+    for h, pos in ((a, 0), (b, 7), (c, top)):
+        index.put(h, pos)
+    assert list(index.candidates(a, top + 1)) == [0]
+    assert list(index.candidates(b, top + 1)) == [7]
+    assert list(index.candidates(c, top + 1)) == [top]
+    assert list(index.candidates(c, top)) == []  # not below this version's count
+    assert list(index.candidates(5 | 9 << 56, top + 1)) == []  # another tag
+    assert list(index.candidates(6, top + 1)) == []

@@ -5,17 +5,21 @@ sees exactly the tombstones written up to it, but memory holds *no Python
 object per tombstone*. A buffer's tombstones live in one
 :class:`TombStore`: packed columns (``bytearray`` and ``array``) in the
 order they were written, and three open-addressing hash indexes over them
-(id, content hash, key) whose slots are 4-byte positions plus a 1-byte tag.
+(id, content hash, key) whose slots are 4 bytes: a position and an 8-bit tag.
 A version's :class:`Tombs` is ``(store, count)``: its tombstones are the
 first ``count`` of the store. Tombstones are only ever added, and versions
 of one buffer form one line, so a version's set is a prefix; publishing a
 new tombstone appends to the store and makes a new ``(store, count + 1)``,
 O(1) amortized, never a copy.
 
-About 45 bytes per tombstone for the columns (an 8-byte id, a 16-hex-digit
-content hash packed to 8 bytes, interned reason and actor) plus 10-30 bytes
-of index slots, and the garbage collector sees a handful of objects whatever
-the count (a full collection does not grow with history).
+About 50 bytes per tombstone for the columns (the id, a 16-hex-digit
+content hash packed to 8 bytes, interned reason and actor, turn, version,
+kind) plus 12-24 bytes of index slots (id and content hash; keys only for
+tombstones with a key). With a durable sink the columns of tombstones whose
+records are durable leave memory (:meth:`TombStore.spill`) and only the
+index slots stay; a spilled tombstone is read back from its log record. The
+garbage collector sees a handful of objects whatever the count (a full
+collection does not grow with history).
 
 "Deleted" and "never existed" stay distinguishable: ``id in tombs`` is
 exact. A :class:`~.records.Tombstone` is built on each read (an equal, new
@@ -23,10 +27,10 @@ object each time; nothing relies on identity).
 
 Threads: the store is changed only under the owning buffer's write lock.
 Readers never lock: a column is only appended to (or cut above every
-published count, below), an index slot's tag is written before its
-position, and a grown index is built aside and swapped in by one attribute
-store, so a reader sees either index, each holding every published
-tombstone. Every match is verified against the stored data and the
+published count, below), an index slot is one array store, and a grown
+index (or the columns after a spill) is built aside and swapped in by one
+attribute store, so a reader sees the old object or the new, each holding
+every published tombstone. Every match is verified against the stored data and the
 reader's ``count``, so a stale slot is never a wrong answer.
 
 A draft that is dropped after adding tombstones (a refused edit) leaves
@@ -83,15 +87,18 @@ def _packed_hash(h: str) -> bytes | None:
 
 class _Index:
     """An open-addressing multimap from a string's ``hash()`` to store
-    positions: ``slots[i]`` is ``position + 1`` (0: empty), ``tags[i]`` 8
-    more bits of the hash. Linear probing; never deletes (a stale slot is
-    skipped by verification). Load at most 2/3."""
+    positions. A slot is one int: ``position + 1`` in its low ``shift`` bits
+    (24 in 4-byte slots; 32 in 8-byte slots once a store passes 2**23
+    tombstones) and 8 more bits of the hash above them as a tag (0: empty),
+    so a slot is written by one store. Linear probing; never deletes (a
+    stale slot is skipped by verification). Load at most 2/3."""
 
-    __slots__ = ("mask", "slots", "tags", "used")
+    __slots__ = ("limit", "mask", "shift", "slots", "used")
 
-    def __init__(self, size: int) -> None:
-        self.slots = array("I", bytes(4 * size))
-        self.tags = bytearray(size)
+    def __init__(self, size: int, wide: bool = False) -> None:
+        self.shift = 32 if wide else 24
+        self.slots = array("Q" if wide else "I", bytes((8 if wide else 4) * size))
+        self.limit = (1 << self.shift) - 1  #: the largest position + 1 a slot holds
         self.mask = size - 1
         self.used = 0
 
@@ -104,22 +111,23 @@ class _Index:
         i = h & mask
         while slots[i]:
             i = (i + 1) & mask
-        self.tags[i] = (h >> 56) & 0xFF  # the tag first: a reader seeing the slot sees it
-        slots[i] = pos + 1
+        slots[i] = (((h >> 56) & 0xFF) << self.shift) | (pos + 1)
         self.used += 1
 
     def candidates(self, h: int, count: int) -> Iterator[int]:
         """Positions below ``count`` whose slot tag matches ``h`` (verify them)."""
         mask = self.mask
         slots = self.slots
-        tags = self.tags
+        shift = self.shift
+        low = self.limit
         tag = (h >> 56) & 0xFF
         i = h & mask
         while True:
-            p = slots[i]
-            if not p:
+            v = slots[i]
+            if not v:
                 return
-            if p <= count and tags[i] == tag:
+            p = v & low
+            if p <= count and v >> shift == tag:
                 yield p - 1
             i = (i + 1) & mask
 
@@ -343,12 +351,12 @@ class TombStore:
             c.key_end.append(len(c.key_blob))
             c.key_pos.append(p)
         self.n = p + 1  # the columns hold p before any index points at it
-        if self._by_id.full() or self._by_hash.full():
+        if self._by_id.full() or self._by_hash.full() or p >= self._by_id.limit:
             self._grow(key=False)
         self._by_id.put(hash(t.id), p)
         self._by_hash.put(hash(t.content_hash), p)
         if t.key is not None:
-            if self._by_key.full():
+            if self._by_key.full() or p >= self._by_key.limit:
                 self._grow(key=True)
             self._by_key.put(hash(t.key), p)
 
@@ -359,16 +367,17 @@ class TombStore:
         new index is built aside, then swapped in by one store (readers see
         the old one or the new, both holding every published tombstone)."""
         upto = self.n - 1
+        wide = self.n >= 1 << 23  # 8-byte slots well before 4-byte ones run out
         if key:
-            by_key = _Index(2 * (self._by_key.mask + 1))
+            by_key = _Index(2 * (self._by_key.mask + 1), wide)
             for p in range(upto):
                 k = self.key_at(p)
                 if k is not None:
                     by_key.put(hash(k), p)
             self._by_key = by_key
             return
-        by_id = _Index(2 * (self._by_id.mask + 1))
-        by_hash = _Index(2 * (self._by_hash.mask + 1))
+        by_id = _Index(2 * (self._by_id.mask + 1), wide)
+        by_hash = _Index(2 * (self._by_hash.mask + 1), wide)
         for p in range(upto):
             by_id.put(hash(self.id_at(p)), p)
             by_hash.put(hash(self.hash_at(p)), p)
