@@ -432,7 +432,7 @@ class Buffer(Editor):
             mark: Mark = _new_tuple(Mark, (entry_id, reason, turn, n))
             # A compact record (log.py): the LogRecord is built when first read.
             records = self._records
-            records.append((_build_mark_record, mark, _wall_clock()))
+            records.append((entry_id, reason, turn, n, _wall_clock()))  # log.mark_record
             if len(records) - records.first > self._trim_above:
                 self._trim_log()
             # Version.with_marks, written out.
@@ -678,7 +678,6 @@ class Buffer(Editor):
 # ---------------------------------------------------------------------------
 # helpers
 
-_EMPTY_DETAIL: Mapping[str, Any] = MappingProxyType({})
 
 # The fast paths (mark_stale, append) build their Mark and Slot with
 # tuple.__new__, skipping the NamedTuple's Python-level __new__ (~0.1 µs
@@ -696,21 +695,6 @@ for _cls, _fields in _FAST_PATH_FIELDS.items():
 
 # Builders of the compact records of the fast paths (see log.py): called with
 # the record's seq, then the fields the fast path stored.
-
-
-def _build_mark_record(seq: int, mark: Mark, at: float) -> LogRecord:
-    return LogRecord(
-        seq,
-        at,
-        "mark",
-        mark.version,
-        (mark.id,),
-        None,
-        mark.reason,
-        mark.turn,
-        "applied",
-        _EMPTY_DETAIL,
-    )
 
 
 def _build_append_record(seq: int, entry: Entry, key: float, n: int, at: float) -> LogRecord:
