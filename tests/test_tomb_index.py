@@ -344,3 +344,32 @@ def test_index_slots_hold_positions_up_to_their_limit(wide: bool) -> None:
     assert list(index.candidates(c, top)) == []  # not below this version's count
     assert list(index.candidates(5 | 9 << 56, top + 1)) == []  # another tag
     assert list(index.candidates(6, top + 1)) == []
+
+
+def test_bulk_building_equals_adding_one_by_one() -> None:
+    """Recovery builds a store at once (Tombs.of); it must answer exactly as
+    the store built by adding, keys, shared hashes and odd hashes included."""
+    ts = [
+        Tombstone(
+            f"t{i}",
+            content_hash(f"b{i % 37}") if i % 11 else f"odd-{i % 3}",
+            "r",
+            i % 3 or None,
+            "a" if i % 5 == 0 else None,
+            i,
+            Kind.TOOL_OUTPUT if i % 2 else None,
+            f"k{i % 13}" if i % 4 == 0 else None,
+        )
+        for i in range(500)
+    ]
+    bulk = Tombs.of(ts)
+    one = EMPTY_TOMBS
+    for t in ts:
+        one = one.add(t)
+    assert bulk == one and list(bulk.values()) == ts
+    for i in range(40):
+        h = content_hash(f"b{i}")
+        assert bulk.matching(h, f"k{i}") == one.matching(h, f"k{i}")
+    assert bulk.matching("odd-1", None) == one.matching("odd-1", None) is not None
+    bigger = bulk.add(_tomb(9999, key="k1"))
+    assert bigger.by_key["k1"].id == "t9999" and "t9999" in bigger and "t3" in bigger
