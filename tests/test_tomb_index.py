@@ -373,3 +373,32 @@ def test_bulk_building_equals_adding_one_by_one() -> None:
     assert bulk.matching("odd-1", None) == one.matching("odd-1", None) is not None
     bigger = bulk.add(_tomb(9999, key="k1"))
     assert bigger.by_key["k1"].id == "t9999" and "t9999" in bigger and "t3" in bigger
+
+
+def test_a_checkpoint_listing_tombstones_by_id_restores_the_same_winners() -> None:
+    """Checkpoints written before issue 13's store list tombstones sorted by
+    id: restoring one reorders them so each content hash's and key's newest
+    tombstone stays the one the checkpoint names."""
+    from quiesce import Override
+    from quiesce._core.checkpoint import checkpoint_state, restore_tombs
+
+    buf = Buffer()
+    for i, name in enumerate(["z", "a", "m"]):  # same body and key, removed in turn
+        e = Entry(name, Kind.REASONING, "same body", key="same-key")
+        buf.append(e, override=Override("again", turn=i) if i else None)
+        buf.prune([name], reason="gone")
+    _fill(buf, 2)
+    state = checkpoint_state(buf)
+    kept, in_order = restore_tombs(state)
+    assert in_order and kept == buf.head().tombs
+    state["tombstones"] = sorted(state["tombstones"], key=lambda d: d["id"])
+    del state["tomb_runs"]
+    again, in_order = restore_tombs(state)
+    assert not in_order and again == buf.head().tombs
+    assert again.matching(content_hash("same body"), None).id == "m"  # type: ignore[union-attr]
+    state["by_hash"] = [
+        [h, "a"] if h == content_hash("same body") else [h, i] for h, i in state["by_hash"]
+    ]
+    state["by_key"] = [["same-key", "z"]]
+    with pytest.raises(LogFormatError):
+        restore_tombs(state)  # winners no order can honour

@@ -190,18 +190,14 @@ def restore_tombs(state: dict[str, Any]) -> tuple[Tombs, bool]:
     win_hash = {h: i for h, i in state["by_hash"]}
     win_key = {k: i for k, i in state["by_key"]}
 
-    def honoured(out: Tombs) -> bool:
-        by_hash, by_key = out.by_hash, out.by_key
-        return not (
-            len(by_hash) != len(win_hash)
-            or any((t := by_hash.get(h)) is None or t.id != i for h, i in win_hash.items())
-            or len(by_key) != len(win_key)
-            or any((t := by_key.get(k)) is None or t.id != i for k, i in win_key.items())
-        )
+    def honoured(order: list[Any]) -> bool:
+        # written in this order, the last of each hash (key) is the newest
+        return {t.content_hash: t.id for t in order} == win_hash and {
+            t.key: t.id for t in order if t.key is not None
+        } == win_key
 
-    out = Tombs.of(tombs)
-    if honoured(out):
-        return out, True
+    if honoured(tombs):
+        return Tombs.of(tombs), True
 
     def order(item: tuple[int, Any]) -> tuple[int, int, int]:
         index, t = item
@@ -210,10 +206,10 @@ def restore_tombs(state: dict[str, Any]) -> tuple[Tombs, bool]:
         )
         return (-1 if t.version is None else t.version, wins, index)
 
-    out = Tombs.of(t for _, t in sorted(enumerate(tombs), key=order))
-    if not honoured(out):
+    again = [t for _, t in sorted(enumerate(tombs), key=order)]
+    if not honoured(again):
         raise LogFormatError("a checkpoint's tombstone indexes disagree with its tombstones")
-    return out, False
+    return Tombs.of(again), False
 
 
 def _restore(buf: Buffer, rec: LogRecord, state: dict[str, Any]) -> None:
