@@ -49,12 +49,14 @@ from typing import Any
 
 from .entry import Kind
 from .errors import LogFormatError, QuiesceError
+from .log import materialize
 from .records import Tombstone
 
 __all__ = ["EMPTY_TOMBS", "TombStore", "Tombs"]
 
 _KINDS: tuple[Kind, ...] = tuple(Kind)
 _KIND_CODE: dict[Kind, int] = {k: i for i, k in enumerate(_KINDS)}
+_KIND_BY_VALUE: dict[str, Kind] = {k.value: k for k in _KINDS}
 _NO_KIND = 255
 #: turn / version ``None`` in their int64 columns
 _NONE = -(1 << 63)
@@ -278,8 +280,6 @@ class TombStore:
         seq = self._seg_seq[j]
         cached_seq, raw = self._cache
         if cached_seq != seq:
-            from .log import materialize  # (log.py imports records only; no cycle at import)
-
             try:
                 rec = materialize(self._records, seq)
             except QuiesceError:
@@ -307,15 +307,28 @@ class TombStore:
         return d
 
     def _load(self, p: int) -> Tombstone:
-        """A spilled tombstone, read back (see :meth:`_raw`)."""
-        from .replay import _tomb
-
-        try:
-            return _tomb(self._raw(p))
-        except LogFormatError:
-            raise
-        except Exception as exc:
-            raise LogFormatError(f"spilled tombstone {p} is malformed in its record") from exc
+        """A spilled tombstone, read back (see :meth:`_raw`) and checked."""
+        d = self._raw(p)
+        turn, actor, version, kind = d.get("turn"), d.get("actor"), d.get("version"), d.get("kind")
+        reason = d.get("reason")
+        if not (
+            type(reason) is str
+            and (turn is None or (type(turn) is int and turn >= 0))
+            and (actor is None or type(actor) is str)
+            and (version is None or type(version) is int)
+            and (kind is None or (type(kind) is str and kind in _KIND_BY_VALUE))
+        ):
+            raise LogFormatError(f"spilled tombstone {p} is malformed in its record")
+        return Tombstone(
+            d["id"],
+            d["content_hash"],
+            reason,
+            turn,
+            actor,
+            version,  # type: ignore[arg-type]  # (None: as replay's decoder allows)
+            None if kind is None else _KIND_BY_VALUE[kind],
+            d.get("key"),
+        )
 
     # -- writing (under the owner's write lock) --------------------------------
 
