@@ -122,7 +122,11 @@ class Buffer(Editor):
     ``log_retention`` records (default :data:`~quiesce._core.log.DEFAULT_RETENTION`,
     10,000) and counts the ones it dropped (``buf.log.dropped``; reading one
     raises :class:`LogRecordDropped`). A sink without ``read_range`` keeps
-    the whole log in memory.
+    the whole log in memory. Tombstones stay forever, in one compact store
+    (:mod:`.tombs`: no Python object per tombstone, about 60-75 bytes each
+    in memory); with a readable sink, those whose removal records are
+    durable keep only their index slots in memory (about 8-16 bytes each)
+    and are read back from the log when asked for.
 
     Every public method is synchronous and safe to call from coroutines and
     from worker threads. Only the methods that make removals durable
@@ -261,7 +265,10 @@ class Buffer(Editor):
 
     @property
     def tombstones(self) -> Mapping[str, Tombstone]:
-        """Tombstones in the head version, by id (read-only)."""
+        """Tombstones in the head version, by id, oldest first (read-only;
+        every one ever written). ``in`` and lookups are O(1) expected (one
+        log read for a tombstone that left memory); each read builds an
+        equal, new :class:`Tombstone`."""
         return self._head.tombs.by_id
 
     @property
