@@ -14,7 +14,7 @@ import pytest
 
 from conftest import ListSink
 from quiesce import Buffer, Entry, Kind, LogRecord, Override
-from quiesce._core.log import Records, materialize
+from quiesce._core.log import Records, mark_record, materialize
 
 
 def make() -> Buffer:
@@ -103,22 +103,22 @@ class TestDeferredRecords:
         log records by identity)."""
         buf = make()
         records = buf._records
-        build, *fields = records[2]
+        compact = records[2]  # a mark: (id, reason, turn, version, time)
         other: list[LogRecord] = []
         started = threading.Event()
 
-        def slow_build(*args: Any) -> LogRecord:
+        def slow_build(seq: int) -> LogRecord:
             reader = threading.Thread(
                 target=lambda: (started.set(), other.append(materialize(records, 2)))
             )
             reader.start()
             started.wait(10)
             time.sleep(0.05)  # the other reader is now at the record, mid-build
-            built = build(*args)
+            built = mark_record(seq, *compact)
             slow_build.reader = reader  # type: ignore[attr-defined]
             return built
 
-        records[2] = (slow_build, *fields)
+        records[2] = (slow_build,)
         mine = materialize(records, 2)
         slow_build.reader.join(10)  # type: ignore[attr-defined]
         assert other == [mine] and other[0] is mine

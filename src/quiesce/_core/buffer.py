@@ -121,7 +121,11 @@ class Buffer(Editor):
     ``log_retention`` records (default :data:`~quiesce._core.log.DEFAULT_RETENTION`,
     10,000) and counts the ones it dropped (``buf.log.dropped``; reading one
     raises :class:`LogRecordDropped`). A sink without ``read_range`` keeps
-    the whole log in memory.
+    the whole log in memory. Tombstones stay forever, in one compact store
+    (:mod:`.tombs`: no Python object per tombstone, about 60-75 bytes each
+    in memory); with a readable sink, those whose removal records are
+    durable keep only their index slots in memory (about 8-16 bytes each)
+    and are read back from the log when asked for.
 
     Every public method is synchronous and safe to call from coroutines and
     from worker threads. Only the methods that make removals durable
@@ -238,6 +242,7 @@ class Buffer(Editor):
                 del records
             self._synced = len(self._records)
             self._trim_log()
+            self._head.tombs.spill(self._synced)  # durable tombstones leave memory
         #: seq the next automatic checkpoint is due at (flush() writes it)
         self._checkpoint_due = len(self._records) + checkpoint_every
 
@@ -259,7 +264,10 @@ class Buffer(Editor):
 
     @property
     def tombstones(self) -> Mapping[str, Tombstone]:
-        """Tombstones in the head version, by id (read-only)."""
+        """Tombstones in the head version, by id, oldest first (read-only;
+        every one ever written). ``in`` and lookups are O(1) expected (one
+        log read for a tombstone that left memory); each read builds an
+        equal, new :class:`Tombstone`."""
         return self._head.tombs.by_id
 
     @property
@@ -432,7 +440,7 @@ class Buffer(Editor):
             mark: Mark = _new_tuple(Mark, (entry_id, reason, turn, n))
             # A compact record (log.py): the LogRecord is built when first read.
             records = self._records
-            records.append((_build_mark_record, mark, _wall_clock()))
+            records.append((entry_id, reason, turn, n, _wall_clock()))  # log.mark_record
             if len(records) - records.first > self._trim_above:
                 self._trim_log()
             # Version.with_marks, written out.
@@ -669,7 +677,6 @@ class Buffer(Editor):
 # ---------------------------------------------------------------------------
 # helpers
 
-_EMPTY_DETAIL: Mapping[str, Any] = MappingProxyType({})
 
 # The fast paths (mark_stale, append) build their Mark and Slot with
 # tuple.__new__, skipping the NamedTuple's Python-level __new__ (~0.1 µs
@@ -687,21 +694,6 @@ for _cls, _fields in _FAST_PATH_FIELDS.items():
 
 # Builders of the compact records of the fast paths (see log.py): called with
 # the record's seq, then the fields the fast path stored.
-
-
-def _build_mark_record(seq: int, mark: Mark, at: float) -> LogRecord:
-    return LogRecord(
-        seq,
-        at,
-        "mark",
-        mark.version,
-        (mark.id,),
-        None,
-        mark.reason,
-        mark.turn,
-        "applied",
-        _EMPTY_DETAIL,
-    )
 
 
 def _build_append_record(seq: int, entry: Entry, key: float, n: int, at: float) -> LogRecord:

@@ -37,8 +37,6 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from immutables import Map
-
 from .check import check_buffer
 from .draft import Draft
 from .entry import Entry, Kind
@@ -104,6 +102,15 @@ def checkpoint_state(buf: Buffer) -> dict[str, Any]:
     head = buf._head
     tombs = head.tombs
     slots = sorted(head.live.values(), key=lambda s: s.key)
+    # one pass over the tombstones (old ones are read back from the log):
+    # the newest of each content hash and key wins, as in Tombs.matching
+    tomb_list = list(tombs.by_id.values())
+    by_hash: dict[str, str] = {}
+    by_key: dict[str, str] = {}
+    for t in tomb_list:
+        by_hash[t.content_hash] = t.id
+        if t.key is not None:
+            by_key[t.key] = t.id
     groups = [g for _, _, g in buf._staged]
     groups.extend(buf._applying.values())
     groups.sort(key=lambda g: g.gid)
@@ -113,11 +120,12 @@ def checkpoint_state(buf: Buffer) -> dict[str, Any]:
         "next_key": head.next_key,
         "live": [[s.entry.to_dict(), s.key, s.changed] for s in slots],
         "marks": sorted([m.id, m.reason, m.turn, m.version] for m in head.marks.values()),
-        "tombstones": sorted(
-            (tomb_to_dict(t) for t in tombs.by_id.values()), key=lambda d: d["id"]
-        ),
-        "by_hash": sorted([h, t.id] for h, t in tombs.by_hash.items()),
-        "by_key": sorted([k, t.id] for k, t in tombs.by_key.items()),
+        # in writing order, with the log records holding them (tombs.py):
+        # recovery rebuilds the same store and can read old ones back
+        "tombstones": [tomb_to_dict(t) for t in tomb_list],
+        "tomb_runs": tombs.runs(),
+        "by_hash": sorted([h, i] for h, i in by_hash.items()),
+        "by_key": sorted([k, i] for k, i in by_key.items()),
         "groups": [
             [g.gid, list(g.ids), g.grace, g.staged, g.reason, g.actor, g.turn, sorted(g.retracted)]
             for g in groups
@@ -213,6 +221,44 @@ def _tombstones(items: object) -> dict[str, Tombstone]:
     return out
 
 
+def restore_tombs(state: dict[str, Any]) -> tuple[Tombs, bool]:
+    """The tombstones of a checkpoint ``state``, written again in its order
+    when that makes each ``by_hash`` / ``by_key`` winner the newest of its
+    hash or key (checkpoints list them in writing order); otherwise (an
+    older checkpoint, sorted by id) in the order that does: older first, the
+    winners last within one version. Returns the tombstones and whether the
+    checkpoint's order was kept. A state whose winners cannot all be
+    honoured raises :class:`LogFormatError`, so recovery falls back to an
+    earlier checkpoint. O(tombstones)."""
+    by_id = _tombstones(state["tombstones"])
+    if len(by_id) != len(state["tombstones"]):
+        raise LogFormatError("a checkpoint lists a tombstone id twice")
+    tombs = list(by_id.values())
+    win_hash = {h: i for h, i in state["by_hash"]}
+    win_key = {k: i for k, i in state["by_key"]}
+
+    def honoured(order: list[Any]) -> bool:
+        # written in this order, the last of each hash (key) is the newest
+        return {t.content_hash: t.id for t in order} == win_hash and {
+            t.key: t.id for t in order if t.key is not None
+        } == win_key
+
+    if honoured(tombs):
+        return Tombs.of(tombs), True
+
+    def order(item: tuple[int, Any]) -> tuple[int, int, int]:
+        index, t = item
+        wins = (win_hash.get(t.content_hash) == t.id) + (
+            t.key is not None and win_key.get(t.key) == t.id
+        )
+        return (-1 if t.version is None else t.version, wins, index)
+
+    again = [t for _, t in sorted(enumerate(tombs), key=order)]
+    if not honoured(again):
+        raise LogFormatError("a checkpoint's tombstone indexes disagree with its tombstones")
+    return Tombs.of(again), False
+
+
 def _restore(buf: Buffer, rec: LogRecord, state: dict[str, Any]) -> None:
     """Make ``buf`` (fresh) hold ``state``, with the log ending at ``rec``."""
     draft = Draft(Version.empty())
@@ -221,12 +267,12 @@ def _restore(buf: Buffer, rec: LogRecord, state: dict[str, Any]) -> None:
     draft.next_key = float(state["next_key"])
     for i, reason, turn, version in state["marks"]:
         draft.marks[i] = Mark(i, reason, turn, version)
-    by_id = _tombstones(state["tombstones"])
-    draft.tombs = Tombs(
-        Map(by_id),
-        Map({h: by_id[i] for h, i in state["by_hash"]}),
-        Map({k: by_id[i] for k, i in state["by_key"]}),
-    )
+    tombs, in_order = restore_tombs(state)
+    runs = state.get("tomb_runs")
+    if in_order and isinstance(runs, list) and state.get("compacted_from") is None:
+        # where each tombstone's record is, so they can leave memory (tombs.py)
+        tombs.relocate(runs, rec.seq, buf._records)
+    draft.tombs = tombs
     buf._head = draft.finish(int(state["version"]))
     # a compacted log (``quiesce compact``) starts at this checkpoint: the
     # records it summarises are not in this log (check.py allows for it)
@@ -372,6 +418,7 @@ def compacted_records(buf: Buffer, source: str, at: float) -> list[LogRecord]:
     state = checkpoint_state(buf)
     state["records"] = 0
     state["intents"] = []  # intent records are not carried over
+    state["tomb_runs"] = []  # their records are not carried over either
     state["compacted_from"] = {"source": source, "records": len(buf._records)}
     return [_record(state, at)]
 

@@ -12,7 +12,9 @@ path never touches a disk) and handed to the sink in batches by
 
 Deferred records. The two hottest writers (``mark_stale`` and ``append``)
 append a *compact* record: a plain ``tuple`` ``(build, *fields)`` holding the
-objects the change made anyway (the Mark, the Entry) and its wall-clock time.
+objects the change made anyway (the Entry) and its wall-clock time, or for a
+mark ``(id, reason, turn, version, time)`` (atomic values only, so the
+garbage collector untracks it; :func:`mark_record`).
 :func:`materialize` turns it into the :class:`LogRecord` (``build(seq,
 *fields)``) the first time anyone reads it — the view, a flush, a check — and
 stores that back, so the record is built at most once and never on the fast
@@ -36,7 +38,8 @@ missing or damaged one raises :class:`LogFormatError`, never another record.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, Protocol, overload, runtime_checkable
 
 from .errors import LogFormatError, LogRecordDropped
@@ -50,6 +53,7 @@ __all__ = [
     "ReadableSink",
     "Records",
     "check_read",
+    "mark_record",
     "materialize",
     "materialize_range",
 ]
@@ -241,9 +245,25 @@ def _built(records: list[Any], seq: int, local: int) -> LogRecord:
     if compact (call under the build lock)."""
     rec = list.__getitem__(records, local)
     if type(rec) is tuple:
-        rec = rec[0](seq, *rec[1:])
+        build = rec[0]
+        rec = mark_record(seq, *rec) if type(build) is str else build(seq, *rec[1:])
         list.__setitem__(records, local, rec)
     return rec  # type: ignore[no-any-return]
+
+
+def mark_record(
+    seq: int, entry_id: str, reason: str, turn: int | None, version: int, at: float
+) -> LogRecord:
+    """The LogRecord of a compact mark record ``(entry_id, reason, turn,
+    version, at)``. That tuple holds only atomic values, so the garbage
+    collector stops tracking it (issue 13: a long log tail costs a full
+    collection nothing per mark)."""
+    return LogRecord(
+        seq, at, "mark", version, (entry_id,), None, reason, turn, "applied", _EMPTY_DETAIL
+    )
+
+
+_EMPTY_DETAIL: Mapping[str, Any] = MappingProxyType({})
 
 
 @runtime_checkable

@@ -262,6 +262,9 @@ class Publisher(Grace):
             self._append_record(record)
             assert draft is not None
             new = draft.finish(n)
+            # the record holds the new tombstones: once it is durable they
+            # can leave memory (tombs.py, spill)
+            new.tombs.locate(len(head.tombs), record.seq, self._records)
             self._max_removed_grace = max(self._max_removed_grace, max(g.grace for g in groups))
             self._head = new
             self._markable().difference_update(removal)
@@ -437,6 +440,18 @@ class Publisher(Grace):
             self._log_failing = False
             self._synced = start + len(batch)
             self._trim_log()
+        self._spill_tombs()
+
+    def _spill_tombs(self) -> None:
+        """Let the tombstones whose records are durable leave memory
+        (issue 13; tombs.py): only their index slots stay. Skipped when the
+        write lock is busy (the next flush does it). O(tombstones kept)."""
+        lock = self._write_lock
+        if lock.acquire(blocking=False):
+            try:
+                self._head.tombs.spill(self._synced)
+            finally:
+                lock.release()
 
     @property
     def pending_records(self) -> int:

@@ -318,6 +318,7 @@ def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
                     n = _publishes(v, number)
                 else:
                     _require(v is None, "a removal of nothing publishes a version")
+                located = len(draft.tombs)
                 for t in tombs:
                     slot = _live(draft, t.id, "removed")
                     e = slot.entry
@@ -334,6 +335,7 @@ def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
                     keys.drop(slot.key)
                     draft.remove(t)
                     buf._immutable_hashes.pop(t.id, None)
+                draft.tombs.locate(located, rec.seq, buf._records)  # tombs.py: spill
                 for t in tombs:
                     cited = draft.referrers.get(t.id)
                     if cited:

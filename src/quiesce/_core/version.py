@@ -12,7 +12,8 @@ Layout, chosen so that the hottest write (a mark) touches the fewest maps:
   ``next_key``; a move or a summary takes the midpoint of its neighbours, and
   the keys are renumbered in the rare case the gap is exhausted).
 * ``marks``: id → :class:`Mark`, for live entries only.
-* ``tombs``: the :class:`Tombs` of this version (by id, by content hash, by key).
+* ``tombs``: the :class:`~.tombs.Tombs` of this version: a prefix of the
+  buffer's compact, append-only tombstone store (by id, content hash, key).
 * ``referrers``: target id → Map of live ids that cite it; makes "is this
   entry cited by a survivor?" O(referrers) instead of O(n).
 
@@ -43,9 +44,20 @@ from typing import Any, NamedTuple
 from immutables import Map
 
 from .entry import Entry
-from .records import Mark, Tombstone
+from .records import Mark
+from .tombs import EMPTY_TOMBS, Tombs
 
-__all__ = ["CHUNK", "EMPTY_MAP", "MAX_CHAIN", "PATCH_MAX", "Slot", "Tombs", "Version", "View"]
+__all__ = [
+    "CHUNK",
+    "EMPTY_MAP",
+    "EMPTY_TOMBS",
+    "MAX_CHAIN",
+    "PATCH_MAX",
+    "Slot",
+    "Tombs",
+    "Version",
+    "View",
+]
 
 #: Longest chain of uncached versions a view is derived through; a longer
 #: one sorts (and bounds the old versions a child keeps alive).
@@ -74,30 +86,6 @@ class Slot(NamedTuple):
     entry: Entry
     key: float
     changed: int
-
-
-class Tombs(NamedTuple):
-    """A version's tombstones and the indexes re-admission checks use."""
-
-    by_id: Map[str, Tombstone]
-    by_hash: Map[str, Tombstone]
-    by_key: Map[str, Tombstone]
-
-    def add(self, tomb: Tombstone) -> Tombs:
-        by_key = self.by_key if tomb.key is None else self.by_key.set(tomb.key, tomb)
-        return Tombs(
-            self.by_id.set(tomb.id, tomb), self.by_hash.set(tomb.content_hash, tomb), by_key
-        )
-
-    def matching(self, content_hash: str, key: str | None) -> Tombstone | None:
-        """The tombstone whose content hash or key matches, if any. O(log n)."""
-        tomb = self.by_hash.get(content_hash)
-        if tomb is None and key is not None:
-            tomb = self.by_key.get(key)
-        return tomb
-
-
-EMPTY_TOMBS = Tombs(Map(), Map(), Map())
 
 
 class Version:
