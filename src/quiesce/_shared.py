@@ -90,7 +90,7 @@ from ._core.buffer import Snapshot
 from ._core.checkpoint import DEFAULT_CHECKPOINT_EVERY, recover
 from ._core.entry import Entry
 from ._core.errors import InvalidArgument, InvalidType, LogWriteError, QuiesceError
-from ._core.log import EditLog, _build_lock
+from ._core.log import EditLog, _build_lock, build_compact
 from ._core.pins import _NOT_ENTERED, _new_object
 from ._core.plan import EditPlan, Move, Op, Prune, Rewrite, Summarize
 from ._core.policy import Policy
@@ -1290,7 +1290,7 @@ class SharedBuffer:
                 local = seq - records.first
                 rec = list.__getitem__(records, local)
                 if type(rec) is tuple:  # compact (log.py): build it now
-                    rec = rec[0](seq, *rec[1:])
+                    rec = build_compact(seq, rec)
                 if REQUEST_KEY not in rec.detail:
                     rec = _stamped(rec, request_id)
                     self._index_stamped((rec,))

@@ -52,6 +52,7 @@ __all__ = [
     "LogSink",
     "ReadableSink",
     "Records",
+    "build_compact",
     "check_read",
     "mark_record",
     "materialize",
@@ -245,10 +246,18 @@ def _built(records: list[Any], seq: int, local: int) -> LogRecord:
     if compact (call under the build lock)."""
     rec = list.__getitem__(records, local)
     if type(rec) is tuple:
-        build = rec[0]
-        rec = mark_record(seq, *rec) if type(build) is str else build(seq, *rec[1:])
+        rec = build_compact(seq, rec)
         list.__setitem__(records, local, rec)
     return rec  # type: ignore[no-any-return]
+
+
+def build_compact(seq: int, rec: tuple[Any, ...]) -> LogRecord:
+    """The LogRecord of compact record ``rec`` at ``seq``: a mark's
+    ``(id, reason, turn, version, time)`` or ``(build, *fields)``."""
+    build = rec[0]
+    if type(build) is str:
+        return mark_record(seq, *rec)
+    return build(seq, *rec[1:])  # type: ignore[no-any-return]
 
 
 def mark_record(
