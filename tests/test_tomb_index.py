@@ -6,6 +6,7 @@ and memory holds no Python object per tombstone."""
 from __future__ import annotations
 
 import gc
+import os
 import sqlite3
 import tracemalloc
 from pathlib import Path
@@ -329,21 +330,45 @@ def test_spilled_tombstones_stay_readable_after_the_sink_closed(
         buf.append(Entry("x", Kind.REASONING, "body 1"))
 
 
-@pytest.mark.parametrize("wide", [False, True])
-def test_index_slots_hold_positions_up_to_their_limit(wide: bool) -> None:
+@pytest.mark.parametrize("shift", [16, 20, 24, 32])
+def test_index_slots_hold_positions_up_to_their_limit(shift: int) -> None:
     from quiesce._core.tombs import _Index
 
-    index = _Index(16, wide)
+    index = _Index(16, shift)
     top = index.limit - 1  # the largest position a slot holds
-    a, b, c = 5 | 1 << 56, 21 | 2 << 56, -3  # a and b probe the same slots, other tags
+    # hashes are 64-bit, non-negative; a and b probe the same slots, other tags
+    a, b, c = 5 | 1 << 63, 21 | 1 << 62, (1 << 64) - 3
     for h, pos in ((a, 0), (b, 7), (c, top)):
         index.put(h, pos)
     assert list(index.candidates(a, top + 1)) == [0]
     assert list(index.candidates(b, top + 1)) == [7]
     assert list(index.candidates(c, top + 1)) == [top]
     assert list(index.candidates(c, top)) == []  # not below this version's count
-    assert list(index.candidates(5 | 9 << 56, top + 1)) == []  # another tag
+    assert list(index.candidates(5 | 1 << 61, top + 1)) == []  # another tag
     assert list(index.candidates(6, top + 1)) == []
+    # the lowest tag bit counts too (the tag is every bit above the position)
+    low_tag = 1 << index.tag_shift
+    assert list(index.candidates(5 | 1 << 63 | low_tag, top + 1)) == []
+
+
+def test_index_hashes_are_the_same_in_every_process() -> None:
+    """A checkpoint keeps the index's slots, so its hashes must not depend
+    on the process's string-hash salt."""
+    import subprocess
+    import sys
+
+    code = "from quiesce._core.tombs import _shash, _chash; print(_shash('e-1'), _chash('x'))"
+    outs = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("1", "2")
+    }
+    assert len(outs) == 1
 
 
 def test_bulk_building_equals_adding_one_by_one() -> None:

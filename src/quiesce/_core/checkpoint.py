@@ -96,21 +96,22 @@ def _digest(state: dict[str, Any]) -> str:
     return hashlib.sha256(_canonical(state)).hexdigest()
 
 
-def checkpoint_state(buf: Buffer) -> dict[str, Any]:
+def checkpoint_state(buf: Buffer, *, listed: bool = False) -> dict[str, Any]:
     """The state a checkpoint holds (call under the write lock; every value
-    JSON-able). O(live log live + tombstones + staged)."""
+    JSON-able). When every tombstone is in a log record the buffer can read
+    back (a readable sink), the checkpoint keeps the tombstone store's
+    indexes and where each run of tombstones is (``tomb_index``,
+    :meth:`Tombs.export`: a few bytes per tombstone, none read); otherwise,
+    or with ``listed``, it lists every tombstone (``tombstones``, in writing
+    order, with the ``by_hash`` / ``by_key`` winners). O(live + staged +
+    index slots), or O(tombstones) when listed."""
     head = buf._head
     tombs = head.tombs
     slots = sorted(head.live.values(), key=lambda s: s.key)
-    # one pass over the tombstones (old ones are read back from the log):
-    # the newest of each content hash and key wins, as in Tombs.matching
-    tomb_list = list(tombs.by_id.values())
-    by_hash: dict[str, str] = {}
-    by_key: dict[str, str] = {}
-    for t in tomb_list:
-        by_hash[t.content_hash] = t.id
-        if t.key is not None:
-            by_key[t.key] = t.id
+    exported = None
+    if not listed and buf._records.reader is not None:
+        exported = tombs.export()
+    tomb_state = {"tomb_index": exported} if exported is not None else _listed_tombs(tombs)
     groups = [g for _, _, g in buf._staged]
     groups.extend(buf._applying.values())
     groups.sort(key=lambda g: g.gid)
@@ -120,12 +121,7 @@ def checkpoint_state(buf: Buffer) -> dict[str, Any]:
         "next_key": head.next_key,
         "live": [[s.entry.to_dict(), s.key, s.changed] for s in slots],
         "marks": sorted([m.id, m.reason, m.turn, m.version] for m in head.marks.values()),
-        # in writing order, with the log records holding them (tombs.py):
-        # recovery rebuilds the same store and can read old ones back
-        "tombstones": [tomb_to_dict(t) for t in tomb_list],
-        "tomb_runs": tombs.runs(),
-        "by_hash": sorted([h, i] for h, i in by_hash.items()),
-        "by_key": sorted([k, i] for k, i in by_key.items()),
+        **tomb_state,
         "groups": [
             [g.gid, list(g.ids), g.grace, g.staged, g.reason, g.actor, g.turn, sorted(g.retracted)]
             for g in groups
@@ -134,6 +130,25 @@ def checkpoint_state(buf: Buffer) -> dict[str, Any]:
         "immutable": sorted([i, h] for i, h in buf._immutable_hashes.items()),
         "counts": sorted([k, v] for k, v in buf._counts.items()),
         "refusals": sorted([r.value, v] for r, v in buf._refusals.items()),
+    }
+
+
+def _listed_tombs(tombs: Tombs) -> dict[str, Any]:
+    """Every tombstone, in writing order, with the log records holding them
+    (tombs.py) and the newest of each content hash and key (as in
+    ``Tombs.matching``). One pass; old ones are read back from the log."""
+    tomb_list = list(tombs.by_id.values())
+    by_hash: dict[str, str] = {}
+    by_key: dict[str, str] = {}
+    for t in tomb_list:
+        by_hash[t.content_hash] = t.id
+        if t.key is not None:
+            by_key[t.key] = t.id
+    return {
+        "tombstones": [tomb_to_dict(t) for t in tomb_list],
+        "tomb_runs": tombs.runs(),
+        "by_hash": sorted([h, i] for h, i in by_hash.items()),
+        "by_key": sorted([k, i] for k, i in by_key.items()),
     }
 
 
@@ -267,12 +282,18 @@ def _restore(buf: Buffer, rec: LogRecord, state: dict[str, Any]) -> None:
     draft.next_key = float(state["next_key"])
     for i, reason, turn, version in state["marks"]:
         draft.marks[i] = Mark(i, reason, turn, version)
-    tombs, in_order = restore_tombs(state)
-    runs = state.get("tomb_runs")
-    if in_order and isinstance(runs, list) and state.get("compacted_from") is None:
-        # where each tombstone's record is, so they can leave memory (tombs.py)
-        tombs.relocate(runs, rec.seq, buf._records)
-    draft.tombs = tombs
+    if "tomb_index" in state:
+        # the store's indexes; every tombstone is read back from its record
+        if buf._records.reader is None or state.get("compacted_from") is not None:
+            raise LogFormatError("its tombstones are in log records this buffer cannot read")
+        draft.tombs = Tombs.imported(state["tomb_index"], rec.seq, buf._records)
+    else:
+        tombs, in_order = restore_tombs(state)
+        runs = state.get("tomb_runs")
+        if in_order and isinstance(runs, list) and state.get("compacted_from") is None:
+            # where each tombstone's record is, so they can leave memory (tombs.py)
+            tombs.relocate(runs, rec.seq, buf._records)
+        draft.tombs = tombs
     buf._head = draft.finish(int(state["version"]))
     # a compacted log (``quiesce compact``) starts at this checkpoint: the
     # records it summarises are not in this log (check.py allows for it)
@@ -324,15 +345,7 @@ def _try(buf: Buffer, sink: ReadableSink, seq: int, total: int) -> None:
     # The invariant checker over the checkpoint and its tail only: the
     # records before it are treated like a retention cut (log.py), so the
     # check costs O(live + tail), not O(history).
-    records = buf._records
-    reader = records.reader
-    records.reader = None
-    records.dropped = records.first
-    try:
-        check_buffer(buf, True)
-    finally:
-        records.reader = reader
-        records.dropped = 0
+    check_buffer(buf, True, since=buf._records.first)
 
 
 @contextlib.contextmanager
@@ -415,12 +428,19 @@ def compacted_records(buf: Buffer, source: str, at: float) -> list[LogRecord]:
     """The records of a compacted copy of ``buf``'s log: one checkpoint
     (seq 0) holding the current state, marked as compacted from ``source``
     (``len(buf.log)`` records). O(live + tombstones)."""
-    state = checkpoint_state(buf)
+    state = checkpoint_state(buf, listed=True)  # their records are not carried over
     state["records"] = 0
     state["intents"] = []  # intent records are not carried over
-    state["tomb_runs"] = []  # their records are not carried over either
+    state["tomb_runs"] = []
     state["compacted_from"] = {"source": source, "records": len(buf._records)}
     return [_record(state, at)]
+
+
+def _tomb_count(state: dict[str, Any]) -> object:
+    index = state.get("tomb_index")
+    if isinstance(index, dict):
+        return index.get("n")
+    return len(state.get("tombstones", ()))
 
 
 def describe_checkpoint(rec: LogRecord) -> str:
@@ -438,7 +458,7 @@ def describe_checkpoint(rec: LogRecord) -> str:
             f"v{state.get('version')}",
             f"{len(state.get('live', ()))} live",
             f"{len(state.get('marks', ()))} marked",
-            f"{len(state.get('tombstones', ()))} tombstones",
+            f"{_tomb_count(state)} tombstones",
             f"{len(state.get('groups', ()))} staged",
         ]
     except TypeError:
