@@ -5,7 +5,9 @@ and memory holds no Python object per tombstone."""
 
 from __future__ import annotations
 
+import copy
 import gc
+import json
 import os
 import sqlite3
 import tracemalloc
@@ -427,3 +429,132 @@ def test_a_checkpoint_listing_tombstones_by_id_restores_the_same_winners() -> No
     state["by_key"] = [["same-key", "z"]]
     with pytest.raises(LogFormatError):
         restore_tombs(state)  # winners no order can honour
+
+
+# -- checkpoints keep the index, not the tombstones --------------------------------
+
+
+def _checkpoint_states(kind: str, path: Path) -> list[dict[str, object]]:
+    sink = _open(kind, path)
+    try:
+        _total, seqs = sink.checkpoints()
+        return [sink.read_range(s, s + 1)[0].detail["state"] for s in seqs]
+    finally:
+        sink.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_checkpoint_keeps_the_tombstone_index_not_every_tombstone(
+    kind: str, tmp_path: Path, small_spill: int
+) -> None:
+    """Regression (issue 13): every checkpoint listed every tombstone ever
+    written (about 200 bytes each, all read back from the log), so recovery
+    and each checkpoint cost O(history)."""
+    path = tmp_path / f"log.{kind}"
+    buf = Buffer(log=_open(kind, path), checkpoint_every=0)
+    _fill(buf, 40)
+    buf.flush(checkpoint=True)
+    want = dict(buf.tombstones.items())
+    buf.sink.close()  # type: ignore[union-attr]
+    (state,) = _checkpoint_states(kind, path)
+    assert "tombstones" not in state and "by_hash" not in state
+    index = state["tomb_index"]
+    assert isinstance(index, dict) and index["n"] == 400
+    assert len(json.dumps(state["tomb_index"])) < 40 * 400  # a few bytes per tombstone
+    again = Buffer(log=_open(kind, path), checkpoint_every=0)
+    assert _held(again) == 0  # every tombstone is read back from its record
+    assert dict(again.tombstones.items()) == want
+    assert again.head().tombs == buf.head().tombs
+    _guard_sees(again, 400)
+    _fill(again, 5, start=400)  # the imported index takes more
+    _guard_sees(again, 450)
+    again._check(expect_no_pins=True)
+    again.sink.close()  # type: ignore[union-attr]
+
+
+_CHILD = """
+import sys
+sys.path.insert(0, {tests!r})
+from test_tomb_index import _fill, _open
+from quiesce import Buffer
+buf = Buffer(log=_open({kind!r}, {path!r}), checkpoint_every=0)
+_fill(buf, 30)
+buf.flush(checkpoint=True)
+buf.sink.close()
+"""
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_index_written_by_another_process_finds_every_tombstone(
+    kind: str, tmp_path: Path
+) -> None:
+    """The checkpoint's slots were placed by a process with another string
+    hash salt: lookups must still find every tombstone (stable hashes)."""
+    import subprocess
+    import sys
+
+    path = tmp_path / f"log.{kind}"
+    code = _CHILD.format(tests=str(Path(__file__).parent), kind=kind, path=str(path))
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
+    (state,) = _checkpoint_states(kind, path)
+    assert "tomb_index" in state
+    again = Buffer(log=_open(kind, path), checkpoint_every=0)
+    _guard_sees(again, 300)
+    for i in range(300):
+        assert f"e{i}" in again.tombstones
+        assert again.head().tombs.by_hash[content_hash(f"body {i}")].id == f"e{i}"
+    assert again.head().tombs.by_key["k103"].id == "e103"
+    again._check(expect_no_pins=True)
+    again.sink.close()  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(lambda ix: ix["by_id"].__setitem__(3, ix["by_id"][3][:-8]), id="short"),
+        pytest.param(lambda ix: ix["by_hash"].__setitem__(2, ix["by_hash"][2] + 1), id="count"),
+        pytest.param(lambda ix: ix["runs"].reverse(), id="runs"),
+        pytest.param(lambda ix: ix["by_key"].__setitem__(1, 40), id="shift"),
+        pytest.param(lambda ix: ix["by_id"].__setitem__(3, "!!!!"), id="base64"),
+    ],
+)
+def test_a_malformed_index_with_a_good_checksum_falls_back(
+    damage: object, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A checkpoint whose index is malformed but checksummed (written by
+    hand): recovery skips it with a warning and replays, never a wrong
+    state."""
+    from quiesce._core.checkpoint import _record
+
+    src = tmp_path / "src.sqlite"
+    buf = Buffer(log=SQLiteLog(src), checkpoint_every=0)
+    _fill(buf, 12)
+    buf.flush(checkpoint=True)
+    want = dict(buf.tombstones.items())
+    records = list(buf.log)
+    buf.sink.close()  # type: ignore[union-attr]
+    state = copy.deepcopy(records[-1].detail["state"])
+    assert "tomb_index" in state
+    damage(state["tomb_index"])  # type: ignore[operator]
+    dst = tmp_path / "dst.sqlite"
+    out = SQLiteLog(dst)
+    out.write([*records[:-1], _record(state, records[-1].time)])
+    out.close()
+    with caplog.at_level("WARNING", logger="quiesce.checkpoint"):
+        again = Buffer(log=SQLiteLog(dst), checkpoint_every=0)
+    assert "skipping checkpoint" in caplog.text
+    assert dict(again.tombstones.items()) == want
+    _guard_sees(again, 120)
+    again._check(expect_no_pins=True)
+    again.sink.close()  # type: ignore[union-attr]
+
+
+def test_inspect_counts_the_tombstones_of_an_index_checkpoint(tmp_path: Path) -> None:
+    from quiesce._core.checkpoint import describe_checkpoint
+
+    buf = Buffer(log=SQLiteLog(tmp_path / "log.sqlite"), checkpoint_every=0)
+    _fill(buf, 3)
+    buf.flush(checkpoint=True)
+    assert "30 tombstones" in describe_checkpoint(buf.log[-1])
+    buf.sink.close()  # type: ignore[union-attr]
