@@ -558,3 +558,24 @@ def test_inspect_counts_the_tombstones_of_an_index_checkpoint(tmp_path: Path) ->
     buf.flush(checkpoint=True)
     assert "30 tombstones" in describe_checkpoint(buf.log[-1])
     buf.sink.close()  # type: ignore[union-attr]
+
+
+def test_an_index_of_old_keys_imports_past_its_position_limit() -> None:
+    """Regression: the key index is rebuilt only when a *keyed* tombstone
+    passes its position limit, so after many unkeyed ones it may be
+    narrower than the store; importing it was refused as malformed."""
+    from array import array
+
+    from quiesce._core.tombs import TombStore
+
+    tombs = EMPTY_TOMBS
+    for i in range(70_000):
+        tombs = tombs.add(_tomb(i, key=f"k{i}" if i < 10 else None))
+    store = tombs._store
+    assert store is not None and store._by_key.limit < store.n < store._by_id.limit
+    store._seg_start, store._seg_seq = array("q", [0]), array("q", [5])  # one record holds all
+    store._located, store._records = store.n, object()
+    exported = store.export()
+    assert exported is not None
+    again = TombStore.imported(exported, 6, object())
+    assert again.n == 70_000 and again._by_key.limit == store._by_key.limit

@@ -164,7 +164,7 @@ class _Index:
     @classmethod
     def load(cls, d: object, n: int) -> _Index:
         """The index :meth:`dump` wrote, checked against its own counts and
-        a store of ``n`` tombstones; :class:`LogFormatError` otherwise.
+        (its positions must reach) ``n``; :class:`LogFormatError` otherwise.
         O(slots), at C speed."""
         if not (type(d) is list and len(d) == 4):
             raise LogFormatError("a checkpoint's tombstone index is not [size, shift, used, slots]")
@@ -663,7 +663,7 @@ class TombStore:
         store = cls()
         store._by_id = _Index.load(d["by_id"], n)
         store._by_hash = _Index.load(d["by_hash"], n)
-        store._by_key = _Index.load(d["by_key"], n)
+        store._by_key = _Index.load(d["by_key"], 0)  # keyed ones can all be older
         if store._by_id.used < n or store._by_hash.used < n:
             raise LogFormatError("a checkpoint's tombstone index misses tombstones")
         store.n = n
