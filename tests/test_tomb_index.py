@@ -513,7 +513,8 @@ def test_an_index_written_by_another_process_finds_every_tombstone(
     "damage",
     [
         pytest.param(lambda ix: ix["by_id"].__setitem__(3, ix["by_id"][3][:-8]), id="short"),
-        pytest.param(lambda ix: ix["by_hash"].__setitem__(2, ix["by_hash"][2] + 1), id="count"),
+        pytest.param(lambda ix: ix["by_hash"].__setitem__(2, ix["by_hash"][0]), id="count"),
+        pytest.param(lambda ix: ix.__setitem__("n", ix["n"] + 1), id="n"),
         pytest.param(lambda ix: ix["runs"].reverse(), id="runs"),
         pytest.param(lambda ix: ix["by_key"].__setitem__(1, 40), id="shift"),
         pytest.param(lambda ix: ix["by_id"].__setitem__(3, "!!!!"), id="base64"),

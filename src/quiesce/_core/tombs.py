@@ -194,8 +194,6 @@ class _Index:
         slots.frombytes(data)
         if sys.byteorder != "little":  # pragma: no cover - big-endian hosts
             slots.byteswap()
-        if size - slots.count(0) != used:
-            raise LogFormatError("a checkpoint's tombstone index disagrees with its count")
         index.slots = slots
         index.mask = size - 1
         index.used = used
