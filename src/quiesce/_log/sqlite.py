@@ -121,6 +121,7 @@ from ._format import (
     install,
     lock_exclusive,
     log_path,
+    records_before,
     sniff,
     temp_name,
 )
@@ -555,20 +556,6 @@ def read_sqlite(path: str | os.PathLike[str]) -> tuple[int, list[LogRecord]]:
     return layout, list(records)
 
 
-def _read_closed(path: str, start: int, stop: int) -> list[LogRecord]:
-    """Records ``start`` .. ``stop - 1`` of a log no ``SQLiteLog`` of ours
-    holds open, through a read-only connection after the checks
-    :func:`stream_sqlite` makes."""
-    _layout, records = stream_sqlite(path, start)
-    out: list[LogRecord] = []
-    for rec in records:
-        if rec.seq >= stop:
-            break
-        out.append(rec)
-    records.close()
-    return out
-
-
 #: records a streaming read fetches per query
 _STREAM_CHUNK = 2048
 
@@ -725,7 +712,8 @@ class SQLiteLog:
                 # Closed: read through a read-only connection (a buffer's log
                 # stays readable after its sink is closed): the file's checks
                 # (O(file size)), then one range query.
-                return check_read(_read_closed(self._path, start, stop), start, stop)
+                stream = stream_sqlite(self._path, start)[1]
+                return check_read(records_before(stream, stop), start, stop)
             records = _read_rows(self._conn, self._layout, self._path, start, stop)
         return check_read(records, start, stop)
 
