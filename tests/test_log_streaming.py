@@ -7,15 +7,40 @@ involved (PostgreSQL is the session's private cluster, one schema a test)."""
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import io
 import os
+import sqlite3
+import tracemalloc
 from pathlib import Path
 
+import psycopg
 import pytest
 
-from quiesce import Buffer, EditPlan, Entry, JsonlLog, Kind, LogSink, Prune, SQLiteLog
+from quiesce import (
+    Buffer,
+    EditPlan,
+    Entry,
+    JsonlLog,
+    Kind,
+    LogFormatError,
+    LogSink,
+    PostgresLog,
+    Prune,
+    SQLiteLog,
+)
+from quiesce._log import inspect as inspect_mod
+from quiesce._log import postgres as postgres_mod
+from quiesce._log import sqlite as sqlite_mod
 from quiesce._log._format import records_before
 from quiesce._log.jsonl import stream_jsonl
 from quiesce._log.sqlite import stream_sqlite
+
+
+class _Null(io.TextIOBase):
+    def write(self, s: str) -> int:
+        return len(s)
 
 
 def _open_fds() -> int:
@@ -76,4 +101,164 @@ class TestRecordsBefore:
                 None,  # type: ignore[arg-type]
             )
         assert raised.traceback  # the frames (and the stream) are still referenced
+        assert _open_fds() == before
+
+
+def test_sqlite_gap_at_a_page_boundary_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A SQLite log missing the last row of a page (a crafted or damaged
+    file: the row deleted with the triggers set aside) is refused by the
+    stream and by inspect, naming the row, instead of ending the log there
+    (before: a short page read as the end, inspect showed 63 records)."""
+    monkeypatch.setattr(sqlite_mod, "_STREAM_CHUNK", 64)
+    path = tmp_path / "log.db"
+    sink = SQLiteLog(path)
+    buf = Buffer(log=sink, checkpoint_every=0)
+    for i in range(200):
+        buf.append(Entry(f"e{i}", Kind.REASONING, "x"))
+    buf.flush()
+    sink.close()
+    conn = sqlite3.connect(path, isolation_level=None)
+    triggers = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'").fetchall()
+    for name, _sql in triggers:
+        conn.execute(f"DROP TRIGGER {name}")
+    conn.execute("DELETE FROM quiesce_log WHERE seq = 63")
+    for _name, sql in triggers:
+        conn.execute(sql)
+    conn.close()
+    with pytest.raises(LogFormatError, match=r"record 63 has seq 64 \(a gap or a repeat\)$"):
+        list(stream_sqlite(path)[1])
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(_Null()):
+        assert inspect_mod.main([str(path)]) == 1
+    assert "record 63 has seq 64 (a gap or a repeat)" in err.getvalue()
+
+
+# -- quiesce inspect postgresql:// -------------------------------------------
+
+
+def _inspect(*argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = inspect_mod.main(list(argv))
+    return code, out.getvalue()
+
+
+def _inspect_peak(*argv: str) -> int:
+    tracemalloc.start()
+    try:
+        with contextlib.redirect_stdout(_Null()):
+            assert inspect_mod.main(list(argv)) == 0
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.fixture
+def small_pages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pages and replay chunks of 64 records, so short logs span many."""
+    monkeypatch.setattr(inspect_mod, "_CHUNK", 64)
+    monkeypatch.setattr(postgres_mod, "_STREAM_CHUNK", 64)
+
+
+@pytest.mark.usefixtures("small_pages")
+class TestInspectPostgres:
+    @pytest.mark.parametrize(
+        "argv",
+        [(), ("--json",), ("--id", "e2-1"), ("--op", "remove"), ("--op", "checkpoint")],
+        ids=["tables", "json", "id", "op-remove", "op-checkpoint"],
+    )
+    def test_output_equals_a_jsonl_log_of_the_same_records(
+        self, pg_dsn: str, tmp_path: Path, argv: tuple[str, ...]
+    ) -> None:
+        """``quiesce inspect`` of a PostgreSQL log spanning many pages prints
+        what it prints for a JSONL log holding the same records (but for
+        the log's name and kind): the same summary, rows, widths and
+        tombstones."""
+        sink = PostgresLog(pg_dsn, "b")
+        buf = Buffer(log=sink, checkpoint_every=0)
+        _churn(buf, 40)
+        records = list(buf.log)
+        sink.close()
+        assert len(records) > 5 * 64
+        copy = JsonlLog(tmp_path / "copy.jsonl")
+        copy.write(records)
+        copy.close()
+        uri = pg_dsn + "&buffer_id=b"
+        pg_code, pg_out = _inspect(uri, *argv)
+        lite_code, lite_out = _inspect(str(tmp_path / "copy.jsonl"), *argv)
+        assert (pg_code, lite_code) == (0, 0)
+        assert pg_out.replace(uri, "LOG").replace("postgresql", "KIND") == lite_out.replace(
+            str(tmp_path / "copy.jsonl"), "LOG"
+        ).replace("jsonl", "KIND")
+        assert f"{len(records)} records" in pg_out or f'"records": {len(records)}' in pg_out
+
+    def test_memory_does_not_grow_with_the_log(self, pg_dsn: str) -> None:
+        """Inspect's peak memory (tracemalloc) on a PostgreSQL log 10x longer
+        with the same state is about the same: rows are fetched a page at a
+        time (before: the whole log was fetched and decoded, ~8x)."""
+        for buffer_id, n in (("short", 300), ("long", 3000)):
+            sink = PostgresLog(pg_dsn, buffer_id)
+            buf = Buffer(log=sink, checkpoint_every=0)
+            buf.append(Entry("rule", Kind.CONSTRAINT, "do not modify files under /etc"))
+            for k in range(n):
+                plan = EditPlan([Prune("rule")], reason=f"tidy {k} " + "x" * 200, actor="editor")
+                buf.edit(plan)
+                if k % 500 == 0:
+                    buf.flush()
+            buf.flush()
+            sink.close()
+        short = _inspect_peak(pg_dsn + "&buffer_id=short")
+        long = _inspect_peak(pg_dsn + "&buffer_id=long")
+        assert long < 2 * short, (short, long)
+
+    def test_a_gap_at_a_page_boundary_is_refused(self, pg_dsn: str) -> None:
+        """A missing row is found wherever it falls, also where a page ends:
+        inspect exits 1 naming it rather than showing a shorter log."""
+        sink = PostgresLog(pg_dsn, "b")
+        buf = Buffer(log=sink, checkpoint_every=0)
+        _churn(buf, 20)
+        total = len(buf.log)
+        sink.close()
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute("ALTER TABLE quiesce_log DISABLE TRIGGER quiesce_log_no_change")
+            conn.execute("DELETE FROM quiesce_log WHERE buffer_id = 'b' AND seq = 63")
+        assert total > 128
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(_Null()):
+            assert inspect_mod.main([pg_dsn + "&buffer_id=b"]) == 1
+        assert "record 63 has seq 64 (a gap or a repeat)" in err.getvalue()
+
+    def test_a_record_whose_format_column_disagrees_is_refused(self, pg_dsn: str) -> None:
+        """The format inspect prints is the newest ``format`` column; a row
+        whose column disagrees with its record is refused, naming it, so the
+        printed format is the records' own."""
+        sink = PostgresLog(pg_dsn, "b")
+        buf = Buffer(log=sink, checkpoint_every=0)
+        _churn(buf, 3)
+        sink.close()
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute("ALTER TABLE quiesce_log DISABLE TRIGGER quiesce_log_no_change")
+            conn.execute("UPDATE quiesce_log SET format = 7 WHERE buffer_id = 'b' AND seq = 5")
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(_Null()):
+            assert inspect_mod.main([pg_dsn + "&buffer_id=b"]) == 1
+        assert "record 5 is format 1, its row says 7" in err.getvalue()
+
+    def test_a_stream_closes_its_connection(self, pg_dsn: str) -> None:
+        """A stream's connection (its socket) is closed when the stream
+        ends, and when it is dropped unread (inspect opens one per pass)."""
+        sink = PostgresLog(pg_dsn, "b")
+        _churn(Buffer(log=sink, checkpoint_every=0), 3)
+        sink.close()
+        uri = pg_dsn + "&buffer_id=b"
+        before = _open_fds()
+        _fmt, records = postgres_mod.stream_postgres(uri)
+        assert _open_fds() == before + 1
+        assert sum(1 for _ in records) > 0
+        assert _open_fds() == before
+        for _ in range(5):
+            postgres_mod.stream_postgres(uri)
+        gc.collect()
         assert _open_fds() == before
