@@ -399,6 +399,8 @@ def stream_postgres(
         raise
     fmt = int(newest[0])
     named = f"{where} buffer {buffer_id!r}"
+    # the format column of the current page's rows, by seq: stream_pages
+    # decodes a page whole and yields its records before it asks for the next
     formats: dict[int, int] = {}
 
     def page(first: int, size: int) -> list[tuple[object, ...]]:
