@@ -54,12 +54,13 @@ This module imports the core only; it has no event-loop import.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
 import re
 import stat
-from collections.abc import Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from enum import Enum
 from json.decoder import scanstring  # type: ignore[attr-defined]
 from json.encoder import encode_basestring_ascii
@@ -91,6 +92,7 @@ __all__ = [
     "install",
     "lock_exclusive",
     "log_path",
+    "records_before",
     "sniff",
     "temp_name",
 ]
@@ -595,6 +597,22 @@ def check_sequence(records: list[LogRecord], where: str) -> None:
     for index, rec in enumerate(records):
         if rec.seq != index:
             raise LogFormatError(f"{where}: record {index} has seq {rec.seq} (a gap or a repeat)")
+
+
+def records_before(records: Generator[LogRecord, None, None], stop: int) -> list[LogRecord]:
+    """The records of ``records``, a stream in ``seq`` order (a closed
+    sink's read-back through :func:`~.sqlite.stream_sqlite` or
+    :func:`~.jsonl.stream_jsonl`), before the first one with ``seq >= stop``.
+    The stream is closed on return and on any exception, including one
+    raised here while it is suspended: it holds a connection or a file
+    descriptor, which must not wait for the garbage collector (a raised
+    exception's traceback keeps this frame, and so the stream, alive).
+    O(records read); the first record at or past ``stop`` is read and
+    dropped."""
+    try:
+        return list(itertools.takewhile(lambda rec: rec.seq < stop, records))
+    finally:
+        records.close()
 
 
 def sniff(path: str) -> Literal["sqlite", "jsonl", "empty"]:

@@ -1,15 +1,17 @@
 """``quiesce inspect PATH``: a durable edit log and its tombstones, for a person.
 
 The file kind is detected by content (a SQLite header, or a JSONL header
-line), never by name. The file is only read: SQLite through a read-only
-connection, JSONL with plain reads (a torn tail is reported and ignored,
-as recovery would). The records are replayed into a scratch buffer, so the
+line), never by name; a ``postgresql://`` URI names a PostgreSQL log. The
+log is only read: SQLite through a read-only connection, JSONL with plain
+reads (a torn tail is reported and ignored, as recovery would), PostgreSQL
+with ``SELECT`` statements. The records are replayed into a scratch buffer, so the
 summary (head version, live entries, staged removals) is exactly what
 ``Buffer(log=...)`` would recover, and a log that cannot be recovered is
 reported as such.
 
-Streaming (issue 13): the records are read twice, a chunk at a time
-(:func:`~.sqlite.stream_sqlite`, :func:`~.jsonl.stream_jsonl`): the first
+Streaming (issue 13): the records are read twice, a page at a time
+(:func:`~.sqlite.stream_sqlite`, :func:`~.jsonl.stream_jsonl`,
+:func:`~.postgres.stream_postgres`, whatever the kind): the first
 pass replays them (the scratch buffer's in-memory log is cut after each
 chunk) and sizes the table's columns, the second prints them (``--json``
 writes the document record by record). Memory holds the recovered state
@@ -142,31 +144,35 @@ _CHUNK = 2048
 def _open(path: str) -> tuple[str, int, int, Callable[[], Iterator[LogRecord]]]:
     """The kind, format and torn-tail bytes of the log at ``path``, and a
     function that streams its records (each call reads them again, one
-    chunk at a time). Raises :class:`LogFormatError` or ``OSError``."""
+    page at a time). Raises :class:`LogFormatError`, :class:`LogWriteError`
+    (a PostgreSQL server) or ``OSError``."""
     if path.startswith(("postgresql://", "postgres://")):
-        from .postgres import read_postgres  # psycopg only when asked for
+        from .postgres import stream_postgres  # psycopg only when asked for
 
-        fmt, records = read_postgres(path)
-        return "postgresql", fmt, 0, lambda: iter(records)
+        fmt, pg_first = stream_postgres(path)
+        return "postgresql", fmt, 0, _streams(pg_first, lambda: stream_postgres(path)[1])
     # A SQLite log this process writes is not opened again to sniff it.
     kind = "sqlite" if _held_fd(path) is not None else sniff(log_path(path, "inspect"))
     if kind == "sqlite":
         fmt, first = stream_sqlite(path)
-        pending: list[Iterator[LogRecord]] = [first]
-
-        def sqlite_records() -> Iterator[LogRecord]:
-            return pending.pop() if pending else stream_sqlite(path)[1]
-
-        return kind, fmt, 0, sqlite_records
+        return kind, fmt, 0, _streams(first, lambda: stream_sqlite(path)[1])
     if kind == "jsonl":
         fmt, torn, jsonl_first = stream_jsonl(path)
-        queued = [jsonl_first]
-
-        def jsonl_records() -> Iterator[LogRecord]:
-            return queued.pop() if queued else stream_jsonl(path)[2]
-
-        return kind, fmt, torn, jsonl_records
+        return kind, fmt, torn, _streams(jsonl_first, lambda: stream_jsonl(path)[2])
     raise LogFormatError(f"{path} is empty: not a quiesce edit log")
+
+
+def _streams(
+    first: Iterator[LogRecord], reopen: Callable[[], Iterator[LogRecord]]
+) -> Callable[[], Iterator[LogRecord]]:
+    """A function returning ``first`` (the stream the open checked) on its
+    first call and a new stream from ``reopen`` on every later one."""
+    pending = [first]
+
+    def records() -> Iterator[LogRecord]:
+        return pending.pop() if pending else reopen()
+
+    return records
 
 
 def _read(path: str) -> tuple[str, int, list[LogRecord], int]:

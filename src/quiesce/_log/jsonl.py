@@ -98,6 +98,7 @@ from ._format import (
     install,
     lock_exclusive,
     log_path,
+    records_before,
     sniff,
     temp_name,
 )
@@ -477,7 +478,8 @@ class JsonlLog:
                 # Closed: read read-only (a buffer's log stays readable after
                 # its sink is closed): the open's checks (O(file size) in C),
                 # then only the records asked for are decoded.
-                return check_read(_read_closed(self._path, start, stop), start, stop)
+                stream = stream_jsonl(self._path, start)[2]
+                return check_read(records_before(stream, stop), start, stop)
             if start < 0 or stop > self._next_seq:
                 raise LogFormatError(
                     f"{self._path}: records {start}..{stop - 1} asked, the log holds "
@@ -683,19 +685,6 @@ def _lock_shared(fd: int) -> bool:
 
 def _is_read_only(exc: OSError) -> bool:
     return exc.errno in _READ_ONLY_ERRNOS
-
-
-def _read_closed(path: str, start: int, stop: int) -> list[LogRecord]:
-    """Records ``start`` .. ``stop - 1`` of a JSONL log no ``JsonlLog`` holds
-    open, through :func:`stream_jsonl`."""
-    _fmt, _torn, records = stream_jsonl(path, start)
-    out: list[LogRecord] = []
-    for rec in records:
-        if rec.seq >= stop:
-            break
-        out.append(rec)
-    records.close()
-    return out
 
 
 def stream_jsonl(

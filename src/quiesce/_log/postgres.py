@@ -76,7 +76,8 @@ from __future__ import annotations
 import hashlib
 import threading
 import urllib.parse
-from collections.abc import Callable, Sequence
+import weakref
+from collections.abc import Callable, Generator, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -84,7 +85,7 @@ from .._core.errors import InvalidArgument, InvalidType, LogFormatError, LogWrit
 from .._core.log import check_read
 from .._core.records import FORMAT, LogRecord
 from ._format import encode_batch
-from .sqlite import _decode_rows
+from .sqlite import _decode_rows, stream_pages
 
 try:
     import psycopg
@@ -95,7 +96,15 @@ except ImportError as _exc:  # pragma: no cover - the extra is installed in dev
         "pip install 'quiesce[postgres]'"
     ) from _exc
 
-__all__ = ["SCHEMA", "PostgresLog", "WriterFenced", "connect", "ensure_schema", "read_postgres"]
+__all__ = [
+    "SCHEMA",
+    "PostgresLog",
+    "WriterFenced",
+    "connect",
+    "ensure_schema",
+    "read_postgres",
+    "stream_postgres",
+]
 
 #: The version of the tables below; a database holding a newer one is refused.
 SCHEMA = 1
@@ -313,11 +322,47 @@ def _redacted(dsn: str) -> str:
 
 
 def read_postgres(uri: str, *, timeout: float = 10.0) -> tuple[int, list[LogRecord]]:
-    """The format and records of one buffer's log, for ``quiesce inspect``
-    (reads only; never creates tables). The buffer is the ``buffer_id`` query
-    parameter of ``uri``, or the only buffer in the log. Raises
-    :class:`LogFormatError` (no quiesce tables, unknown or ambiguous buffer,
-    newer schema) or :class:`LogWriteError` (cannot connect)."""
+    """The format and every record of one buffer's log, in memory (see
+    :func:`stream_postgres`, which this lists)."""
+    fmt, records = stream_postgres(uri, timeout=timeout)
+    return fmt, list(records)
+
+
+#: rows a streaming read fetches per query
+_STREAM_CHUNK = 2048
+
+#: one keyset page of a buffer's log, with the ``format`` column beside the record
+_SELECT_PAGE = (
+    "SELECT seq, record, format FROM quiesce_log WHERE buffer_id = %s AND seq >= %s "
+    "ORDER BY seq LIMIT %s"
+)
+
+
+def stream_postgres(
+    uri: str, start: int = 0, *, timeout: float = 10.0
+) -> tuple[int, Generator[LogRecord, None, None]]:
+    """The format of one buffer's log and an iterator over its records from
+    ``start`` on, for ``quiesce inspect`` (reads only; never creates tables).
+    The buffer is the ``buffer_id`` query parameter of ``uri``, or the only
+    buffer in the log.
+
+    The records are read through a connection of the stream's own, in keyset
+    pages of :data:`_STREAM_CHUNK` rows (``seq >= first ORDER BY seq LIMIT``:
+    one primary-key range each, O(log n + page) on the server; see
+    :func:`~.sqlite.stream_pages`), each row checked as the other logs check
+    theirs (its seq, a gap anywhere, its JSON and fields), and its record's
+    format against the row's ``format`` column: memory holds one page,
+    whatever the log's length. The format is the newest ``format`` column of
+    the buffer's rows (one aggregate on the server), so it equals the newest
+    record format of a log that streams without error. The log only grows,
+    so a page read later sees the rows of an earlier one unchanged; rows
+    committed while the stream runs may be included.
+
+    Raises :class:`LogFormatError` (no quiesce tables, unknown or ambiguous
+    buffer, no records, newer schema; while iterating, a damaged or
+    newer-format record or a gap) or :class:`LogWriteError` (cannot connect,
+    or the server fails a query, with its message). The connection is closed
+    when the iterator ends or is discarded (even never started)."""
     parts = urllib.parse.urlsplit(uri)
     query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
     wanted = [v for k, v in query if k == "buffer_id"]
@@ -325,26 +370,65 @@ def read_postgres(uri: str, *, timeout: float = 10.0) -> tuple[int, list[LogReco
         parts._replace(query=urllib.parse.urlencode([(k, v) for k, v in query if k != "buffer_id"]))
     )
     where = _redacted(dsn)
-    with connect(dsn, timeout=timeout) as conn:
-        exists = conn.execute("SELECT to_regclass('quiesce_meta') IS NOT NULL").fetchone()
-        if not (exists and exists[0]):
-            raise LogFormatError(f"{where} holds no quiesce edit log (no quiesce_meta table)")
-        _check_meta(conn, where)
-        if wanted:
-            buffer_id = wanted[-1]
-        else:
-            ids = [r[0] for r in conn.execute("SELECT DISTINCT buffer_id FROM quiesce_log")]
-            if len(ids) != 1:
-                raise LogFormatError(
-                    f"{where} holds {len(ids)} buffers; name one with ?buffer_id=… "
-                    f"({', '.join(sorted(ids)[:10])})"
-                )
-            buffer_id = ids[0]
-        rows = conn.execute(_SELECT, (buffer_id, 0)).fetchall()
-    records = _decode_rows(rows, f"{where} buffer {buffer_id!r}")
-    if not records:
-        raise LogFormatError(f"{where} has no records for buffer {buffer_id!r}")
-    return max(r.format for r in records), records
+    conn = connect(dsn, timeout=timeout)
+    try:
+        try:
+            exists = conn.execute("SELECT to_regclass('quiesce_meta') IS NOT NULL").fetchone()
+            if not (exists and exists[0]):
+                raise LogFormatError(f"{where} holds no quiesce edit log (no quiesce_meta table)")
+            _check_meta(conn, where)
+            if wanted:
+                buffer_id = wanted[-1]
+            else:
+                ids = [r[0] for r in conn.execute("SELECT DISTINCT buffer_id FROM quiesce_log")]
+                if len(ids) != 1:
+                    raise LogFormatError(
+                        f"{where} holds {len(ids)} buffers; name one with ?buffer_id=… "
+                        f"({', '.join(sorted(ids)[:10])})"
+                    )
+                buffer_id = ids[0]
+            newest = conn.execute(
+                "SELECT MAX(format) FROM quiesce_log WHERE buffer_id = %s", (buffer_id,)
+            ).fetchone()
+        except psycopg.Error as exc:
+            raise LogWriteError(f"{where}: {_server_message(exc)}") from None
+        if newest is None or newest[0] is None:
+            raise LogFormatError(f"{where} has no records for buffer {buffer_id!r}")
+    except BaseException:
+        conn.close()
+        raise
+    fmt = int(newest[0])
+    named = f"{where} buffer {buffer_id!r}"
+    # the format column of the current page's rows, by seq: stream_pages
+    # decodes a page whole and yields its records before it asks for the next
+    formats: dict[int, int] = {}
+
+    def page(first: int, size: int) -> list[tuple[object, ...]]:
+        try:
+            rows = conn.execute(_SELECT_PAGE, (buffer_id, first, size)).fetchall()
+        except psycopg.Error as exc:
+            raise LogWriteError(f"{named}: {_server_message(exc)}") from None
+        formats.clear()
+        formats.update((row[0], row[2]) for row in rows)
+        return [(row[0], row[1]) for row in rows]
+
+    def records() -> Generator[LogRecord, None, None]:
+        try:
+            for rec in stream_pages(page, named, start, _STREAM_CHUNK):
+                if formats[rec.seq] != rec.format:
+                    raise LogFormatError(
+                        f"{named}: record {rec.seq} is format {rec.format}, "
+                        f"its row says {formats[rec.seq]}"
+                    )
+                yield rec
+        finally:
+            release()
+
+    stream = records()
+    # closes the connection once: when the iterator ends, or when it is
+    # discarded (even never started, when its own ``finally`` never runs)
+    release = weakref.finalize(stream, conn.close)
+    return fmt, stream
 
 
 class PostgresLog:

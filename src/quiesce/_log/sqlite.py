@@ -104,7 +104,7 @@ import threading
 import time
 import urllib.parse
 import zlib
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from types import TracebackType
 
 from .._core.errors import InvalidArgument, InvalidType, LogFormatError, LogLocked
@@ -121,6 +121,7 @@ from ._format import (
     install,
     lock_exclusive,
     log_path,
+    records_before,
     sniff,
     temp_name,
 )
@@ -555,31 +556,40 @@ def read_sqlite(path: str | os.PathLike[str]) -> tuple[int, list[LogRecord]]:
     return layout, list(records)
 
 
-def _read_closed(path: str, start: int, stop: int) -> list[LogRecord]:
-    """Records ``start`` .. ``stop - 1`` of a log no ``SQLiteLog`` of ours
-    holds open, through a read-only connection after the checks
-    :func:`stream_sqlite` makes."""
-    _layout, records = stream_sqlite(path, start)
-    out: list[LogRecord] = []
-    for rec in records:
-        if rec.seq >= stop:
-            break
-        out.append(rec)
-    records.close()
-    return out
-
-
 #: records a streaming read fetches per query
 _STREAM_CHUNK = 2048
+
+
+def stream_pages(
+    page: Callable[[int, int], Sequence[tuple[object, ...]]], where: str, start: int, size: int
+) -> Iterator[LogRecord]:
+    """The records from ``start`` on, read in keyset pages: ``page(first,
+    size)`` returns at most ``size`` rows ``(seq, record[, crc])`` with
+    ``seq >= first``, in ``seq`` order (one indexed query: ``WHERE seq >=
+    first ORDER BY seq LIMIT size``). Each page is checked as
+    :func:`_decode_rows` checks it, from the seq it must start at, so a
+    missing row is found wherever it falls (the page after it starts one
+    seq late), also at a page's end; a page shorter than ``size`` is the
+    end of the log. (A range page ``first <= seq < first + size`` could not
+    tell a gap at its end from the end of the log.) Memory: one page.
+    Shared by :func:`stream_sqlite` and the PostgreSQL log's
+    ``stream_postgres``."""
+    first = start
+    while True:
+        rows = page(first, size)
+        yield from _decode_rows(rows, where, first)
+        if len(rows) < size:
+            return
+        first += size
 
 
 def stream_sqlite(
     path: str | os.PathLike[str], start: int = 0
 ) -> tuple[int, Generator[LogRecord, None, None]]:
     """The layout of a SQLite log and an iterator over its records from
-    ``start`` on, read through a read-only connection in chunks of
-    :data:`_STREAM_CHUNK` rows (one indexed range query each): memory holds
-    one chunk, whatever the log's length. The file's pages and schema are
+    ``start`` on, read through a read-only connection in pages of
+    :data:`_STREAM_CHUNK` rows (:func:`stream_pages`: one indexed query
+    each): memory holds one page, whatever the log's length. The file's pages and schema are
     checked first (``PRAGMA quick_check``, O(file size)); each record is
     checked as :func:`read_sqlite` checks it. Raises :class:`LogFormatError`
     like :class:`SQLiteLog`, on the call or while iterating. The connection
@@ -601,15 +611,16 @@ def stream_sqlite(
         conn.close()
         raise
 
+    query = _SELECT[layout] + " WHERE seq >= ? ORDER BY seq LIMIT ?"
+
+    def page(first: int, size: int) -> list[tuple[object, ...]]:
+        with _refused_if_damaged(p):
+            rows: list[tuple[object, ...]] = conn.execute(query, (first, size)).fetchall()
+        return rows
+
     def records() -> Generator[LogRecord, None, None]:
         try:
-            first = start
-            while True:
-                chunk = _read_rows(conn, layout, p, first, first + _STREAM_CHUNK)
-                yield from chunk
-                if len(chunk) < _STREAM_CHUNK:
-                    return
-                first += _STREAM_CHUNK
+            yield from stream_pages(page, p, start, _STREAM_CHUNK)
         finally:
             conn.close()
 
@@ -725,7 +736,8 @@ class SQLiteLog:
                 # Closed: read through a read-only connection (a buffer's log
                 # stays readable after its sink is closed): the file's checks
                 # (O(file size)), then one range query.
-                return check_read(_read_closed(self._path, start, stop), start, stop)
+                stream = stream_sqlite(self._path, start)[1]
+                return check_read(records_before(stream, stop), start, stop)
             records = _read_rows(self._conn, self._layout, self._path, start, stop)
         return check_read(records, start, stop)
 
