@@ -87,7 +87,7 @@ import anyio.abc
 
 from ._core import errors as _errors
 from ._core.buffer import Snapshot
-from ._core.checkpoint import DEFAULT_CHECKPOINT_EVERY, recover
+from ._core.checkpoint import DEFAULT_CHECKPOINT_EVERY, check_checkpoint_every, recover
 from ._core.entry import Entry
 from ._core.errors import InvalidArgument, InvalidType, LogWriteError, QuiesceError
 from ._core.log import EditLog, _build_lock, build_compact
@@ -556,13 +556,7 @@ class SharedBuffer:
         self._timeout = _check_seconds(timeout, "timeout")
         self._poll = _check_seconds(poll, "poll")
         self._flush_interval = _check_seconds(flush_interval, "flush_interval")
-        if type(checkpoint_every) is not int:
-            raise InvalidType(
-                f"checkpoint_every must be an int, not {type(checkpoint_every).__name__}"
-            )
-        if checkpoint_every < 0:
-            raise InvalidArgument(f"checkpoint_every must be >= 0, got {checkpoint_every}")
-        self._checkpoint_every = checkpoint_every
+        self._checkpoint_every = check_checkpoint_every(checkpoint_every)
         if member_id is None:
             member_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         elif not isinstance(member_id, str) or not member_id:

@@ -48,6 +48,7 @@ from .checkpoint import (
     DEFAULT_CHECKPOINT_EVERY,
     CheckpointSink,
     build_checkpoint,
+    check_checkpoint_every,
     recover,
     replay_log,
 )
@@ -160,12 +161,7 @@ class Buffer(Editor):
             raise InvalidType(f"log_retention must be an int, not {type(log_retention).__name__}")
         if log_retention < 0:
             raise InvalidArgument(f"log_retention must be >= 0, got {log_retention}")
-        if type(checkpoint_every) is not int:
-            raise InvalidType(
-                f"checkpoint_every must be an int, not {type(checkpoint_every).__name__}"
-            )
-        if checkpoint_every < 0:
-            raise InvalidArgument(f"checkpoint_every must be >= 0, got {checkpoint_every}")
+        check_checkpoint_every(checkpoint_every)
         gil_enabled = getattr(sys, "_is_gil_enabled", None)  # Python >= 3.13
         if gil_enabled is not None and not gil_enabled():
             raise RuntimeError(

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from .check import check_buffer
 from .draft import Draft
 from .entry import Entry, Kind
-from .errors import LogFormatError
+from .errors import InvalidArgument, InvalidType, LogFormatError
 from .grace import Group
 from .log import ReadableSink, Records, check_read
 from .publish import tomb_to_dict
@@ -57,6 +57,7 @@ __all__ = [
     "DEFAULT_CHECKPOINT_EVERY",
     "CheckpointSink",
     "build_checkpoint",
+    "check_checkpoint_every",
     "checkpoint_state",
     "compacted_records",
     "describe_checkpoint",
@@ -74,6 +75,17 @@ CHECKPOINT_OP = "checkpoint"
 DEFAULT_CHECKPOINT_EVERY = 10_000
 
 _log = logging.getLogger("quiesce.checkpoint")
+
+
+def check_checkpoint_every(value: object) -> int:
+    """``value`` as a ``checkpoint_every`` setting (records between automatic
+    checkpoints, 0: off): :class:`InvalidType` if it is not an int,
+    :class:`InvalidArgument` if negative."""
+    if type(value) is not int:
+        raise InvalidType(f"checkpoint_every must be an int, not {type(value).__name__}")
+    if value < 0:
+        raise InvalidArgument(f"checkpoint_every must be >= 0, got {value}")
+    return value
 
 
 @runtime_checkable
