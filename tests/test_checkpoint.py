@@ -262,3 +262,35 @@ def test_compact_cli(tmp_path: Path, sink: str) -> None:
     shown = _cli("inspect", str(dst), "--op", "checkpoint")
     assert shown.returncode == 0, shown.stderr
     assert "compacted from" in shown.stdout and "checksum ok" in shown.stdout
+
+
+def test_a_write_while_the_checksum_is_computed_gets_a_checkpoint_of_the_head(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The checksum is computed outside the write lock; an append that lands
+    meanwhile must not leave a checkpoint of the state before it (seq and
+    state would disagree: recovery would skip it, or worse)."""
+    import quiesce._core.buffer as buffer_mod
+
+    buf = Buffer(log=SQLiteLog(tmp_path / "log.sqlite"), checkpoint_every=0)
+    for i in range(5):
+        buf.append(Entry(f"e{i}", Kind.REASONING, f"body {i}"))
+    real = buffer_mod.checkpoint_digest
+    calls = []
+
+    def digest_and_write(state: dict[str, object]) -> str:
+        calls.append(state["records"])
+        if len(calls) == 1:  # the lock is free now: another writer gets in
+            buf.append(Entry("late", Kind.REASONING, "late body"))
+        return real(state)
+
+    monkeypatch.setattr(buffer_mod, "checkpoint_digest", digest_and_write)
+    buf.flush(checkpoint=True)
+    ck = buf.log[-1]
+    assert ck.op == "checkpoint" and ck.seq == len(buf.log) - 1
+    assert [e["id"] for e, _, _ in ck.detail["state"]["live"]][-1] == "late"
+    buf.sink.close()  # type: ignore[union-attr]
+    again = Buffer(log=SQLiteLog(tmp_path / "log.sqlite"), checkpoint_every=0)
+    assert again._records.first == ck.seq  # recovered from that checkpoint
+    assert again.head().entries() == buf.head().entries()
+    again.sink.close()  # type: ignore[union-attr]

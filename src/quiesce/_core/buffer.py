@@ -49,6 +49,9 @@ from .checkpoint import (
     CheckpointSink,
     build_checkpoint,
     check_checkpoint_every,
+    checkpoint_digest,
+    checkpoint_record,
+    checkpoint_state,
     recover,
     replay_log,
 )
@@ -647,11 +650,24 @@ class Buffer(Editor):
 
     def _append_checkpoint(self) -> None:
         """Append a checkpoint record of the current state (flush() calls
-        it). O(live + tombstones + staged), under the write lock."""
+        it). The state is built under the write lock (O(live + staged +
+        tombstone index)); its checksum, most of the cost, is computed
+        outside it, and the record appended if nothing was appended
+        meanwhile (else built again, all under the lock). Writers wait for
+        the state only."""
         lock = self._write_lock
         lock.acquire()
         try:
-            rec = build_checkpoint(self, time.time())
+            state = checkpoint_state(self)
+        finally:
+            lock.release()
+        digest = checkpoint_digest(state)
+        lock.acquire()
+        try:
+            if state["records"] == len(self._records):
+                rec = checkpoint_record(state, digest, time.time())
+            else:  # the log grew meanwhile: this state is not the head's
+                rec = build_checkpoint(self, time.time())
             self._records.append(rec)
             self._checkpoint_due = rec.seq + 1 + self._checkpoint_every
         finally:

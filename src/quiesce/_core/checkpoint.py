@@ -58,6 +58,8 @@ __all__ = [
     "CheckpointSink",
     "build_checkpoint",
     "check_checkpoint_every",
+    "checkpoint_digest",
+    "checkpoint_record",
     "checkpoint_state",
     "compacted_records",
     "describe_checkpoint",
@@ -170,8 +172,22 @@ def build_checkpoint(buf: Buffer, at: float) -> LogRecord:
     return _record(checkpoint_state(buf), at)
 
 
-def _record(state: dict[str, Any], at: float) -> LogRecord:
-    """The checkpoint record of ``state`` (seq ``state["records"]``), checksummed."""
+def checkpoint_record(state: dict[str, Any], digest: str, at: float) -> LogRecord:
+    """The checkpoint record of a ``state`` built earlier, with its
+    :func:`checkpoint_digest` (computed outside the write lock); append it
+    only if the log has not grown since (``state["records"]``)."""
+    return _record(state, at, digest)
+
+
+def checkpoint_digest(state: dict[str, Any]) -> str:
+    """The SHA-256 a checkpoint of ``state`` carries (over its canonical
+    JSON). O(state); needs no lock: a state holds only values built for it."""
+    return _digest(state)
+
+
+def _record(state: dict[str, Any], at: float, digest: str | None = None) -> LogRecord:
+    """The checkpoint record of ``state`` (seq ``state["records"]``),
+    checksummed (``digest``: :func:`checkpoint_digest` of it, if done)."""
     return LogRecord(
         state["records"],
         at,
@@ -182,7 +198,7 @@ def _record(state: dict[str, Any], at: float) -> LogRecord:
         None,
         None,
         "applied",
-        {"sha256": _digest(state), "state": state},
+        {"sha256": _digest(state) if digest is None else digest, "state": state},
     )
 
 
