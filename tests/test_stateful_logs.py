@@ -202,16 +202,22 @@ class _DurableMachine(_LogMachine):
         before = _picture(old)
         old.sink.close()  # type: ignore[union-attr]
         sink = self.open_sink()
-        _total, checkpoints = sink.checkpoints()
-        self.warnings.messages.clear()
-        new = Buffer(log=sink, checkpoint_every=self.every)
-        assert self.warnings.messages == [], self.warnings.messages  # no checkpoint skipped
-        if checkpoints:
-            # recovered from the newest checkpoint: nothing before it was replayed
-            assert new._records.first >= checkpoints[-1]
-        new._check()
-        event(f"reopened from checkpoint: {bool(checkpoints)}")
-        assert _picture(new) == before
+        try:
+            _total, checkpoints = sink.checkpoints()
+            self.warnings.messages.clear()
+            new = Buffer(log=sink, checkpoint_every=self.every)
+            assert self.warnings.messages == [], self.warnings.messages  # none skipped
+            if checkpoints:
+                # recovered from the newest checkpoint: nothing before it was replayed
+                assert new._records.first >= checkpoints[-1]
+            new._check()
+            event(f"reopened from checkpoint: {bool(checkpoints)}")
+            assert _picture(new) == before
+        except BaseException:
+            # closed now: a log left to the garbage collector can deadlock the
+            # next open (tests/test_log_gc_deadlock.py)
+            sink.close()
+            raise
         self.buf = new
         self.reopened += 1
 
@@ -228,6 +234,8 @@ class _DurableMachine(_LogMachine):
         removals come back staged; with no reader left they are all due."""
         self.model.pins.clear()  # the old buffer and its snapshots are dropped
         self._reopen()
+        if self.buf.staged():
+            event("reopened with removals staged")
         self.buf.apply_due()
         self.model.apply_due()
 
