@@ -401,7 +401,8 @@ def _memory_and_recovery(
         "per_op_us: wall time per operation since the previous point, under "
         "tracemalloc (slower than untraced); recovery: Buffer(log=SQLiteLog(copy)) "
         "of copies of the durable log taken during the run, median, and reading "
-        "its newest checkpoint and tail (read_range)",
+        "its newest checkpoint and tail (read_range); durable.seconds_traced "
+        "includes the samples and the copies (backup_s)",
     }
 
     durable_at = sorted({*samples, *copy_at})
