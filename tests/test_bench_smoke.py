@@ -61,6 +61,7 @@ PLOTS = [
     "agent_loop_backlog.png",
     "agent_loop_latency.png",
     "durability.png",
+    "long_life.png",
 ]
 
 
@@ -154,6 +155,36 @@ class TestQuickRun:
             rate = sustained[kind]["records_per_s"]
             assert 0 < rate["min"] <= rate["median"] <= rate["max"]
         assert set(extra["mark_with_flusher"]["ratio_vs_memory"]) == {"SQLiteLog", "JsonlLog"}
+
+    def test_long_life_stores_its_curves(self, bench_run: tuple[int, Path]) -> None:
+        """The long_life section stores what long_life.png draws: memory and
+        per-op cost at ~15 points of the durable and the in-memory run (ops
+        increasing, ending at the run's ops), and recovery of copies of the
+        durable log taken during the run (log length increasing, ending at
+        the long log itself)."""
+        _, out = bench_run
+        results = json.loads((out / "results.json").read_text(encoding="utf-8"))
+        extra = results["sections"]["long_life"]["extra"]
+        curves, ops = extra["curves"], extra["config"]["ops"]
+        for key, lo, hi in (("durable", 15, 20), ("in_memory", 12, 15)):
+            pts = curves[key]
+            assert lo <= len(pts) <= hi, (key, len(pts))
+            done = [p["ops"] for p in pts]
+            assert done == sorted(set(done)) and done[-1] >= ops, key
+            assert all(p["bytes"] > 0 and p["per_op_us"] > 0 for p in pts), key
+        # the in-memory run's last point is the run's memory figure
+        assert curves["in_memory"][-1]["bytes"] == pytest.approx(
+            extra["in_memory"]["bytes"], rel=0.2
+        )
+        rec = curves["recovery"]
+        assert len(rec) == 5
+        records = [r["records"] for r in rec]
+        assert records == sorted(set(records)) and records[-1] == extra["durable"]["records"]
+        assert [r["ops"] for r in rec] == sorted(r["ops"] for r in rec)
+        for r in rec:
+            assert r["recovery_s"] > 0 and r["read_s"] > 0
+            assert 0 < r["tail_records"] <= r["records"]
+        assert curves["fresh_bytes"] == extra["durable"]["fresh_bytes"]
 
 
 def test_durability_script_keeps_its_cli(

@@ -60,6 +60,27 @@ Figures (keys of the goals; the issue's goal table, in order):
 * ``ll_pin_trio``, ``ll_pin_thread``: pin + unpin on trio / on asyncio, and in
   a worker thread / on asyncio.
 
+Curves (no goals; ``extra["curves"]``, drawn by ``quiesce bench`` as
+``long_life.png``), collected during the two long runs of figures 1-2:
+
+* ``durable``, ``in_memory``: at ~15 points, geometric over ``ops`` (the
+  durable run also at its copy points), ``{"ops", "bytes", "per_op_us"}``:
+  the bytes tracemalloc holds beyond the run's start after a
+  ``gc.collect()`` (the workload's own list of ids cut to the live window
+  first), and the wall time per operation since the previous point — under
+  tracemalloc, so slower than untraced, and with the durable sink's commits.
+  Each sample's own cost (the collection, a copy) is outside the stretches.
+  ``fresh_bytes`` is the fresh buffer's memory (the figures' reference).
+* ``recovery``: at five points, geometric from ``ops_short`` to ``ops``, the
+  durable log as it was then (flushed, copied with SQLite's backup API; the
+  last point is the long log itself), ``{"ops", "records", "checkpoints",
+  "tail_records", "recovery_s", "read_s"}``: the median of
+  ``Buffer(log=SQLiteLog(copy))`` and of reading its newest checkpoint and
+  tail (as ``ll_recovery_vs_read`` does), measured after the figures. Its
+  cost follows the tail after the newest checkpoint, not the log's length.
+  ``backup_s`` and ``recovery_curve_s`` give what the curves added to the
+  run.
+
 Run alone: ``python -m quiesce.bench.long_life [--quick] [--out FILE.json]``.
 """
 
@@ -74,6 +95,8 @@ import sys
 import tempfile
 import threading
 import time
+import tracemalloc
+from array import array
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -134,14 +157,32 @@ def _entry(i: int, size: int = 0) -> Entry:
     return Entry(f"e{i}", Kind.REASONING, body)
 
 
-def churn(buf: Buffer, ops: int, live: int, batch: int, start: int = 0) -> int:
+def churn(
+    buf: Buffer,
+    ops: int,
+    live: int,
+    batch: int,
+    start: int = 0,
+    sample_at: Sequence[int] = (),
+    on_sample: Callable[[int], None] | None = None,
+) -> int:
     """Run the steady-state workload on ``buf``: fill the window to ``live``
     entries (``live`` appends), then rounds of ``batch`` appends, ``batch``
     marks and one prune of the ``batch`` oldest, until ``ops`` operations
-    are done. Returns the next entry number."""
+    are done. Returns the next entry number.
+
+    ``on_sample(done)`` is called at the end of the first round that brings
+    the operations done to at least each of ``sample_at`` (ascending; one
+    call per round at most, so thresholds closer than a round share a call),
+    after the workload's own list of ids is cut to the live window (so a
+    memory sample counts the buffer, not that list); without ``on_sample``
+    the rounds pay one integer comparison more, nothing else."""
     i = start
     window: list[str] = []
     done = 0
+    points = [p for p in sorted(sample_at) if p > 0] if on_sample is not None else []
+    k = 0
+    next_at = points[0] if points else ops + 3 * batch + 1  # beyond the last round
     for _ in range(live):
         e = _entry(i)
         buf.append(e)
@@ -164,7 +205,72 @@ def churn(buf: Buffer, ops: int, live: int, batch: int, start: int = 0) -> int:
         if pos > 4096:
             del window[:pos]
             pos = 0
+        if done >= next_at:
+            while k < len(points) and points[k] <= done:
+                k += 1
+            next_at = points[k] if k < len(points) else ops + 3 * batch + 1
+            del window[:pos]  # the sample sees only the live ids (the buffer's)
+            pos = 0
+            assert on_sample is not None
+            on_sample(done)
     return i
+
+
+def _geometric(lo: int, hi: int, n: int) -> list[int]:
+    """``n`` integers from ``lo`` to ``hi`` (both kept), evenly spaced on a
+    log scale, ascending, no repeats."""
+    if n < 2 or hi <= lo:
+        return [hi]
+    r = (hi / lo) ** (1 / (n - 1))
+    return sorted({round(lo * r**j) for j in range(n - 1)} | {hi})
+
+
+class _Curve:
+    """Samples of one churn run (a ``churn`` ``on_sample`` callback): bytes
+    tracemalloc holds beyond those at :meth:`start`, after a
+    ``gc.collect()``, and the wall time per operation since the previous
+    sample (the sample's own cost, and whatever ``after`` does, are kept out:
+    the stretch timer restarts after them). Timings are under tracemalloc,
+    so slower than untraced.
+
+    Built before the traced run, with room for ``n`` samples (an array of
+    floats), so a sample allocates nothing that outlives it: the run's
+    traced bytes are what they were without the curve."""
+
+    def __init__(self, n: int, after: Callable[[int], None] | None = None) -> None:
+        self._data = array("d", bytes(8 * 3 * n))
+        self._n = 0
+        self._after = after
+        self._base = 0
+        self._done = 0
+        self._t = 0.0
+
+    def start(self) -> None:
+        """Call first thing inside the traced run."""
+        self._base = tracemalloc.get_traced_memory()[0]
+        self._t = time.perf_counter()
+
+    def __call__(self, done: int) -> None:
+        dt = time.perf_counter() - self._t
+        gc.collect()
+        if 3 * self._n < len(self._data):
+            k = 3 * self._n
+            self._data[k] = done
+            self._data[k + 1] = tracemalloc.get_traced_memory()[0] - self._base
+            self._data[k + 2] = dt / max(1, done - self._done)
+            self._n += 1
+        if self._after is not None:
+            self._after(done)
+        self._done = done
+        self._t = time.perf_counter()
+
+    def points(self) -> list[dict[str, float]]:
+        """The samples, ``{"ops", "bytes", "per_op_us"}`` each, in order."""
+        d = self._data
+        return [
+            {"ops": int(d[k]), "bytes": int(d[k + 1]), "per_op_us": round(d[k + 2] * 1e6, 3)}
+            for k in range(0, 3 * self._n, 3)
+        ]
 
 
 def _fresh_like(buf: Buffer) -> Callable[[], Buffer]:
@@ -259,10 +365,56 @@ def _memory_and_recovery(
     long_path = os.path.join(tmp, "long.sqlite")
     short_path = os.path.join(tmp, "short.sqlite")
 
-    def durable() -> Buffer:
-        buf = Buffer(log=SQLiteLog(long_path))
-        churn(buf, ll.ops, ll.live, ll.batch)
+    # the curves: memory and per-op cost at ~15 points of each long run, and
+    # copies of the long log at a few points (recovery against log length)
+    samples = _geometric(max(ll.live * 3, ll.ops // 300), ll.ops, 15)
+    copy_at = _geometric(ll.ops_short, ll.ops, 5)[:-1]  # the last is the long log
+    # made before the traced runs, so what the samples and copies keep is
+    # not counted in the runs' memory: the copies' paths and done counts
+    copy_paths = [os.path.join(tmp, f"copy-{k}.sqlite") for k in range(len(copy_at))]
+    copy_done = array("q", bytes(8 * len(copy_at)))
+    copied = [0, 0.0]  # copies taken, seconds spent taking them
+    current: list[Buffer | None] = [None]
+
+    def backup(done: int) -> None:
+        """Flush the durable buffer and copy its log (SQLite backup API, a
+        connection of its own) when ``done`` reached the next copy point."""
+        k = int(copied[0])
+        if k >= len(copy_at) or done < copy_at[k]:
+            return
+        t0 = time.perf_counter()
+        buf = current[0]
+        assert buf is not None
         buf.flush()
+        src, dst = sqlite3.connect(long_path), sqlite3.connect(copy_paths[k])
+        try:
+            src.backup(dst)
+        finally:
+            dst.close()
+            src.close()
+        copy_done[k] = done
+        copied[0] = k + 1
+        copied[1] += time.perf_counter() - t0
+
+    curves: dict[str, Any] = {
+        "note": "bytes: tracemalloc, beyond the start of the run, after a gc.collect(); "
+        "per_op_us: wall time per operation since the previous point, under "
+        "tracemalloc (slower than untraced); recovery: Buffer(log=SQLiteLog(copy)) "
+        "of copies of the durable log taken during the run, median, and reading "
+        "its newest checkpoint and tail (read_range); durable.seconds_traced "
+        "includes the samples and the copies (backup_s)",
+    }
+
+    durable_at = sorted({*samples, *copy_at})
+    durable_curve = _Curve(len(durable_at), after=backup)
+
+    def durable() -> Buffer:
+        durable_curve.start()
+        buf = Buffer(log=SQLiteLog(long_path))
+        current[0] = buf
+        churn(buf, ll.ops, ll.live, ll.batch, sample_at=durable_at, on_sample=durable_curve)
+        buf.flush()
+        current[0] = None
         return buf
 
     t_durable, (durable_bytes, dbuf) = _timed(lambda: _traced(durable))
@@ -291,9 +443,12 @@ def _memory_and_recovery(
     keep.append(dbuf)
     keep.append(_fresh)
 
+    memory_curve = _Curve(len(samples))
+
     def in_memory() -> Buffer:
+        memory_curve.start()
         buf = Buffer()
-        churn(buf, ll.ops, ll.live, ll.batch)
+        churn(buf, ll.ops, ll.live, ll.batch, sample_at=samples, on_sample=memory_curve)
         return buf
 
     mem_bytes, mbuf = _traced(in_memory)
@@ -344,19 +499,24 @@ def _memory_and_recovery(
         )
     )
 
-    def read_records() -> float:
-        """Read the records recovery needs through the log: the newest
-        checkpoint and its tail (the whole log when it has no checkpoint),
-        fetched and decoded (``read_range``)."""
-        gc.collect()
-        t0 = time.perf_counter()
-        log = SQLiteLog(long_path)
-        try:
-            total, checkpoints = log.checkpoints()
-            log.read_range(checkpoints[-1] if checkpoints else 0, total)
-        finally:
-            log.close()
-        return time.perf_counter() - t0
+    def read_log(path: str) -> Callable[[], float]:
+        def run() -> float:
+            """Read the records recovery needs through the log: the newest
+            checkpoint and its tail (the whole log when it has no
+            checkpoint), fetched and decoded (``read_range``)."""
+            gc.collect()
+            t0 = time.perf_counter()
+            log = SQLiteLog(path)
+            try:
+                total, checkpoints = log.checkpoints()
+                log.read_range(checkpoints[-1] if checkpoints else 0, total)
+            finally:
+                log.close()
+            return time.perf_counter() - t0
+
+        return run
+
+    read_records = read_log(long_path)
 
     def read_rows() -> float:
         """Fetch the rows recovery needs, not decoded: the newest checkpoint
@@ -453,6 +613,34 @@ def _memory_and_recovery(
             2.0,
         )
     )
+
+    # recovery against log length: the copies taken during the run, and the
+    # long log itself (after the goals above, so it does not disturb them)
+    t0 = time.perf_counter()
+    recovery = []
+    curves["durable"] = durable_curve.points()
+    curves["in_memory"] = memory_curve.points()
+    copies = [(int(copy_done[k]), copy_paths[k]) for k in range(int(copied[0]))]
+    for done, path in [*copies, (durable_curve.points()[-1]["ops"], long_path)]:
+        probe = SQLiteLog(path)
+        total, checkpoints = probe.checkpoints()
+        probe.close()
+        recs, reads = _alternate(recover(path), read_log(path), max(2, ll.repeat - 2))
+        recovery.append(
+            {
+                "ops": done,
+                "records": total,
+                "checkpoints": len(checkpoints),
+                "tail_records": total - (checkpoints[-1] if checkpoints else 0),
+                "recovery_s": round(statistics.median(recs), 5),
+                "read_s": round(statistics.median(reads), 5),
+            }
+        )
+    curves["recovery"] = recovery
+    curves["fresh_bytes"] = fresh_bytes
+    curves["backup_s"] = round(copied[1], 3)
+    curves["recovery_curve_s"] = round(time.perf_counter() - t0, 3)
+    res.extra["curves"] = curves
     return long_path, short_path
 
 
