@@ -1,13 +1,14 @@
 """A forgotten ``SQLiteLog`` freed by the cyclic garbage collector must not
 deadlock the thread that opens another one.
 
-``SQLiteLog.__init__`` holds the module lock ``_HELD_LOCK`` (a plain
-``threading.Lock``) while it stats and opens the file; a collection that
-runs there (any allocation can start one) may finalize a forgotten log, whose
-``__del__`` -> ``_release`` takes ``_HELD_LOCK`` again in the same thread:
-the process hangs for good. Found by ``test_stateful_logs`` (a failing run
-left a recovered buffer and its sink in a traceback cycle; the teardown's
-next ``SQLiteLog(...)`` never returned). Run in a child process, so a hang
+Regression: ``SQLiteLog.__init__`` holds the module lock ``_HELD_LOCK``
+while it stats and opens the file; a collection that runs there (any
+allocation can start one) may finalize a forgotten log, whose ``__del__`` ->
+``_release`` takes ``_HELD_LOCK`` again in the same thread. With a plain
+``threading.Lock`` the process hung for good (now an ``RLock``). Found by
+``test_stateful_logs`` (a failing run left a recovered buffer and its sink
+in a traceback cycle; the teardown's next ``SQLiteLog(...)`` never
+returned). Run in a child process, so a hang
 is a timeout here, not a hung suite.
 """
 
@@ -38,11 +39,6 @@ CHILD = textwrap.dedent(
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG (src/quiesce/_log/sqlite.py): SQLiteLog.__del__ takes the non-reentrant "
-    "_HELD_LOCK, which SQLiteLog.__init__ may hold in the same thread when the cyclic GC runs",
-)
 def test_a_forgotten_sqlite_log_freed_by_the_gc_never_deadlocks(tmp_path: Path) -> None:
     src = str(Path(__file__).resolve().parent.parent / "src")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}

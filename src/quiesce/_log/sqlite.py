@@ -346,9 +346,11 @@ def _check_wal(path: str) -> None:
 #: descriptor. Nothing here opens and closes such a file again: on POSIX,
 #: closing *any* descriptor of a file drops every POSIX lock the process
 #: holds on it, SQLite's included (and another process could then take the
-#: log's WAL for abandoned and delete it).
+#: log's WAL for abandoned and delete it). Re-entrant: the cyclic collector
+#: can run a forgotten log's ``__del__`` (which releases its entry) inside
+#: any allocation made while the lock is held, in the same thread.
 _HELD: dict[tuple[int, int], int] = {}
-_HELD_LOCK = threading.Lock()
+_HELD_LOCK = threading.RLock()
 
 
 def _held_fd(path: str) -> int | None:
