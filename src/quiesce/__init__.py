@@ -20,6 +20,7 @@ from ._core.errors import InvalidArgument as InvalidArgument
 from ._core.errors import InvalidType as InvalidType
 from ._core.errors import LogFormatError as LogFormatError
 from ._core.errors import LogLocked as LogLocked
+from ._core.errors import LogRecordDropped as LogRecordDropped
 from ._core.errors import LogWriteError as LogWriteError
 from ._core.errors import ProtectedEntry as ProtectedEntry
 from ._core.errors import QuiesceError as QuiesceError
