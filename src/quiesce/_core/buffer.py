@@ -86,6 +86,7 @@ from .records import (
 )
 from .version import ADD as _ADD
 from .version import EMPTY_MAP, Slot, Version
+from .version import MAX_CHAIN as _MAX_CHAIN
 from .version import SAME as _SAME
 
 __all__ = ["Buffer", "Snapshot"]
@@ -440,7 +441,7 @@ class Buffer(Editor):
             # A compact record (log.py): the LogRecord is built when first read.
             records = self._records
             records.append((entry_id, reason, turn, n, _wall_clock()))  # log.mark_record
-            if len(records) - records.first > self._trim_above:
+            if list.__len__(records) > self._trim_above:  # (held in memory)
                 self._trim_log()
             # Version.with_marks, written out.
             new = _new_object(Version)
@@ -452,8 +453,20 @@ class Buffer(Editor):
             new.next_key = head.next_key
             new._entries = head._entries  # marks change neither order nor content
             new._view = view = head._view
+            # Version.derive(head, SAME), written out. Every slot is set, so
+            # the next mark reads them without an AttributeError (~0.6 µs).
+            new._base = None
+            new._delta = None
+            new._depth = 0
             if view is None:
-                new.derive(head, _SAME)
+                try:
+                    chained = head._base is not None and head._depth < _MAX_CHAIN
+                except AttributeError:  # a version made without a chain
+                    chained = False
+                if chained:
+                    new._base = head
+                    new._delta = _SAME_DELTA
+                    new._depth = head._depth + 1
             self._head = new
             return mark
         finally:
@@ -696,6 +709,8 @@ class Buffer(Editor):
 # here and a change to them fails at import instead of building short tuples.
 _new_tuple: Callable[..., Any] = tuple.__new__
 _wall_clock = time.time
+#: the order change of a mark (Version.derive): none
+_SAME_DELTA = (_SAME, None)
 _FAST_PATH_FIELDS: dict[Any, str] = {
     Mark: "id reason turn version",
     Slot: "entry key changed",
