@@ -2,10 +2,14 @@
 
 What it keeps true: a checkpoint record (op ``"checkpoint"``, seq ``s``)
 holds exactly the state a full replay of records ``0 .. s - 1`` builds — the
-head's live entries in window order with their order keys, marks, tombstones
-(and the re-admission indexes by content hash and key), staged removal
-groups, the immutable-bytes table and the statistics counters — plus a
-SHA-256 checksum over that state's canonical JSON. It publishes no version
+head's live entries in window order with their order keys, marks, the
+tombstones, staged removal groups, the immutable-bytes table and the
+statistics counters — plus a SHA-256 checksum over that state's canonical
+JSON. The tombstones are kept as the tombstone store's three indexes and the
+runs of log records holding them (``tomb_index``, a few bytes per tombstone:
+the tombstones themselves are read back from those records) when the buffer
+can read its log back; otherwise every tombstone is listed, with the
+re-admission winners by content hash and key. It publishes no version
 and changes no state when replayed: nothing is ever deleted from the log, a
 checkpoint is one more record.
 
@@ -16,8 +20,8 @@ checkpoint that fails its checksum, or disagrees with the records after it
 checker), is skipped with a warning on the ``logging`` logger
 ``"quiesce.checkpoint"``, and the one before it is tried; with none left,
 the caller replays the whole log. A state that fails ``check_buffer`` is
-never kept. Cost: O(live + tombstones + tail · log n) instead of
-O(records · log n).
+never kept. Cost: O(live + index slots + tail · log n) instead of
+O(records · log n); the index slots are copied at C speed.
 
 The staged groups' intent records (``intents``, gid -> seq) are kept in the
 checkpoint for people reading it; like a full replay, recovery does not
