@@ -1548,13 +1548,16 @@ class TestBreaksAreCaught:
     ) -> None:
         """(i) A pin that never re-reads the head stays at a version a
         concurrent prune has already removed from: O1 fires (and, with the
-        oracles off, the reader-side check does). First caught at seed 17
-        (run 18); 5 of 120 seeds catch it (PCT 6/120 and sleepy 5/120 alone,
-        uniform 1/120)."""
+        oracles off, the reader-side check does), in a few of 120 seeds."""
         install(monkeypatch, *NO_VALIDATION)
-        n, run = first_failure(explore("prune", seed) for seed in range(120))
-        assert run is not None and run.violation is not None, f"not caught in {n} runs"
-        assert "O1 (invariant 5)" in run.violation
+        # The schedules follow the traced lines of the writer's code, so which
+        # oracle fires first moves when that code changes (a pin the walker
+        # cannot see, O2, can come first); O1 must fire in some of them.
+        failed = [r for r in (explore("prune", seed) for seed in range(120)) if r.failed]
+        assert failed, "not caught in 120 runs"
+        assert any(r.violation and "O1 (invariant 5)" in r.violation for r in failed), [
+            r.violation for r in failed
+        ]
         n, run = first_failure(explore("prune", seed, oracle=False) for seed in range(120))
         assert run is not None, f"not caught in {n} runs without the oracles"
         # the reader-side check (Buffer._check after the run cannot: no reader is left)
