@@ -98,19 +98,9 @@ class TestSQLiteFormatCheck:
         path = tmp_path / "log.db"
         _sqlite_log(path, 3)
         conn = sqlite3.connect(path, isolation_level=None)
-        n = conn.execute("SELECT COUNT(*) FROM quiesce_log").fetchone()[0]
         plan = conn.execute("EXPLAIN QUERY PLAN " + sqlite_mod._NEWEST_FORMAT).fetchall()
         assert "quiesce_log_formats" in str(plan)
-        text = json.dumps({"format": FORMAT + 1, "seq": n, "op": "teleport"})
-        conn.execute(
-            "INSERT INTO quiesce_log (seq, record, crc) VALUES (?, ?, ?)",
-            (n, text, record_crc(n, text)),
-        )
-        conn.close()
-        before = path.read_bytes()
-        with pytest.raises(LogFormatError, match=rf"is a format {FORMAT + 1} log"):
-            SQLiteLog(path)
-        assert path.read_bytes() == before
+        _newer_record_is_refused(path, conn)
 
     def test_file_without_the_index_is_scanned_then_indexed(self, tmp_path: Path) -> None:
         """A log written before the index (or with it dropped) is checked by
@@ -126,17 +116,23 @@ class TestSQLiteFormatCheck:
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
         assert "quiesce_log_formats" in names
         conn.execute("DROP INDEX quiesce_log_formats")
-        n = conn.execute("SELECT COUNT(*) FROM quiesce_log").fetchone()[0]
-        text = json.dumps({"format": FORMAT + 1, "seq": n, "op": "teleport"})
-        conn.execute(
-            "INSERT INTO quiesce_log (seq, record, crc) VALUES (?, ?, ?)",
-            (n, text, record_crc(n, text)),
-        )
-        conn.close()
-        before = path.read_bytes()
-        with pytest.raises(LogFormatError, match=rf"is a format {FORMAT + 1} log"):
-            SQLiteLog(path)
-        assert path.read_bytes() == before
+        _newer_record_is_refused(path, conn)
+
+
+def _newer_record_is_refused(path: Path, conn: sqlite3.Connection) -> None:
+    """Append a record of a newer format through ``conn`` (then closed): the
+    open refuses the file and leaves its bytes unchanged."""
+    n = conn.execute("SELECT COUNT(*) FROM quiesce_log").fetchone()[0]
+    text = json.dumps({"format": FORMAT + 1, "seq": n, "op": "teleport"})
+    conn.execute(
+        "INSERT INTO quiesce_log (seq, record, crc) VALUES (?, ?, ?)",
+        (n, text, record_crc(n, text)),
+    )
+    conn.close()
+    before = path.read_bytes()
+    with pytest.raises(LogFormatError, match=rf"is a format {FORMAT + 1} log"):
+        SQLiteLog(path)
+    assert path.read_bytes() == before
 
 
 class TestJsonlOpen:
