@@ -120,12 +120,18 @@ class TestThreads:
         def checker() -> None:
             # Every invariant (pins agree with readers; nothing removed while a
             # reader that saw it unmarked is pinned) holds at every moment.
+            # It pauses between checks: a check holds the write lock for
+            # O(n + log), and a thread that re-takes a just-released lock
+            # without blocking can starve the writers for good (CPython's
+            # locks are not fair; seen once in CI: a worker still waiting
+            # after 120 s while the checker spun).
             while not done.is_set():
                 try:
                     buf._check()
                 except BaseException as exc:
                     checks.append(exc)
                     return
+                done.wait(0.001)
 
         watch = threading.Thread(target=checker, name="checker")
         watch.start()
