@@ -41,6 +41,6 @@ def test_quick_start_has_exactly_the_two_commands() -> None:
     block = section.split("```", 2)[1]
     commands = [line for line in block.splitlines() if line.strip()]
     assert commands == [
-        'python -m pip install -e ".[dev]" && quiesce demo',
+        'python -m pip install -e ".[demo]" && quiesce demo',
         'python -m pip install -e ".[dev]" && python -m pytest',
     ]

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -660,10 +661,20 @@ class BufferMachine(RuleBasedStateMachine):
         assert buf.staged() == {}
 
 
-BufferMachine.TestCase.settings = settings(
-    max_examples=150,
-    stateful_step_count=40,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+def _settings(examples: int) -> settings:
+    return settings(
+        max_examples=examples,
+        stateful_step_count=40,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+
+
+# The default run draws 60 machines; the soak (``-m slow``) draws 600.
+BufferMachine.TestCase.settings = _settings(60)
 TestBufferMachine = BufferMachine.TestCase
+
+
+@pytest.mark.slow
+class TestBufferMachineSoak(BufferMachine.TestCase):  # type: ignore[misc,valid-type]
+    settings = _settings(600)

@@ -382,15 +382,35 @@ class _RetentionMachine(_LogMachine):
         assert buf.staged() == {}
 
 
-_settings = settings(
-    max_examples=80,
-    stateful_step_count=50,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+def _settings(examples: int) -> settings:
+    return settings(
+        max_examples=examples,
+        stateful_step_count=50,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+
+
+# The default run draws a few dozen machines each; the soaks (``-m slow``)
+# draw ten times more of the same machines.
 TestSQLiteLogMachine = _DurableMachine.TestCase
-TestSQLiteLogMachine.settings = _settings
+TestSQLiteLogMachine.settings = _settings(25)
 TestJsonlLogMachine = _JsonlMachine.TestCase
-TestJsonlLogMachine.settings = _settings
+TestJsonlLogMachine.settings = _settings(25)
 TestRetentionMachine = _RetentionMachine.TestCase
-TestRetentionMachine.settings = _settings
+TestRetentionMachine.settings = _settings(25)
+
+
+@pytest.mark.slow
+class TestSQLiteLogMachineSoak(_DurableMachine.TestCase):  # type: ignore[misc,valid-type]
+    settings = _settings(250)
+
+
+@pytest.mark.slow
+class TestJsonlLogMachineSoak(_JsonlMachine.TestCase):  # type: ignore[misc,valid-type]
+    settings = _settings(250)
+
+
+@pytest.mark.slow
+class TestRetentionMachineSoak(_RetentionMachine.TestCase):  # type: ignore[misc,valid-type]
+    settings = _settings(250)
