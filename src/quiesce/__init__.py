@@ -2,7 +2,8 @@
 
 Readers pin versions; marking never blocks; pruning waits for each entry's
 grace point; every removal leaves a tombstone and an append-only log record;
-unsafe edits are refused and escalated. See DESIGN.md for the contract.
+unsafe edits are refused and escalated. The README states the contract,
+docs/design.md the design.
 """
 
 import importlib

@@ -681,7 +681,7 @@ class SharedBuffer:
         )
 
     def _check(self) -> None:
-        """The local buffer's invariants (DESIGN.md), as :meth:`Buffer._check`."""
+        """The local buffer's invariants (docs/design.md), as :meth:`Buffer._check`."""
         self.local._check()
 
     # -- writes (async, forwarded on replicas) --------------------------------

@@ -2,8 +2,8 @@
 
 Proof by trying to break it (FoundationDB's deterministic simulation, Jepsen's
 Elle): drive a buffer hard, record everything that happened, then check the
-*whole history* against DESIGN.md's seven invariants and name every anomaly
-with the vocabulary of Adya's isolation levels.
+*whole history* against the seven invariants of docs/design.md and name
+every anomaly with the vocabulary of Adya's isolation levels.
 
 * :class:`Recorder` wraps a :class:`~quiesce.Buffer` (or the runtime's
   :class:`~quiesce.RuntimeBuffer`). Use its methods instead of the buffer's:
@@ -656,7 +656,7 @@ class RecordedSnapshot:
 
 
 def check_history(history: History) -> list[Anomaly]:
-    """Check ``history`` against DESIGN.md's invariants 1-7 and name every
+    """Check ``history`` against invariants 1-7 of docs/design.md and name every
     anomaly found (see the module docstring). An empty list: consistent."""
     return _Checker(history).run()
 

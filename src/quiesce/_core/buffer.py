@@ -687,7 +687,7 @@ class Buffer(Editor):
             lock.release()
 
     def _check(self, *, expect_no_pins: bool = False) -> None:
-        """Assert every invariant of DESIGN.md on the current state.
+        """Assert every invariant of docs/design.md on the current state.
 
         O(n + log + readers). For tests: a seeded random stress test calls it
         after every operation (sortedcontainers' habit).

@@ -1,4 +1,4 @@
-"""The invariant checker: every invariant of DESIGN.md, asserted on a buffer.
+"""The invariant checker: every invariant of docs/design.md, asserted on a buffer.
 
 What it keeps true: nothing — it only reads. :func:`check_buffer` raises
 ``AssertionError`` naming the first invariant it finds broken; it runs under
