@@ -65,6 +65,7 @@ def test_log_path_is_kept(tmp_path: Path) -> None:
     assert rc == 0 and path.exists()
     assert data["log"]["path"] == str(path)
     assert f"quiesce inspect {path}" in text
+    assert f"quiesce view {path} -o report.html" in text
 
 
 def test_cli_dispatch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

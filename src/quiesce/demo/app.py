@@ -1388,6 +1388,7 @@ def _report(out: TextIO, o: Outcome, cfg: argparse.Namespace) -> None:
         )
         keep = "" if cfg.log else " (temporary; --log PATH keeps it)"
         w(f"         {o.log['path']}{keep}\n")
+
     else:
         w("    log: in-memory (SQLiteLog is not available)\n")
     w("  naive list:\n")
@@ -1476,6 +1477,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
         _report(stream, outcome, cfg)
         if cfg.log:
             stream.write(f"  inspect it: quiesce inspect {log_path}\n")
+            stream.write(f"  view its history: quiesce view {log_path} -o report.html\n")
         if cfg.json:
             with open(cfg.json, "w", encoding="utf-8") as f:
                 json.dump(_json(outcome, cfg), f, indent=2)
