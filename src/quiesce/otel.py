@@ -1,0 +1,684 @@
+"""OpenTelemetry for quiesce: what each context edit did, inside the user's own traces.
+
+``QuiesceInstrumentor().instrument(tracer_provider=None, meter_provider=None)``
+follows the OpenTelemetry contrib instrumentors' convention (a singleton;
+``uninstrument()`` puts everything back; instrumenting twice warns and does
+nothing). This module is the only one that imports ``opentelemetry`` (the
+``quiesce[otel]`` extra, ``opentelemetry-api`` only): ``import quiesce``
+imports none of it, and nothing is emitted until ``instrument()`` is called.
+
+What it keeps true:
+
+* **The fast paths cost the same.** ``mark_stale``, ``snapshot()``, pins and
+  ``append`` are never wrapped. Only the operations that can wait or refuse
+  are: ``prune``, ``edit``, a removal applied at its grace point
+  (``apply_due``), ``flush`` (and the checkpoints it writes), recovery (a
+  buffer opened on a log), a shared buffer's writes (forwarded by a
+  replica), the reader-age alarm, and each integration's prune round.
+* **Telemetry never reaches the buffer's callers.** Every call into the
+  OpenTelemetry API (starting a span, an event, a metric, a processor or
+  exporter behind them that raises) is guarded: a failure is counted in
+  :attr:`QuiesceInstrumentor.errors` and logged once on the ``logging``
+  logger ``"quiesce.otel"``, like other untrusted callbacks, and the
+  operation's own result or exception is returned untouched.
+* **Bodies are never attributes.** Spans and events carry ids, content
+  hashes, sizes, versions, statuses, refusals, actors, turns and reasons —
+  never an entry's body, unless ``capture_content=True``.
+
+Names. Spans follow the GenAI memory conventions where they fit:
+``delete_memory`` for a prune and for a removal at its grace point,
+``update_memory`` for an edit plan, each with ``gen_ai.operation.name``,
+``gen_ai.memory.store.id`` (the buffer: a shared buffer's id, a log's path
+or ``buffer_id``, else ``memory:<hex>``) and, for one id,
+``gen_ai.memory.record.id``; the rest are ``quiesce.*`` spans
+(``quiesce.flush``, ``quiesce.recover``, ``quiesce.shared.<op>``,
+``quiesce.reader_alarm``, ``quiesce.prune_round``) with ``quiesce.*``
+attributes. Span events: ``quiesce.tombstone`` per removal,
+``quiesce.refusal`` per refused id or plan, ``quiesce.escalation`` per
+escalation (a ``READER_PINNED`` one names the reader's task and version:
+the reader that holds a removal back). Spans are started as children of the
+current span, so inside a framework's agent or model-call span they appear in
+the user's own trace (the context follows the runtime's worker threads).
+
+Metrics (observable, read from each live buffer's ``stats()`` at collection
+time): ``quiesce.readers.pinned``, ``quiesce.readers.oldest_pin_age``,
+``quiesce.removals.deferred``, ``quiesce.tombstones``,
+``quiesce.tombstone_to_edit_ratio``, ``quiesce.refusals`` (by
+``quiesce.refusal``), ``quiesce.readmissions`` (by ``quiesce.outcome``:
+refused, overridden), ``quiesce.log.pending``; a shared member adds
+``quiesce.replica.lag`` (versions behind the log it has seen). A histogram,
+``quiesce.flush.duration`` (seconds), times every flush.
+
+Threads: wrappers run on whatever thread calls the operation; the set of
+live buffers is a ``WeakSet`` guarded by a lock. Cancellation: an async
+wrapper ends its span (with the exception recorded) when the operation is
+cancelled, and re-raises the cancellation.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+import sys
+import threading
+import time
+import warnings
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from opentelemetry import metrics, trace
+from opentelemetry.trace import Span, Status, StatusCode
+
+from . import __version__ as _VERSION
+
+__all__ = ["QuiesceInstrumentor"]
+
+_logger = logging.getLogger("quiesce.otel")
+
+#: (module, class or None, attribute, kind of wrapper). A name that is not
+#: there (an optional framework not installed) is skipped.
+_TARGETS: tuple[tuple[str, str | None, str, str], ...] = (
+    ("quiesce._core.buffer", "Buffer", "prune", "prune"),
+    ("quiesce._core.edit", "Editor", "edit", "edit"),
+    ("quiesce._core.publish", "Publisher", "apply_due", "apply_due"),
+    ("quiesce._core.publish", "Publisher", "flush", "flush"),
+    ("quiesce._core.buffer", "Buffer", "__init__", "init"),
+    # the alarm task and check_reader_ages() both go through this one method
+    ("quiesce._runtime", "RuntimeBuffer", "_check_reader_ages", "alarm"),
+    ("quiesce._shared", "SharedBuffer", "append", "shared"),
+    ("quiesce._shared", "SharedBuffer", "mark_stale", "shared"),
+    ("quiesce._shared", "SharedBuffer", "prune", "shared"),
+    ("quiesce._shared", "SharedBuffer", "edit", "shared"),
+    ("quiesce._shared", "SharedBuffer", "flush", "shared"),
+    ("quiesce.integrations._glue", None, "prune_round", "round"),
+)
+
+#: The integrations, each wrapped where its hooks look its helpers up: only
+#: those already imported when ``instrument()`` runs (importing one would
+#: import its framework); one imported later takes ``_glue.prune_round``
+#: wrapped (its sync is then not traced: instrument after importing it).
+_INTEGRATIONS = ("langchain", "pydantic_ai", "openai_agents", "autogen")
+
+
+class QuiesceInstrumentor:
+    """Instruments quiesce with OpenTelemetry (see the module docstring).
+
+    A singleton, like the contrib instrumentors: every
+    ``QuiesceInstrumentor()`` is the same object."""
+
+    _instance: QuiesceInstrumentor | None = None
+    _lock = threading.Lock()
+
+    def __new__(cls) -> QuiesceInstrumentor:
+        with cls._lock:
+            if cls._instance is None:
+                inst = super().__new__(cls)
+                inst._init()
+                cls._instance = inst
+            return cls._instance
+
+    def _init(self) -> None:
+        self._patched: list[tuple[Any, str, Any]] = []
+        self._tracer: trace.Tracer | None = None
+        self._meter: metrics.Meter | None = None
+        self._flush_hist: Any = None
+        self._buffers: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._buffers_lock = threading.Lock()
+        self._capture = False
+        self._warned = False
+        #: telemetry calls that raised and were swallowed
+        self.errors = 0
+
+    # -- the contrib convention -------------------------------------------------
+
+    @property
+    def is_instrumented_by_opentelemetry(self) -> bool:
+        return bool(self._patched)
+
+    def instrument(
+        self,
+        *,
+        tracer_provider: trace.TracerProvider | None = None,
+        meter_provider: metrics.MeterProvider | None = None,
+        capture_content: bool = False,
+    ) -> None:
+        """Start emitting. ``None`` providers mean the global ones. Called
+        again while instrumented: a warning, and nothing changes."""
+        with self._lock:
+            if self._patched:
+                warnings.warn(
+                    "QuiesceInstrumentor is already instrumented; call uninstrument() first",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+                return
+            self._tracer = trace.get_tracer("quiesce", _VERSION, tracer_provider=tracer_provider)
+            self._meter = metrics.get_meter("quiesce", _VERSION, meter_provider=meter_provider)
+            self._capture = capture_content
+            self._metrics(self._meter)
+            for module, owner, name, kind in _TARGETS:
+                self._patch(module, owner, name, kind)
+            for short in _INTEGRATIONS:
+                module = "quiesce.integrations." + short
+                if module in sys.modules:
+                    self._patch(module, None, "prune_round", "round")
+                    self._patch(module, None, "sync_messages", "sync")
+
+    def uninstrument(self) -> None:
+        """Put every wrapped function back; stop emitting. Idempotent."""
+        with self._lock:
+            for owner, name, original in reversed(self._patched):
+                setattr(owner, name, original)
+            self._patched.clear()
+            self._tracer = None
+            with self._buffers_lock:
+                self._buffers = weakref.WeakSet()
+
+    # -- patching ---------------------------------------------------------------
+
+    def _patch(self, module: str, owner_name: str | None, name: str, kind: str) -> None:
+        try:
+            mod = importlib.import_module(module)
+        except ImportError:  # an optional extra that is not installed
+            return
+        owner = mod if owner_name is None else getattr(mod, owner_name, None)
+        original = None if owner is None else owner.__dict__.get(name)
+        if original is None:
+            return
+        wrapper = getattr(self, "_wrap_" + kind)(original)
+        functools.update_wrapper(wrapper, original)
+        setattr(owner, name, wrapper)
+        self._patched.append((owner, name, original))
+
+    # -- guarded telemetry --------------------------------------------------------
+
+    def _failed(self, exc: BaseException) -> None:
+        self.errors += 1
+        if not self._warned:
+            self._warned = True
+            _logger.warning("telemetry failed and was ignored: %r", exc)
+
+    @contextmanager
+    def _span(self, name: str, attrs: Mapping[str, Any]) -> Iterator[Span | None]:
+        """A span around the body; a telemetry failure yields ``None``
+        (the body runs all the same) and never escapes."""
+        tracer = self._tracer
+        span: Span | None = None
+        current: Any = None
+        if tracer is not None:
+            try:
+                span = tracer.start_span(name, attributes=_clean(attrs))
+                current = trace.use_span(span, end_on_exit=False)
+                current.__enter__()
+            except Exception as exc:
+                self._failed(exc)
+                if span is not None:
+                    self._guard(span.end)
+                span = current = None
+        try:
+            yield span
+        except BaseException as exc:
+            if span is not None:
+                try:
+                    span.record_exception(exc)
+                    span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+                except Exception as tel:
+                    self._failed(tel)
+            raise
+        finally:
+            if span is not None:
+                try:
+                    current.__exit__(None, None, None)
+                    span.end()
+                except Exception as exc:
+                    self._failed(exc)
+
+    def _read(self, fn: Callable[[], Any], default: Any) -> Any:
+        """``fn()``, or ``default`` if it raises (counted): what a wrapper
+        reads before the call must not stop the call."""
+        try:
+            return fn()
+        except Exception as exc:
+            self._failed(exc)
+            return default
+
+    def _guard(self, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception as exc:
+            self._failed(exc)
+
+    # -- what each operation reports ------------------------------------------------
+
+    def _store_id(self, buf: Any) -> str:
+        for source in (buf, getattr(buf, "sink", None)):
+            for attr in ("buffer_id", "path"):
+                value = getattr(source, attr, None)
+                if isinstance(value, str):
+                    return value
+        return f"memory:{id(buf):x}"
+
+    def _log_events(self, span: Span | None, buf: Any, start: int) -> None:
+        """Events for the records ``buf`` logged from ``start`` on: one per
+        tombstone, refusal and escalation."""
+        if span is None:
+            return
+        log = buf.log
+        for rec in log[start:] if len(log) > start else ():
+            if rec.op == "remove":
+                for t in rec.detail.get("tombstones", ()):
+                    span.add_event(
+                        "quiesce.tombstone",
+                        _clean(
+                            {
+                                "gen_ai.memory.record.id": t.get("id"),
+                                "quiesce.content_hash": t.get("content_hash"),
+                                "quiesce.kind": t.get("kind"),
+                                "quiesce.actor": t.get("actor"),
+                                "quiesce.reason": t.get("reason"),
+                                "quiesce.turn": t.get("turn"),
+                                "quiesce.version": t.get("version"),
+                            }
+                        ),
+                    )
+                for eid, why in (rec.detail.get("refused") or {}).items():
+                    span.add_event(
+                        "quiesce.refusal",
+                        {"gen_ai.memory.record.id": eid, "quiesce.refusal": str(why)},
+                    )
+            elif rec.op == "edit" and rec.version is None:
+                for r in rec.detail.get("refusals", ()):
+                    span.add_event(
+                        "quiesce.refusal",
+                        _clean({"quiesce.refusal": r, "quiesce.ids": list(rec.ids)}),
+                    )
+                if rec.detail.get("escalation"):
+                    span.add_event(
+                        "quiesce.escalation",
+                        _clean(
+                            {
+                                "quiesce.escalation.kind": rec.detail["escalation"],
+                                "quiesce.detail": "; ".join(map(str, rec.detail.get("why", ()))),
+                            }
+                        ),
+                    )
+            elif rec.op == "escalate":
+                self._escalation_event(span, rec.detail.get("kind"), rec.reason, rec.detail)
+            elif rec.op == "checkpoint":
+                span.add_event("quiesce.checkpoint", {"quiesce.seq": rec.seq})
+
+    def _escalation_event(
+        self, span: Span, kind: object, text: object, detail: Mapping[str, Any]
+    ) -> None:
+        data = detail.get("data") or {}
+        span.add_event(
+            "quiesce.escalation",
+            _clean(
+                {
+                    "quiesce.escalation.kind": kind,
+                    "quiesce.detail": text,
+                    "quiesce.reader.task": data.get("task"),
+                    "quiesce.reader.version": data.get("version"),
+                    "quiesce.reader.age": data.get("age"),
+                    "quiesce.holding_back": data.get("holding_back"),
+                }
+            ),
+        )
+
+    # -- the wrappers -------------------------------------------------------------
+
+    def _wrap_prune(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        inst = self
+
+        def prune(buf: Any, ids: Any, *args: Any, **kwargs: Any) -> Any:
+            if isinstance(ids, str) or not isinstance(ids, Iterable):
+                return original(buf, ids, *args, **kwargs)  # the core's own TypeError
+            listed = list(ids)
+            attrs = {
+                "gen_ai.operation.name": "delete_memory",
+                "gen_ai.memory.store.id": inst._store_id(buf),
+                "quiesce.operation": "prune",
+                "quiesce.ids.count": len(listed),
+                "quiesce.reason": kwargs.get("reason"),
+                "quiesce.actor": kwargs.get("actor"),
+                "quiesce.turn": kwargs.get("turn"),
+            }
+            if len(listed) == 1:
+                attrs["gen_ai.memory.record.id"] = listed[0]
+            start = len(buf.log)
+            with inst._span("delete_memory " + inst._store_id(buf), attrs) as span:
+                report = original(buf, listed, *args, **kwargs)
+                if span is not None:
+                    inst._guard(lambda: inst._prune_report(span, buf, report, start))
+                return report
+
+        return prune
+
+    def _prune_report(self, span: Span, buf: Any, report: Any, start: int) -> None:
+        statuses: dict[str, int] = {}
+        for eid, outcome in report.items():
+            status = outcome.status.value
+            statuses[status] = statuses.get(status, 0) + 1
+            if outcome.refusal is not None:
+                span.add_event(
+                    "quiesce.refusal",
+                    {
+                        "gen_ai.memory.record.id": eid,
+                        "quiesce.refusal": outcome.refusal.value,
+                        "quiesce.status": status,
+                    },
+                )
+        for status, n in statuses.items():
+            span.set_attribute(f"quiesce.status.{status}", n)
+        span.set_attribute("quiesce.version", buf.version)
+        self._log_events(span, buf, start)
+
+    def _wrap_edit(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        inst = self
+
+        def edit(buf: Any, plan: Any, *args: Any, **kwargs: Any) -> Any:
+            ops = getattr(plan, "ops", ())
+            attrs = {
+                "gen_ai.operation.name": "update_memory",
+                "gen_ai.memory.store.id": inst._store_id(buf),
+                "quiesce.operation": "edit",
+                "quiesce.ops": [type(op).__name__ for op in ops],
+                "quiesce.reason": getattr(plan, "reason", None),
+                "quiesce.actor": getattr(plan, "actor", None),
+                "quiesce.turn": getattr(plan, "turn", None),
+                "quiesce.base": getattr(plan, "base", None),
+            }
+            start = len(buf.log)
+            with inst._span("update_memory " + inst._store_id(buf), attrs) as span:
+                report = original(buf, plan, *args, **kwargs)
+                if span is not None:
+
+                    def done() -> None:
+                        span.set_attribute("quiesce.applied", bool(report.applied))
+                        span.set_attribute("quiesce.version", buf.version)
+                        inst._log_events(span, buf, start)
+
+                    inst._guard(done)
+                return report
+
+        return edit
+
+    def _wrap_apply_due(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        inst = self
+
+        def apply_due(buf: Any, *args: Any, **kwargs: Any) -> Any:
+            if not inst._read(buf.staged, True):  # nothing staged: no span for an idle wake-up
+                return original(buf, *args, **kwargs)
+            start = len(buf.log)
+            attrs = {
+                "gen_ai.operation.name": "delete_memory",
+                "gen_ai.memory.store.id": inst._store_id(buf),
+                "quiesce.operation": "apply_due",
+            }
+            with inst._span("delete_memory " + inst._store_id(buf), attrs) as span:
+                removed = original(buf, *args, **kwargs)
+                if span is not None:
+
+                    def done() -> None:
+                        span.set_attribute("quiesce.removed.count", len(removed))
+                        span.set_attribute("quiesce.version", buf.version)
+                        inst._log_events(span, buf, start)
+
+                    inst._guard(done)
+                return removed
+
+        return apply_due
+
+    def _wrap_flush(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        inst = self
+
+        def flush(buf: Any, *args: Any, **kwargs: Any) -> Any:
+            pending = inst._read(lambda: buf.pending_records, 1)
+            if not pending and not kwargs.get("checkpoint"):
+                return original(buf, *args, **kwargs)
+            attrs = {
+                "gen_ai.memory.store.id": inst._store_id(buf),
+                "quiesce.records.pending": pending,
+                "quiesce.checkpoint": bool(kwargs.get("checkpoint")),
+            }
+            start = len(buf.log)
+            t0 = time.perf_counter()
+            try:
+                with inst._span("quiesce.flush", attrs) as span:
+                    result = original(buf, *args, **kwargs)
+                    if span is not None:
+                        inst._guard(lambda: inst._log_events(span, buf, start))
+                    return result
+            finally:
+                elapsed = time.perf_counter() - t0
+                hist = inst._flush_hist
+                if hist is not None:
+                    store = inst._store_id(buf)
+                    inst._guard(lambda: hist.record(elapsed, {"gen_ai.memory.store.id": store}))
+
+        return flush
+
+    def _wrap_init(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        inst = self
+
+        def __init__(buf: Any, *args: Any, **kwargs: Any) -> None:
+            log = kwargs.get("log", args[0] if args else None)
+            if log is None:
+                original(buf, *args, **kwargs)
+            else:
+                attrs = {"quiesce.operation": "recover", "quiesce.sink": type(log).__name__}
+                with inst._span("quiesce.recover", attrs) as span:
+                    original(buf, *args, **kwargs)
+                    if span is not None:
+
+                        def done() -> None:
+                            span.set_attribute("gen_ai.memory.store.id", inst._store_id(buf))
+                            span.set_attribute("quiesce.version", buf.version)
+                            span.set_attribute("quiesce.records", len(buf.log))
+
+                        inst._guard(done)
+            with inst._buffers_lock:
+                inst._buffers.add(buf)
+
+        return __init__
+
+    def _wrap_alarm(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        inst = self
+
+        def _check_reader_ages(buf: Any, *args: Any, **kwargs: Any) -> Any:
+            escalations = original(buf, *args, **kwargs)
+            if escalations and inst._tracer is not None:
+
+                def report() -> None:
+                    attrs = {"gen_ai.memory.store.id": inst._store_id(buf)}
+                    with inst._span("quiesce.reader_alarm", attrs) as span:
+                        if span is not None:
+                            for esc in escalations:
+                                detail = {"data": dict(esc.data or {})}
+                                inst._escalation_event(span, esc.kind.value, esc.detail, detail)
+
+                inst._guard(report)
+            return escalations
+
+        return _check_reader_ages
+
+    def _wrap_shared(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        inst = self
+        op = original.__name__
+
+        async def shared(sb: Any, *args: Any, **kwargs: Any) -> Any:
+            attrs = {
+                "gen_ai.memory.store.id": inst._store_id(sb),
+                "quiesce.operation": op,
+                "quiesce.role": getattr(sb, "role", None),
+                "quiesce.member.id": getattr(sb, "member_id", None),
+                "quiesce.forwarded": getattr(sb, "role", None) != "sequencer",
+            }
+            with inst._span("quiesce.shared." + op, attrs):
+                return await original(sb, *args, **kwargs)
+
+        return shared
+
+    def _wrap_round(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        inst = self
+
+        async def prune_round(buffer: Any, pruner: Any, *args: Any, **kwargs: Any) -> Any:
+            attrs = {
+                "gen_ai.memory.store.id": inst._store_id(buffer),
+                "quiesce.pruner": type(pruner).__name__ if pruner is not None else None,
+            }
+            with inst._span("quiesce.prune_round", attrs) as span:
+                report = await original(buffer, pruner, *args, **kwargs)
+                if span is not None and report is not None:
+                    inst._guard(lambda: span.set_attribute("quiesce.applied", bool(report.applied)))
+                return report
+
+        return prune_round
+
+    def _wrap_sync(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        inst = self
+        framework = original.__module__.rsplit(".", 1)[-1]
+
+        def sync_messages(buffer: Any, messages: Any, *args: Any, **kwargs: Any) -> Any:
+            count = inst._read(lambda: len(messages), None)
+            attrs = {
+                "gen_ai.operation.name": "update_memory",
+                "gen_ai.memory.store.id": inst._read(lambda: inst._store_id(buffer), None),
+                "quiesce.operation": "sync",
+                "quiesce.framework": framework,
+                "quiesce.messages.count": count,
+            }
+            start = inst._read(lambda: len(buffer.log), None)
+            with inst._span("update_memory " + str(attrs["gen_ai.memory.store.id"]), attrs) as span:
+                result = original(buffer, messages, *args, **kwargs)
+                if span is not None and start is not None:
+
+                    def done() -> None:
+                        span.set_attribute("quiesce.version", buffer.version)
+                        span.set_attribute("quiesce.records", len(buffer.log) - start)
+
+                    inst._guard(done)
+                return result
+
+        return sync_messages
+
+    # -- metrics ----------------------------------------------------------------
+
+    def _live(self) -> list[Any]:
+        with self._buffers_lock:
+            return list(self._buffers)
+
+    def _metrics(self, meter: metrics.Meter) -> None:
+        def gauge(name: str, unit: str, desc: str, value: Callable[[Any], Any]) -> None:
+            def observe(_options: Any) -> Iterable[metrics.Observation]:
+                out = []
+                for buf in self._live():
+                    try:
+                        v = value(buf.stats())
+                        if v is not None:
+                            out.append(
+                                metrics.Observation(
+                                    v, {"gen_ai.memory.store.id": self._store_id(buf)}
+                                )
+                            )
+                    except Exception as exc:
+                        self._failed(exc)
+                return out
+
+            meter.create_observable_gauge(name, [observe], unit=unit, description=desc)
+
+        gauge("quiesce.readers.pinned", "{reader}", "readers pinned now", lambda s: s.pinned)
+        gauge(
+            "quiesce.readers.oldest_pin_age",
+            "s",
+            "age of the oldest pinned reader",
+            lambda s: s.oldest_pin_age,
+        )
+        gauge(
+            "quiesce.removals.deferred",
+            "{entry}",
+            "removals waiting for a grace point",
+            lambda s: s.deferred,
+        )
+        gauge("quiesce.tombstones", "{tombstone}", "tombstones", lambda s: s.tombstones)
+        gauge(
+            "quiesce.tombstone_to_edit_ratio",
+            "1",
+            "tombstones per removal edit (1 when every removal left a tombstone)",
+            lambda s: s.tombstone_to_edit_ratio,
+        )
+        gauge("quiesce.log.pending", "{record}", "records not durable yet", lambda s: s.log_pending)
+
+        def lag(s: Any) -> Any:
+            return getattr(s, "lag", None)
+
+        gauge("quiesce.replica.lag", "{version}", "versions a member is behind the log", lag)
+
+        def counters(_options: Any) -> Iterable[metrics.Observation]:
+            out = []
+            for buf in self._live():
+                try:
+                    s = buf.stats()
+                    store = self._store_id(buf)
+                    for reason, n in s.refusals.items():
+                        name = getattr(reason, "value", str(reason))
+                        out.append(
+                            metrics.Observation(
+                                n, {"gen_ai.memory.store.id": store, "quiesce.refusal": name}
+                            )
+                        )
+                except Exception as exc:
+                    self._failed(exc)
+            return out
+
+        meter.create_observable_counter(
+            "quiesce.refusals", [counters], unit="{request}", description="refusals by reason"
+        )
+
+        def readmissions(_options: Any) -> Iterable[metrics.Observation]:
+            out = []
+            for buf in self._live():
+                try:
+                    s = buf.stats()
+                    store = self._store_id(buf)
+                    for outcome, n in (
+                        ("refused", s.readmissions_refused),
+                        ("overridden", s.readmissions_overridden),
+                    ):
+                        out.append(
+                            metrics.Observation(
+                                n, {"gen_ai.memory.store.id": store, "quiesce.outcome": outcome}
+                            )
+                        )
+                except Exception as exc:
+                    self._failed(exc)
+            return out
+
+        meter.create_observable_counter(
+            "quiesce.readmissions",
+            [readmissions],
+            unit="{entry}",
+            description="re-admissions of tombstoned content, refused or overridden",
+        )
+        self._flush_hist = meter.create_histogram(
+            "quiesce.flush.duration", unit="s", description="time of one flush of the log"
+        )
+
+
+def _clean(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """Attributes OpenTelemetry accepts: ``None`` dropped, sequences as
+    lists of str, anything else not a str/bool/int/float as its ``str``."""
+    out: dict[str, Any] = {}
+    for k, v in attrs.items():
+        if v is None:
+            continue
+        if isinstance(v, (str, bool, int, float)):
+            out[k] = v
+        elif isinstance(v, (list, tuple)):
+            out[k] = [str(x) for x in v]
+        else:
+            out[k] = str(v)
+    return out
