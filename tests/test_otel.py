@@ -3,6 +3,7 @@ OpenTelemetry SDK's in-memory exporters (asyncio and trio)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import warnings
@@ -105,6 +106,8 @@ async def test_a_deferred_prune_and_its_removal(otel: Any, tmp_path: Path) -> No
         if s.attributes and s.attributes["quiesce.operation"] == "apply_due"
     ]
     tombs = [e for s in applied for e in _events(s, "quiesce.tombstone")]
+    links = [link.context.span_id for s in applied for link in s.links]
+    assert prune.context is not None and prune.context.span_id in links
     assert sorted(t["gen_ai.memory.record.id"] for t in tombs) == ["t1", "t2"]
     assert all(t["quiesce.actor"] == "pruner" and t["quiesce.reason"] == "stale" for t in tombs)
     assert all(len(str(t["quiesce.content_hash"])) == 16 for t in tombs)
@@ -296,3 +299,65 @@ async def test_inside_pydantic_ai_instrumentation(anyio_backend: str) -> None:
     for s in mine:
         assert s.context.trace_id == runs[0].context.trace_id
         assert runs[0].name in ancestors(s), (s.name, ancestors(s))
+
+
+_AUTOGEN_CHILD = r"""
+import asyncio, json
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from autogen_agentchat.agents import AssistantAgent
+from autogen_ext.models.replay import ReplayChatCompletionClient
+import quiesce.integrations.autogen as qag
+from quiesce import HeuristicPruner, open_buffer
+from quiesce.otel import QuiesceInstrumentor
+
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)  # AutoGen traces through the global provider
+QuiesceInstrumentor().instrument()
+
+async def main():
+    async with open_buffer() as buf:
+        agent = AssistantAgent(
+            "assistant",
+            model_client=ReplayChatCompletionClient(["ok"]),
+            model_context=qag.QuiesceChatCompletionContext(buf, pruner=HeuristicPruner()),
+        )
+        result = await agent.run(task="hello")
+        assert result.messages[-1].content == "ok"
+
+asyncio.run(main())
+print(json.dumps([
+    {"name": s.name, "id": s.context.span_id, "trace": s.context.trace_id,
+     "parent": s.parent.span_id if s.parent else None}
+    for s in exporter.get_finished_spans()
+]))
+"""
+
+
+def test_inside_autogen_instrumentation() -> None:
+    """AutoGen's own GenAI tracing (``invoke_agent`` spans, through the global
+    tracer provider: hence a child process) with quiesce's model context and a
+    pruner: quiesce's prune-round span is a descendant of AutoGen's
+    ``invoke_agent`` span. (asyncio only: AutoGen's agent.)"""
+    out = subprocess.run(
+        [sys.executable, "-c", _AUTOGEN_CHILD], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    spans = json.loads(out.stdout.strip().splitlines()[-1])
+    by_id = {s["id"]: s for s in spans}
+
+    def ancestors(s: dict[str, Any]) -> list[str]:
+        names = []
+        while s["parent"] in by_id:
+            s = by_id[s["parent"]]
+            names.append(s["name"])
+        return names
+
+    rounds = [s for s in spans if s["name"] == "quiesce.prune_round"]
+    assert rounds, [s["name"] for s in spans]
+    for s in rounds:
+        assert any(n.startswith("invoke_agent") for n in ancestors(s)), ancestors(s)

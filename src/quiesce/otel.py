@@ -38,7 +38,9 @@ attributes. Span events: ``quiesce.tombstone`` per removal,
 escalation (a ``READER_PINNED`` one names the reader's task and version:
 the reader that holds a removal back). Spans are started as children of the
 current span, so inside a framework's agent or model-call span they appear in
-the user's own trace (the context follows the runtime's worker threads).
+the user's own trace (the context follows the runtime's worker threads). A
+removal applied later by the scheduler's own task is a root span that
+*links* to the span that staged it.
 
 Metrics (observable, read from each live buffer's ``stats()`` at collection
 time): ``quiesce.readers.pinned``, ``quiesce.readers.oldest_pin_age``,
@@ -77,6 +79,9 @@ from . import __version__ as _VERSION
 __all__ = ["QuiesceInstrumentor"]
 
 _logger = logging.getLogger("quiesce.otel")
+
+#: staged removal groups whose staging span is remembered for a link
+_MAX_STAGING = 10_000
 
 #: (module, class or None, attribute, kind of wrapper). A name that is not
 #: there (an optional framework not installed) is skipped.
@@ -127,6 +132,7 @@ class QuiesceInstrumentor:
         self._flush_hist: Any = None
         self._buffers: weakref.WeakSet[Any] = weakref.WeakSet()
         self._buffers_lock = threading.Lock()
+        self._staging: dict[tuple[int, int], Any] = {}
         self._capture = False
         self._warned = False
         #: telemetry calls that raised and were swallowed
@@ -268,7 +274,11 @@ class QuiesceInstrumentor:
             return
         log = buf.log
         for rec in log[start:] if len(log) > start else ():
+            staged = rec.detail.get("staged") if rec.op in ("prune", "edit") else None
+            if staged:
+                self._remember_staging(buf, staged, span)
             if rec.op == "remove":
+                self._link_staging(buf, rec.detail.get("gids", ()), span)
                 for t in rec.detail.get("tombstones", ()):
                     span.add_event(
                         "quiesce.tombstone",
@@ -309,6 +319,26 @@ class QuiesceInstrumentor:
                 self._escalation_event(span, rec.detail.get("kind"), rec.reason, rec.detail)
             elif rec.op == "checkpoint":
                 span.add_event("quiesce.checkpoint", {"quiesce.seq": rec.seq})
+
+    def _remember_staging(self, buf: Any, staged: Iterable[Any], span: Span) -> None:
+        """Remember which span staged each removal group, so the span that
+        applies it at its grace point (often in the scheduler's task, outside
+        the caller's trace) links back to it. Bounded: the oldest are dropped."""
+        context = span.get_span_context()
+        with self._buffers_lock:
+            for group in staged:
+                self._staging[(id(buf), int(group[0]))] = context
+            while len(self._staging) > _MAX_STAGING:
+                self._staging.pop(next(iter(self._staging)))
+
+    def _link_staging(self, buf: Any, gids: Iterable[Any], span: Span) -> None:
+        add_link = getattr(span, "add_link", None)
+        with self._buffers_lock:
+            contexts = [self._staging.pop((id(buf), int(g)), None) for g in gids]
+        if add_link is not None:
+            for context in contexts:
+                if context is not None:
+                    add_link(context, {"quiesce.link": "staged by"})
 
     def _escalation_event(
         self, span: Span, kind: object, text: object, detail: Mapping[str, Any]
