@@ -108,10 +108,16 @@ class LogFormatError(QuiesceError, ValueError):
     written by a newer format. Nothing is written to it."""
 
 
-class LogRecordDropped(QuiesceError, IndexError):
+class LogRecordDropped(QuiesceError, LookupError):
     """A log record was dropped from memory by the retention of a buffer that
     has no durable sink to read it back from (``buf.log.dropped`` says how many
-    records are gone; ``buf.log.first`` is the oldest one still held)."""
+    records are gone; ``buf.log.first`` is the oldest one still held).
+
+    A :class:`LookupError` but deliberately *not* an :class:`IndexError`: the
+    sequence protocol (``Sequence.index``, ``reversed``, the old iteration
+    protocol) reads an ``IndexError`` as "past the end", and a dropped
+    record is not the end of the log. The log's own ``index``, ``count``,
+    ``in``, ``reversed`` and slices work on the records still held."""
 
 
 class LogLocked(QuiesceError, BlockingIOError):
