@@ -15,8 +15,8 @@ import sys
 import threading
 
 import pytest
-from tests.conftest import reasoning
 
+from conftest import reasoning
 from quiesce import Buffer, LogRecordDropped, QuiesceError
 
 RETENTION = 16

@@ -100,7 +100,13 @@ class LogWriteError(QuiesceError, OSError):
 
     The records stay pending in memory; a later successful ``flush()`` resumes.
     No removal is published without its tombstone being durable.
+    :attr:`pending` is the number of records still pending when the error
+    says so (leaving ``open_buffer`` past its ``close_timeout``), else 0.
     """
+
+    def __init__(self, *args: object, pending: int = 0) -> None:
+        super().__init__(*args)
+        self.pending = pending
 
 
 class LogFormatError(QuiesceError, ValueError):
