@@ -71,6 +71,7 @@ import anyio.abc
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ._core.buffer import Buffer, Snapshot
+from ._core.entry import check_int
 from ._core.errors import BufferClosed, InvalidArgument, InvalidType, LogWriteError
 from ._core.log import LogSink
 from ._core.plan import EditPlan
@@ -151,12 +152,7 @@ class RuntimeBuffer(Buffer):
         if max_pin_age is not None:
             _check_seconds(max_pin_age, "max_pin_age", or_none=True)
         _check_seconds(flush_interval, "flush_interval")
-        if type(escalation_buffer) is not int:
-            raise InvalidType(
-                f"escalation_buffer must be an int, not {type(escalation_buffer).__name__}"
-            )
-        if escalation_buffer < 0:
-            raise InvalidArgument(f"escalation_buffer must be >= 0, got {escalation_buffer}")
+        check_int(escalation_buffer, "escalation_buffer")
         self.max_pin_age = max_pin_age
         self.flush_interval = flush_interval
         self._escalation_buffer = escalation_buffer

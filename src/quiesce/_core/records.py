@@ -13,8 +13,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .entry import Kind, check_text, check_turn
-from .errors import InvalidType
+from .entry import Kind, check_int, check_text
 from .notes import escape_field
 
 if TYPE_CHECKING:
@@ -141,8 +140,7 @@ class Override:
 
     def __post_init__(self) -> None:
         check_text(self.reason, "override reason")
-        if check_turn(self.turn, "override turn") is None:
-            raise InvalidType("override turn must be an int, not None")
+        check_int(self.turn, "override turn")
 
 
 class EscalationKind(enum.Enum):
