@@ -35,15 +35,18 @@ with a durable log the disk work runs in a worker thread, never on the loop;
 the thread is not abandoned on cancellation, so a request is applied (or
 refused) whole and its cancellation is delivered at the next checkpoint.
 
-Cancellation: applying a batch is one synchronous call (or a worker thread
-that is not abandoned on cancel), so cancelling the scheduler or leaving
+Cancellation: applying a batch is one synchronous call, in a worker thread
+with a durable log (the wait for it is abandoned on cancel, the batch is
+not: it lands or fails whole), so cancelling the scheduler or leaving
 ``open_buffer`` by an exception never half-applies a batch. On a normal exit
 ``open_buffer`` applies what is due, flushes the log, and leaves removals
 that are not yet due *staged* (they are in the log, and recovery brings them
 back staged); afterwards the buffer keeps working in sync mode (a due removal
 is applied when its last blocking pin is released). On an exceptional exit it
 only flushes (shielded, best effort) and re-raises the body's exception as
-itself (not wrapped in an exception group).
+itself (not wrapped in an exception group). The final flush is bounded by
+``close_timeout``: a hung sink makes exit raise :class:`LogWriteError` with
+the records still pending, never wait for ever.
 
 ``quiesce()`` waits for a batch the scheduler is still making durable: its
 groups have left the staged queue but are not published yet, so ``has_due()``
@@ -68,6 +71,7 @@ import anyio.abc
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ._core.buffer import Buffer, Snapshot
+from ._core.entry import check_int
 from ._core.errors import BufferClosed, InvalidArgument, InvalidType, LogWriteError
 from ._core.log import LogSink
 from ._core.plan import EditPlan
@@ -75,7 +79,7 @@ from ._core.policy import Policy
 from ._core.records import EditReport, Escalation, EscalationKind, Outcome, PruneReport, Status
 from ._core.tasks import task_name
 
-__all__ = ["RuntimeBuffer", "open_buffer"]
+__all__ = ["DEFAULT_CLOSE_TIMEOUT", "RuntimeBuffer", "open_buffer"]
 
 _T = TypeVar("_T")
 
@@ -112,11 +116,19 @@ def _loop_clock() -> Callable[[], float]:
     return trio.lowlevel.current_clock().current_time
 
 
+#: Seconds leaving :func:`open_buffer` waits for the final flush of a durable
+#: log before it gives up and raises :class:`LogWriteError` (a healthy local
+#: sink commits in milliseconds; this is for one that hangs).
+DEFAULT_CLOSE_TIMEOUT = 5.0
+
+
 def _check_seconds(value: object, what: str, *, or_none: bool = False) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidType(f"{what} must be a number of seconds, not {type(value).__name__}")
     if not value > 0:
         raise InvalidArgument(f"{what} must be > 0{' or None' if or_none else ''}, got {value!r}")
+    if value == float("inf"):
+        raise InvalidArgument(f"{what} must be a finite number of seconds, got inf")
 
 
 class RuntimeBuffer(Buffer):
@@ -140,12 +152,7 @@ class RuntimeBuffer(Buffer):
         if max_pin_age is not None:
             _check_seconds(max_pin_age, "max_pin_age", or_none=True)
         _check_seconds(flush_interval, "flush_interval")
-        if type(escalation_buffer) is not int:
-            raise InvalidType(
-                f"escalation_buffer must be an int, not {type(escalation_buffer).__name__}"
-            )
-        if escalation_buffer < 0:
-            raise InvalidArgument(f"escalation_buffer must be >= 0, got {escalation_buffer}")
+        check_int(escalation_buffer, "escalation_buffer")
         self.max_pin_age = max_pin_age
         self.flush_interval = flush_interval
         self._escalation_buffer = escalation_buffer
@@ -218,14 +225,19 @@ class RuntimeBuffer(Buffer):
     async def _apply_due_async(self) -> tuple[str, ...]:
         if self._sink is None:
             return self.apply_due()
-        # Disk I/O in a worker thread; not abandoned on cancel, so a batch is
-        # either applied whole or not at all. While it runs its groups are
-        # off the staged queue but not yet published: ``quiesce()`` waits for
-        # the in-flight batches instead of trusting ``has_due()``.
+        # Disk I/O in a worker thread. A batch is applied whole or not at all
+        # by the core (its write lock) whether or not anyone waits for it, so
+        # a cancelled caller abandons the *wait*, never half a batch: a hung
+        # sink cannot hold back leaving open_buffer. While it runs its groups
+        # are off the staged queue but not yet published: ``quiesce()`` waits
+        # for the in-flight batches instead of trusting ``has_due()``. (An
+        # abandoned batch is not waited for: a ``quiesce()`` running beside
+        # the cancelled caller may return before it lands. If the worker
+        # never started it, its groups are still staged and due.)
         done = anyio.Event()
         self._in_flight.append(done)
         try:
-            return await anyio.to_thread.run_sync(self.apply_due)
+            return await anyio.to_thread.run_sync(self.apply_due, abandon_on_cancel=True)
         finally:
             self._in_flight.remove(done)
             done.set()
@@ -368,7 +380,9 @@ class RuntimeBuffer(Buffer):
             await anyio.sleep(self.flush_interval)
             if self.pending_records:
                 try:
-                    await anyio.to_thread.run_sync(self.flush)
+                    # abandoned on cancel: a hung sink must not hold back
+                    # leaving open_buffer (the flush itself is atomic)
+                    await anyio.to_thread.run_sync(self.flush, abandon_on_cancel=True)
                 except LogWriteError:
                     pass  # stats().log_failing; retried next interval
 
@@ -490,6 +504,30 @@ class RuntimeBuffer(Buffer):
         self._escalation_hook = self._deliver
         self._running = True
 
+    async def _final_flush(self, timeout: float) -> LogWriteError | None:
+        """The flush on leaving ``open_buffer``: shielded from the caller's
+        cancellation, but bounded by ``timeout`` seconds. Returns ``None``
+        once the log is durable (or the sink *failed*: that is
+        ``stats().log_failing``, as for any flush), else the
+        :class:`LogWriteError` to raise, naming the records still pending;
+        they stay pending in memory, and the abandoned flush thread may still
+        make them durable if the sink wakes up."""
+        with anyio.move_on_after(timeout, shield=True) as scope:
+            try:
+                await anyio.to_thread.run_sync(self.flush, abandon_on_cancel=True)
+            except LogWriteError:
+                return None  # stats().log_failing tells; the records stay pending
+        if not scope.cancelled_caught:
+            return None
+        total = len(self.log)
+        pending = self.pending_records
+        span = f"seq {total - pending}..{total - 1}" if pending else "none left"
+        return LogWriteError(
+            f"the log sink did not finish the final flush within close_timeout="
+            f"{timeout:g}s: {pending} record(s) still pending ({span}), not durable",
+            pending=pending,
+        )
+
     def _stop(self) -> None:
         self._running = False
         self._due_hook = None
@@ -517,6 +555,7 @@ async def open_buffer(
     escalation_buffer: int = 1000,
     flush_interval: float = 0.05,
     clock: Callable[[], float] | None = None,
+    close_timeout: float = DEFAULT_CLOSE_TIMEOUT,
 ) -> AsyncIterator[RuntimeBuffer]:
     """A :class:`RuntimeBuffer` with its barrier scheduler running.
 
@@ -527,11 +566,24 @@ async def open_buffer(
     ages agree with the alarm's sleeps — also under trio's ``MockClock``;
     inject a fake one in tests). See the module docstring for what exit does.
 
+    ``close_timeout`` (seconds, default :data:`DEFAULT_CLOSE_TIMEOUT`) bounds
+    how long leaving waits for the final flush of a durable ``log``. The
+    flush is shielded from cancellation (a cancelled caller still gets its
+    records made durable when the sink answers) but not unbounded: a sink
+    that hangs past it leaves the records pending and exit raises
+    :class:`LogWriteError` naming them (``exc.pending`` is their count) —
+    also when the exit was a cancellation, which that error then replaces.
+    Leaving never waits on a hung sink for anything else either: a flush
+    or a removal batch still in its worker thread is abandoned (it completes
+    or fails whole, later), not awaited.
+
     An exception raised by the body (or a :class:`LogWriteError` when the
     removals due at exit cannot be made durable) propagates as itself, not
     wrapped in an exception group: the task group inside is an
-    implementation detail.
+    implementation detail. If the final flush also timed out, the body's
+    exception carries a note saying so.
     """
+    _check_seconds(close_timeout, "close_timeout")
     if clock is None:
         clock = _loop_clock()
     buf = RuntimeBuffer(
@@ -543,32 +595,35 @@ async def open_buffer(
         flush_interval=flush_interval,
     )
     host_error: Exception | None = None
-    async with anyio.create_task_group() as tg:
-        buf._start()
-        try:
-            await tg.start(buf._scheduler)
-            if max_pin_age is not None:
-                tg.start_soon(buf._alarm, max_pin_age)
-            if log is not None:
-                tg.start_soon(buf._flusher)
-            if buf.has_due():
+    try:
+        async with anyio.create_task_group() as tg:
+            buf._start()
+            try:
+                await tg.start(buf._scheduler)
+                if max_pin_age is not None:
+                    tg.start_soon(buf._alarm, max_pin_age)
+                if log is not None:
+                    tg.start_soon(buf._flusher)
+                if buf.has_due():
+                    await buf.quiesce()
+                yield buf
                 await buf.quiesce()
-            yield buf
-            await buf.quiesce()
-        except Exception as exc:
-            # The body's exception (or a LogWriteError of the final quiesce)
-            # is raised again below, outside the task group, so that it is
-            # not wrapped in an exception group. Cancellation (a
-            # BaseException) goes through the task group as it must.
-            host_error = exc
-        finally:
-            tg.cancel_scope.cancel()
-            buf._stop()
-            if log is not None:
-                with anyio.CancelScope(shield=True):
-                    try:
-                        await anyio.to_thread.run_sync(buf.flush)
-                    except LogWriteError:
-                        pass  # stats().log_failing tells; the records stay pending
+            except Exception as exc:
+                # The body's exception (or a LogWriteError of the final quiesce)
+                # is raised again below, outside the task group, so that it is
+                # not wrapped in an exception group. Cancellation (a
+                # BaseException) goes through the task group as it must.
+                host_error = exc
+            finally:
+                tg.cancel_scope.cancel()
+                buf._stop()
+    finally:
+        # Outside the task group, so that a timeout is raised as itself; runs
+        # also while a cancellation propagates (and then replaces it).
+        timed_out = None if log is None else await buf._final_flush(close_timeout)
+        if timed_out is not None:
+            if host_error is None:
+                raise timed_out
+            host_error.add_note(f"and on leaving open_buffer: {timed_out}")
     if host_error is not None:
         raise host_error

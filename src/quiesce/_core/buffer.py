@@ -56,11 +56,10 @@ from .checkpoint import (
     replay_log,
 )
 from .edit import Editor
-from .entry import Entry, check_id, check_text, check_turn
+from .entry import MAX_STORED_INT, Entry, check_id, check_int, check_text, check_turn
 from .errors import (
     DanglingReference,
     DuplicateEntry,
-    InvalidArgument,
     InvalidType,
     LogWriteError,
     ProtectedEntry,
@@ -155,16 +154,8 @@ class Buffer(Editor):
             raise InvalidType(f"log must be a LogSink, not {type(log).__name__}")
         if not callable(clock):
             raise InvalidType(f"clock must be a callable returning seconds, not {clock!r}")
-        if type(escalation_capacity) is not int:
-            raise InvalidType(
-                f"escalation_capacity must be an int, not {type(escalation_capacity).__name__}"
-            )
-        if escalation_capacity < 0:
-            raise InvalidArgument(f"escalation_capacity must be >= 0, got {escalation_capacity}")
-        if type(log_retention) is not int:
-            raise InvalidType(f"log_retention must be an int, not {type(log_retention).__name__}")
-        if log_retention < 0:
-            raise InvalidArgument(f"log_retention must be >= 0, got {log_retention}")
+        check_int(escalation_capacity, "escalation_capacity")
+        check_int(log_retention, "log_retention")
         check_checkpoint_every(checkpoint_every)
         gil_enabled = getattr(sys, "_is_gil_enabled", None)  # Python >= 3.13
         if gil_enabled is not None and not gil_enabled():
@@ -418,7 +409,7 @@ class Buffer(Editor):
             check_id(entry_id)
         if type(reason) is not str or not reason or not reason.isascii():
             check_text(reason, "reason")  # (non-ASCII: no lone surrogates)
-        if turn is not None and (type(turn) is not int or turn < 0):
+        if turn is not None and (type(turn) is not int or not 0 <= turn <= MAX_STORED_INT):
             check_turn(turn)
         # The hot path: records are built with tuple.__new__ (see _new_tuple),
         # and _release() is written out.

@@ -43,8 +43,8 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .check import check_buffer
 from .draft import Draft
-from .entry import Entry, Kind
-from .errors import InvalidArgument, InvalidType, LogFormatError
+from .entry import Entry, Kind, check_int
+from .errors import LogFormatError
 from .grace import Group
 from .log import ReadableSink, Records, check_read
 from .publish import tomb_to_dict
@@ -85,13 +85,9 @@ _log = logging.getLogger("quiesce.checkpoint")
 
 def check_checkpoint_every(value: object) -> int:
     """``value`` as a ``checkpoint_every`` setting (records between automatic
-    checkpoints, 0: off): :class:`InvalidType` if it is not an int,
-    :class:`InvalidArgument` if negative."""
-    if type(value) is not int:
-        raise InvalidType(f"checkpoint_every must be an int, not {type(value).__name__}")
-    if value < 0:
-        raise InvalidArgument(f"checkpoint_every must be >= 0, got {value}")
-    return value
+    checkpoints, 0: off), by :func:`~.entry.check_int`: :class:`InvalidType` if it is not an int,
+    :class:`InvalidArgument` if negative or past 64 bits."""
+    return check_int(value, "checkpoint_every")
 
 
 @runtime_checkable

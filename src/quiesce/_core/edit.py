@@ -16,11 +16,11 @@ import contextlib
 import dataclasses
 import math
 from bisect import bisect_left, insort
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .draft import Draft
-from .entry import Entry
+from .entry import Entry, Kind
 from .errors import DanglingReference, DuplicateEntry, InvalidArgument, InvalidType, LogWriteError
 from .grace import Group
 from .plan import EditPlan, Move, Prune, Rewrite, Summarize
@@ -241,10 +241,16 @@ class Editor(Publisher):
                     )
                 summaries.append((op, op.ids))
             else:
-                live_entry(op.id)
+                e = live_entry(op.id)
+                if e is not None:
+                    for refusal, reason in _move_refusals(head, e):
+                        refuse(refusal, reason)
                 if op.before is not None and op.before not in head.live:
                     refuse(Refusal.UNKNOWN, f"move target {op.before!r} is not a live entry")
                 moves.append(op)
+        if moves and not refusals:
+            for refusal, reason in _placement_refusals(head, summaries, moves):
+                refuse(refusal, reason)
         for why_sealed in sealed_conflicts(head, removed).values():
             refuse(Refusal.REFERENCED, why_sealed)
         # No survivor may cite a removed entry. The referrers index is exact,
@@ -444,6 +450,101 @@ def _key_between(lo: float | None, hi: float | None) -> float | None:
         return lo + 1.0
     mid = (lo + hi) / 2.0
     return mid if lo < mid < hi else None
+
+
+def anchors_turn(e: Entry) -> bool:
+    """Whether ``e`` is reasoning that must stay in front of the items of its
+    turn: a signed block (:attr:`Entry.sealed`) or a reasoning item / thinking
+    block of a chat API (the adapters keep it in ``content``, and make every
+    other item of its turn cite it). O(1)."""
+    if e.sealed:
+        return True
+    c = e.content
+    return isinstance(c, Mapping) and c.get("type") in _REASONING_TYPES
+
+
+_REASONING_TYPES = frozenset({"reasoning", "thinking", "redacted_thinking"})
+
+
+def _move_refusals(head: Version, e: Entry) -> list[tuple[Refusal, str]]:
+    """Why ``e`` itself may not be moved (before any placement is worked
+    out): a signed block is ``IMMUTABLE`` in place (its signature covers the
+    turn as the provider sent it); unsigned reasoning, and an item of a
+    reasoning turn (it cites the reasoning), are ``PLACEMENT``: the APIs
+    refuse reasoning that is not followed by the items of its turn.
+    O(len(e.refs))."""
+    if e.sealed:
+        return [(Refusal.IMMUTABLE, f"{e.id!r} is signed by its provider: it cannot be moved")]
+    if anchors_turn(e):
+        return [(Refusal.PLACEMENT, f"reasoning {e.id!r} must stay before the items of its turn")]
+    live = head.live
+    for ref in e.refs:
+        slot = live.get(ref)
+        if slot is not None and anchors_turn(slot.entry):
+            return [
+                (
+                    Refusal.PLACEMENT,
+                    f"{e.id!r} belongs to the turn of reasoning {ref!r}: it cannot be moved "
+                    "away from it",
+                )
+            ]
+    return []
+
+
+def _placement_refusals(
+    head: Version,
+    summaries: Sequence[tuple[Summarize, tuple[str, ...]]],
+    moves: Sequence[Move],
+) -> list[tuple[Refusal, str]]:
+    """The orders a plan's moves would break, worked out on the window order
+    the plan would publish (the head's, with the summaries inserted and the
+    moves applied; removals do not change the order of what survives):
+
+    * a ``TOOL_OUTPUT`` before a ``TOOL_CALL`` it cites (a tool result before
+      its call), or a moved call after one of its outputs;
+    * a moved entry landing inside a reasoning turn — just before an item
+      that cites the turn's reasoning (it would split reasoning from the items
+      it precedes).
+
+    O(n + moves · n) for the window order: only plans with moves pay it."""
+    order = head.ordered_ids()
+    for op, covered in summaries:
+        cover = set(covered)
+        at = next(idx for idx, i in enumerate(order) if i in cover)
+        order.insert(at, op.into.id)
+    for mv in moves:
+        order.remove(mv.id)
+        order.insert(len(order) if mv.before is None else order.index(mv.before), mv.id)
+    pos = {i: n for n, i in enumerate(order)}
+    live = head.live
+    out: list[tuple[Refusal, str]] = []
+    for mv in moves:
+        e = live[mv.id].entry
+        at = pos[mv.id]
+        if e.kind is Kind.TOOL_OUTPUT:
+            for ref in e.refs:
+                slot = live.get(ref)
+                if slot is not None and slot.entry.kind is Kind.TOOL_CALL and pos[ref] > at:
+                    why = f"moving {mv.id!r} would put it before its call {ref!r}"
+                    out.append((Refusal.PLACEMENT, why))
+        elif e.kind is Kind.TOOL_CALL:
+            for c in head.cited_by(mv.id):
+                if live[c].entry.kind is Kind.TOOL_OUTPUT and pos.get(c, at + 1) < at:
+                    why = f"moving {mv.id!r} would put it after its result {c!r}"
+                    out.append((Refusal.PLACEMENT, why))
+        if at + 1 < len(order):
+            nxt = live.get(order[at + 1])
+            if nxt is not None and any(
+                (s := live.get(r)) is not None and anchors_turn(s.entry) for r in nxt.entry.refs
+            ):
+                out.append(
+                    (
+                        Refusal.PLACEMENT,
+                        f"moving {mv.id!r} before {nxt.entry.id!r} would split the reasoning "
+                        "of that turn from its items",
+                    )
+                )
+    return out
 
 
 def _place(

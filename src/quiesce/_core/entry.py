@@ -39,6 +39,7 @@ from .errors import InvalidArgument, InvalidType
 
 __all__ = [
     "MAX_DEPTH",
+    "MAX_STORED_INT",
     "SEALED_TYPES",
     "Entry",
     "Kind",
@@ -52,6 +53,16 @@ __all__ = [
 #: depth 1). Deeper values are refused at construction, so recovery, the
 #: adapters and JSON decoders never recurse further than this.
 MAX_DEPTH = 64
+
+#: The largest integer quiesce stores (issue 21, bounds at the door). Every
+#: integer the public API keeps — turns, versions, counts, limits, and the
+#: integers inside ``meta`` and ``content`` — ends up in a record, a
+#: tombstone column or a database column, and all of them are signed 64-bit
+#: (the tombstone store's arrays, SQLite ``INTEGER``, PostgreSQL ``BIGINT``).
+#: :func:`check_int` refuses anything outside, at the call, so no value that
+#: passed the door can overflow half-way through a change.
+MAX_STORED_INT = 2**63 - 1
+_MIN_STORED_INT = -(2**63)
 
 #: Content block types that carry a provider's signature over their bytes
 #: (Anthropic ``thinking`` and ``redacted_thinking``; an OpenAI Responses
@@ -131,6 +142,11 @@ def freeze(value: object, what: str = "value", depth: int = 0) -> Any:
     if t is str:
         return check_utf8(value, what)  # type: ignore[arg-type]
     if t is int:
+        if not _MIN_STORED_INT <= value <= MAX_STORED_INT:  # type: ignore[operator]
+            raise InvalidArgument(
+                f"{what} must hold integers that fit in signed 64 bits, not one of "
+                f"{value.bit_length()} bits"  # type: ignore[attr-defined]
+            )
         return value
     if t is float:
         if not math.isfinite(value):  # type: ignore[arg-type]
@@ -173,15 +189,31 @@ def check_id(value: object, what: str = "id") -> str:
     return check_utf8(value, what)
 
 
+def check_int(value: object, what: str, *, low: int = 0) -> int:
+    """The one checker of every integer the public API stores: an ``int``
+    (not ``bool``, not ``float``) from ``low`` to :data:`MAX_STORED_INT`.
+    :class:`InvalidType` or :class:`InvalidArgument` otherwise, naming
+    ``what``. O(1)."""
+    if type(value) is not int:
+        raise InvalidType(f"{what} must be an int, not {type(value).__name__}")
+    if value < low:
+        raise InvalidArgument(f"{what} must be >= {low}, got {value}")
+    if value > MAX_STORED_INT:
+        shown = value if value.bit_length() <= 128 else f"an int of {value.bit_length()} bits"
+        raise InvalidArgument(
+            f"{what} must be <= 2**63 - 1 (the log stores signed 64-bit integers), got {shown}"
+        )
+    return value
+
+
 def check_turn(value: object, what: str = "turn") -> int | None:
-    """Validate an optional turn number: ``None`` or an ``int`` >= 0 (not bool)."""
+    """Validate an optional turn number: ``None`` or an ``int`` from 0 to
+    :data:`MAX_STORED_INT` (not bool); :func:`check_int` otherwise."""
     if value is None:
         return None
     if type(value) is not int:
         raise InvalidType(f"{what} must be an int or None, not {type(value).__name__}")
-    if value < 0:
-        raise InvalidArgument(f"{what} must be >= 0, got {value}")
-    return value
+    return check_int(value, what)
 
 
 def check_text(value: object, what: str) -> str:

@@ -100,7 +100,13 @@ class LogWriteError(QuiesceError, OSError):
 
     The records stay pending in memory; a later successful ``flush()`` resumes.
     No removal is published without its tombstone being durable.
+    :attr:`pending` is the number of records still pending when the error
+    says so (leaving ``open_buffer`` past its ``close_timeout``), else 0.
     """
+
+    def __init__(self, *args: object, pending: int = 0) -> None:
+        super().__init__(*args)
+        self.pending = pending
 
 
 class LogFormatError(QuiesceError, ValueError):
@@ -108,10 +114,16 @@ class LogFormatError(QuiesceError, ValueError):
     written by a newer format. Nothing is written to it."""
 
 
-class LogRecordDropped(QuiesceError, IndexError):
+class LogRecordDropped(QuiesceError, LookupError):
     """A log record was dropped from memory by the retention of a buffer that
     has no durable sink to read it back from (``buf.log.dropped`` says how many
-    records are gone; ``buf.log.first`` is the oldest one still held)."""
+    records are gone; ``buf.log.first`` is the oldest one still held).
+
+    A :class:`LookupError` but deliberately *not* an :class:`IndexError`: the
+    sequence protocol (``Sequence.index``, ``reversed``, the old iteration
+    protocol) reads an ``IndexError`` as "past the end", and a dropped
+    record is not the end of the log. The log's own ``index``, ``count``,
+    ``in``, ``reversed`` and slices work on the records still held."""
 
 
 class LogLocked(QuiesceError, BlockingIOError):

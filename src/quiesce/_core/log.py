@@ -194,6 +194,15 @@ def check_read(records: Sequence[LogRecord], start: int, stop: int) -> Sequence[
     return records
 
 
+def _seq_of(value: object) -> int | None:
+    """The ``seq`` a record-shaped value claims (its first field), if any."""
+    if isinstance(value, tuple) and len(value) == len(LogRecord._fields):
+        seq = value[0]
+        if type(seq) is int:
+            return seq
+    return None
+
+
 def _first_of(records: Records | list[Any]) -> int:
     return records.first if type(records) is Records else 0
 
@@ -319,8 +328,9 @@ class EditLog(Sequence[LogRecord]):
     the old part in chunks of :data:`READ_CHUNK`). The view holds the
     buffer's own list, so it never copies. Without a readable sink, records
     older than :attr:`first` were dropped (:attr:`dropped` of them): indexing
-    one raises :class:`LogRecordDropped`, and iteration starts at
-    :attr:`first`.
+    one raises :class:`LogRecordDropped`; iteration, ``reversed``, slices,
+    ``index``, ``count`` and ``in`` work on the records still held and never
+    raise it, also while another thread appends and the retention trims.
     """
 
     __slots__ = ("_records",)
@@ -335,13 +345,34 @@ class EditLog(Sequence[LogRecord]):
     def __getitem__(self, index: slice) -> Sequence[LogRecord]: ...
 
     def __getitem__(self, index: int | slice) -> LogRecord | Sequence[LogRecord]:
+        """``log[seq]``: one record (:class:`LogRecordDropped` if it was
+        dropped, ``IndexError`` past either end). ``log[a:b:c]``: the records
+        of that slice *still held* (a slice never raises for dropped records;
+        one dropped while the slice is read is left out). O(1) per record in
+        memory, chunked sink reads for older ones."""
         records = self._records
-        if isinstance(index, slice):
-            start, stop, step = index.indices(len(records))
-            if step == 1:
-                return tuple(materialize_range(records, start, max(start, stop)))
-            return tuple(materialize(records, i) for i in range(start, stop, step))
-        return materialize(records, index)
+        if not isinstance(index, slice):
+            return materialize(records, index)
+        start, stop, step = index.indices(len(records))
+        if step == 1:
+            while True:
+                lo = max(start, self.first)
+                try:
+                    return tuple(materialize_range(records, lo, max(lo, stop)))
+                except LogRecordDropped:
+                    continue  # trimmed meanwhile: ``first`` moved past ``lo``
+        out: list[LogRecord] = []
+        for i in range(start, stop, step):
+            if i < self.first:
+                if step < 0:
+                    break  # every later index is older still
+                continue
+            try:
+                out.append(materialize(records, i))
+            except LogRecordDropped:
+                if step < 0:
+                    break
+        return tuple(out)
 
     def __len__(self) -> int:
         return len(self._records)
@@ -368,14 +399,77 @@ class EditLog(Sequence[LogRecord]):
         return records.held() if type(records) is Records else len(records)
 
     def __iter__(self) -> Iterator[LogRecord]:
-        # Iterate over a stable prefix: records appended meanwhile are not seen.
+        """The records held, oldest first, over the prefix that exists when
+        iteration starts (records appended meanwhile are not seen). Never
+        raises :class:`LogRecordDropped`: a record the retention drops while
+        the iteration is under way (another thread appending) is skipped, so
+        the records yielded are always consecutive runs in ``seq`` order.
+        O(1) per record, chunked sink reads for old ones."""
         records = self._records
         stop = len(records)
         start = self.first
         while start < stop:
             upto = min(stop, start + READ_CHUNK)
-            yield from materialize_range(records, start, upto)
+            try:
+                chunk = materialize_range(records, start, upto)
+            except LogRecordDropped:
+                # ``first`` only grows and is past ``start`` now: go on there.
+                start = max(start, self.first)
+                continue
+            yield from chunk
             start = upto
+
+    def __reversed__(self) -> Iterator[LogRecord]:
+        """The records held, newest first, from the last one that exists when
+        iteration starts down to :attr:`first`; stops (never raises) where the
+        retention has dropped records meanwhile. Reads in chunks of
+        :data:`READ_CHUNK`."""
+        records = self._records
+        hi = len(records)
+        while True:
+            lo = max(self.first, hi - READ_CHUNK)
+            if lo >= hi:
+                return
+            try:
+                chunk = materialize_range(records, lo, hi)
+            except LogRecordDropped:
+                continue  # trimmed meanwhile: ``first`` moved, read what is left
+            yield from reversed(chunk)
+            hi = lo
+
+    def index(self, value: Any, start: int = 0, stop: int | None = None) -> int:
+        """The ``seq`` of ``value`` (``Sequence.index`` semantics, ``start``
+        and ``stop`` included): O(1) for a record, since a record's ``seq``
+        is its position; ``ValueError`` if the log does not hold it (also when
+        it was dropped)."""
+        n = len(self._records)
+        if start < 0:
+            start = max(start + n, 0)
+        if stop is None:
+            stop = n
+        elif stop < 0:
+            stop += n
+        seq = _seq_of(value)
+        if seq is not None and start <= seq < stop and seq >= self.first:
+            try:
+                if materialize(self._records, seq) == value:
+                    return seq
+            except (LogRecordDropped, IndexError):
+                pass
+        raise ValueError(f"{value!r} is not in the log")
+
+    def __contains__(self, value: object) -> bool:
+        """Whether the log holds ``value``; O(1), as :meth:`index`."""
+        try:
+            self.index(value)
+        except ValueError:
+            return False
+        return True
+
+    def count(self, value: Any) -> int:
+        """1 if the log holds ``value``, else 0 (records are unique: each
+        carries its own ``seq``). O(1)."""
+        return 1 if value in self else 0
 
     def for_id(self, entry_id: str) -> tuple[LogRecord, ...]:
         """Every record that names ``entry_id``. O(len(log))."""

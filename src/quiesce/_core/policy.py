@@ -20,8 +20,8 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .entry import Entry, Kind, result_id
-from .errors import InvalidArgument, InvalidType
+from .entry import Entry, Kind, check_int, result_id
+from .errors import InvalidType
 
 if TYPE_CHECKING:
     from .version import Version
@@ -151,10 +151,7 @@ class Policy:
             raise InvalidType(
                 f"negative must be a callable classifier, not {type(self.negative).__name__}"
             )
-        if type(self.max_backlog) is not int:
-            raise InvalidType(f"max_backlog must be an int, not {type(self.max_backlog).__name__}")
-        if self.max_backlog < 0:
-            raise InvalidArgument(f"max_backlog must be >= 0, got {self.max_backlog}")
+        check_int(self.max_backlog, "max_backlog")
 
     def is_immutable(self, entry: Entry) -> bool:
         return entry.kind in IMMUTABLE_KINDS

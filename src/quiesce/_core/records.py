@@ -13,8 +13,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .entry import Kind, check_text, check_turn
-from .errors import InvalidType
+from .entry import Kind, check_int, check_text
 from .notes import escape_field
 
 if TYPE_CHECKING:
@@ -62,6 +61,9 @@ class Refusal(enum.Enum):
     READMISSION = "readmission"  #: content or key matches a tombstone
     CONFLICT = "conflict"  #: changed since the plan's base version
     UNKNOWN = "unknown"  #: no such live entry
+    #: a move would break an order the chat APIs require: a tool result before
+    #: its call, or reasoning away from the items of its turn
+    PLACEMENT = "placement"
 
 
 class Outcome(NamedTuple):
@@ -141,8 +143,7 @@ class Override:
 
     def __post_init__(self) -> None:
         check_text(self.reason, "override reason")
-        if check_turn(self.turn, "override turn") is None:
-            raise InvalidType("override turn must be an int, not None")
+        check_int(self.turn, "override turn")
 
 
 class EscalationKind(enum.Enum):

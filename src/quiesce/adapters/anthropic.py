@@ -56,7 +56,7 @@ from functools import partial
 from typing import Any
 
 from .._core.buffer import Buffer, Snapshot
-from .._core.entry import Entry, Kind, canonical_json
+from .._core.entry import SEALED_TYPES, Entry, Kind, canonical_json
 from .._core.version import Version
 from ._common import (
     Keys,
@@ -606,11 +606,25 @@ def _system_prompt(parts: list[tuple[Entry, str | None]], note: str | None) -> A
     return blocks
 
 
+def _check_thinking(index: int, what: str, kind: str, role: str, answered: bool) -> None:
+    """Where the Messages API takes a ``thinking``/``redacted_thinking``
+    block: in an assistant message, never after a ``tool_use`` of it (the
+    turn stops at its tool uses to wait for their results; thinking between
+    server tool blocks and text is the model's own interleaving)."""
+    if role != "assistant":
+        raise fail(index, f"{what}: a {kind} block belongs in an assistant message")
+    if answered:
+        raise fail(
+            index, f"{what}: a {kind} block must come before the tool uses of its message"
+        )
+
+
 def validate(messages: Sequence[Mapping[str, Any]], *, system: object = None) -> None:
     """Check what the Messages API checks: roles ``user``/``assistant``, str
     or block contents, every ``tool_use`` answered by a ``tool_result`` (in
     any order) at the start of the very next message, a user message, and no
-    other ``tool_result``; a ``server_tool_use`` answered by its result later
+    other ``tool_result``; ``thinking``/``redacted_thinking`` blocks only in
+    an assistant message, before its tool uses; a ``server_tool_use`` answered by its result later
     in the same assistant turn (only the last turn may leave one open, as a
     ``pause_turn`` continuation), and no server result without its use. Raises
     ``InvalidArgument``/``InvalidType`` naming the first bad message and field."""
@@ -635,11 +649,16 @@ def validate(messages: Sequence[Mapping[str, Any]], *, system: object = None) ->
         pending = []
         server: list[str] = []
         results_done = False
+        answered = False  # a tool_use came: the turn waits there, no thinking follows
         for n, block in enumerate(blocks):
             what = f"content[{n}]"
             if not isinstance(block, Mapping):
                 raise fail(index, f"{what} must be a dict", type_error=True)
             kind = check_nonempty(index, block.get("type"), f"{what}.type")
+            if kind in SEALED_TYPES:
+                _check_thinking(index, what, kind, role, answered)
+            elif kind == "tool_use":
+                answered = True
             if kind == "tool_result":
                 if role != "user" or results_done:
                     raise fail(index, f"{what}: tool_result blocks must come first in a user turn")

@@ -412,13 +412,23 @@ def validate(items: Sequence[Mapping[str, Any]]) -> None:
     """Check what the Responses API checks of an input list: known item
     types and roles, contents of the right type, every ``function_call``
     answered by exactly one later ``function_call_output`` with its
-    ``call_id``, no output without its call. Raises
+    ``call_id``, no output without its call; every ``reasoning`` item
+    (or run of them) directly followed by an output item of its turn (an
+    assistant message, a call — not an input message or a tool output, and
+    never last). Raises
     ``InvalidArgument``/``InvalidType`` naming the first bad item and field."""
     msgs = check_messages(items)
     open_calls: dict[str, int] = {}
     answered: set[str] = set()
+    reasoning: int | None = None  # a reasoning item still waiting for its item
     for index, item in enumerate(msgs):
         kind = _item_type(index, item)
+        if reasoning is not None:
+            _check_follows_reasoning(reasoning, msgs[reasoning], index, kind, item)
+            if kind != "reasoning":
+                reasoning = None
+        if kind == "reasoning" and reasoning is None:
+            reasoning = index
         if kind == "message":
             role = item.get("role")
             if not isinstance(role, str) or role not in ROLES:
@@ -441,6 +451,30 @@ def validate(items: Sequence[Mapping[str, Any]]) -> None:
                 raise fail(index, f"call_id {call_id!r} already has an output")
             answered.add(call_id)
             _parts_text(index, item.get("output"), "output")
+    if reasoning is not None:
+        raise fail(reasoning, _reasoning_alone(msgs[reasoning], "nothing follows it"))
     for call_id, index in open_calls.items():
         if call_id not in answered:
             raise fail(index, f"function_call {call_id!r} has no function_call_output")
+
+
+def _reasoning_alone(item: Mapping[str, Any], why: str) -> str:
+    name = item.get("id")
+    shown = repr(name) if isinstance(name, str) else "item"
+    return f"reasoning {shown} must be followed by the item of its turn it precedes: {why}"
+
+
+def _check_follows_reasoning(
+    at: int, reasoning: Mapping[str, Any], index: int, kind: str, item: Mapping[str, Any]
+) -> None:
+    """A reasoning item is the model's reasoning *before* an output item of
+    the same response: the API refuses one that is not followed directly by
+    such an item (a user, system or developer message, or a tool output).
+    Several reasoning items in a row are one response's steps: the run must
+    end on such an item."""
+    if kind == "reasoning":
+        return
+    if kind == "message" and item.get("role") != "assistant":
+        raise fail(at, _reasoning_alone(reasoning, f"item {index} is a {item.get('role')} message"))
+    if kind.endswith("_output"):
+        raise fail(at, _reasoning_alone(reasoning, f"item {index} is a {kind}"))
