@@ -25,6 +25,7 @@ from quiesce import (
 from quiesce._core.entry import content_hash
 from quiesce._core.records import Tombstone
 from quiesce._core.tombs import EMPTY_TOMBS, Tombs, TombStore
+from quiesce.bench.long_life import crc_colliding_ids
 
 
 def _tomb(i: int, *, turn: int | None = 3, key: str | None = None) -> Tombstone:
@@ -244,63 +245,16 @@ def test_growing_the_index_never_reads_a_spilled_tombstone(tmp_path: Path) -> No
 # -- collisions (defect 9) ------------------------------------------------------------
 
 
-def _crc_colliding_ids(count: int) -> list[str]:
-    """``count`` distinct ids of one length whose ``crc32(id)`` and
-    ``crc32(reversed id)`` are all equal (the red team's construction).
-
-    CRC-32 is affine over GF(2) for a fixed length: ``crc(a ^ b ^ c) =
-    crc(a) ^ crc(b) ^ crc(c)``. The map from the free bits of an id to the
-    64 bits of both CRCs is linear, so its kernel (solved by Gaussian
-    elimination) gives ids that collide with a base id under both."""
-    prefix, free = b"call_", 96  # 12 free bytes, one bit per letter choice
-    base = bytearray(prefix + b"a" * (free // 8) * 8)
-    n = len(base)
-
-    def both(b: bytes) -> int:
-        return zlib.crc32(b) | zlib.crc32(b[::-1]) << 32
-
-    zero = both(bytes(base))
-    # bit j: flip letter j between 'a' and 'b' (one bit: 0x03) -> a column
-    cols = []
-    for j in range(len(prefix), n):
-        b = bytearray(base)
-        b[j] ^= 0x03
-        cols.append(both(bytes(b)) ^ zero)
-    # kernel of the 64 x m matrix over GF(2): eliminate, track combinations
-    rows: list[tuple[int, int]] = []  # (value, combination mask)
-    kernel: list[int] = []
-    for j, v in enumerate(cols):
-        comb = 1 << j
-        for rv, rc in rows:
-            if v ^ rv < v:
-                v, comb = v ^ rv, comb ^ rc
-        if v:
-            rows.append((v, comb))
-            rows.sort(reverse=True)
-        else:
-            kernel.append(comb)
-    assert len(kernel) >= 12
-    ids = []
-    for m in range(count):
-        comb = 0
-        for k, kv in enumerate(kernel):
-            if m >> k & 1:
-                comb ^= kv
-        b = bytearray(base)
-        for j in range(len(cols)):
-            if comb >> j & 1:
-                b[len(prefix) + j] ^= 0x03
-        assert both(bytes(b)) == zero
-        ids.append(b.decode("ascii"))
-    assert len(set(ids)) == count
-    return ids
-
-
 def test_crafted_crc_collisions_are_looked_up_right() -> None:
     """Regression (issue 21, defect 9): ids colliding under both CRC-32s
     all probed one cluster (4,000 took 61x as long to append). With the
     store's keyed hash they spread like any ids, and every lookup is exact."""
-    ids = _crc_colliding_ids(2000)
+    ids = crc_colliding_ids(2000)
+
+    def both(i: str) -> int:
+        return zlib.crc32(i.encode()) | zlib.crc32(i.encode()[::-1]) << 32
+
+    assert len(set(ids)) == 2000 and len({both(i) for i in ids}) == 1  # crafted: one CRC pair
     tombs = EMPTY_TOMBS
     for i, eid in enumerate(ids[:1000]):
         tombs = tombs.add(Tombstone(eid, content_hash(eid), "stale", None, None, i + 1))
