@@ -36,6 +36,7 @@ GOALS = {
     "durability_mark_jsonl_vs_memory",
     "durability_group_commit_sqlite",
     "durability_group_commit_jsonl",
+    "durability_mark_locked_p99",
     "ll_memory_durable",
     "ll_memory_in_memory",
     "ll_memory_recovered",
@@ -53,6 +54,7 @@ GOALS = {
     "ll_stats_readers",
     "ll_pin_trio",
     "ll_pin_thread",
+    "ll_crafted_collisions",
 }
 PLOTS = [
     "ops_vs_n.png",
@@ -208,6 +210,7 @@ def test_durability_script_keeps_its_cli(
         "durability_mark_jsonl_vs_memory",
         "durability_group_commit_sqlite",
         "durability_group_commit_jsonl",
+        "durability_mark_locked_p99",
     }
     printed = capsys.readouterr().out
     assert "commits per flush of 1,000 records, SQLiteLog" in printed

@@ -303,6 +303,12 @@ class Buffer(Editor):
             raise InvalidType(f"override must be an Override, not {type(override).__name__}")
         if len(entry.body) >= _CLASSIFY_FROM and self._own_policy():
             preclassify(entry)  # before the lock: a prune later finds the verdict
+        # before the lock too: the spilled tombstones the checks below verify
+        # are read back now, never under the write lock (issue 21)
+        tombs = self._head.tombs
+        if tombs.spilled:
+            values = (entry.content_hash,) if entry.key is None else (entry.content_hash, entry.key)
+            tombs.prefetch((entry.id, *entry.refs), values)
         self._write_lock.acquire()
         try:
             head = self._head
@@ -415,6 +421,7 @@ class Buffer(Editor):
         # and _release() is written out.
         lock = self._write_lock
         lock.acquire()
+        held = True
         try:
             head = self._head
             marks = head.marks
@@ -424,7 +431,12 @@ class Buffer(Editor):
             except KeyError:
                 if not (self._unmarked_new and entry_id in self._markable()):
                     # Not (live, mutable and unmarked): already marked,
-                    # immutable, removed or unknown. The slow path says which.
+                    # immutable, removed or unknown. The slow path says which,
+                    # about this head, once the write lock is released: a
+                    # removed id's tombstone may be read back from the sink
+                    # (issue 21: no disk under the write lock).
+                    held = False
+                    lock.release()
                     return _not_markable(head, entry_id)
                 unmarked.remove(entry_id)  # appended since the last fold
             n = head.number + 1
@@ -461,7 +473,8 @@ class Buffer(Editor):
             self._head = new
             return mark
         finally:
-            lock.release()
+            if held:
+                lock.release()
             if self._due_flag and self._due_hook is None:
                 self._drain_due()
 
@@ -514,6 +527,7 @@ class Buffer(Editor):
         check_turn(turn)
         if self._sink is not None and self.pending_records:
             self.flush()  # a failing disk refuses before anything changes
+        self._head.tombs.prefetch(id_list)  # (issue 21: no disk under the write lock)
         self._write_lock.acquire()
         try:
             outcomes, candidates, staged = self._prune_locked(id_list, reason, actor, turn)

@@ -98,6 +98,8 @@ class Editor(Publisher):
             raise InvalidType(f"edit takes an EditPlan, not {type(plan).__name__}")
         if self._sink is not None and self.pending_records:
             self.flush()  # a failing disk refuses before anything changes
+        if self._head.tombs.spilled:
+            _prefetch(self._head, plan)
         self._write_lock.acquire()
         try:
             report = self._edit_locked(plan)
@@ -662,3 +664,41 @@ def _place_renumbering(
         keys[i] = float(idx)
     draft.next_key = float(len(order))
     return placed
+
+
+def _prefetch(head: Version, plan: EditPlan) -> None:
+    """Read back, before the write lock, the spilled tombstones the plan's
+    checks will verify (its ids and refs, its new contents; issue 21: no
+    disk under the write lock). A rewrite of an entry that is not live
+    prefetches nothing for its content (the plan is refused ``UNKNOWN``
+    anyway). O(ops + refs) lookups."""
+    ids: list[str] = []
+    values: list[str] = []
+    for op in plan.ops:
+        if isinstance(op, Summarize):
+            into = op.into
+            ids.extend(op.ids)
+            ids.append(into.id)
+            ids.extend(into.refs)
+            values.append(into.content_hash)
+            if into.key is not None:
+                values.append(into.key)
+        elif isinstance(op, Rewrite):
+            ids.append(op.id)
+            if op.refs is not None:
+                ids.extend(op.refs)
+            slot = head.live.get(op.id)
+            if slot is not None:
+                try:
+                    refs = slot.entry.refs if op.refs is None else op.refs
+                    e = slot.entry.replace(body=op.body, refs=refs)
+                except Exception:  # refused under the lock, with its own error
+                    continue
+                values.append(e.content_hash)
+        elif isinstance(op, Move):
+            ids.append(op.id)
+            if op.before is not None:
+                ids.append(op.before)
+        elif isinstance(op, Prune):
+            ids.append(op.id)
+    head.tombs.prefetch(ids, values)

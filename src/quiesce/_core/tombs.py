@@ -42,17 +42,18 @@ one line of history past the head.
 from __future__ import annotations
 
 import base64
+import hashlib
 import itertools
+import os
 import sys
-import zlib
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
+from collections.abc import Callable, ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
 from typing import Any
 
 from .entry import Kind
-from .errors import LogFormatError, QuiesceError
-from .log import materialize
+from .errors import InvalidArgument, LogFormatError, QuiesceError
+from .log import Records, materialize
 from .records import Tombstone
 
 __all__ = ["EMPTY_TOMBS", "TombStore", "Tombs"]
@@ -67,6 +68,12 @@ _NONE = -(1 << 63)
 _MIN_SLOTS = 16
 #: fewest tombstones a spill drops (so its O(kept) copy is amortized O(1))
 SPILL_LEAST = 1024
+#: the format of an exported index (1, unnamed: CRC-32 hashes, one index each)
+INDEX_FORMAT = 2
+#: most index generations a checkpoint may hold (the sizes double: 2**40 slots)
+_MAX_GENS = 40
+#: most prefetched tombstones a store keeps (see TombStore.prefetch)
+_RESOLVED_MOST = 256
 
 
 def _enc(s: str) -> bytes:
@@ -77,29 +84,23 @@ def _dec(b: bytes | bytearray) -> str:
     return b.decode("utf-8", "surrogatepass")
 
 
-_crc32 = zlib.crc32
+#: bytes of a store's hash key (kept in its checkpoints)
+_KEY_BYTES = 16
 
 
-def _shash(s: str) -> int:
-    """A hash of ``s`` that every process computes alike (``hash()`` of a
-    str is salted per process), so an index can be written into a
-    checkpoint and used by the process that recovers from it: 64 bits, the
-    CRC-32 of its UTF-8 bytes (low: the slot) and of those bytes reversed
-    (high: the tag). About 0.2 µs."""
-    b = s.encode("utf-8", "surrogatepass")
-    return _crc32(b) | (_crc32(b[::-1]) << 32)
+def _hasher(key: bytes) -> Any:
+    """A keyed BLAKE2b of 8-byte digests: copy it, feed it a string's bytes.
+    Keyed and non-linear (CRC-32, the old hash, is linear: colliding ids
+    were easy to craft, issue 21), and the same in every process given the
+    key, so an index can be written into a checkpoint with its key."""
+    return hashlib.blake2b(digest_size=8, key=key)
 
 
-def _chash(h: str) -> int:
-    """The stable hash of a content hash: a string of 16 hex digits
-    (what ``Entry.content_hash`` is) is already a hash, its value is used;
-    any other string goes through :func:`_shash`."""
-    if len(h) == 16:
-        try:
-            return int(h, 16)
-        except ValueError:
-            pass
-    return _shash(h)
+def _keyed(base: Any, s: str) -> int:
+    """The 64-bit keyed hash of ``s`` (``base``: :func:`_hasher`). About 0.5 µs."""
+    h = base.copy()
+    h.update(s.encode("utf-8", "surrogatepass"))
+    return int.from_bytes(h.digest(), "little")
 
 
 def _packed_hash(h: str) -> bytes | None:
@@ -124,20 +125,28 @@ def _shift_for(n: int) -> int:
 
 
 class _Index:
-    """An open-addressing multimap from a string's stable hash (:func:`_shash`,
-    :func:`_chash`: the same in every process) to store
-    positions. A slot is one int: ``position + 1`` in its low ``shift`` bits
-    (16-24 in 4-byte slots, enough for twice the store's size when the index
-    was built; 32 in 8-byte slots once a store passes 2**23 tombstones) and
-    the hash's top bits in the rest as a tag (8-16 bits; 32), so a slot is
-    written by one store and a lookup reads a tombstone back (verifies it)
-    for about one in 2**tag slots it passes. 0 is an empty slot. Linear
-    probing; never deletes (a stale slot is skipped by verification). Load
-    at most 2/3."""
+    """An open-addressing multimap from a string's keyed hash (:func:`_keyed`
+    with the store's key: the same in every process that has the key) to
+    store positions. A slot is one int: ``position + 1`` in its low ``shift``
+    bits (16-24 in 4-byte slots, enough for twice the store's size when the
+    index was built; 32 in 8-byte slots once a store passes 2**23
+    tombstones) and the hash's top bits in the rest as a tag (8-16 bits;
+    32), so a slot is written by one store and a lookup verifies a candidate
+    (reads its tombstone's id, hash or key) for about one in 2**tag slots it
+    passes. 0 is an empty slot; :attr:`dead` (tag all ones, position 0) is a
+    slot whose tombstone was cut off (:meth:`TombStore.truncate`): probing
+    goes on past it and it matches nothing. Linear probing. Load (live and
+    dead slots) at most 2/3, so every probe sequence ends at an empty slot
+    within ``size`` steps.
 
-    __slots__ = ("limit", "mask", "shift", "slots", "tag_shift", "used")
+    ``first`` is the lowest position ever put in (an index whose positions
+    are all held in memory can be rebuilt bigger; one reaching a spilled
+    position cannot without a disk, so it is kept as it is and a new one
+    starts, see :meth:`TombStore._grown`)."""
 
-    def __init__(self, size: int, shift: int) -> None:
+    __slots__ = ("dead", "first", "limit", "mask", "shift", "slots", "tag_shift", "used")
+
+    def __init__(self, size: int, shift: int, first: int = 1 << 62) -> None:
         assert 16 <= shift <= 24 or shift == 32
         self.shift = shift
         wide = shift == 32
@@ -145,43 +154,58 @@ class _Index:
         self.tag_shift = 64 - (64 if wide else 32) + shift  #: h >> tag_shift is the tag
         self.limit = (1 << shift) - 1  #: the largest position + 1 a slot holds
         self.mask = size - 1
-        self.used = 0
+        self.used = 0  #: live slots
+        self.dead = 0  #: slots of cut-off tombstones
+        self.first = first
+
+    @property
+    def tomb(self) -> int:
+        """The value of a dead slot: every tag bit set, position 0."""
+        return ((1 << (64 if self.shift == 32 else 32)) - 1) ^ self.limit
 
     def full(self) -> bool:
-        return 3 * (self.used + 1) > 2 * (self.mask + 1)
+        return 3 * (self.used + self.dead + 1) > 2 * (self.mask + 1)
 
     def dump(self) -> list[Any]:
-        """``[slots, shift, used, base64 of the slots, little-endian]``: what
-        a checkpoint keeps of this index (its hashes are stable, so it holds
-        in any process). O(slots), at C speed."""
+        """``[slots, shift, used, dead, base64 of the slots, little-endian]``:
+        what a checkpoint keeps of this index (with the store's key its
+        hashes hold in any process). O(slots), at C speed."""
         slots = self.slots
         if sys.byteorder != "little":  # pragma: no cover - big-endian hosts
             slots = array(slots.typecode, slots)
             slots.byteswap()
         raw = base64.b64encode(slots.tobytes()).decode("ascii")
-        return [self.mask + 1, self.shift, self.used, raw]
+        return [self.mask + 1, self.shift, self.used, self.dead, raw]
 
     @classmethod
     def load(cls, d: object, n: int) -> _Index:
-        """The index :meth:`dump` wrote, checked against its own counts and
-        (its positions must reach) ``n``; :class:`LogFormatError` otherwise.
-        O(slots), at C speed."""
-        if not (type(d) is list and len(d) == 4):
-            raise LogFormatError("a checkpoint's tombstone index is not [size, shift, used, slots]")
-        size, shift, used, raw = d
+        """The index :meth:`dump` wrote, checked against itself before it is
+        used: its header, its length, and its slot counts (the live slots
+        are ``used``, the dead ones ``dead``, and at least a third are
+        empty, so no probe sequence runs forever: an index with every slot
+        non-zero made recovery probe forever, issue 21); its positions must
+        fit a store of ``n``. :class:`LogFormatError` otherwise. O(slots), at
+        C speed."""
+        if not (type(d) is list and len(d) == 5):
+            raise LogFormatError(
+                "a checkpoint's tombstone index is not [size, shift, used, dead, slots]"
+            )
+        size, shift, used, dead, raw = d
         if not (
             type(size) is int
-            and size >= _MIN_SLOTS
+            and _MIN_SLOTS <= size <= 1 << 40
             and size & (size - 1) == 0
             and type(shift) is int
             and (16 <= shift <= 24 or shift == 32)
             and type(used) is int
+            and type(dead) is int
             and used >= 0
-            and 3 * used <= 2 * size
+            and dead >= 0
+            and 3 * (used + dead) <= 2 * size
             and type(raw) is str
         ):
             raise LogFormatError("a checkpoint's tombstone index has a malformed header")
-        index = cls(_MIN_SLOTS, shift)
+        index = cls(_MIN_SLOTS, shift, first=0)  # its positions may all be spilled
         if n > index.limit:
             raise LogFormatError("a checkpoint's tombstone index is too narrow for its tombstones")
         try:
@@ -194,9 +218,14 @@ class _Index:
         slots.frombytes(data)
         if sys.byteorder != "little":  # pragma: no cover - big-endian hosts
             slots.byteswap()
+        if size - slots.count(0) != used + dead or slots.count(index.tomb) != dead:
+            raise LogFormatError(
+                "a checkpoint's tombstone index holds other slot counts than it says"
+            )
         index.slots = slots
         index.mask = size - 1
         index.used = used
+        index.dead = dead
         return index
 
     def put(self, h: int, pos: int) -> None:
@@ -207,6 +236,27 @@ class _Index:
             i = (i + 1) & mask
         slots[i] = ((h >> self.tag_shift) << self.shift) | (pos + 1)
         self.used += 1
+        if pos < self.first:
+            self.first = pos
+
+    def kill(self, h: int, pos: int) -> bool:
+        """Make the slot of ``pos`` (put with hash ``h``) dead, if it is here.
+        A reader probing past it still goes on (the slot stays non-zero)."""
+        mask = self.mask
+        slots = self.slots
+        want = ((h >> self.tag_shift) << self.shift) | (pos + 1)
+        i = h & mask
+        for _ in range(mask + 1):
+            v = slots[i]
+            if not v:
+                return False
+            if v == want:
+                slots[i] = self.tomb
+                self.used -= 1
+                self.dead += 1
+                return True
+            i = (i + 1) & mask
+        return False
 
     def candidates(self, h: int, count: int) -> Iterator[int]:
         """Positions below ``count`` whose slot tag matches ``h`` (verify them)."""
@@ -221,7 +271,7 @@ class _Index:
             if not v:
                 return
             p = v & low
-            if p <= count and v >> shift == tag:
+            if p and p <= count and v >> shift == tag:
                 yield p - 1
             i = (i + 1) & mask
 
@@ -282,8 +332,11 @@ class TombStore:
         "_by_key",
         "_cache",
         "_cols",
+        "_hasher",
+        "_key",
         "_located",
         "_records",
+        "_resolved",
         "_seg_seq",
         "_seg_start",
         "_str_ix",
@@ -291,20 +344,33 @@ class TombStore:
         "n",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, key: bytes | None = None) -> None:
         self.n = 0
         self._cols = _Cols(0)
         self._strs: list[str | None] = [None]  # interned reasons and actors
         self._str_ix: dict[str | None, int] = {None: 0}
-        self._by_id = _Index(_MIN_SLOTS, 16)
-        self._by_hash = _Index(_MIN_SLOTS, 16)
-        self._by_key = _Index(_MIN_SLOTS, 16)
+        #: the hash key: random per store, kept in its checkpoints
+        self._key = os.urandom(_KEY_BYTES) if key is None else key
+        self._hasher = _hasher(self._key)
+        # each index is a tuple of generations, newest first (see _grown);
+        # only the newest takes new slots; one attribute store swaps a tuple
+        self._by_id: tuple[_Index, ...] = (_Index(_MIN_SLOTS, 16),)
+        self._by_hash: tuple[_Index, ...] = (_Index(_MIN_SLOTS, 16),)
+        self._by_key: tuple[_Index, ...] = (_Index(_MIN_SLOTS, 16),)
         # runs of positions and the log record holding each (see locate)
         self._seg_start = array("q")
         self._seg_seq = array("q")
         self._located = 0  # positions 0 .. _located - 1 are located (-1: a gap, never spill)
         self._records: Any = None  # the owner's Records (log.py), to read spilled ones back
         self._cache: tuple[int, list[Any]] = (-1, [])
+        #: spilled tombstones read back ahead of a write (prefetch): position -> dict
+        self._resolved: dict[int, dict[str, Any]] = {}
+
+    def _h(self, s: str) -> int:
+        """The store's keyed 64-bit hash of ``s`` (:func:`_keyed`)."""
+        h = self._hasher.copy()
+        h.update(s.encode("utf-8", "surrogatepass"))
+        return int.from_bytes(h.digest(), "little")
 
     @property
     def held(self) -> int:
@@ -368,6 +434,9 @@ class TombStore:
         record and checked (the last record read is cached, so reading in
         order reads each record once). Raises :class:`LogFormatError` if the
         record is gone, is not a removal, or does not hold it intact."""
+        d = self._resolved.get(p)
+        if d is not None:
+            return d
         j = bisect_right(self._seg_start, p) - 1
         seq = self._seg_seq[j]
         cached_seq, raw = self._cache
@@ -434,44 +503,106 @@ class TombStore:
 
     def append(self, t: Tombstone) -> None:
         """Write ``t`` at position ``n``. Amortized O(1) (an index that is
-        2/3 full doubles: O(n), rarely)."""
+        2/3 full doubles: O(held), rarely; never a disk, see :meth:`_grown`).
+
+        All or nothing (issue 21): every value is checked and encoded, and
+        every index that must grow has grown, before the first column is
+        written; a failure while writing (a ``MemoryError``) cuts the
+        columns back. So a removal that fails leaves the store as it was,
+        and :class:`InvalidArgument` says which value the columns cannot
+        hold (a turn or version outside int64, a kind that is not a
+        :class:`Kind`)."""
         p = self.n
         if p >= 0xFFFFFFFE:  # pragma: no cover - 4e9 tombstones
             raise OverflowError("a buffer holds at most 4,294,967,294 tombstones")
-        c = self._cols
-        c.id_blob += _enc(t.id)
-        c.id_end.append(len(c.id_blob))
+        for name, v in (("turn", t.turn), ("version", t.version)):
+            if v is not None and (type(v) is not int or not _NONE < v < 1 << 63):
+                raise InvalidArgument(
+                    f"tombstone {t.id!r}: its {name} {v!r} does not fit a 64-bit column"
+                )
+        turn = _NONE if t.turn is None else t.turn
+        version = _NONE if t.version is None else t.version
+        kind = _NO_KIND if t.kind is None else _KIND_CODE.get(t.kind)
+        if kind is None:
+            raise InvalidArgument(f"tombstone {t.id!r}: {t.kind!r} is not a Kind")
+        if type(t.id) is not str or type(t.content_hash) is not str:
+            raise InvalidArgument(f"tombstone {t.id!r}: its id and content hash must be str")
+        if not (t.key is None or type(t.key) is str):
+            raise InvalidArgument(f"tombstone {t.id!r}: its key must be a str or None")
+        if not (type(t.reason) is str and (t.actor is None or type(t.actor) is str)):
+            raise InvalidArgument(f"tombstone {t.id!r}: its reason and actor must be str")
+        id_b = _enc(t.id)
+        key_b = None if t.key is None else _enc(t.key)
         packed = _packed_hash(t.content_hash)
-        if packed is None:
-            c.odd[p] = t.content_hash
-            packed = bytes(8)
-        c.hash8 += packed
-        c.reason.append(self._intern(t.reason))
-        c.actor.append(self._intern(t.actor))
-        c.turn.append(_NONE if t.turn is None else t.turn)
-        c.version.append(_NONE if t.version is None else t.version)
-        c.kind.append(_NO_KIND if t.kind is None else _KIND_CODE[t.kind])
-        if t.key is not None:
-            c.key_blob += _enc(t.key)
-            c.key_end.append(len(c.key_blob))
-            c.key_pos.append(p)
+        h_id, h_hash = self._h(t.id), self._h(t.content_hash)
+        h_key = None if t.key is None else self._h(t.key)
+        reason, actor = self._intern(t.reason), self._intern(t.actor)
+        # grow first: a new index is built aside and swapped in whole
+        if self._by_id[0].full() or p >= self._by_id[0].limit:
+            self._by_id = self._grown(self._by_id, "id")
+        if self._by_hash[0].full() or p >= self._by_hash[0].limit:
+            self._by_hash = self._grown(self._by_hash, "hash")
+        if h_key is not None and (self._by_key[0].full() or p >= self._by_key[0].limit):
+            self._by_key = self._grown(self._by_key, "key")
+        c = self._cols
+        sizes = (len(c.id_blob), len(c.hash8), len(c.key_blob), len(c.key_pos), len(c.kind))
+        try:
+            c.id_blob += id_b
+            c.id_end.append(len(c.id_blob))
+            if packed is None:
+                c.odd[p] = t.content_hash
+                packed = bytes(8)
+            c.hash8 += packed
+            c.reason.append(reason)
+            c.actor.append(actor)
+            c.turn.append(turn)
+            c.version.append(version)
+            c.kind.append(kind)
+            if key_b is not None:
+                c.key_blob += key_b
+                c.key_end.append(len(c.key_blob))
+                c.key_pos.append(p)
+        except BaseException:
+            self._cut_columns(c, p - c.base, sizes)
+            c.odd.pop(p, None)
+            raise
         self.n = p + 1  # the columns hold p before any index points at it
-        if self._by_id.full() or self._by_hash.full() or p >= self._by_id.limit:
-            self._grow(key=False)
-        self._by_id.put(_shash(t.id), p)
-        self._by_hash.put(_chash(t.content_hash), p)
-        if t.key is not None:
-            if self._by_key.full() or p >= self._by_key.limit:
-                self._grow(key=True)
-            self._by_key.put(_shash(t.key), p)
+        self._by_id[0].put(h_id, p)
+        self._by_hash[0].put(h_hash, p)
+        if h_key is not None:
+            self._by_key[0].put(h_key, p)
+
+    @staticmethod
+    def _cut_columns(c: _Cols, q: int, sizes: tuple[int, int, int, int, int]) -> None:
+        """Cut every column of ``c`` back to ``q`` rows (the blobs and the key
+        columns to ``sizes``): undo a half-written append."""
+        id_len, hash_len, key_len, keys, _kinds = sizes
+        del c.id_blob[id_len:]
+        del c.hash8[hash_len:]
+        del c.key_blob[key_len:]
+        del c.key_pos[keys:]
+        del c.key_end[keys:]
+        for col in (c.id_end, c.reason, c.actor, c.turn, c.version):
+            del col[q:]
+        del c.kind[q:]
 
     def extend_empty(self, ts: list[Tombstone]) -> None:
         """Write ``ts`` into this empty store at once (recovery from a
         checkpoint): the same store as appending them one by one, built
-        column by column with the indexes sized once. O(len(ts))."""
+        column by column with the indexes sized once. O(len(ts)). All or
+        nothing: a tombstone the columns cannot hold raises
+        :class:`InvalidArgument` before anything is written."""
         assert self.n == 0 and not self._seg_start
+        for t in ts:
+            for v in (t.turn, t.version):
+                if v is not None and (type(v) is not int or not _NONE < v < 1 << 63):
+                    raise InvalidArgument(
+                        f"tombstone {t.id!r}: {v!r} does not fit a 64-bit column"
+                    )
+            if t.kind is not None and t.kind not in _KIND_CODE:
+                raise InvalidArgument(f"tombstone {t.id!r}: {t.kind!r} is not a Kind")
         n = len(ts)
-        c = self._cols
+        c = _Cols(0)
         ids = [_enc(t.id) for t in ts]
         c.id_blob = bytearray(b"".join(ids))
         c.id_end = array("q", itertools.accumulate(map(len, ids)))
@@ -494,7 +625,6 @@ class TombStore:
         c.key_pos = array("q", [p for p, _ in keyed])
         c.key_end = array("q", itertools.accumulate(map(len, keys)))
         c.key_blob = bytearray(b"".join(keys))
-        self.n = n
         shift = _shift_for(n)
 
         def sized(count: int) -> _Index:
@@ -504,46 +634,65 @@ class TombStore:
             return _Index(size, shift)
 
         by_id, by_hash, by_key = sized(n), sized(n), sized(len(keyed))
+        h = self._h
         put_id, put_hash = by_id.put, by_hash.put
         for p, t in enumerate(ts):
-            put_id(_shash(t.id), p)
-            put_hash(_chash(t.content_hash), p)
+            put_id(h(t.id), p)
+            put_hash(h(t.content_hash), p)
         for p, k in keyed:
-            by_key.put(_shash(k), p)
-        self._by_id, self._by_hash, self._by_key = by_id, by_hash, by_key
+            by_key.put(h(k), p)
+        self._cols = c
+        self.n = n
+        self._by_id, self._by_hash, self._by_key = (by_id,), (by_hash,), (by_key,)
 
-    def _grow(self, *, key: bool) -> None:
-        """Double the id and content-hash indexes (``key``: the key index)
-        over positions ``0 .. n - 2`` (``n - 1`` is put in by the caller):
-        O(n), the spilled ones read back in order, each record once. Each
-        new index is built aside, then swapped in by one store (readers see
-        the old one or the new, both holding every published tombstone)."""
-        upto = self.n - 1
-        shift = _shift_for(self.n)
-        if key:
-            by_key = _Index(2 * (self._by_key.mask + 1), shift)
-            for p in range(upto):
-                k = self.key_at(p)
-                if k is not None:
-                    by_key.put(_shash(k), p)
-            self._by_key = by_key
-            return
-        by_id = _Index(2 * (self._by_id.mask + 1), shift)
-        by_hash = _Index(2 * (self._by_hash.mask + 1), shift)
-        for p in range(upto):
-            by_id.put(_shash(self.id_at(p)), p)
-            by_hash.put(_chash(self.hash_at(p)), p)
-        self._by_id = by_id
-        self._by_hash = by_hash
+    def _grown(self, gens: tuple[_Index, ...], field: str) -> tuple[_Index, ...]:
+        """``gens`` with room for position ``n`` (before it is written), the
+        new tuple built aside (readers see the old one or the new, both
+        holding every published tombstone). Never reads a disk (issue 21:
+        regrowing once read every spilled tombstone back under the write
+        lock): if every position the newest index holds is in memory, it is
+        rebuilt twice as big (O(its positions)); else it is kept as it is,
+        never to take more, and a new, empty one twice as big starts. The
+        sizes double, so a store holds O(log n) indexes; lookups ask each.
+        ``field``: ``"id"``, ``"hash"`` or ``"key"``."""
+        active = gens[0]
+        size = 2 * (active.mask + 1) if active.full() else active.mask + 1
+        shift = _shift_for(self.n + 1)
+        if active.first >= self._cols.base:
+            new = _Index(size, shift)
+            h = self._h
+            start = min(active.first, self.n)
+            if field == "key":
+                c = self._cols
+                for j in range(bisect_left(c.key_pos, start), len(c.key_pos)):
+                    q = c.key_pos[j]
+                    k = self.key_at(q)
+                    assert k is not None
+                    new.put(h(k), q)
+            else:
+                value_at = self.id_at if field == "id" else self.hash_at
+                for q in range(start, self.n):
+                    new.put(h(value_at(q)), q)
+            return (new, *gens[1:])
+        return (_Index(size, shift), *gens)
 
     def truncate(self, n: int) -> None:
         """Forget positions ``n`` and above (a dropped draft's tombstones;
-        no published version counts them). Index slots pointing there stay,
-        and are skipped (verification compares the stored data)."""
+        no published version counts them). Their index slots are made dead
+        (:meth:`_Index.kill`: no slot points past the store, so a
+        checkpoint's slot counts agree with its tombstone count). O(cut)."""
         if n >= self.n:
             return
         c = self._cols
         assert n >= c.base, "a spilled tombstone is published"
+        h = self._h
+        for q in range(n, self.n):
+            hid, hh, k = h(self.id_at(q)), h(self.hash_at(q)), self.key_at(q)
+            any(ix.kill(hid, q) for ix in self._by_id)
+            any(ix.kill(hh, q) for ix in self._by_hash)
+            if k is not None:
+                hk = h(k)
+                any(ix.kill(hk, q) for ix in self._by_key)
         self.n = n
         q = n - c.base
         end = c.id_end
@@ -619,28 +768,47 @@ class TombStore:
 
     def export(self) -> dict[str, Any] | None:
         """What a checkpoint keeps of this store when every tombstone is
-        located in a log record (else ``None``): the count, the runs and the
-        three indexes as they are (``_Index.dump``). No tombstone is read:
-        O(slots) at C speed, about 6-18 bytes per tombstone (base64)."""
+        located in a log record (else ``None``): the format (``"v": 2``),
+        the count, the runs, the hash key and the three indexes as they are
+        (each a list of ``_Index.dump``, newest first). No tombstone is
+        read: O(slots) at C speed, about 6-18 bytes per tombstone (base64)."""
         if self.n == 0 or self._located != self.n or self._records is None:
             return None
         return {
+            "v": INDEX_FORMAT,
             "n": self.n,
             "runs": [[a, b] for a, b in zip(self._seg_start, self._seg_seq, strict=True)],
-            "by_id": self._by_id.dump(),
-            "by_hash": self._by_hash.dump(),
-            "by_key": self._by_key.dump(),
+            "key": base64.b64encode(self._key).decode("ascii"),
+            "by_id": [ix.dump() for ix in self._by_id],
+            "by_hash": [ix.dump() for ix in self._by_hash],
+            "by_key": [ix.dump() for ix in self._by_key],
         }
 
     @classmethod
     def imported(cls, d: object, before: int, records: Any) -> TombStore:
         """The store :meth:`export` wrote, every tombstone spilled (read back
-        from its record, below seq ``before``, through ``records``). Checks
-        its shape (:class:`LogFormatError`); the checkpoint's checksum
-        vouches for the rest, and every lookup is verified against the
-        record it reads. O(slots) at C speed."""
+        from its record, below seq ``before``, through ``records``).
+
+        Checked before anything is used (issue 21: a checkpoint is a claim):
+        its shape; each index's own slot counts and probe bound
+        (:meth:`_Index.load`); that the live slots of the id and the
+        content-hash indexes are exactly one per tombstone (a zeroed slot
+        made a pruned id re-appendable without an ``Override``); and, read
+        back through ``records``, that the newest run's record holds the
+        tombstones the count says (the count cannot drop the newest).
+        :class:`LogFormatError` otherwise, and the caller falls back. An
+        index of the old CRC-32 format (no ``"v"``) is refused the same way:
+        recovery falls back to an older checkpoint or a full replay, which
+        rebuilds the index from the records. What open does not check is
+        where each slot sits (that needs every tombstone read back:
+        :meth:`check_index`). O(slots) at C speed, plus one record read."""
         if not (type(d) is dict and {"n", "runs", "by_id", "by_hash", "by_key"} <= d.keys()):
             raise LogFormatError("a checkpoint's tombstone store is malformed")
+        if d.get("v") != INDEX_FORMAT or type(d.get("key")) is not str:
+            raise LogFormatError(
+                "a checkpoint's tombstone index is of an older format (CRC-32 hashes): "
+                "rebuilt from the records"
+            )
         n, runs = d["n"], d["runs"]
         if not (type(n) is int and n > 0 and type(runs) is list and runs):
             raise LogFormatError("a checkpoint's tombstone store has no tombstones or runs")
@@ -658,45 +826,131 @@ class TombStore:
             and seqs[-1] < before
         ):
             raise LogFormatError("a checkpoint's tombstone runs are out of order")
-        store = cls()
-        store._by_id = _Index.load(d["by_id"], n)
-        store._by_hash = _Index.load(d["by_hash"], n)
-        store._by_key = _Index.load(d["by_key"], 0)  # keyed ones can all be older
-        if store._by_id.used < n or store._by_hash.used < n:
-            raise LogFormatError("a checkpoint's tombstone index misses tombstones")
+        try:
+            key = base64.b64decode(d["key"].encode("ascii"), validate=True)
+        except (ValueError, UnicodeEncodeError) as exc:
+            raise LogFormatError(f"a checkpoint's tombstone index key is bad: {exc}") from exc
+        if len(key) != _KEY_BYTES:
+            raise LogFormatError("a checkpoint's tombstone index key has the wrong length")
+        gens = []
+        for name in ("by_id", "by_hash", "by_key"):
+            dumps = d[name]
+            if not (type(dumps) is list and 1 <= len(dumps) <= _MAX_GENS):
+                raise LogFormatError(f"a checkpoint's tombstone index {name} is malformed")
+            gens.append(tuple(_Index.load(x, 0) for x in dumps))
+        by_id, by_hash, by_key = gens
+        if sum(ix.used for ix in by_id) != n or sum(ix.used for ix in by_hash) != n:
+            raise LogFormatError(
+                "a checkpoint's tombstone index does not hold one slot per tombstone"
+            )
+        if sum(ix.used for ix in by_key) > n:
+            raise LogFormatError("a checkpoint's tombstone key index holds too many slots")
+        store = cls(key)
+        store._by_id, store._by_hash, store._by_key = by_id, by_hash, by_key
         store.n = n
         store._cols = _Cols(n)  # every tombstone spilled: read back from its record
         store._seg_start = array("q", starts)
         store._seg_seq = array("q", seqs)
         store._located = n
         store._records = records
+        if type(records) is Records:
+            store._raw(n - 1)  # the newest tombstone is in the newest run's record...
+            if len(store._cache[1]) != n - starts[-1]:  # ...and is its last
+                raise LogFormatError(
+                    f"a checkpoint says {n} tombstones, but log record {seqs[-1]} holds "
+                    f"{len(store._cache[1])} from position {starts[-1]}"
+                )
         return store
+
+    def check_index(self, count: int) -> None:
+        """Raise :class:`LogFormatError` unless every tombstone below
+        ``count`` is found through the indexes (its id, content hash and
+        key each lead to it or to a newer one with the same value). Reads
+        every spilled tombstone back: O(count) reads, for ``verify`` and
+        checks, never a fast path."""
+        for p in range(count):
+            i, h, k = self.id_at(p), self.hash_at(p), self.key_at(p)
+            if (
+                self.find_id(i, count) != p
+                or self.newest_hash(h, count) < p
+                or (k is not None and self.newest_key(k, count) < p)
+            ):
+                raise LogFormatError(f"tombstone {p} ({i!r}) is not found through the index")
 
     # -- finding ---------------------------------------------------------------
 
     def find_id(self, entry_id: str, count: int) -> int:
         """The position of ``entry_id``'s tombstone below ``count``, or -1.
-        O(1) expected."""
-        for p in self._by_id.candidates(_shash(entry_id), count):
-            if self.id_at(p) == entry_id:
-                return p
+        O(1) expected per index generation (O(log n) of them once spilled)."""
+        h = self._h(entry_id)
+        for index in self._by_id:
+            for p in index.candidates(h, count):
+                if self.id_at(p) == entry_id:
+                    return p
         return -1
 
     def newest_hash(self, content_hash: str, count: int) -> int:
         """The newest position below ``count`` with this content hash, or -1."""
-        best = -1
-        for p in self._by_hash.candidates(_chash(content_hash), count):
-            if p > best and self.hash_at(p) == content_hash:
-                best = p
-        return best
+        return self._newest(self._by_hash, self.hash_at, content_hash, count)
 
     def newest_key(self, key: str, count: int) -> int:
         """The newest position below ``count`` with this key, or -1."""
+        return self._newest(self._by_key, self.key_at, key, count)
+
+    def _newest(
+        self,
+        gens: tuple[_Index, ...],
+        value_at: Callable[[int], str | None],
+        value: str,
+        count: int,
+    ) -> int:
+        h = self._h(value)
         best = -1
-        for p in self._by_key.candidates(_shash(key), count):
-            if p > best and self.key_at(p) == key:
-                best = p
+        for index in gens:  # newest first: a match in one beats every older one
+            for p in index.candidates(h, count):
+                if p > best and value_at(p) == value:
+                    best = p
+            if best >= 0:
+                return best
         return best
+
+    def candidates(self, ids: Iterable[str], values: Iterable[str]) -> list[int]:
+        """The spilled positions a lookup of these ids, content hashes or
+        keys (``values``) would read back: their tags match. From memory,
+        lock-free. O(1) expected each."""
+        base = self._cols.base
+        out: list[int] = []
+        if base == 0:
+            return out
+        ids, values = list(ids), list(values)
+        n = self.n
+        h = self._h
+        for gens, keys in ((self._by_id, ids), (self._by_hash, values), (self._by_key, values)):
+            for k in keys:
+                hk = h(k)
+                for index in gens:
+                    out.extend(p for p in index.candidates(hk, n) if p < base)
+        return out
+
+    def prefetch(self, ids: Iterable[str], values: Iterable[str]) -> None:
+        """Read back, *before* the owner's write lock is taken, every spilled
+        tombstone a lookup of these ids, content hashes or keys would read
+        (issue 21: the re-admission guard and ``mark_stale`` read the sink
+        under the write lock). The lookups under the lock then find them in
+        memory. At most :data:`_RESOLVED_MOST` are kept (a later prefetch
+        replaces them). A read that fails is left to the lookup (which
+        raises). O(candidates) reads, none when nothing matches a tag."""
+        want = self.candidates(ids, values)
+        if not want:
+            return
+        resolved = dict(self._resolved) if len(self._resolved) < _RESOLVED_MOST else {}
+        for p in want:
+            if p not in resolved:
+                try:
+                    resolved[p] = self._raw(p)
+                except QuiesceError:
+                    pass
+        self._resolved = resolved  # one store: a reader sees the old dict or the new
 
 
 class Tombs(Mapping[str, Tombstone]):
@@ -820,6 +1074,30 @@ class Tombs(Mapping[str, Tombstone]):
         return cls(store, store.n)
 
     # -- reading ----------------------------------------------------------------
+
+    @property
+    def spilled(self) -> bool:
+        """Whether some of these tombstones are spilled (read back from the
+        sink when asked for). O(1)."""
+        store = self._store
+        return store is not None and store._cols.base > 0
+
+    def prefetch(self, ids: Iterable[str], values: Iterable[str] = ()) -> None:
+        """Read back the spilled tombstones that lookups of these ids and
+        content hashes or keys (``values``) will verify, so that those
+        lookups, made later under the owner's write lock, find them in
+        memory (see :meth:`TombStore.prefetch`). Call it *outside* the write
+        lock. Nothing is read for a store with nothing spilled."""
+        store = self._store
+        if store is not None and store._cols.base:
+            store.prefetch(ids, values)
+
+    def check_index(self) -> None:
+        """Raise :class:`LogFormatError` unless every tombstone is found
+        through the store's indexes (see :meth:`TombStore.check_index`;
+        reads every spilled tombstone back)."""
+        if self._store is not None:
+            self._store.check_index(self._n)
 
     def matching(self, content_hash: str, key: str | None) -> Tombstone | None:
         """The newest tombstone whose content hash matches, else the newest

@@ -654,6 +654,9 @@ class SQLiteLog:
         self._path = log_path(path, "SQLiteLog")
         self._timeout = float(timeout)
         self._lock = threading.Lock()
+        #: read_range's own connection (opened on first use) and its lock
+        self._reader: sqlite3.Connection | None = None
+        self._read_lock = threading.Lock()
         self._commits = 0
         with _HELD_LOCK:
             # A file this process holds is refused before it is opened again:
@@ -733,6 +736,32 @@ class SQLiteLog:
         them is missing or damaged (never returns another record)."""
         if start >= stop:
             return []
+        # Its own connection and lock (issue 21): a read never waits for this
+        # log's writer, which may sit in a commit for ``timeout`` seconds
+        # while another connection holds the database (WAL: a reader needs
+        # no lock a writer holds). The records read are durable, so the
+        # committed snapshot it reads holds them.
+        with self._read_lock:
+            conn = self._reader
+            if conn is None and self._conn is not None:
+                try:
+                    with _refused_if_damaged(self._path):
+                        conn = sqlite3.connect(
+                            self._path,
+                            timeout=self._timeout,
+                            isolation_level=None,
+                            check_same_thread=False,
+                        )
+                except sqlite3.Error:
+                    conn = None
+                self._reader = conn
+            if conn is not None:
+                try:
+                    records = _read_rows(conn, self._layout, self._path, start, stop)
+                except sqlite3.ProgrammingError:  # closed meanwhile: read as below
+                    conn = None
+                else:
+                    return check_read(records, start, stop)
         with self._lock:
             if self._conn is None:
                 # Closed: read through a read-only connection (a buffer's log
@@ -815,6 +844,10 @@ class SQLiteLog:
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
+        with self._read_lock:  # (taken after _lock, never the other way round)
+            reader, self._reader = self._reader, None
+            if reader is not None:
+                reader.close()
         fd, self._lock_fd = self._lock_fd, -1
         if fd >= 0:
             with _HELD_LOCK:

@@ -59,6 +59,9 @@ Figures (keys of the goals; the issue's goal table, in order):
   reader).
 * ``ll_pin_trio``, ``ll_pin_thread``: pin + unpin on trio / on asyncio, and in
   a worker thread / on asyncio.
+* ``ll_crafted_collisions``: append and prune, one at a time, 4,000 ids
+  crafted to collide under CRC-32 (the tombstone index's old hash, issue 21)
+  / 4,000 random ids of the same length, in memory. Goal <= 2x.
 
 Curves (no goals; ``extra["curves"]``, drawn by ``quiesce bench`` as
 ``long_life.png``), collected during the two long runs of figures 1-2:
@@ -96,6 +99,7 @@ import tempfile
 import threading
 import time
 import tracemalloc
+import zlib
 from array import array
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
@@ -105,7 +109,7 @@ from typing import Any
 from .. import Buffer, EditPlan, Entry, Kind, Move, Prune, ReaderInfo, SQLiteLog
 from .lib import FULL, QUICK, Config, Goal, SectionResult, _traced, section
 
-__all__ = ["LongLifeConfig", "bench_long_life", "churn", "main"]
+__all__ = ["LongLifeConfig", "bench_long_life", "churn", "crc_colliding_ids", "main"]
 
 SECTION = "long_life"
 
@@ -1161,12 +1165,100 @@ def bench_long_life(cfg: Config) -> SectionResult:
     _prune_body(ll, res)
     _readers(ll, res)
     _pin_backends(ll, res)
+    _crafted_collisions(ll, res)
     res.notes.append(
         "workload: rounds of `batch` appends, `batch` marks and one prune of the `batch` "
         "oldest, a window of `live` entries; memory by tracemalloc (bytes still held); "
         "SQLite commits are real (synchronous=FULL)"
     )
     return res
+
+
+def crc_colliding_ids(count: int, prefix: bytes = b"call_") -> list[str]:
+    """``count`` distinct ids of one length whose ``crc32(id)`` and
+    ``crc32(reversed id)`` are all equal (the red team's construction,
+    issue 21: the tombstone index once hashed ids with those two CRCs).
+
+    CRC-32 is affine over GF(2) for a fixed length: flipping a set of bits
+    changes the CRC by the XOR of what each flip alone changes it by. Each
+    of 96 letters after ``prefix`` may be ``a`` or ``b`` (one bit, ``0x03``);
+    the 64 x 96 map from those bits to both CRCs is linear, and its kernel
+    (Gaussian elimination, at least 32 vectors) gives ids colliding with the
+    all-``a`` id under both. O(count * 96)."""
+    free = 96
+    base = bytearray(prefix + b"a" * free)
+
+    def both(b: bytes) -> int:
+        return zlib.crc32(b) | zlib.crc32(b[::-1]) << 32
+
+    zero = both(bytes(base))
+    cols = []
+    for j in range(len(prefix), len(base)):
+        b = bytearray(base)
+        b[j] ^= 0x03
+        cols.append(both(bytes(b)) ^ zero)
+    rows: list[tuple[int, int]] = []  # reduced (value, combination), highest bit first
+    kernel: list[int] = []
+    for j, v in enumerate(cols):
+        comb = 1 << j
+        for rv, rc in rows:
+            if v ^ rv < v:
+                v, comb = v ^ rv, comb ^ rc
+        if v:
+            rows.append((v, comb))
+            rows.sort(reverse=True)
+        else:
+            kernel.append(comb)
+    if count > 1 << len(kernel):  # pragma: no cover - 2**32 ids
+        raise ValueError(f"at most {1 << len(kernel)} colliding ids")
+    ids = []
+    for m in range(count):
+        comb = 0
+        for k, kv in enumerate(kernel):
+            if m >> k & 1:
+                comb ^= kv
+        b = bytearray(base)
+        for j in range(free):
+            if comb >> j & 1:
+                b[len(prefix) + j] ^= 0x03
+        ids.append(b.decode("ascii"))
+    return ids
+
+
+def _crafted_collisions(ll: LongLifeConfig, res: SectionResult) -> None:
+    """``ll_crafted_collisions`` (issue 21, defect 9): append and prune, one
+    at a time, 4,000 ids crafted to collide under CRC-32 (see
+    :func:`crc_colliding_ids`) / 4,000 random ids of the same length, each
+    on a fresh in-memory buffer. Under CRC-32 the crafted ids all probed
+    one cluster of the tombstone index (61x); the keyed hash spreads them."""
+    count = 4_000
+    crafted = crc_colliding_ids(count)
+    rng = random.Random(21)
+    width = len(crafted[0]) - len("call_")
+    plain = ["call_" + "".join(rng.choice("ab") for _ in range(width)) for _ in range(count)]
+
+    def run(ids: list[str]) -> Callable[[], float]:
+        def once() -> float:
+            buf = Buffer()
+            gc.collect()
+            t0 = time.perf_counter()
+            for i, eid in enumerate(ids):
+                buf.append(Entry(eid, Kind.REASONING, f"output {i}"))
+                buf.prune([eid], reason="stale")
+            return time.perf_counter() - t0
+
+        return once
+
+    xs, ys = _alternate(run(crafted), run(plain), ll.repeat)
+    res.goals.append(
+        _ratio_goal(
+            "ll_crafted_collisions",
+            f"{count:,} crafted-collision ids / {count:,} random ids, append (and prune)",
+            xs,
+            ys,
+            2.0,
+        )
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
