@@ -72,6 +72,7 @@ worker threads (``anyio.to_thread``), so it runs on asyncio and trio alike.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import threading
@@ -112,8 +113,11 @@ from ._core.records import (
 from ._core.replay import _tomb, replay
 from ._core.tasks import task_name
 from ._core.version import Version
+from ._log._format import MAX_DEPTH, _too_deep, decode_json
 from ._log.postgres import PostgresLog, WriterFenced, connect, ensure_schema
 from ._runtime import RuntimeBuffer, open_buffer
+
+_logger = logging.getLogger("quiesce.shared")
 
 __all__ = ["LeaseLost", "SharedBuffer", "SharedStats", "SharedWriteTimeout", "open_shared_buffer"]
 
@@ -470,6 +474,52 @@ def _error_from_dict(d: dict[str, Any]) -> QuiesceError:
         return cls(message)
     except TypeError:  # a class this version builds differently
         return QuiesceError(message)
+
+
+#: The longest request row (its ``args`` text) the sequencer decodes; a
+#: longer one is refused unread. Nesting is bounded as a log record's is
+#: (``_log._format.MAX_DEPTH``).
+MAX_REQUEST_CHARS = 16 * 2**20
+#: Every integer a request carries fits the storage's 64-bit columns.
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _decode_request(op: object, text: object) -> dict[str, Any]:
+    """The arguments of one ``quiesce_request`` row, decoded with the log's
+    limits and checked for shape: at most :data:`MAX_REQUEST_CHARS`
+    characters, nested at most ``MAX_DEPTH`` deep (checked on the text before
+    parsing, so a row nested 100k deep costs O(len) and no recursion), strict
+    JSON, an object for a known operation, every integer within 64 bits.
+    Raises :class:`InvalidArgument` naming what is wrong; never anything
+    else. O(len(text))."""
+    if op not in _DECIDING:
+        raise InvalidArgument(f"unknown operation {str(op)[:80]!r}")
+    if not isinstance(text, str):
+        raise InvalidArgument(f"{op} request: args is not text")
+    if len(text) > MAX_REQUEST_CHARS:
+        raise InvalidArgument(
+            f"{op} request: args of {len(text)} characters (at most {MAX_REQUEST_CHARS})"
+        )
+    if _too_deep(text):
+        raise InvalidArgument(f"{op} request: args nest deeper than {MAX_DEPTH} levels")
+    try:
+        args = decode_json(text)
+    except (ValueError, RecursionError) as exc:
+        raise InvalidArgument(f"{op} request: args are not strict JSON ({exc})"[:300]) from None
+    if not isinstance(args, dict):
+        raise InvalidArgument(f"{op} request: args are not a JSON object")
+    stack: list[Any] = [args]
+    while stack:  # iterative: the depth is bounded, the width is not
+        value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+        elif type(value) is int and not _INT64[0] <= value <= _INT64[1]:
+            raise InvalidArgument(
+                f"{op} request: integer {str(value)[:40]} does not fit in 64 bits"
+            )
+    return args
 
 
 def _check_seconds(value: object, what: str) -> float:
@@ -1215,6 +1265,9 @@ class SharedBuffer:
                     await self._collect_answers()
             except LogWriteError:
                 await anyio.sleep(min(self._poll, 0.05))
+            except Exception:  # never let one bad row or batch stop the member
+                _logger.exception("member %s: serving or catching up failed", self.member_id)
+                await anyio.sleep(min(self._poll, 0.05))
 
     async def _catch_up(self) -> None:
         """Read the log past what is applied and apply it as one version."""
@@ -1326,7 +1379,12 @@ class SharedBuffer:
         whose stamped records this member's log already holds — applied by a
         sequencer that died before its result was stored, or by this one
         (rows read before its result committed) — is not applied again: its
-        result is derived from those records (:func:`_derive_result`)."""
+        result is derived from those records (:func:`_derive_result`).
+
+        One request never stops the pump: whatever decoding, checking,
+        deriving or applying one raises (``RecursionError``,
+        ``OverflowError``, anything but a failing sink) becomes that
+        request's error result, and the next request is served."""
         with self._commit_lock:
             buf = self.local
             with self._results_lock:
@@ -1335,25 +1393,24 @@ class SharedBuffer:
                 if request_id in applied:
                     continue
                 try:
-                    args = json.loads(args_text)
-                except ValueError as exc:
-                    args = None
-                    bad = json.dumps({"error": "InvalidArgument", "message": repr(exc)})
+                    args = _decode_request(op, args_text)
+                except QuiesceError as exc:
+                    with self._results_lock:
+                        self._results.append(
+                            (request_id, json.dumps(_error_to_dict(exc)), len(buf._records))
+                        )
+                    continue
                 done = self._stamped.get(request_id)
                 derived = None
-                if done is not None and args is not None and op in _DECIDING:
+                if done is not None:
                     try:
                         derived = _derive_result(op, args, done, self._version_before)
-                    except (KeyError, TypeError, ValueError, IndexError):
+                    except Exception:
                         derived = None  # malformed arguments: applied (and refused) as before
                 if derived is not None:
                     assert done is not None
                     with self._results_lock:
                         self._results.append((request_id, json.dumps(derived), done[-1].seq + 1))
-                    continue
-                if args is None:
-                    with self._results_lock:
-                        self._results.append((request_id, bad, len(buf._records)))
                     continue
                 self._apply_request(buf, request_id, op, args)
                 self.served += 1
@@ -1390,8 +1447,14 @@ class SharedBuffer:
                 if isinstance(exc, LogWriteError):
                     raise
                 text = json.dumps(_error_to_dict(exc))
-            except (KeyError, TypeError, ValueError) as exc:
-                text = json.dumps({"error": "InvalidArgument", "message": repr(exc)})
+            except Exception as exc:  # a malformed request, or the core failing on it
+                text = json.dumps(
+                    {
+                        "error": "InvalidArgument",
+                        "message": f"{op} request refused by the sequencer: "
+                        f"{type(exc).__name__}: {str(exc)[:200]}",
+                    }
+                )
             with self._results_lock:
                 self._results.append((request_id, text, len(buf._records)))
 
