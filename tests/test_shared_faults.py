@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -21,8 +22,26 @@ import pytest
 
 from quiesce import Entry, InvalidArgument, Kind, open_shared_buffer
 from quiesce._shared import SharedBuffer
+from test_shared import (
+    BACKENDS,
+    Member,
+    check_merged,
+    converge,
+    db_log,
+    merged_anomalies,
+    start,
+    wait_for,
+)
 
 FAST = {"lease": 3.0, "poll": 0.2, "timeout": 5.0}
+
+
+@pytest.fixture
+def members(pg_dsn: str) -> Iterator[list[Member]]:
+    started: list[Member] = []
+    yield started
+    for m in started:
+        m.close()
 
 
 async def _raw_request(dsn: str, seq: SharedBuffer, op: str, args_text: str) -> dict[str, Any]:
@@ -121,3 +140,75 @@ class TestPoisonRequests:
             assert (a.role, a.epoch, a.failovers, b.failovers) == ("sequencer", 1, 0, 0)
             a._check()
             b._check()
+
+
+# -- multi-process: a partitioned replica's reads stop at its lease deadline --
+
+
+def _removal_time(dsn: str, entry_id: str) -> float:
+    """The ``time`` of the remove record that tombstoned ``entry_id``."""
+
+    def find() -> float | None:
+        for _seq, _epoch, op, _version, text in db_log(dsn):
+            rec = json.loads(text)
+            if op == "remove" and entry_id in [t["id"] for t in rec["detail"]["tombstones"]]:
+                return float(rec["time"])
+        return None
+
+    found = wait_for(find, timeout=20)
+    assert isinstance(found, float)
+    return found
+
+
+@pytest.mark.parametrize("lease_reads", [True, False], ids=["deadline-checked", "check-disabled"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_partitioned_replica_stops_reading_at_its_lease_deadline(
+    pg_cluster: Any, pg_dsn: str, members: list[Member], backend: str, lease_reads: bool
+) -> None:
+    """Lease 1 s, timeout 4 s: replica B pins x, A prunes x (held back by
+    B's reader), then B is cut off through a TCP proxy while it reads its
+    pin every 5 ms; its heartbeat is stuck in a database call for the whole
+    timeout. Once B's lease has expired on the database, A removes x.
+
+    With reads checked against the deadline: B's reads fail with LeaseLost
+    before the removal is published (its last good read started before the
+    remove record's time) and the merged history passes. With that check
+    disabled (the child hook restores the check that waited for the
+    heartbeat), B serves x after its removal and check_shared_history
+    reports it as an early removal: the test can fail."""
+    from _proxy import Proxy
+
+    proxy = Proxy(("127.0.0.1", pg_cluster.port))
+    try:
+        a = start(members, pg_dsn, backend, lease=1.0)
+        options = pg_dsn.split("options=", 1)[1]
+        via_proxy = f"{pg_cluster.tcp_dsn(port=proxy.port)}?options={options}"
+        b = start(members, via_proxy, backend, lease=1.0, timeout=4.0, lease_reads=lease_reads)
+        v = b("append", ("x", "read by B until its lease ends"))
+        b("wait_applied", v)
+        b("pin")
+        assert a("prune", ["x"]) == {"x": "DEFERRED"}
+        proxy.partition()
+        b.send("read_loop", (10.0, 0.005))
+        wait_for(lambda: a("summary")["tombstones"] == ["x"], timeout=20)
+        removed_at = _removal_time(pg_dsn, "x")
+        reads = b._reply(60)
+        assert reads["last_ok"] is not None
+        if lease_reads:
+            assert reads["error"].startswith("LeaseLost: this snapshot (version ")
+            assert reads["last_ok"] < reads["failed_at"] < removed_at + 5
+            assert reads["last_ok"] < removed_at  # never served after the removal
+        else:
+            assert reads["last_ok"] > removed_at  # the violation the check prevents
+        proxy.heal()
+        wait_for(lambda: b("stats")["connected"] and b("stats")["lease_valid"], timeout=30)
+        if lease_reads:
+            check_merged(pg_dsn, members)
+        else:
+            found = merged_anomalies(pg_dsn, members)
+            assert [str(f.kind) for f in found] == ["early-removal"]
+            assert "read it " in found[0].detail and "after the removal" in found[0].detail
+        b("unpin")
+        converge(members)
+    finally:
+        proxy.close()

@@ -44,10 +44,18 @@ What it keeps true across processes (each member is one
    inside the removal intent's own transaction, under an advisory lock that
    a member's registration also takes (a removal that fails the re-check is
    requeued, not published). A member joins with horizon 0 (holding every
-   removal back) before it reads the log. A member whose lease expired is excluded; when it notices
-   (its own clock: last renewal sent + lease − margin) its snapshots pinned
-   at that moment raise :class:`LeaseLost` on every read from then on, and
-   ``snapshot()`` raises it until the member has re-joined.
+   removal back) before it reads the log. A member whose lease expired is
+   excluded. Its reads stop first: every read of a snapshot checks the
+   member's own deadline (monotonic clock: last successful renewal *sent* +
+   0.75 lease), independent of the heartbeat task and of any database call
+   in flight, and raises :class:`LeaseLost` past it; the database keeps the
+   lease until that renewal's execution + the whole lease, so a removal that
+   stopped waiting for the member is published at least a quarter lease
+   after its last read. Snapshots pinned before a loss stay void for good,
+   and ``snapshot()`` raises until the member has re-joined (renewed, then
+   caught up to the log: what was removed meanwhile is applied before it
+   serves a read again). ``lease_lost_times`` records the deadlines, when
+   reads stopped.
 5. Failover. When the lease expires (the sequencer died, paused or was cut
    off), a replica takes it with epoch + 1, reads the log to its end, attaches
    the sink and serves, including requests the old sequencer had not
@@ -129,20 +137,18 @@ class LeaseLost(QuiesceError):
 
 
 class _LeasedSnapshot(Snapshot):
-    """A shared member's snapshot: void once the member's lease expired while
-    it was pinned (the other members stopped waiting for it). Same layout as
-    :class:`Snapshot`; only reads pay one attribute check."""
+    """A shared member's snapshot: every read checks its member's own lease
+    deadline (:meth:`SharedBuffer._check_read`) and raises
+    :class:`LeaseLost` once it passed, or when the snapshot was pinned
+    before a lease loss. Snapshot's layout plus one slot, the member."""
 
-    __slots__ = ()
+    __slots__ = ("_shared",)
+
+    _shared: SharedBuffer
 
     def _v(self) -> Version:
         v = Snapshot._v(self)
-        lost_at: float | None = getattr(self._buffer, "_lease_lost_at", None)
-        if lost_at is not None and self._since <= lost_at:
-            raise LeaseLost(
-                f"this snapshot (version {v.number}) was pinned when its member's lease "
-                f"expired: other processes may have removed what it shows"
-            )
+        self._shared._check_read(self._since, v.number)
         return v
 
 
@@ -640,6 +646,10 @@ class SharedBuffer:
         self._member_valid_until = 0.0
         self._writer_valid_until = 0.0
         self._lease_lost: LeaseLost | None = None
+        #: snapshots pinned (local clock) at or before this are void: a loss
+        #: or a re-join happened after them
+        self._void_before = float("-inf")
+        self._lease_guard = threading.Lock()
         self._members = 0
         self._floor: int | None = None
         self._held_alarmed: set[tuple[str, int]] = set()
@@ -698,8 +708,12 @@ class SharedBuffer:
         local = self._local
         if lost is not None or local is None:
             raise lost or _errors.BufferClosed("the shared buffer is not open")
+        if time.monotonic() > self._member_valid_until:
+            self._note_lease_lost(self._member_valid_until)
+            raise self._lease_lost or LeaseLost("this member's lease expired")
         # Buffer.snapshot(), written out for the subclass (the pin fast path)
-        snap: Snapshot = _new_object(_LeasedSnapshot)
+        snap: _LeasedSnapshot = _new_object(_LeasedSnapshot)
+        snap._shared = self
         snap._buffer = local
         snap._version = None
         snap._task = _NOT_ENTERED
@@ -707,6 +721,49 @@ class SharedBuffer:
 
     def oldest_pin(self) -> int | None:
         return self.local.oldest_pin()
+
+    def _check_read(self, since: float, number: int) -> None:
+        """Raise :class:`LeaseLost` unless a snapshot pinned at ``since``
+        (the local buffer's clock) may still be read: this member's lease
+        deadline has not passed (checked here, on every read, against the
+        monotonic clock: the heartbeat task and any database call in flight
+        have no say), the lease is not lost, and the snapshot was not pinned
+        before the last loss. O(1), no lock on the valid path, any thread.
+
+        Why a read before the deadline is safe: the deadline is the moment
+        the last successful renewal was *sent* plus 0.75 of the lease, and
+        the database keeps the member's lease until the renewal's execution
+        plus the whole lease; another member's removal that stopped waiting
+        for this one (its lease expired on the database clock) is therefore
+        published at least a quarter lease after this member's reads
+        stopped."""
+        if time.monotonic() > self._member_valid_until:
+            self._note_lease_lost(self._member_valid_until)
+        if self._lease_lost is not None or since <= self._void_before:
+            raise LeaseLost(
+                f"this snapshot (version {number}) was pinned when its member's lease "
+                f"expired: other processes may have removed what it shows"
+            )
+
+    def _note_lease_lost(self, deadline: float) -> None:
+        """Count the member lease lost at ``deadline`` (monotonic), once per
+        loss, from whichever thread saw it first (a read, the heartbeat, a
+        late renewal): from now on every read raises until the member has
+        re-joined, and snapshots pinned until then stay void. Records, on the
+        wall clock, when reads stopped (the deadline) for
+        ``quiesce.testing.check_shared_history``."""
+        local = self._local
+        if local is None:
+            return  # not joined yet: nothing was served
+        with self._lease_guard:
+            if self._lease_lost is not None:
+                return
+            self._void_before = max(self._void_before, local._clock())
+            self.lease_lost_times.append(time.time() - (time.monotonic() - deadline))
+            self._lease_lost = LeaseLost(
+                f"member {self.member_id} could not renew its lease within "
+                f"{self._lease:g}s: its snapshots are void until it re-joins"
+            )
 
     def staged(self) -> Any:
         return self.local.staged()
@@ -1033,6 +1090,12 @@ class SharedBuffer:
         return json.dumps({**info, "readers": readers})
 
     async def _heartbeat_member(self, horizon: int | None = None) -> None:
+        """Renew this member's lease, publishing its horizon. A renewal that
+        returns after the old deadline first counts the loss (no read was
+        served past the deadline, whoever noticed). After a loss it re-joins:
+        it catches up to the log read after this renewal committed (every
+        removal published while it was excluded is applied), then voids every
+        snapshot pinned so far and serves reads again."""
         sent = time.monotonic()
         await self._ctl_run(
             _UPSERT_MEMBER,
@@ -1046,11 +1109,20 @@ class SharedBuffer:
                 "info": self._member_info(),
             },
         )
+        old = self._member_valid_until
+        if time.monotonic() > old:
+            self._note_lease_lost(old)
+        self._member_valid_until = sent + self._lease * 0.75
         if self._lease_lost is not None:
             # Re-joined: published a horizon again, so the others wait for our
-            # readers from now on.
-            self._lease_lost = None
-        self._member_valid_until = sent + self._lease * 0.75
+            # readers from now on; what they removed meanwhile is read first.
+            if self._role == _REPLICA and self._local is not None:
+                await self._catch_up()
+            local = self._local
+            if local is not None:
+                with self._lease_guard:
+                    self._void_before = max(self._void_before, local._clock())
+                    self._lease_lost = None
 
     async def _try_take_lease(self) -> bool:
         """Take the writer lease if it is free or expired. On success: read the
@@ -1120,16 +1192,8 @@ class SharedBuffer:
         while True:
             await anyio.sleep(interval)
             now = time.monotonic()
-            if now > self._member_valid_until and self._lease_lost is None:
-                local = self.local
-                local._lease_lost_at = local._clock()  # type: ignore[attr-defined]
-                # when, on the wall clock, this member counted its lease gone
-                # (before the database expires it): for recorded histories
-                self.lease_lost_times.append(time.time() - (now - self._member_valid_until))
-                self._lease_lost = LeaseLost(
-                    f"member {self.member_id} could not renew its lease within "
-                    f"{self._lease:g}s: its snapshots are void until it re-joins"
-                )
+            if now > self._member_valid_until:
+                self._note_lease_lost(self._member_valid_until)
             try:
                 horizon = self._horizon()
                 if horizon != last_horizon or now - last_member >= self._lease / 4:
