@@ -271,11 +271,21 @@ def _hold_between_apply_and_result(op: str, path: str, race: bool) -> None:
     SharedBuffer._apply_locally = apply  # type: ignore[method-assign]
 
 
-def _hold_mid_commit(path: str, at: int) -> None:
+def _wait_for(resume: str | None) -> None:
+    """Hold the calling thread: for good (the parent SIGKILLs this process),
+    or, with ``resume``, until that file exists (the parent SIGSTOPs this
+    process first, then creates it: the thread goes on after SIGCONT)."""
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        if resume is not None and os.path.exists(resume):
+            return
+        time.sleep(0.01)
+
+
+def _hold_mid_commit(path: str, at: int, resume: str | None = None) -> None:
     """Test hook (this process only): inside the ``at``-th group commit of
     the sink that holds records (after the COPY, before the NOTIFY and the
-    COMMIT), create the file ``path`` and stop there for good (the parent
-    SIGKILLs this process)."""
+    COMMIT), create the file ``path`` and stop there (:func:`_wait_for`)."""
     original = SharedBuffer._before_commit
     commits: list[int] = []
 
@@ -284,17 +294,17 @@ def _hold_mid_commit(path: str, at: int) -> None:
         commits.append(len(batch))
         if len(commits) == at:
             _signal(path, f"{batch[0].seq} {batch[-1].seq}")
-            time.sleep(600)
+            _wait_for(resume)
         return done
 
     SharedBuffer._before_commit = before_commit  # type: ignore[method-assign]
 
 
-def _hold_mid_copy(path: str, at: int) -> None:
+def _hold_mid_copy(path: str, at: int, resume: str | None = None) -> None:
     """Test hook (this process only): while the sink streams the ``at``-th
     record into its ``COPY ... FROM STDIN`` (the COPY under way, the
     transaction open), create the file ``path`` holding that record's seq
-    and stop there for good (the parent SIGKILLs this process)."""
+    and stop there (:func:`_wait_for`)."""
     import psycopg
 
     original = psycopg.Copy.write_row
@@ -303,9 +313,14 @@ def _hold_mid_copy(path: str, at: int) -> None:
     def write_row(self: Any, row: Any) -> None:
         count.append(1)
         if len(count) == at:
+            # send the rows buffered so far: the server inserts them (row
+            # locks, uncommitted keys) while the COPY waits for the rest
+            buffered = self.formatter.end()  # the text formatter's buffer, taken
+            if buffered:
+                self._write(buffered)
             seq = row[1]  # (buffer_id, seq, epoch, format, op, version, record)
             _signal(path, f"{seq} {seq}")
-            time.sleep(600)
+            _wait_for(resume)
         original(self, row)
 
     psycopg.Copy.write_row = write_row  # type: ignore[method-assign]

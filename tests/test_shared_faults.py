@@ -12,6 +12,7 @@ PostgreSQL server.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -212,3 +213,130 @@ def test_a_partitioned_replica_stops_reading_at_its_lease_deadline(
         converge(members)
     finally:
         proxy.close()
+
+
+# -- multi-process: a sequencer paused inside a transaction ------------------
+
+#: the SIGSTOP sweep: three seeds by default, 12 under -m slow
+STOP_SEEDS = [1, 2, 3, *(pytest.param(s, marks=pytest.mark.slow) for s in range(4, 13))]
+#: the lease of the SIGSTOP sweep (failover must take at most twice this)
+STOP_LEASE = 2.0
+#: failover times measured by the sweep: (mode, seconds to the new epoch,
+#: seconds to its first committed record), printed with -s
+FAILOVERS: list[tuple[str, float, float]] = []
+
+
+def _writer(dsn: str) -> tuple[int, str]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT epoch, holder FROM quiesce_writer WHERE buffer_id = 'shared'"
+        ).fetchone()
+    assert row is not None
+    return int(row[0]), str(row[1])
+
+
+def _sessions(dsn: str) -> str:
+    """The lease row and every session of the test database, for a failure
+    message (who waits on what)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        lease = conn.execute("SELECT epoch, holder, lease_until - now() FROM quiesce_writer")
+        rows = [repr(r) for r in lease.fetchall()]
+        rows.append(
+            "log rows by epoch: "
+            + repr(
+                conn.execute(
+                    "SELECT writer_epoch, count(*), max(seq) FROM quiesce_log "
+                    "GROUP BY writer_epoch ORDER BY 1"
+                ).fetchall()
+            )
+        )
+        rows += [
+            repr(r)
+            for r in conn.execute(
+                "SELECT pid, application_name, state, wait_event, xact_start IS NOT NULL, "
+                "left(query, 60) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid()"
+            )
+        ]
+    return "\n".join(rows)
+
+
+def _first_row_of(dsn: str, epoch: int) -> int | None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT min(seq) FROM quiesce_log WHERE buffer_id = 'shared' AND writer_epoch = %s",
+            (epoch,),
+        ).fetchone()
+    return None if row is None or row[0] is None else int(row[0])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("seed", STOP_SEEDS)
+def test_sigstop_of_the_sequencer_mid_transaction(
+    pg_dsn: str, members: list[Member], backend: str, seed: int, tmp_path: Any
+) -> None:
+    """SIGSTOP the sequencer (lease 2 s) at a seeded point while two
+    replicas forward writes — seeds 1, 4, ...: inside its k-th group commit
+    (after the COPY and the result updates, before the COMMIT: the session
+    idle in a transaction holding row and advisory locks); seeds 3, 6, ...:
+    in the middle of a COPY (the server waiting for data); seeds 2, 5, ...:
+    after a seeded random delay. Nothing the paused session holds may hold
+    back the takeover: a replica takes the lease (epoch + 1) and commits its
+    first record within 2 leases of the stop. After SIGCONT the old
+    sequencer finds itself demoted, nothing acknowledged is lost, no request
+    is applied twice, and the merged history passes. The failover times are
+    recorded (``FAILOVERS``)."""
+    import random
+    import signal
+
+    rng = random.Random(seed)
+    held, resume = tmp_path / "held", tmp_path / "resume"
+    mode = ("copy", "commit", "random")[seed % 3]
+    hold = (
+        {f"hold_{mode}": {"path": str(held), "at": rng.randint(2, 30), "resume": str(resume)}}
+        if mode != "random"
+        else {}
+    )
+    a = start(members, pg_dsn, backend, lease=STOP_LEASE, **hold)
+    b = start(members, pg_dsn, backend, lease=STOP_LEASE)
+    c = start(members, pg_dsn, backend, lease=STOP_LEASE)
+    a.send("writes", ("a", 200, 5.0))
+    b.send("writes", ("b", 120, 5.0))  # still writing when a stops
+    c.send("writes", ("c", 120, 5.0))
+    if mode != "random":
+        wait_for(held.exists, timeout=60, interval=0.005)
+    else:
+        time.sleep(rng.uniform(0.05, 0.6))
+    epoch, _ = _writer(pg_dsn)
+    a.kill(signal.SIGSTOP)
+    stopped = time.monotonic()
+    try:
+        resume.write_text("go")  # the held thread goes on once a runs again
+        try:
+            wait_for(lambda: _writer(pg_dsn)[0] > epoch, timeout=60, interval=0.02)
+            took = time.monotonic() - stopped
+            wait_for(lambda: _first_row_of(pg_dsn, epoch + 1) is not None, timeout=60)
+            served = time.monotonic() - stopped
+        except AssertionError:
+            raise AssertionError(
+                f"no failover from epoch {epoch} (stopped pid {a.pid}):\n{_sessions(pg_dsn)}"
+            ) from None
+        FAILOVERS.append((mode, took, served))
+        print(
+            f"SIGSTOP {mode} seed {seed} {backend}: new epoch after {took:.2f}s, "
+            f"first record after {served:.2f}s"
+        )
+    finally:
+        a.kill(signal.SIGCONT)
+    assert served <= 2 * STOP_LEASE, f"failover took {served:.2f}s (lease {STOP_LEASE}s)"
+    rb, rc = b._reply(180), c._reply(180)
+    ra = a._reply(180)
+    stored = {json.loads(r[4])["ids"][0] for r in db_log(pg_dsn) if r[2] == "append"}
+    for r in (rb, rc):
+        assert set(r["acked"]) <= stored  # nothing acknowledged is lost
+        assert not [f for f in r["failed"] if "DuplicateEntry" in f]  # applied once
+    assert set(ra["acked"]) <= stored
+    appended = [json.loads(r[4])["ids"][0] for r in db_log(pg_dsn) if r[2] == "append"]
+    assert len(appended) == len(set(appended))
+    converge(members)
+    check_merged(pg_dsn, members)

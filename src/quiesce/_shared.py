@@ -79,9 +79,11 @@ worker threads (``anyio.to_thread``), so it runs on asyncio and trio alike.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
+import secrets
 import socket
 import threading
 import time
@@ -89,6 +91,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import anyio
@@ -179,14 +182,31 @@ class SharedStats:
 _SEQUENCER = "sequencer"
 _REPLICA = "replica"
 
+# The token is the SHA-256 of the new sequencer's secret writer token, for
+# the new epoch: the insert trigger refuses rows of other sessions.
 _TAKE_LEASE = """
-INSERT INTO quiesce_writer (buffer_id, epoch, holder, lease_until)
-VALUES (%(b)s, 1, %(h)s, now() + %(l)s * interval '1 second')
+INSERT INTO quiesce_writer (buffer_id, epoch, holder, lease_until, token, token_epoch)
+VALUES (%(b)s, 1, %(h)s, now() + %(l)s * interval '1 second', %(t)s, 1)
 ON CONFLICT (buffer_id) DO UPDATE
     SET epoch = quiesce_writer.epoch + 1, holder = excluded.holder,
-        lease_until = excluded.lease_until
+        lease_until = excluded.lease_until, token = excluded.token,
+        token_epoch = quiesce_writer.epoch + 1
     WHERE quiesce_writer.lease_until < now()
 RETURNING epoch
+"""
+# Ends the sessions of an *expired* lease holder that are inside a
+# transaction (a paused or cut-off sequencer's open batch: its row locks on
+# the lease and request rows, its uncommitted log rows and its advisory lock
+# would hold the takeover back; a stalled COPY is not ended by any timeout).
+# Sessions are found by their application_name (_app_name); the lease row is
+# read without a lock. Safe: an expired holder's open batch could not commit
+# after the takeover anyway (the fence), and it never acknowledged it.
+_END_EXPIRED_HOLDER = """
+SELECT count(pg_terminate_backend(a.pid)) FROM pg_stat_activity a
+JOIN quiesce_writer w ON w.buffer_id = %(b)s AND w.lease_until < now() AND w.holder <> %(h)s
+WHERE a.application_name
+        = 'quiesce ' || left(encode(sha256(convert_to(w.holder, 'UTF8')), 'hex'), 16)
+  AND a.xact_start IS NOT NULL AND a.pid <> pg_backend_pid()
 """
 _RENEW_LEASE = """
 UPDATE quiesce_writer SET lease_until = now() + %(l)s * interval '1 second'
@@ -541,24 +561,39 @@ class _Control:
     connection used under a lock from worker threads; reconnects after a
     failure. Every failure is a :class:`LogWriteError` with the server's words."""
 
-    def __init__(self, dsn: str, timeout: float) -> None:
+    def __init__(self, dsn: str, timeout: float, application_name: str | None = None) -> None:
         self._dsn = dsn
         self._timeout = timeout
+        self._application_name = application_name
         self._lock = threading.Lock()
         self._conn: Any = None
         self.connected = False
         self.last_contact: float | None = None
 
-    def run(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    def run(
+        self, sql: str, params: dict[str, Any], *, lock_timeout: float | None = None
+    ) -> list[tuple[Any, ...]]:
+        """Run one statement (autocommit). With ``lock_timeout`` (seconds) it
+        runs in a transaction of its own that gives up waiting for a lock
+        after that long (the server's ``lock_timeout``)."""
         import psycopg
 
         with self._lock:
             try:
                 if self._conn is None or self._conn.closed:
-                    self._conn = connect(self._dsn, timeout=self._timeout)
+                    self._conn = connect(
+                        self._dsn, timeout=self._timeout, application_name=self._application_name
+                    )
                     self._conn.execute(f"SET statement_timeout = {int(self._timeout * 1000)}")
-                cur = self._conn.execute(sql, params)
-                rows = cur.fetchall() if cur.description is not None else []
+                if lock_timeout is None:
+                    cur = self._conn.execute(sql, params)
+                    rows = cur.fetchall() if cur.description is not None else []
+                else:
+                    with self._conn.transaction():
+                        ms = max(1, int(lock_timeout * 1000))
+                        self._conn.execute(f"SET LOCAL lock_timeout = {ms}")
+                        cur = self._conn.execute(sql, params)
+                        rows = cur.fetchall() if cur.description is not None else []
             except psycopg.Error as exc:
                 self.connected = False
                 conn, self._conn = self._conn, None
@@ -623,10 +658,13 @@ class SharedBuffer:
         self._max_pin_age = max_pin_age
         self.member_id = member_id
         self._incarnation = uuid.uuid4().hex
+        #: every session of this member is named so (pg_stat_activity), so
+        #: a successor can end what it left open (_END_EXPIRED_HOLDER)
+        self._app_name = "quiesce " + hashlib.sha256(self._holder.encode()).hexdigest()[:16]
         self._role = _REPLICA
         self._epoch = 0
         self._sink: PostgresLog | None = None
-        self._ctl = _Control(dsn, self._timeout)
+        self._ctl = _Control(dsn, self._timeout, self._app_name)
         self._local: RuntimeBuffer | None = None
         self._local_stop: anyio.Event | None = None
         self._tg: anyio.abc.TaskGroup | None = None
@@ -950,7 +988,10 @@ class SharedBuffer:
         # while this member might still pin a version from before it.
         await self._heartbeat_member(horizon=0)
         await self._host_local()
-        await self._try_take_lease()
+        try:
+            await self._try_take_lease()
+        except LogWriteError:
+            pass  # e.g. a paused holder's batch held the lease row: the heartbeat retries
         if self._role == _REPLICA:
             await self._catch_up()
         tg.start_soon(self._heartbeat_loop)
@@ -958,7 +999,14 @@ class SharedBuffer:
         tg.start_soon(self._flusher)
 
     def _open_sink(self) -> PostgresLog:
-        sink = PostgresLog(self._dsn, self._buffer_id, timeout=self._timeout)
+        sink = PostgresLog(
+            self._dsn,
+            self._buffer_id,
+            timeout=self._timeout,
+            application_name=self._app_name,
+            # a batch left open by a paused process ends on the server
+            idle_in_transaction_timeout=self._lease / 2,
+        )
         assert sink._conn is not None
         ensure_schema(sink._conn, sink.where)
         sink.before_commit = self._before_commit
@@ -1131,9 +1179,22 @@ class SharedBuffer:
             if self._role == _SEQUENCER or self._closing:
                 return False
             sent = time.monotonic()
-            rows = await self._ctl_run(
-                _TAKE_LEASE, {"b": self._buffer_id, "h": self._holder, "l": self._lease}
-            )
+            token = secrets.token_hex(32)
+            take = {
+                "b": self._buffer_id,
+                "h": self._holder,
+                "l": self._lease,
+                "t": hashlib.sha256(token.encode()).digest(),
+            }
+            try:
+                # never wait long on a lock: a paused holder's open batch may
+                # hold the lease row; end its sessions, then try again
+                rows = await self._db(
+                    partial(self._ctl.run, lock_timeout=self._lease / 4), _TAKE_LEASE, take
+                )
+            except LogWriteError:
+                await self._ctl_run(_END_EXPIRED_HOLDER, {"b": self._buffer_id, "h": self._holder})
+                raise
             if not rows:
                 return False
             epoch = int(rows[0][0])
@@ -1147,6 +1208,7 @@ class SharedBuffer:
             assert sink is not None
             with buf._write_lock:
                 sink.writer_epoch = epoch
+                sink.writer_token = token
                 buf._synced = len(buf._records)
                 buf._sink = sink
                 # the sequencer writes checkpoints (every checkpoint_every
@@ -1283,7 +1345,7 @@ class SharedBuffer:
             if conn is None or conn.closed:
                 sink = self._sink
                 assert sink is not None
-                conn = connect(self._dsn, timeout=self._timeout)
+                conn = connect(self._dsn, timeout=self._timeout, application_name=self._app_name)
                 conn.execute(f'LISTEN "{sink.channel}"')
                 conn.execute(f'LISTEN "{self.request_channel}"')
                 self._listen_conn = conn
