@@ -340,3 +340,98 @@ def test_sigstop_of_the_sequencer_mid_transaction(
     assert len(appended) == len(set(appended))
     converge(members)
     check_merged(pg_dsn, members)
+
+
+# -- multi-process: a foreign client's log rows --------------------------------
+
+
+def _foreign_row(dsn: str, entry_id: str) -> tuple[int, int, int, str]:
+    """A well-formed append record of a new entry for the next seq, stamped
+    with the current epoch, as a foreign client would forge it (copied from
+    the last stored append): (epoch, seq, version, text)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT epoch FROM quiesce_writer WHERE buffer_id = 'shared'").fetchone()
+        last = conn.execute(
+            "SELECT record FROM quiesce_log WHERE buffer_id = 'shared' AND op = 'append' "
+            "ORDER BY seq DESC LIMIT 1"
+        ).fetchone()
+        top = conn.execute(
+            "SELECT max(seq) + 1, max(version) + 1 FROM quiesce_log WHERE buffer_id = 'shared'"
+        ).fetchone()
+    assert row is not None and last is not None and top is not None
+    rec = json.loads(last[0])
+    old = rec["ids"][0]
+    rec.update(seq=top[0], version=top[1], ids=[entry_id])
+    rec["detail"]["entry"]["id"] = entry_id
+    rec["detail"]["key"] = float(rec["detail"]["key"]) + 1000.0  # a free order key
+    assert old != entry_id
+    return int(row[0]), int(top[0]), int(top[1]), json.dumps(rec, separators=(",", ":"))
+
+
+_INSERT_ROW = (
+    "INSERT INTO quiesce_log (buffer_id, seq, writer_epoch, format, op, version, record) "
+    "VALUES ('shared', %s, %s, 1, 'append', %s, %s)"
+)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_foreign_row_of_the_current_epoch_is_refused(
+    pg_dsn: str, members: list[Member], backend: str
+) -> None:
+    """A foreign psycopg client inserts a well-formed record with the current
+    epoch and the next seq (the fence's epoch and seq checks pass), once
+    plainly and once with a guessed writer token: the trigger refuses both
+    (SQLSTATE QF002), the log never holds the row, so no replica applies
+    it, and the sequencer goes on serving as before (no wedge, no
+    failover)."""
+    a = start(members, pg_dsn, "asyncio" if backend == "asyncio" else "trio")
+    b = start(members, pg_dsn, backend)
+    assert len(b("writes", ("w", 4, 5.0))["acked"]) == 4
+    a("flush")
+    for guess in (None, "0" * 64):
+        epoch, seq, version, text = _foreign_row(pg_dsn, "forged")
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            if guess is not None:
+                conn.execute("SELECT set_config('quiesce.writer_token', %s, false)", (guess,))
+            with pytest.raises(psycopg.Error, match="does not hold the writer lease") as info:
+                conn.execute(_INSERT_ROW, (seq, epoch, version, text))
+        assert info.value.sqlstate == "QF002"
+    after = b("writes", ("v", 4, 5.0))
+    assert len(after["acked"]) == 4 and after["failed"] == []
+    assert "forged" not in {json.loads(r[4])["ids"][0] for r in db_log(pg_dsn) if r[2] == "append"}
+    final = converge(members)
+    assert "forged" not in final["entries"]
+    assert a("stats")["role"] == "sequencer" and a("stats")["failovers"] == 0
+    assert a("stats")["epoch"] == epoch
+    check_merged(pg_dsn, members)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_row_past_the_fence_makes_the_sequencer_step_down(
+    pg_dsn: str, members: list[Member], backend: str
+) -> None:
+    """A row that got past the fences (its owner disabled the insert trigger
+    for it) sits where the sequencer's next record goes: the sequencer does
+    not wedge retrying a write that can never succeed. Its next batch finds
+    the stored log diverged from its own (LogDiverged, a fence), it steps
+    down and rebuilds from the log, the lease passes on, and forwarded
+    writes are served again; every member converges on the log as stored."""
+    a = start(members, pg_dsn, backend, lease=1.0)
+    b = start(members, pg_dsn, backend, lease=1.0)
+    assert len(b("writes", ("w", 3, 5.0))["acked"]) == 3
+    a("flush")
+    epoch, seq, version, text = _foreign_row(pg_dsn, "forged")
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE quiesce_log DISABLE TRIGGER quiesce_log_insert")
+        conn.execute(_INSERT_ROW, (seq, epoch, version, text))
+        conn.execute("ALTER TABLE quiesce_log ENABLE TRIGGER quiesce_log_insert")
+    a("append", ("mine", "written where the forged row already is"))
+    with pytest.raises(AssertionError, match="LeaseLost: this member lost the writer lease"):
+        a("flush")  # the write that diverged is dropped, and flush() says so
+    after = b("writes", ("v", 4, 10.0))
+    assert len(after["acked"]) >= 3
+    final = converge(members)
+    assert "forged" in final["entries"] and "mine" not in final["entries"]
+    epochs = [r[1] for r in db_log(pg_dsn)]
+    assert epochs == sorted(epochs) and epochs[-1] > epoch
+    check_merged(pg_dsn, members)

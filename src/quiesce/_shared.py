@@ -883,10 +883,15 @@ class SharedBuffer:
         same commit). On a replica: an anyio checkpoint, nothing more (its
         forwarded writes are durable when they return). Raises :class:`LeaseLost` if this member, as
         sequencer, lost the lease while some of its writes were not yet
-        durable (they were dropped): a flush that returns means every write
-        it acknowledged before is in the log."""
+        durable (they were dropped), also when this flush found itself
+        fenced (a successor's epoch, or another writer's record where its
+        own go: it steps down): a flush that returns means every write it
+        acknowledged before is in the log."""
         if self._role == _SEQUENCER:
-            await anyio.to_thread.run_sync(self._flush, checkpoint)
+            try:
+                await anyio.to_thread.run_sync(self._flush, checkpoint)
+            except WriterFenced:  # another writer's record is in the log: step down
+                await self._demote("fenced")
         else:
             await anyio.lowlevel.checkpoint()
         lost, self._lost_records = self._lost_records, 0

@@ -121,6 +121,9 @@ FENCED_SQLSTATE = "QF001"
 #: SQLSTATE of the token fence: an insert of the current epoch from a session
 #: that does not hold the writer lease (a foreign client).
 FOREIGN_SQLSTATE = "QF002"
+#: The insert trigger's words for a seq that is not the next one (the log
+#: ends elsewhere than this writer thought: another record is where it writes).
+_NOT_NEXT = "is not the next one"
 
 _DDL_TEMPLATE = """
 CREATE TABLE quiesce_meta (
@@ -332,7 +335,7 @@ def ensure_schema(conn: psycopg.Connection[Any], where: str) -> None:
     exists = conn.execute(
         "SELECT to_regclass('quiesce_meta') IS NOT NULL, "
         "to_regclass('quiesce_log_checkpoints') IS NOT NULL, "
-        "COALESCE((SELECT position('quiesce.writer_token' in prosrc) > 0 FROM pg_proc "
+        "COALESCE((SELECT position('QF002' in prosrc) > 0 FROM pg_proc "
         "WHERE oid = to_regproc('quiesce_log_insert')), false)"
     ).fetchone()
     if exists and exists[0] and not (exists[1] and exists[2]):
@@ -704,8 +707,13 @@ class PostgresLog:
             except psycopg.Error as exc:
                 self._broken = True
                 message = f"{self.where}: {_server_message(exc)}"
-                if getattr(exc, "sqlstate", None) in (FENCED_SQLSTATE, FOREIGN_SQLSTATE):
+                state = getattr(exc, "sqlstate", None)
+                if state in (FENCED_SQLSTATE, FOREIGN_SQLSTATE):
                     raise WriterFenced(message) from None
+                if _NOT_NEXT in message:
+                    # the log ends elsewhere: read where, on a fresh
+                    # connection; another record in our place is LogDiverged
+                    self._already_stored(self._usable_conn(), records, texts)
                 raise LogWriteError(message) from None
             self._next_seq = expected
             self._commits += 1
