@@ -517,8 +517,14 @@ async def open_buffer(
     escalation_buffer: int = 1000,
     flush_interval: float = 0.05,
     clock: Callable[[], float] | None = None,
+    verify: bool = False,
 ) -> AsyncIterator[RuntimeBuffer]:
     """A :class:`RuntimeBuffer` with its barrier scheduler running.
+
+    ``verify=True`` proves the recovered log before the body runs
+    (:meth:`Buffer.verify`, in a worker thread: the loop never reads the
+    disk for it): a checkpoint that disagrees with the full replay of its
+    records raises :class:`LogFormatError` naming it, and nothing runs.
 
     ``max_pin_age`` (seconds, ``None`` to disable) arms the reader-age alarm;
     ``escalation_buffer`` bounds the escalation stream; ``flush_interval`` is
@@ -534,6 +540,8 @@ async def open_buffer(
     """
     if clock is None:
         clock = _loop_clock()
+    if type(verify) is not bool:
+        raise InvalidType(f"verify must be a bool, not {type(verify).__name__}")
     buf = RuntimeBuffer(
         log,
         policy,
@@ -542,6 +550,8 @@ async def open_buffer(
         escalation_buffer=escalation_buffer,
         flush_interval=flush_interval,
     )
+    if verify:
+        await anyio.to_thread.run_sync(buf.verify)
     host_error: Exception | None = None
     async with anyio.create_task_group() as tg:
         buf._start()
