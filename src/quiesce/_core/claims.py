@@ -214,7 +214,7 @@ def _check(state: dict[str, Any], seq: int, read: Reader | None) -> None:
     for i, m in marks.items():
         if live[i].kind in IMMUTABLE_KINDS:
             if read is None:
-                raise _fail(seq, f"a mark of immutable {i!r}: no record here can vouch for it")
+                raise _fail(seq, f"a mark of immutable {i!r}: no record here vouches for it")
             rec, det = _retraction(read, seq, m[3], f"a mark of immutable {i!r}")
             if i not in det["retracted"] or [i, m[1], m[2]] not in det.get("marks", ()):
                 raise _fail(seq, f"a mark of immutable {i!r} that record {rec.seq} does not make")
@@ -236,7 +236,8 @@ def _check(state: dict[str, Any], seq: int, read: Reader | None) -> None:
             if actor != HOST_ACTOR or not set(retracted) <= set(ids):
                 raise _fail(seq, f"group {gid} retracts {retracted!r} without the host")
             if read is None:
-                raise _fail(seq, f"group {gid} retracts {retracted!r}: no record here vouches")
+                why = "no record here vouches for it"
+                raise _fail(seq, f"group {gid} retracts {retracted!r}: {why}")
             rec, det = _retraction(read, seq, staged, f"group {gid} retracting {retracted!r}")
             entry = [gid, list(ids), grace, staged]
             if not set(retracted) <= set(det["retracted"]) or entry not in det.get("staged", ()):
