@@ -32,8 +32,10 @@ What it cannot catch: a lie that is consistent within the checkpoint and
 leaves no trace in the records it reads — a protected entry dropped
 together with its ledger line (and its immutable-table line), a dropped
 mark or staged removal of an ordinary entry, rewritten counters other than
-``removed``. Only a full replay sees those: :func:`.verify.verify_records`
-(``quiesce verify``, ``Buffer.verify()``, ``verify=True`` on open).
+``removed``, the order of the window (an entry's order key: a ``Move`` may
+change any key, so only a replay knows which is right). Only a full replay
+sees those: :func:`.verify.verify_records` (``quiesce verify``,
+``Buffer.verify()``, ``verify=True`` on open).
 
 The ledger is kept by the engine as it writes (:func:`.ledger.note_written`, a dict
 of id -> seq for the live protected and sealed entries, a few dozen bytes
