@@ -627,3 +627,47 @@ def test_crafted_checkpoints(template: Path, tmp_path: Path, data: st.DataObject
 def test_crafted_checkpoints_long(template: Path, tmp_path: Path, data: st.DataObject) -> None:
     """As :func:`test_crafted_checkpoints`, ten times the examples."""
     _check_crafted(template, tmp_path, data)
+
+
+class TestOpenBufferVerify:
+    @pytest.mark.anyio
+    async def test_an_honest_log_opens(self, path: Path) -> None:
+        """``open_buffer(log, verify=True)`` proves the log (in a worker
+        thread) before the body runs; the body sees the recovered state, its
+        due removals applied."""
+        from quiesce import open_buffer
+
+        version = _full_replay(path).version
+        log = SQLiteLog(path)
+        try:
+            async with open_buffer(log, verify=True) as buf:
+                # the due removals (the host's retraction of u9) were applied
+                assert buf.version > version
+                assert "sys" in buf.head().live and "u9" not in buf.head().live
+        finally:
+            log.close()
+
+    @pytest.mark.anyio
+    async def test_a_lie_refuses_the_open(self, path: Path) -> None:
+        """A lie open cannot see (a dropped mark) refuses ``open_buffer``:
+        ``LogFormatError`` naming the checkpoint and field; the body never runs."""
+        from quiesce import open_buffer
+
+        seq = _lie(path, LIES_ONLY_VERIFY_SEES["dropped_mark"][0])
+        log = SQLiteLog(path)
+        ran = False
+        try:
+            with pytest.raises(LogFormatError, match=rf"^checkpoint {seq} disagrees .*: marks: "):
+                async with open_buffer(log, verify=True):
+                    ran = True
+        finally:
+            log.close()
+        assert not ran
+
+    @pytest.mark.anyio
+    async def test_verify_is_a_bool(self) -> None:
+        from quiesce import InvalidType, open_buffer
+
+        with pytest.raises(InvalidType, match=r"^verify must be a bool, not str$"):
+            async with open_buffer(verify="yes"):  # type: ignore[arg-type]
+                pass
