@@ -39,9 +39,12 @@ from hypothesis import strategies as st
 
 from _workload import Workload, random_op, state
 from quiesce import Buffer, JsonlLog, LogFormatError, SQLiteLog
+from quiesce._core.verify import state_fields, verify_records
 from quiesce._log._format import encode_json
+from quiesce._log.inspect import _open as open_log
 from quiesce._log.inspect import main as inspect_main
 from quiesce._log.jsonl import read_jsonl
+from quiesce._log.verify import main as verify_main
 from test_replay_checks import _jsonl
 
 SINKS: dict[str, Callable[[Path], Any]] = {"sqlite": SQLiteLog, "jsonl": JsonlLog}
@@ -104,6 +107,22 @@ def _inspect_never_raises(path: Path) -> int:
     return code
 
 
+def _verify_never_raises(path: Path, recovered: Buffer | None) -> int:
+    """``quiesce verify`` on a damaged or crafted file exits 0 or 1 (never a
+    traceback); when it passes and the file was recovered, the recovered
+    buffer is exactly the full replay's state (issue 21)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = verify_main([str(path)])
+    assert code in (0, 1), code
+    assert (code == 1) == bool(err.getvalue()), err.getvalue()
+    if code == 0 and recovered is not None:
+        scratch = Buffer()
+        verify_records(open_log(str(path))[3](), Buffer, into=scratch)
+        assert state_fields(recovered) == state_fields(scratch), "verify passed a lie"
+    return code
+
+
 def _flip(data: bytes, pos: int, bit: int) -> bytes:
     b = bytearray(data)
     b[pos] ^= 1 << bit
@@ -133,6 +152,7 @@ def _bit_flips(kind: str, pristine: Any, n: int, seed: int) -> dict[str, int]:
                 outcomes["torn"] += 1
             if k % 10 == 0:
                 _inspect_never_raises(path)
+                _verify_never_raises(path, buf)
             for extra in Path(d).iterdir():
                 extra.unlink()
     return outcomes
@@ -286,8 +306,9 @@ def _damaged(kind: str, pristine: Any, muts: list[tuple[str, int, Any]]) -> None
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / f"log.{kind}"
         path.write_bytes(_mutate(data, muts))
-        _recover(kind, path)
+        buf = _recover(kind, path)
         _inspect_never_raises(path)
+        _verify_never_raises(path, buf)
 
 
 @pytest.mark.slow
@@ -354,6 +375,7 @@ def _crafted_outcome(records: list[dict[str, Any]], path: Path) -> Buffer | None
     _jsonl(path, [encode_json(r) for r in records])
     buf = _recover("jsonl", path)
     _inspect_never_raises(path)
+    _verify_never_raises(path, buf)
     return buf
 
 

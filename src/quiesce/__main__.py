@@ -1,4 +1,4 @@
-"""The ``quiesce`` command: ``demo``, ``bench``, ``inspect``, ``compact``, ``view``.
+"""The ``quiesce`` command: ``demo``, ``bench``, ``inspect``, ``compact``, ``verify``, ``view``.
 
 Each subcommand lives in its own module and is imported only when run, so
 ``quiesce inspect`` never imports the benchmark's plotting stack.
@@ -16,6 +16,7 @@ _COMMANDS = {
     "bench": ("quiesce.bench", "the benchmark suite: JSON results and PNG plots"),
     "inspect": ("quiesce._log.inspect", "the edit log and tombstones of a durable log file"),
     "compact": ("quiesce._log.compact", "write a new log starting from a checkpoint of a log"),
+    "verify": ("quiesce._log.verify", "replay a log in full and check every checkpoint against it"),
     "view": ("quiesce._log.view", "one self-contained HTML page showing a log's history"),
 }
 

@@ -556,8 +556,14 @@ async def open_buffer(
     flush_interval: float = 0.05,
     clock: Callable[[], float] | None = None,
     close_timeout: float = DEFAULT_CLOSE_TIMEOUT,
+    verify: bool = False,
 ) -> AsyncIterator[RuntimeBuffer]:
     """A :class:`RuntimeBuffer` with its barrier scheduler running.
+
+    ``verify=True`` proves the recovered log before the body runs
+    (:meth:`Buffer.verify`, in a worker thread: the loop never reads the
+    disk for it): a checkpoint that disagrees with the full replay of its
+    records raises :class:`LogFormatError` naming it, and nothing runs.
 
     ``max_pin_age`` (seconds, ``None`` to disable) arms the reader-age alarm;
     ``escalation_buffer`` bounds the escalation stream; ``flush_interval`` is
@@ -586,6 +592,8 @@ async def open_buffer(
     _check_seconds(close_timeout, "close_timeout")
     if clock is None:
         clock = _loop_clock()
+    if type(verify) is not bool:
+        raise InvalidType(f"verify must be a bool, not {type(verify).__name__}")
     buf = RuntimeBuffer(
         log,
         policy,
@@ -594,6 +602,8 @@ async def open_buffer(
         escalation_buffer=escalation_buffer,
         flush_interval=flush_interval,
     )
+    if verify:
+        await anyio.to_thread.run_sync(buf.verify)
     host_error: Exception | None = None
     try:
         async with anyio.create_task_group() as tg:

@@ -42,6 +42,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .check import check_buffer
+from .claims import check_claims
 from .draft import Draft
 from .entry import Entry, Kind, check_int
 from .errors import LogFormatError
@@ -142,6 +143,8 @@ def checkpoint_state(buf: Buffer, *, listed: bool = False) -> dict[str, Any]:
         ],
         "intents": sorted([gid, seq] for gid, seq in buf._intents.items()),
         "immutable": sorted([i, h] for i, h in buf._immutable_hashes.items()),
+        # the record that wrote each live protected or sealed entry (claims.py)
+        "protected": sorted([i, q] for i, q in buf._protected_at.items() if i in head.live),
         "counts": sorted([k, v] for k, v in buf._counts.items()),
         "refusals": sorted([r.value, v] for r, v in buf._refusals.items()),
     }
@@ -327,6 +330,7 @@ def _restore(buf: Buffer, rec: LogRecord, state: dict[str, Any]) -> None:
     # records it summarises are not in this log (check.py allows for it)
     buf._compacted = state.get("compacted_from") is not None
     buf._immutable_hashes = {i: h for i, h in state["immutable"]}
+    buf._protected_at = {i: q for i, q in state.get("protected", ())}
     buf._counts = Counter({k: v for k, v in state["counts"]})
     buf._refusals = Counter({Refusal(r): v for r, v in state["refusals"]})
     buf._staged = []
@@ -349,6 +353,7 @@ def _reset(buf: Buffer) -> None:
     buf._records.reader = reader
     buf._head = Version.empty()
     buf._immutable_hashes = {}
+    buf._protected_at = {}
     buf._counts = Counter()
     buf._refusals = Counter()
     buf._staged = []
@@ -364,6 +369,7 @@ def _try(buf: Buffer, sink: ReadableSink, seq: int, total: int) -> None:
     LogFormatError or AssertionError if the checkpoint cannot be used."""
     rec = check_read(sink.read_range(seq, seq + 1), seq, seq + 1)[0]
     state = verify_checkpoint(rec)
+    check_claims(state, seq, sink.read_range)  # claims.py: before anything is applied
     try:
         _restore(buf, rec, state)
     except Exception as exc:  # KeyError, TypeError, the tombstone decoder's own checks
@@ -443,8 +449,10 @@ def replay_log(buf: Buffer, records: Sequence[LogRecord]) -> None:
 def _replay_log(buf: Buffer, records: Sequence[LogRecord]) -> None:
     if records and _is_compacted_base(records[0]):
         rec = records[0]
+        state = verify_checkpoint(rec)
+        check_claims(state, 0, None)  # its history is elsewhere: no record vouches
         try:
-            _restore(buf, rec, verify_checkpoint(rec))
+            _restore(buf, rec, state)
         except Exception as exc:  # KeyError, TypeError, the tombstone decoder's own checks
             raise LogFormatError(f"checkpoint 0 is malformed: {exc!r}") from exc
         replay(buf, records[1:])

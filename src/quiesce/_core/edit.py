@@ -23,6 +23,7 @@ from .draft import Draft
 from .entry import Entry, Kind
 from .errors import DanglingReference, DuplicateEntry, InvalidArgument, InvalidType, LogWriteError
 from .grace import Group
+from .ledger import note_written
 from .plan import EditPlan, Move, Prune, Rewrite, Summarize
 from .policy import IMMUTABLE_KINDS as _IMMUTABLE
 from .policy import PROTECTED_KINDS, sealed_conflicts
@@ -419,6 +420,8 @@ class Editor(Publisher):
                 },
             )
         )
+        written = [new for _old, new in rewrites] + [op.into for op, _ in summaries]
+        note_written(self._protected_at, len(self._records) - 1, written)  # claims.py
         self._head = draft.finish(n)
         markable = self._markable()
         markable.update(op.into.id for op, _ in summaries if op.into.kind not in _IMMUTABLE)

@@ -77,6 +77,7 @@ class Publisher(Grace):
     _intents: dict[int, int]  #: gid -> seq of the intent record logged for it
     _in_sink_write: int | None  #: the thread in sink.write, if any (callbacks.py)
     _immutable_hashes: dict[str, str]  #: invariant 4: each live immutable's admitted bytes
+    _protected_at: dict[str, int]  #: seq of the record writing each protected entry (claims.py)
 
     if TYPE_CHECKING:  # provided by .buffer.Buffer
 
@@ -270,6 +271,10 @@ class Publisher(Grace):
             self._markable().difference_update(removal)
             for i in retracted:  # a retracted immutable is gone, with its tombstone
                 self._immutable_hashes.pop(i, None)
+            protected_at = self._protected_at
+            if protected_at:
+                for i in removal:  # claims.py: the ledger holds live entries only
+                    protected_at.pop(i, None)
         else:
             self._append_record(record)
         for g in groups:

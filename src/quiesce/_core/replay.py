@@ -47,6 +47,7 @@ from .edit import HOST_ACTOR
 from .entry import Entry, Kind
 from .errors import LogFormatError
 from .grace import Group as _Group
+from .ledger import guarded, note_written
 from .policy import IMMUTABLE_KINDS, PROTECTED_KINDS
 from .publish import count_record as _count
 from .records import FORMAT, LogRecord, Mark, Tombstone
@@ -230,6 +231,8 @@ def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
                 draft.add(entry, key, v)
                 if entry.kind in IMMUTABLE_KINDS:
                     buf._immutable_hashes[entry.id] = entry.content_hash
+                if guarded(entry):
+                    buf._protected_at[entry.id] = rec.seq  # claims.py: its record
             elif op == "mark":
                 v = _publishes(v, number)
                 _require(len(rec.ids) == 1, f"a mark names {len(rec.ids)} ids, not one")
@@ -254,6 +257,7 @@ def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
                         for ref in entry.refs:
                             _require(ref in draft.live, f"{entry.id!r} cites {ref!r}, not live")
                         draft.replace(entry, n)
+                        note_written(buf._protected_at, rec.seq, (entry,))
                     for ins in _list(det.get("inserted", []), "inserted"):
                         entry = Entry.from_dict(ins["entry"])
                         key = _order_key(ins["key"])
@@ -262,6 +266,7 @@ def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
                         draft.add(entry, key, n)
                         if entry.kind in IMMUTABLE_KINDS:
                             buf._immutable_hashes[entry.id] = entry.content_hash
+                        note_written(buf._protected_at, rec.seq, (entry,))
                     placed = det.get("placed")  # present after a renumbering
                     if placed is not None:
                         placed = set(_list(placed, "placed"))
@@ -335,6 +340,7 @@ def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
                     keys.drop(slot.key)
                     draft.remove(t)
                     buf._immutable_hashes.pop(t.id, None)
+                    buf._protected_at.pop(t.id, None)
                 draft.tombs.locate(located, rec.seq, buf._records)  # tombs.py: spill
                 for t in tombs:
                     cited = draft.referrers.get(t.id)

@@ -9,9 +9,15 @@ marked as compacted from SRC. ``Buffer(log=DST)`` recovers the same state
 (checked before the command returns) and continues the log from there. The
 history itself stays in SRC: nothing is deleted, SRC is the archive.
 
-DST must not exist. Errors (a missing or damaged SRC, an existing DST, a
-failed write): one line on stderr and exit status 2; a DST left half
-written is removed. O(records of SRC) to read and replay it.
+SRC is verified first (``quiesce verify``, streaming): a checkpoint of SRC
+that disagrees with the full replay of its records is refused, and so is a
+state whose compacted base could not vouch for itself at open — a host
+retraction of a protected entry (its tombstone, a marked immutable, a
+retracting group) needs its record, which stays in SRC. DST must not
+exist. Errors (a missing, damaged or lying SRC, an existing DST, a failed
+write): one line on stderr and exit status 2, DST not written; a DST left
+half written is removed. O(records of SRC) to read and replay it, in
+constant memory beyond the state.
 """
 
 from __future__ import annotations
@@ -23,9 +29,11 @@ import time
 from collections.abc import Sequence
 
 from .._core.buffer import Buffer
-from .._core.checkpoint import compacted_records, replay_log
+from .._core.checkpoint import compacted_records
+from .._core.claims import check_claims
 from .._core.errors import LogFormatError
-from .inspect import _read
+from .._core.verify import verify_records
+from .inspect import _open
 from .jsonl import JsonlLog
 from .sqlite import SQLiteLog
 
@@ -55,13 +63,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     if os.path.lexists(dst):
         return _fail(f"{dst} exists: compact writes a new log and never overwrites one")
     try:
-        kind, _fmt, records, _torn = _read(src)
-        if kind not in ("sqlite", "jsonl"):  # pragma: no cover - _read sniffs files only
+        kind, _fmt, _torn, stream = _open(src)
+        if kind not in ("sqlite", "jsonl"):  # pragma: no cover - _open sniffs files only
             return _fail(f"{src}: cannot compact a {kind} log")
+        # SRC is verified first (verify.py): a checkpoint of it that
+        # disagrees with its records is refused, DST is not written
         scratch = Buffer()
-        replay_log(scratch, records)
-        del records
+        result = verify_records(stream(), Buffer, into=scratch)
+        if result.disagreement is not None:
+            found = result.disagreement.message()
+            return _fail(f"{src} does not verify: {found}; {dst} not written")
         batch = compacted_records(scratch, os.path.abspath(src), time.time())
+        # what DST's open will check of its base (claims.py): a host
+        # retraction of a protected entry needs its record, which stays in SRC
+        try:
+            check_claims(batch[0].detail["state"], 0, None)
+        except LogFormatError as exc:
+            return _fail(f"cannot compact {src}: {exc}; {dst} not written")
     except (OSError, LogFormatError) as exc:
         return _fail(str(exc))
     cls = SQLiteLog if kind == "sqlite" else JsonlLog
