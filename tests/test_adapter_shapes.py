@@ -825,20 +825,20 @@ BAD: list[tuple[Callable[..., Any], list[Any], type[Exception], str]] = [
         responses.append_messages,
         [{"type": "function_call_output", "call_id": "c", "output": "x"}],
         InvalidArgument,
-        r"^message 0: function_call_output for 'c' follows no call with that "
+        r"^item 0: function_call_output for 'c' follows no call with that "
         r"call_id$",
     ),
     (
         responses.append_messages,
         [{"role": "user", "content": 5}],
         InvalidType,
-        r"^message 0: content must be a str or a list of parts, not int$",
+        r"^item 0: content must be a str or a list of parts, not int$",
     ),
     (
         responses.append_messages,
         [{"content": "no type, no role"}],
         InvalidType,
-        r"^message 0: type must be a str, not NoneType$",
+        r"^item 0: type must be a str, not NoneType$",
     ),
     (
         openai.append_messages,

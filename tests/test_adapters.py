@@ -229,7 +229,7 @@ class TestOpenAIBadInput:
             (
                 [{"role": "user", "content": "a"}, "not a dict"],
                 InvalidType,
-                r"^message 1: must be a dict, not str$",
+                r"^message 1: must be a dict or an SDK object, not str$",
             ),
             (
                 [

@@ -326,7 +326,7 @@ async def test_bad_item_is_refused_whole() -> None:
     buf = Buffer()
     session = QuiesceSession("s3", buf)
     with pytest.raises(
-        InvalidType, match=r"^openai-agents: message 1: call_id must be a str, not NoneType$"
+        InvalidType, match=r"^openai-agents: item 1: call_id must be a str, not NoneType$"
     ):
         await session.add_items(
             [{"role": "user", "content": "hi"}, {"type": "function_call", "name": "f"}]  # type: ignore[list-item]

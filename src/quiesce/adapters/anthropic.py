@@ -85,6 +85,8 @@ from ._common import (
     render_with,
     result_id,
     stale_note,
+    sync_history,
+    to_plain,
     tool_name,
 )
 
@@ -200,15 +202,18 @@ def _read(
     turn: int | None,
     user_kind: Kind,
     assistant_kind: Kind,
+    start: int = 0,
+    prev: str | None = None,
+    rewritable: Collection[str] = (),
+    first: bool = True,
 ) -> list[Read]:
     check_kind(user_kind, "user_kind")
     check_kind(assistant_kind, "assistant_kind")
-    out = _system(system, keys=keys, turn=turn)
+    out = _system(to_plain(system), keys=keys, turn=turn) if first else []
     open_calls: set[str] = set(calls)
     answered: set[str] = set()
     used: set[str] = set()
-    prev: str | None = None
-    for index, m in enumerate(check_messages(messages)):
+    for index, m in enumerate(check_messages(messages, start=start), start):
         role = m.get("role")
         if not isinstance(role, str) or role not in ROLES:
             raise fail(index, f"role must be 'user' or 'assistant', not {role!r}")
@@ -370,15 +375,16 @@ def sync_messages(
     else a content key; idempotent; pruned messages sent back are reported
     ``tombstoned``, not re-appended. See
     :func:`quiesce.adapters.openai.sync_messages`."""
-    read = partial(
+    tail = partial(
         _read,
-        messages,
         system=system,
         turn=turn,
         user_kind=user_kind,
         assistant_kind=assistant_kind,
     )
-    return read_and_admit(buf, read, api=API, readmit=readmit, turn=turn, sync=True, actor=actor)
+    return sync_history(
+        buf, messages, tail, api=API, readmit=readmit, turn=turn, actor=actor, system=system
+    )
 
 
 # -- render -------------------------------------------------------------------

@@ -82,6 +82,7 @@ from ._common import (
     render_with,
     result_id,
     stale_note,
+    sync_history,
     tool_name,
 )
 
@@ -153,6 +154,10 @@ def _read(
     turn: int | None,
     user_kind: Kind,
     assistant_kind: Kind,
+    start: int = 0,
+    prev: str | None = None,
+    rewritable: Collection[str] = (),
+    first: bool = True,
 ) -> list[Read]:
     check_kind(user_kind, "user_kind")
     check_kind(assistant_kind, "assistant_kind")
@@ -160,8 +165,7 @@ def _read(
     open_calls: set[str] = set(calls)
     answered: set[str] = set()
     seen_calls: set[str] = set()
-    prev: str | None = None
-    for index, m in enumerate(check_messages(messages)):
+    for index, m in enumerate(check_messages(messages, start=start), start):
         role = m.get("role")
         if not isinstance(role, str) or role not in ROLES:
             raise fail(index, f"role must be one of {sorted(ROLES)}, not {role!r}")
@@ -319,14 +323,13 @@ def sync_messages(
     and leaves the buffer unchanged. Returns a frozen
     :class:`~quiesce.adapters.SyncReport`.
     """
-    read = partial(
+    tail = partial(
         _read,
-        messages,
         turn=turn,
         user_kind=user_kind,
         assistant_kind=assistant_kind,
     )
-    return read_and_admit(buf, read, api=API, readmit=readmit, turn=turn, sync=True, actor=actor)
+    return sync_history(buf, messages, tail, api=API, readmit=readmit, turn=turn, actor=actor)
 
 
 # -- render -------------------------------------------------------------------
