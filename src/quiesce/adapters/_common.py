@@ -53,7 +53,8 @@ import json
 import re
 import threading
 import weakref
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
@@ -705,15 +706,48 @@ def read_and_admit(
     return admit(buf, reads, api=api, readmit=readmit, turn=turn, sync=sync, actor=actor)
 
 
-def render_with(source: object, render: Callable[[Snapshot], _T]) -> _T:
+def render_with(
+    source: object, render: Callable[[Snapshot], _T], cache: Hashable | None = None
+) -> _T:
     """``render`` of a snapshot passed in, or of a new snapshot of a buffer
-    (released when done, also on error)."""
+    (released when done, also on error).
+
+    With ``cache`` (the adapter and its options), the window's rendering is
+    remembered as JSON text for the snapshot's version (the last
+    :data:`RENDER_CACHE` windows): rendering the same version again is one
+    ``json.loads`` — fresh objects the caller may change, no per-entry
+    work. A version is immutable, so a hit is exact."""
     snap, opened = snapshot_of(source)
     try:
-        return render(snap)
+        if cache is None:
+            return render(snap)
+        entries = snap.entries()
+        if not entries:
+            return render(snap)
+        key = (cache, id(entries), snap.version)
+        with _RENDERS_LOCK:
+            hit = _RENDERS.get(key)
+            if hit is not None:
+                _RENDERS.move_to_end(key)
+        if hit is not None and hit[0] is entries:
+            return json.loads(hit[1])  # type: ignore[no-any-return]
+        out = render(snap)
+        text = json.dumps(out, ensure_ascii=False)
+        with _RENDERS_LOCK:
+            _RENDERS[key] = (entries, text)  # the entries keep id(entries) unique
+            while len(_RENDERS) > RENDER_CACHE:
+                _RENDERS.popitem(last=False)
+        return out
     finally:
         if opened:
             snap.__exit__(None, None, None)
+
+
+#: How many rendered windows :func:`render_with` remembers.
+RENDER_CACHE = 16
+
+_RENDERS: OrderedDict[Hashable, tuple[tuple[Entry, ...], str]] = OrderedDict()
+_RENDERS_LOCK = threading.Lock()
 
 
 def parts_text(
@@ -949,6 +983,11 @@ def _unnote_text(text: str) -> str | None:
     m = _STALE_LINE.match(text)
     if m is not None:
         text = text[m.end() :]
+    if text.endswith("]") and NOTE_PREFIX in text:
+        # a note paragraph after the text (Anthropic's removal note)
+        head, sep, tail = text.rpartition("\n\n" + NOTE_PREFIX)
+        if sep and is_note(NOTE_PREFIX + tail):
+            text = head
     if "\\[" in text:
         text = _UNESCAPE.sub(r"\1\2[", text)
     return text

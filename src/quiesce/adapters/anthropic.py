@@ -53,12 +53,14 @@ import json
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from .._core.buffer import Buffer, Snapshot
 from .._core.entry import Entry, Kind, canonical_json
 from .._core.version import Version
 from ._common import (
+    NOTE_LIMIT,
+    NOTE_NAMES,
     Keys,
     Read,
     ReadmitPolicy,
@@ -66,6 +68,7 @@ from ._common import (
     check_kind,
     check_messages,
     check_nonempty,
+    check_note_options,
     check_str,
     entry,
     escape_blocks,
@@ -463,7 +466,12 @@ def _result_block(call: Entry, result: Entry | None, note: str | None, tombstone
 
 
 def render(
-    source: Snapshot | Buffer, *, annotate_stale: bool = True, tombstone_notes: bool = True
+    source: Snapshot | Buffer,
+    *,
+    annotate_stale: bool = True,
+    tombstone_notes: bool = True,
+    note_names: int = NOTE_NAMES,
+    note_limit: int = NOTE_LIMIT,
 ) -> dict[str, Any]:
     """``{"system": ..., "messages": [...]}`` for a snapshot's window (a
     buffer is snapshotted for the call); pass it as keyword arguments to the
@@ -478,12 +486,29 @@ def render(
     prompt. Entries from elsewhere are rendered from their bodies.
     O(n + tombstones).
     """
+    check_note_options(note_names, note_limit)
+    options = (annotate_stale, tombstone_notes, note_names, note_limit)
     return render_with(
-        source, partial(_render, annotate_stale=annotate_stale, tombstone_notes=tombstone_notes)
+        source,
+        partial(
+            _render,
+            annotate_stale=annotate_stale,
+            tombstone_notes=tombstone_notes,
+            note_names=note_names,
+            note_limit=note_limit,
+        ),
+        (API, *options),
     )
 
 
-def _render(snap: Snapshot, *, annotate_stale: bool, tombstone_notes: bool) -> dict[str, Any]:
+def _render(
+    snap: Snapshot,
+    *,
+    annotate_stale: bool,
+    tombstone_notes: bool,
+    note_names: int,
+    note_limit: int,
+) -> dict[str, Any]:
     entries = snap.entries()
     marks = snap.marks if annotate_stale else {}
     tombstones = snap.tombstones
@@ -551,12 +576,36 @@ def _render(snap: Snapshot, *, annotate_stale: bool, tombstone_notes: bool) -> d
             turns.append(answer)
     messages = _merge(turns)
     out: dict[str, Any] = {}
-    note = removal_note(tombstones, skip=in_place) if tombstone_notes else None
+    note = (
+        removal_note(tombstones, skip=in_place, names=note_names, limit=note_limit)
+        if tombstone_notes
+        else None
+    )
+    if note is not None and _note_last_user(messages, note):
+        note = None
     prompt = _system_prompt(system, note)
     if prompt is not None:
         out["system"] = prompt
     out["messages"] = messages
     return out
+
+
+def _note_last_user(messages: list[Message], note: str) -> bool:
+    """Put the removal note at the end of the last user turn (a text block
+    after its blocks, or a paragraph after its text): a removal changes no
+    byte before the place it was made, and the system prompt and every
+    earlier turn stay as the provider's prompt cache holds them. ``False``
+    if there is no user turn (the note then ends the system prompt)."""
+    for m in reversed(messages):
+        if m.get("role") != "user":
+            continue
+        content = m.get("content")
+        if isinstance(content, str):
+            m["content"] = f"{content}\n\n{note}"
+        else:
+            m["content"] = [*cast(list[Block], content), _text(note)]
+        return True
+    return False
 
 
 def _merge(turns: list[_Turn]) -> list[Message]:

@@ -54,6 +54,8 @@ from .._core.buffer import Buffer, Snapshot
 from .._core.entry import Entry, Kind
 from .._core.version import Version
 from ._common import (
+    NOTE_LIMIT,
+    NOTE_NAMES,
     Keys,
     Read,
     ReadmitPolicy,
@@ -63,6 +65,7 @@ from ._common import (
     check_kind,
     check_messages,
     check_nonempty,
+    check_note_options,
     check_str,
     entry,
     escape_blocks,
@@ -366,7 +369,12 @@ def _tool_call(e: Entry) -> dict[str, Any]:
 
 
 def render(
-    source: Snapshot | Buffer, *, annotate_stale: bool = True, tombstone_notes: bool = True
+    source: Snapshot | Buffer,
+    *,
+    annotate_stale: bool = True,
+    tombstone_notes: bool = True,
+    note_names: int = NOTE_NAMES,
+    note_limit: int = NOTE_LIMIT,
 ) -> list[Message]:
     """Chat Completions messages for a snapshot's window (a buffer is
     snapshotted for the call).
@@ -380,12 +388,29 @@ def render(
     elsewhere (another adapter, summaries, rewrites) are rendered from their
     bodies. O(n + tombstones).
     """
+    check_note_options(note_names, note_limit)
+    options = (annotate_stale, tombstone_notes, note_names, note_limit)
     return render_with(
-        source, partial(_render, annotate_stale=annotate_stale, tombstone_notes=tombstone_notes)
+        source,
+        partial(
+            _render,
+            annotate_stale=annotate_stale,
+            tombstone_notes=tombstone_notes,
+            note_names=note_names,
+            note_limit=note_limit,
+        ),
+        (API, *options),
     )
 
 
-def _render(snap: Snapshot, *, annotate_stale: bool, tombstone_notes: bool) -> list[Message]:
+def _render(
+    snap: Snapshot,
+    *,
+    annotate_stale: bool,
+    tombstone_notes: bool,
+    note_names: int,
+    note_limit: int,
+) -> list[Message]:
     entries = snap.entries()
     marks = snap.marks if annotate_stale else {}
     tombstones = snap.tombstones
@@ -437,12 +462,15 @@ def _render(snap: Snapshot, *, annotate_stale: bool, tombstone_notes: bool) -> l
                 in_place.add(result_id(c.id))
                 text = missing_result_note(c.id, tombstones)
                 out.append({"role": "tool", "tool_call_id": c.id, "content": text})
-    note = removal_note(tombstones, skip=in_place) if tombstone_notes else None
+    note = (
+        removal_note(tombstones, skip=in_place, names=note_names, limit=note_limit)
+        if tombstone_notes
+        else None
+    )
     if note is not None:
-        at = 0
-        while at < len(out) and out[at]["role"] in ("system", "developer"):
-            at += 1
-        out.insert(at, {"role": "system", "content": note})
+        # At the end: a removal changes no byte before the place it was made,
+        # and the next turn's request keeps this one's prefix (prompt cache).
+        out.append({"role": "system", "content": note})
     return out
 
 

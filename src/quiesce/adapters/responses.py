@@ -57,6 +57,8 @@ from .._core.buffer import Buffer, Snapshot
 from .._core.entry import Entry, Kind
 from .._core.version import Version
 from ._common import (
+    NOTE_LIMIT,
+    NOTE_NAMES,
     NOUN,
     PLACEHOLDER_IDS,
     Keys,
@@ -67,6 +69,7 @@ from ._common import (
     check_kind,
     check_messages,
     check_nonempty,
+    check_note_options,
     check_str,
     entry,
     escape_blocks,
@@ -404,7 +407,12 @@ def _foreign(e: Entry, note: str | None) -> Item:
 
 
 def render(
-    source: Snapshot | Buffer, *, annotate_stale: bool = True, tombstone_notes: bool = True
+    source: Snapshot | Buffer,
+    *,
+    annotate_stale: bool = True,
+    tombstone_notes: bool = True,
+    note_names: int = NOTE_NAMES,
+    note_limit: int = NOTE_LIMIT,
 ) -> list[Item]:
     """Responses API input items for a snapshot's window (a buffer is
     snapshotted for the call), in window order.
@@ -418,12 +426,29 @@ def render(
     in one ``system`` message after the leading system/developer messages.
     Entries from elsewhere are rendered from their bodies. O(n + tombstones).
     """
+    check_note_options(note_names, note_limit)
+    options = (annotate_stale, tombstone_notes, note_names, note_limit)
     return render_with(
-        source, partial(_render, annotate_stale=annotate_stale, tombstone_notes=tombstone_notes)
+        source,
+        partial(
+            _render,
+            annotate_stale=annotate_stale,
+            tombstone_notes=tombstone_notes,
+            note_names=note_names,
+            note_limit=note_limit,
+        ),
+        (API, *options),
     )
 
 
-def _render(snap: Snapshot, *, annotate_stale: bool, tombstone_notes: bool) -> list[Item]:
+def _render(
+    snap: Snapshot,
+    *,
+    annotate_stale: bool,
+    tombstone_notes: bool,
+    note_names: int,
+    note_limit: int,
+) -> list[Item]:
     entries = snap.entries()
     marks = snap.marks if annotate_stale else {}
     tombstones = snap.tombstones
@@ -451,12 +476,15 @@ def _render(snap: Snapshot, *, annotate_stale: bool, tombstone_notes: bool) -> l
                     "output": missing_result_note(e.id, tombstones),
                 }
             )
-    note = removal_note(tombstones, skip=in_place) if tombstone_notes else None
+    note = (
+        removal_note(tombstones, skip=in_place, names=note_names, limit=note_limit)
+        if tombstone_notes
+        else None
+    )
     if note is not None:
-        at = 0
-        while at < len(out) and out[at].get("role") in ("system", "developer"):
-            at += 1
-        out.insert(at, {"role": "system", "content": note})
+        # At the end: a removal changes no byte before the place it was made,
+        # and the next turn's request keeps this one's prefix (prompt cache).
+        out.append({"role": "system", "content": note})
     return out
 
 
