@@ -261,9 +261,37 @@ def json_value(index: int, value: object, what: str) -> Any:
     try:
         return freeze(value, what)
     except InvalidType as exc:
+        found = _not_json(value, "")
+        if found is not None:
+            path, bad = found
+            raise fail(
+                index,
+                f"{path or what} must be a JSON value or an SDK object, not {type(bad).__name__}",
+                type_error=True,
+            ) from None
         raise fail(index, str(exc), type_error=True) from None
     except InvalidArgument as exc:
         raise fail(index, str(exc)) from None
+
+
+def _not_json(value: object, path: str, depth: int = 0) -> tuple[str, object] | None:
+    """The path (``content[1].input``) and value of the first non-JSON value
+    in ``value``, or ``None``. Only called to word an error."""
+    if value is None or isinstance(value, str | int | float | bool) or depth > MAX_DEPTH:
+        return None
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            found = _not_json(v, f"{path}.{k}" if path else str(k), depth + 1)
+            if found is not None:
+                return found
+        return None
+    if isinstance(value, list | tuple):
+        for n, v in enumerate(value):
+            found = _not_json(v, f"{path}[{n}]", depth + 1)
+            if found is not None:
+                return found
+        return None
+    return path, value
 
 
 def entry(index: int, *args: Any, **kwargs: Any) -> Entry:
@@ -314,20 +342,29 @@ class Keys:
     content, *live ones first* (in the order they were made), then pruned
     ones, then new keys — so identical messages never shift keys when an
     earlier copy disappears from the history (a framework that follows the
-    rendered window drops the pruned copy), and ``used`` (the keys of a
-    history's prefix already matched) are skipped. Indexing the head is
+    rendered window drops the pruned copy); ``used`` (the keys of a
+    history's prefix already matched) are skipped, and with ``gone`` (the
+    keys the last history held past that prefix) only those pruned keys are
+    candidates: a pruned copy the framework already dropped cannot come
+    back as a new identical message. Indexing the head is
     O(n + tombstones), once, on the first key asked for.
     """
 
-    __slots__ = ("_counts", "_dead", "_head", "_live", "_sync", "_taken", "_used")
+    __slots__ = ("_counts", "_dead", "_gone", "_head", "_live", "_sync", "_taken", "_used")
 
     def __init__(
-        self, head: Version | None = None, *, sync: bool = False, used: Collection[str] = ()
+        self,
+        head: Version | None = None,
+        *,
+        sync: bool = False,
+        used: Collection[str] = (),
+        gone: Collection[str] | None = None,
     ) -> None:
         self._counts: dict[str, int] = {}
         self._head = head
         self._sync = sync and head is not None
         self._used = used
+        self._gone = gone
         self._taken: set[str] | None = None
         self._live: dict[str, list[int]] = {}
         self._dead: dict[str, list[int]] = {}
@@ -361,12 +398,12 @@ class Keys:
         n = self._counts.get(fp, 0)
         if self._sync:
             taken = self.taken()
+            dead = [f"{RESERVED}{fp}.{m}" for m in self._dead.get(fp, ())]
+            if self._gone is not None:
+                dead = [key for key in dead if key in self._gone]
             cands = [
                 key
-                for key in (
-                    f"{RESERVED}{fp}.{m}"
-                    for m in (*self._live.get(fp, ()), *self._dead.get(fp, ()))
-                )
+                for key in (*(f"{RESERVED}{fp}.{m}" for m in self._live.get(fp, ())), *dead)
                 if key not in self._used
             ]
             self._counts[fp] = n + 1
@@ -1198,7 +1235,12 @@ def _sync(
     recognised = [recognise(m) for m in raws]
     before = {i for s in old[:k] for i in s.ids}
     rest = {i for s in old[k:] for i in s.ids}
-    keys = Keys(head, sync=True, used={s.key for s in old[:k] if s.key})
+    keys = Keys(
+        head,
+        sync=True,
+        used={s.key for s in old[:k] if s.key},
+        gone={s.key for s in old[k:] if s.key} if old else None,
+    )
     reads_by_t: dict[int, Read] = {}
     calls: list[str] = []
     prev = next((old[j].key for j in range(k - 1, -1, -1) if old[j].key), None)
