@@ -267,3 +267,27 @@ class TestContentKeys:
         report = openai.sync_messages(buf, [*following, {"role": "user", "content": "more"}, ack])
         assert report.appended == (3, 4)
         assert len(buf) == 5
+
+
+class TestNoOpSync:
+    @pytest.mark.parametrize("api", ["openai", "responses", "anthropic"])
+    def test_the_same_history_again_publishes_nothing(self, api: str) -> None:
+        from quiesce.bench.sync_render import history, measure
+
+        msgs, system = history(api, 60)
+        buf = Buffer()
+        module = {"openai": openai, "responses": responses, "anthropic": anthropic}[api]
+        kwargs = {"system": system} if api == "anthropic" else {}
+        first = module.sync_messages(buf, msgs, **kwargs)
+        assert first.appended[:1] == (0,) or api == "anthropic"
+        version, window = buf.version, module.render(buf)
+        again = module.sync_messages(buf, msgs, **kwargs)
+        assert again.appended == () and buf.version == version
+        assert len(again.held) == len(msgs)
+        rendered = module.render(buf)
+        assert rendered == window and rendered is not window
+        # the rendered window is the caller's to change: the cache keeps its own copy
+        (rendered["messages"] if api == "anthropic" else rendered).clear()
+        assert module.render(buf) == window
+        (figure,) = measure((40,), (api,), repeat=1, budget_s=0.001)
+        assert figure.api == api and figure.messages <= 40 and figure.ratio > 0
