@@ -346,11 +346,15 @@ class Keys:
     history's prefix already matched) are skipped, and with ``gone`` (the
     keys the last history held past that prefix) only those pruned keys are
     candidates: a pruned copy the framework already dropped cannot come
-    back as a new identical message. Indexing the head is
-    O(n + tombstones), once, on the first key asked for.
+    back as a new identical message.
+
+    The numbers of one content are allocated without gaps (the first unused
+    one, and ids are never reused), so the keys of a content are found by
+    probing ``n = 0, 1, ...`` until one is unused: O(k log n) for k
+    identical messages, never a pass over the buffer.
     """
 
-    __slots__ = ("_counts", "_dead", "_gone", "_head", "_live", "_sync", "_taken", "_used")
+    __slots__ = ("_counts", "_found", "_gone", "_head", "_sync", "_used")
 
     def __init__(
         self,
@@ -365,65 +369,53 @@ class Keys:
         self._sync = sync and head is not None
         self._used = used
         self._gone = gone
-        self._taken: set[str] | None = None
-        self._live: dict[str, list[int]] = {}
-        self._dead: dict[str, list[int]] = {}
+        #: per fingerprint: (live keys, pruned keys, next unused number)
+        self._found: dict[str, tuple[list[str], list[str], int]] = {}
 
-    def taken(self) -> set[str]:
-        if self._taken is None:
-            taken: set[str] = set()
-            if self._head is not None:
-                live = self._head.live
-                for source, where in (
-                    (live.keys(), self._live),
-                    (self._head.tombs.by_id.keys(), self._dead),
-                ):
-                    for i in source:
-                        if i.startswith(RESERVED):
-                            key = RESERVED + i.split(RESERVED, 2)[1]
-                            if key in taken and where is self._dead:
-                                continue
-                            if key not in taken and self._sync:
-                                fp, _, n = key[1:].partition(".")
-                                if n.isdigit():
-                                    where.setdefault(fp, []).append(int(n))
-                            taken.add(key)
-                for lst in (*self._live.values(), *self._dead.values()):
-                    lst.sort()
-            self._taken = taken
-        return self._taken
+    def _state(self, key: str) -> bool | None:
+        """``True``: an entry of message ``key`` is live; ``False``: only
+        pruned ones; ``None``: no entry ever had it."""
+        head = self._head
+        assert head is not None
+        live, tombs = head.live, head.tombs.by_id
+        first = f"{key}{RESERVED}0"
+        if key in live or first in live:
+            return True
+        if key in tombs or first in tombs:
+            return False
+        return None
+
+    def _probe(self, fp: str) -> tuple[list[str], list[str], int]:
+        found = self._found.get(fp)
+        if found is None:
+            live: list[str] = []
+            dead: list[str] = []
+            n = 0
+            while True:
+                key = f"{RESERVED}{fp}.{n}"
+                state = self._state(key)
+                if state is None:
+                    break
+                (live if state else dead).append(key)
+                n += 1
+            found = self._found[fp] = (live, dead, n)
+        return found
 
     def __call__(self, message: object) -> str:
         fp = fingerprint(message)
         n = self._counts.get(fp, 0)
+        self._counts[fp] = n + 1
+        if self._head is None:
+            return f"{RESERVED}{fp}.{n}"
+        live, dead, free = self._probe(fp)
         if self._sync:
-            taken = self.taken()
-            dead = [f"{RESERVED}{fp}.{m}" for m in self._dead.get(fp, ())]
             if self._gone is not None:
                 dead = [key for key in dead if key in self._gone]
-            cands = [
-                key
-                for key in (*(f"{RESERVED}{fp}.{m}" for m in self._live.get(fp, ())), *dead)
-                if key not in self._used
-            ]
-            self._counts[fp] = n + 1
+            cands = [key for key in (*live, *dead) if key not in self._used]
             if n < len(cands):
                 return cands[n]
-            m = 0
-            key = f"{RESERVED}{fp}.{m}"
-            while key in taken:
-                m += 1
-                key = f"{RESERVED}{fp}.{m}"
-            taken.add(key)
-            return key
-        key = f"{RESERVED}{fp}.{n}"
-        if self._head is not None:
-            taken = self.taken()
-            while key in taken:
-                n += 1
-                key = f"{RESERVED}{fp}.{n}"
-        self._counts[fp] = n + 1
-        return key
+        self._found[fp] = (live, dead, free + 1)
+        return f"{RESERVED}{fp}.{free}"
 
 
 # -- notes --------------------------------------------------------------------
@@ -630,8 +622,27 @@ def arguments_json(e: Entry) -> str:
 
 
 def plain(value: object) -> Any:
-    """A frozen value as plain JSON types."""
-    return thaw(value)
+    """A frozen value as plain JSON types: fresh objects, the caller's to
+    change. The JSON text of each frozen value is remembered (by identity;
+    the frozen value is immutable and kept alive with it, the last
+    :data:`PLAIN_CACHE` of them), so rendering an entry again is one
+    C-level ``json.loads`` instead of a Python walk."""
+    if not isinstance(value, Mapping | tuple):
+        return value
+    hit = _PLAIN.get(id(value))
+    if hit is not None and hit[0] is value:
+        return json.loads(hit[1])
+    out = thaw(value)
+    if len(_PLAIN) >= PLAIN_CACHE:
+        _PLAIN.clear()
+    _PLAIN[id(value)] = (value, json.dumps(out, ensure_ascii=False))
+    return out
+
+
+#: How many frozen values :func:`plain` remembers the JSON text of.
+PLAIN_CACHE = 200_000
+
+_PLAIN: dict[int, tuple[object, str]] = {}
 
 
 # -- reading and admission ----------------------------------------------------
