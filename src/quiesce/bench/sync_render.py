@@ -23,7 +23,7 @@ from functools import partial
 from typing import Any
 
 from quiesce import Buffer
-from quiesce.adapters import anthropic, openai, responses
+from quiesce import adapters
 
 __all__ = ["SyncRenderFigure", "history", "measure"]
 
@@ -113,10 +113,11 @@ def history(api: str, n: int) -> tuple[list[dict[str, Any]], Any]:
 
 def _turn(api: str, buf: Buffer, msgs: list[dict[str, Any]], system: Any) -> Callable[[], Any]:
     if api == "openai":
-        return lambda: (openai.sync_messages(buf, msgs), openai.render(buf))
+        return lambda: (adapters.openai.sync_messages(buf, msgs), adapters.openai.render(buf))
     if api == "responses":
-        return lambda: (responses.sync_messages(buf, msgs), responses.render(buf))
-    return lambda: (anthropic.sync_messages(buf, msgs, system=system), anthropic.render(buf))
+        return lambda: (adapters.responses.sync_messages(buf, msgs), adapters.responses.render(buf))
+    claude = adapters.anthropic
+    return lambda: (claude.sync_messages(buf, msgs, system=system), claude.render(buf))
 
 
 def _best(fn: Callable[[], Any], repeat: int, number: int) -> float:
