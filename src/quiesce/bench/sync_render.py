@@ -22,8 +22,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from quiesce import Buffer
-from quiesce import adapters
+from quiesce import Buffer, adapters
 
 __all__ = ["SyncRenderFigure", "history", "measure"]
 
