@@ -1161,9 +1161,12 @@ def sync_history(
     ``messages`` diffed against the last one synced into ``buf`` (kept per
     buffer and adapter, weakly).
 
-    * The common prefix is found by identity (SDK objects) or ``==``
-      (a private copy of each dict): a no-op sync is one pass of C-level
-      compares, O(n) cheap work, no hashing and no reading.
+    * The common prefix is found by identity (SDK objects: one is taken as
+      unchanged while it is the same object — response objects are not
+      edited in place) or ``==`` (against a private copy of each dict): a
+      no-op sync is one pass of C-level compares, O(n) cheap work, no
+      hashing and no reading. The last history is kept (about one private
+      copy of each message) for as long as the buffer lives.
     * The rest is recognised (:func:`recognise`: quiesce's notes, stand-in
       results and escapes never become entries) and read with content keys
       that match the buffer's entries live first (:class:`Keys`, sync mode:
@@ -1216,6 +1219,7 @@ def _sync(
 ) -> SyncReport:
     old = state.history
     n = len(messages)
+    system = to_plain(system)
     same_system = system is state.system or system == state.system
     k = 0
     if same_system:
