@@ -162,7 +162,12 @@ def weather(city: str) -> str:
 # -- the loops ---------------------------------------------------------------
 
 
-def openai_loop(send: Send) -> list[Any]:
+def as_dict(obj: Any) -> Any:
+    """What a loop that keeps plain dicts appends instead of the object."""
+    return obj.model_dump(exclude_unset=True, mode="json", by_alias=True)
+
+
+def openai_loop(send: Send, *, objects: bool = True) -> list[Any]:
     """The Chat Completions tool loop of the openai docs, three user turns:
     ``messages.append(response.choices[0].message)``, then one ``tool``
     message per call. Returns every request sent."""
@@ -187,7 +192,7 @@ def openai_loop(send: Send) -> list[Any]:
     for n, step in enumerate(script):
         sent.append(send(messages))
         message = chat_completion(step, n).choices[0].message
-        messages.append(message)
+        messages.append(message if objects else as_dict(message))
         for call in message.tool_calls or []:
             args = json.loads(call.function.arguments)  # type: ignore[union-attr]
             messages.append(
@@ -201,7 +206,7 @@ def openai_loop(send: Send) -> list[Any]:
     return sent
 
 
-def anthropic_loop(send: Callable[[list[Any], Any], Any]) -> list[Any]:
+def anthropic_loop(send: Callable[[list[Any], Any], Any], *, objects: bool = True) -> list[Any]:
     """The Messages tool loop of the anthropic docs with extended thinking:
     ``messages.append({"role": "assistant", "content": response.content})``
     (a list of ``ThinkingBlock``/``TextBlock``/``ToolUseBlock`` objects), then
@@ -232,7 +237,8 @@ def anthropic_loop(send: Callable[[list[Any], Any], Any]) -> list[Any]:
     for n, content in enumerate(script):
         sent.append(send(messages, system))
         reply = anthropic_message(content, n)
-        messages.append({"role": "assistant", "content": reply.content})
+        content = reply.content if objects else [as_dict(b) for b in reply.content]
+        messages.append({"role": "assistant", "content": content})
         uses = [b for b in reply.content if b.type == "tool_use"]
         if uses:
             messages.append(
@@ -256,7 +262,7 @@ def anthropic_loop(send: Callable[[list[Any], Any], Any]) -> list[Any]:
     return sent
 
 
-def responses_loop(send: Send) -> list[Any]:
+def responses_loop(send: Send, *, objects: bool = True) -> list[Any]:
     """The Responses tool loop of the openai docs with reasoning:
     ``items += response.output`` (``ResponseReasoningItem``,
     ``ResponseFunctionToolCall``, ``ResponseOutputMessage``), then one
@@ -280,7 +286,7 @@ def responses_loop(send: Send) -> list[Any]:
     for n, output in enumerate(script):
         sent.append(send(items))
         reply = response(output, n)
-        items += reply.output
+        items += reply.output if objects else [as_dict(i) for i in reply.output]
         calls = [i for i in reply.output if i.type == "function_call"]
         for call in calls:
             args = json.loads(call.arguments)  # type: ignore[union-attr]

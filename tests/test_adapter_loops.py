@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from _sdk_loops import (
     anthropic_body,
     anthropic_loop,
@@ -21,8 +23,9 @@ from quiesce.adapters import anthropic, openai, responses
 
 
 class TestOpenAILoop:
-    def test_synced_history_renders_what_the_sdk_sends(self) -> None:
-        control = openai_loop(openai_body)
+    @pytest.mark.parametrize("objects", [True, False], ids=["objects", "dicts"])
+    def test_synced_history_renders_what_the_sdk_sends(self, objects: bool) -> None:
+        control = openai_loop(openai_body, objects=objects)
         buf = Buffer()
 
         def send(messages: list[Any]) -> Any:
@@ -31,7 +34,7 @@ class TestOpenAILoop:
             openai.validate(window)
             return window
 
-        assert openai_loop(send) == control
+        assert openai_loop(send, objects=objects) == control
         assert len(control) == 5 and len(control[-1]) == 11
 
     def test_rendered_window_fed_back_renders_what_the_sdk_sends(self) -> None:
@@ -51,8 +54,9 @@ class TestOpenAILoop:
 
 
 class TestAnthropicLoop:
-    def test_synced_history_renders_what_the_sdk_sends(self) -> None:
-        control = anthropic_loop(anthropic_body)
+    @pytest.mark.parametrize("objects", [True, False], ids=["objects", "dicts"])
+    def test_synced_history_renders_what_the_sdk_sends(self, objects: bool) -> None:
+        control = anthropic_loop(anthropic_body, objects=objects)
         buf = Buffer()
 
         def send(messages: list[Any], system: Any) -> Any:
@@ -61,7 +65,7 @@ class TestAnthropicLoop:
             anthropic.validate(window["messages"], system=window.get("system"))
             return window
 
-        sent = anthropic_loop(send)
+        sent = anthropic_loop(send, objects=objects)
         assert sent == control
         assert any(
             b.get("type") == "thinking"
@@ -86,8 +90,9 @@ class TestAnthropicLoop:
 
 
 class TestResponsesLoop:
-    def test_synced_items_render_what_the_sdk_sends(self) -> None:
-        control = responses_loop(responses_body)
+    @pytest.mark.parametrize("objects", [True, False], ids=["objects", "dicts"])
+    def test_synced_items_render_what_the_sdk_sends(self, objects: bool) -> None:
+        control = responses_loop(responses_body, objects=objects)
         buf = Buffer()
 
         def send(items: list[Any]) -> Any:
@@ -96,7 +101,7 @@ class TestResponsesLoop:
             responses.validate(window)
             return window
 
-        assert responses_loop(send) == control
+        assert responses_loop(send, objects=objects) == control
         assert [i.get("type") for i in control[-1]].count("reasoning") == 2
 
     def test_rendered_window_fed_back_renders_what_the_sdk_sends(self) -> None:
