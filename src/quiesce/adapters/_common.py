@@ -871,11 +871,11 @@ def admit(
     or key within :data:`OSCILLATION_WINDOW` versions is escalated. O(entries
     · log n), plus O(tombstones) per re-admission.
 
-    Everything is decided against the head read at the start. A writer in
-    another thread that appends a conflicting id meanwhile makes a later
-    append of the batch raise (:class:`DuplicateEntry`), and the messages
-    appended before it stay: the adapters do not hold the buffer's write
-    lock across the batch. Cancellation: nothing here awaits.
+    Everything is decided against the head read at the start, and the
+    batch is appended as *one* version (:meth:`Buffer.extend`, all or
+    nothing): a writer in another thread that appends a conflicting id
+    meanwhile makes the whole batch raise (:class:`DuplicateEntry`) and
+    nothing of it is appended. Cancellation: nothing here awaits.
     """
     check_readmit(readmit)
     if actor is not None:
@@ -931,8 +931,10 @@ def admit(
     readmitted: list[str] = []
     escalations: list[Escalation] = []
     version = head.number
+    if plan:
+        # one version for the whole batch (all or nothing)
+        version = buf.extend([e for e, _, _ in plan], [o for _, o, _ in plan])
     for e, override, _index in plan:
-        version = buf.append(e, override=override)
         if override is not None:
             readmitted.append(e.id)
             tomb = head.tombs.matching(e.content_hash, e.key)
