@@ -291,3 +291,29 @@ class TestNoOpSync:
         assert module.render(buf) == window
         (figure,) = measure((40,), (api,), repeat=1, budget_s=0.001)
         assert figure.api == api and figure.messages <= 40 and figure.ratio > 0
+
+
+class TestMergedTurnsFedBack:
+    def test_anthropic_turns_merged_by_pruning_are_recognised(self) -> None:
+        """Pruning the assistant turn between two user turns merges them in
+        the window; fed back, the merged turn is those two messages, not a
+        new one."""
+        msgs: list[dict[str, Any]] = [
+            {"role": "user", "content": "first"},
+            {"role": "assistant", "content": "noise"},
+            {"role": "user", "content": "second"},
+            {"role": "assistant", "content": "ok"},
+        ]
+        buf = Buffer()
+        anthropic.sync_messages(buf, msgs)
+        noise = next(e.id for e in buf.head().entries() if e.body == "noise")
+        buf.prune([noise], reason="noise")
+        size = len(buf)
+        for n in range(3):
+            window = anthropic.render(buf)["messages"]
+            assert len(window) == 2 + n
+            report = anthropic.sync_messages(buf, [*window, {"role": "user", "content": f"t{n}"}])
+            assert report.appended == (len(window),) and report.refused == ()
+            assert len(buf) == size + n + 1
+        bodies = [e.body for e in buf.head().entries()]
+        assert bodies == ["first", "second", "ok", "t0", "t1", "t2"]

@@ -1086,6 +1086,37 @@ def recognise(message: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return _unnote_fields(message)
 
 
+#: Messages a renderer made that the framework does not know as one message
+#: (Anthropic's turns merged after pruning), by adapter and fingerprint of
+#: their recognised form: the entries they show. Bounded; process-wide.
+_RENDERED: dict[tuple[str, str], tuple[str, ...]] = {}
+RENDERED_CACHE = 10_000
+
+
+def remember_rendered(api: str, message: Mapping[str, Any], ids: Sequence[str]) -> None:
+    """Remember that ``message``, rendered by ``api``, shows the entries
+    ``ids``: fed back to :func:`sync_history` it is those entries, not a
+    new message. O(size of the message)."""
+    form = recognise(message)
+    if form is None or not ids:
+        return
+    if len(_RENDERED) >= RENDERED_CACHE:
+        _RENDERED.clear()
+    _RENDERED[(api, fingerprint(form))] = tuple(ids)
+
+
+def rendered_ids(api: str, head: Version, form: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """The entries a rendered message (its recognised ``form``) shows, if
+    :func:`remember_rendered` saw it and ``head`` knows them all."""
+    if not _RENDERED:
+        return None
+    ids = _RENDERED.get((api, fingerprint(form)))
+    if ids is None:
+        return None
+    live, tombs = head.live, head.tombs.by_id
+    return ids if all(i in live or i in tombs for i in ids) else None
+
+
 # -- sync: a faithful diff of the framework's history --------------------------
 
 
@@ -1287,13 +1318,24 @@ def _sync(
         run.clear()
         return got[-1].key if got else prev
 
+    shown: dict[int, tuple[str, ...]] = {}  # messages a renderer made of several
     for t in range(len(raws)):
-        if recognised[t] is None:
+        form = recognised[t]
+        if form is None:
             prev = flush_run(prev)  # a note: what follows it still follows prev
+            continue
+        ids = rendered_ids(api, head, form)
+        if ids is not None:
+            prev = flush_run(prev)
+            shown[t] = ids
+            last = live.get(ids[-1])
+            key = last.entry.meta.get("msg") if last is not None else None
+            prev = key if isinstance(key, str) else prev
         else:
             run.append(t)
     flush_run(prev)
     now = {e.id for r in reads_by_t.values() for e in r.entries}
+    now.update(i for ids in shown.values() for i in ids)
     gone = [j for j in range(k, len(old)) if old[j].ids and not (set(old[j].ids) & now)]
     gone_ids = [i for j in gone for i in old[j].ids if i in live and i not in before]
     # one new message standing where gone ones were (before a message the
@@ -1375,6 +1417,11 @@ def _sync(
         src = messages[k + t]
         raw = _copy(m) if type(src) is dict else None
         got = reads_by_t.get(t)
+        if t in shown:
+            ids = shown[t]
+            hist.append(_Seen(src, raw, ids, None))
+            (held if any(x in new_live for x in ids) else tombstoned).append(k + t)
+            continue
         if got is None:
             hist.append(_Seen(src, raw, (), None))
             continue

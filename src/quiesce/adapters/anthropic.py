@@ -84,6 +84,7 @@ from ._common import (
     plain,
     read_and_admit,
     read_entries,
+    remember_rendered,
     removal_note,
     render_with,
     result_id,
@@ -402,6 +403,8 @@ class _Turn:
     env: Any
     results: list[Block] = field(default_factory=list)
     blocks: list[Block] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)  #: the entries it shows
+    merged: bool = False  #: pruning left two messages of one role together
 
 
 def _text(text: str) -> Block:
@@ -535,6 +538,7 @@ def _render(
             own and first.meta.get("form") == "str",
             first.meta.get("env") if own else None,
         )
+        turn.ids = [e.id for e in group.entries if e.kind is not Kind.TOOL_OUTPUT]
         calls: list[Entry] = []
         for e in group.entries:
             server = e.meta.get("api") == API and e.meta.get("block") not in (None, "tool_result")
@@ -564,6 +568,7 @@ def _render(
                 (results[c.id] for c in calls if c.id in results), key=lambda r: order[r.id]
             )
             by_call = {r.refs[0]: r for r in live}
+            answer.ids = [r.id for r in live]
             for r in live:
                 call = next(c for c in calls if c.id == r.refs[0])
                 mark = marks.get(r.id) or marks.get(call.id)
@@ -619,13 +624,17 @@ def _merge(turns: list[_Turn]) -> list[Message]:
             made = last.key is None  # a results turn made by render
             if made or t.after != last.key:
                 if made and t.role == "user":
+                    t.merged = t.merged or last.merged or t.after != last.after
                     t.results[:0] = last.results
                     t.blocks[:0] = last.blocks
+                    t.ids[:0] = last.ids
                     t.after = last.after
                     merged[-1] = t
                     continue
                 last.results.extend(t.results)
                 last.blocks.extend(t.blocks)
+                last.ids.extend(t.ids)
+                last.merged = True
                 last.str_form = False
                 last.key = t.key
                 continue
@@ -641,6 +650,8 @@ def _merge(turns: list[_Turn]) -> list[Message]:
             m["content"] = blocks[0]["text"]
         else:
             m["content"] = blocks
+        if t.merged:
+            remember_rendered(API, m, t.ids)  # sync recognises it when fed back
         out.append(m)
     return out
 
