@@ -39,7 +39,7 @@ import sys
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -89,6 +89,8 @@ from .verify import compare, read_sink, state_fields, verify_records
 from .version import ADD as _ADD
 from .version import EMPTY_MAP, Slot, Version
 from .version import MAX_CHAIN as _MAX_CHAIN
+from .version import PATCH as _PATCH
+from .version import PATCH_MAX as _PATCH_MAX
 from .version import SAME as _SAME
 
 __all__ = ["Buffer", "Snapshot"]
@@ -442,6 +444,139 @@ class Buffer(Editor):
             return n
         finally:
             self._write_lock.release()  # _release(), written out
+            if self._due_flag and self._due_hook is None:
+                self._drain_due()
+
+    def extend(
+        self, entries: Sequence[Entry], overrides: Sequence[Override | None] | None = None
+    ) -> int:
+        """Publish *one* new version with ``entries`` at the end of the window,
+        in order (a batch: a chat message of several blocks, a turn of several
+        messages); ``overrides[i]`` lets ``entries[i]`` re-admit tombstoned
+        content, as ``append``'s ``override`` does. Returns the head version
+        (unchanged for an empty batch).
+
+        All or nothing: every entry is checked as :meth:`append` checks one
+        (against the head and the entries before it in the batch: an id used
+        twice is a :class:`DuplicateEntry`, a ref may name an earlier entry
+        of the batch) before anything is published; on any error the head is
+        unchanged (a refused re-admission is logged, as by ``append``). The
+        log gets one append record per entry, all of the new version (the
+        records after the first carry ``batch: true``, which replay accepts).
+        O(k · (log n + refs · log n)) for k entries. Never touches a disk.
+        """
+        batch = list(entries)
+        if overrides is None:
+            given: list[Override | None] = [None] * len(batch)
+        else:
+            given = list(overrides)
+            if len(given) != len(batch):
+                raise InvalidArgument(
+                    f"overrides must have one item per entry ({len(batch)}), not {len(given)}"
+                )
+        for e in batch:
+            if type(e) is not Entry:
+                raise InvalidType(f"extend takes Entries, not {type(e).__name__}")
+            if len(e.body) >= _CLASSIFY_FROM and self._own_policy():
+                preclassify(e)
+        for o in given:
+            if o is not None and type(o) is not Override:
+                raise InvalidType(f"overrides must be Overrides or None, not {type(o).__name__}")
+        if not batch:
+            return self.version
+        self._write_lock.acquire()
+        try:
+            head = self._head
+            live = head.live
+            by_id = head.tombs.by_id
+            mine: set[str] = set()
+            readmitted: list[bool] = []
+            for entry, override in zip(batch, given, strict=True):
+                eid = entry.id
+                if eid in live or eid in mine:
+                    raise DuplicateEntry(f"entry {eid!r} is already in the buffer")
+                if eid in by_id:
+                    raise DuplicateEntry(
+                        f"entry {eid!r} was pruned at version {by_id[eid].version}; "
+                        "ids are not reused"
+                    )
+                for ref in entry.refs:
+                    if ref not in live and ref not in mine:
+                        tomb = by_id.get(ref)
+                        if tomb is not None:
+                            raise DanglingReference(
+                                f"entry {eid!r} cites {ref!r}, pruned at version "
+                                f"{tomb.version}: {tomb.reason}",
+                                ref,
+                                tomb,
+                            )
+                        raise DanglingReference(
+                            f"entry {eid!r} cites unknown entry {ref!r}", ref, None
+                        )
+                tomb = head.tombs.matching(entry.content_hash, entry.key) if by_id else None
+                if tomb is not None and override is None:
+                    self._append_record(
+                        self._record(
+                            "refuse",
+                            None,
+                            (eid,),
+                            actor=None,
+                            reason="re-admission of tombstoned content",
+                            turn=entry.turn,
+                            outcome=Refusal.READMISSION.value,
+                            detail={
+                                "request": "append",
+                                "tombstone": tomb_to_dict(tomb),
+                                "refusals": [Refusal.READMISSION.value],
+                            },
+                        )
+                    )
+                    raise ReadmissionRefused(
+                        f"entry {eid!r} matches tombstone of {tomb.id!r} (pruned at version "
+                        f"{tomb.version}: {tomb.reason}); re-admission needs an Override",
+                        tomb,
+                    )
+                readmitted.append(tomb is not None)
+                mine.add(eid)
+            n = head.number + 1
+            key = head.next_key
+            new_live = live
+            referrers = head.referrers
+            placed: list[tuple[Entry, float]] = []
+            for entry in batch:
+                new_live = new_live.set(entry.id, _new_tuple(Slot, (entry, key, n)))
+                for ref in entry.refs:
+                    referrers = referrers.set(
+                        ref, referrers.get(ref, EMPTY_MAP).set(entry.id, None)
+                    )
+                placed.append((entry, key))
+                key += 1.0
+            new = Version(n, new_live, head.marks, head.tombs, referrers, key)
+            if len(placed) <= _PATCH_MAX:
+                new.derive(head, _PATCH, ((), tuple(placed)))
+            for (entry, k), override, overridden in zip(placed, given, readmitted, strict=True):
+                if entry.kind in _IMMUTABLE:
+                    self._immutable_hashes[entry.id] = entry.content_hash
+                else:
+                    self._unmarked_new.append(entry.id)
+                record = _build_append_record(len(self._records), entry, k, n, _wall_clock())
+                detail = dict(record.detail)
+                if entry is not batch[0]:
+                    detail["batch"] = True
+                if override is not None:
+                    detail["override"] = {"reason": override.reason, "turn": override.turn}
+                    record = record._replace(
+                        reason=override.reason,
+                        outcome="overridden" if overridden else "applied",
+                        detail=detail,
+                    )
+                else:
+                    record = record._replace(detail=detail)
+                self._append_record(record)
+            self._head = new
+            return n
+        finally:
+            self._write_lock.release()
             if self._due_flag and self._due_hook is None:
                 self._drain_due()
 

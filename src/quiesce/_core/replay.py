@@ -212,6 +212,7 @@ def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
     number = buf._head.number
     groups: dict[int, _Group] = {g.gid: g for _, _, g in buf._staged}
     keys = _Keys(draft)
+    batch_at: int | None = None  # the version of the append record just read
     for index, rec in enumerate(records, len(buf._records)):
         if rec.format > FORMAT:
             raise LogFormatError(
@@ -223,7 +224,10 @@ def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
         try:
             _require(v is None or type(v) is int, f"version {v!r} is not an int")
             if op == "append":
-                v = _publishes(v, number)
+                if det.get("batch") is True and batch_at is not None and v == batch_at:
+                    pass  # the rest of a batch (Buffer.extend): the same version
+                else:
+                    v = _publishes(v, number)
                 entry = Entry.from_dict(det["entry"])
                 key = _order_key(det["key"])
                 _check_new(draft, entry)
@@ -361,6 +365,7 @@ def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
             raise LogFormatError(f"log record {index} ({op}) is malformed: {exc!r}") from exc
         if v is not None:
             number = v
+        batch_at = v if op == "append" else None
         buf._records.append(rec)
     for g in groups.values():
         for i in g.ids:
