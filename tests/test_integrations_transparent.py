@@ -1,0 +1,243 @@
+"""Transparent when idle, and one conversation per buffer, for every integration.
+
+Each setup runs twice on the framework's own test model: once without
+quiesce (the control) and once with it (no pruner, nothing marked, nothing
+pruned). The model must receive exactly the same thing: the same list, the
+same types, ``==`` — after only the framework's own random values (message
+ids LangGraph draws with ``uuid4``, pydantic-ai's timestamps and run ids) are
+renamed in order of first appearance, identically in both runs.
+
+The setups: one conversation; many conversations on one agent (a
+``BufferPool``); no conversation identity (LangGraph without a checkpointer);
+concurrent invocations. LangGraph, pydantic-ai's ``Agent.run``, the Agents
+SDK's ``Runner`` and AutoGen's ``AssistantAgent`` run on asyncio only, so the
+end-to-end tests here run on **asyncio only** (said in each docstring).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langgraph.checkpoint.memory import InMemorySaver
+
+from quiesce import BufferPool, ConversationMismatch, QuiesceError, open_buffer
+from quiesce.integrations.langchain import QuiesceMiddleware
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """The frameworks' runners are asyncio-only."""
+    return "asyncio"
+
+
+# -- normalising the framework's own random values ---------------------------
+
+
+class Renamer:
+    """Renames random values in order of first appearance (``v0``, ``v1``...)."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, str] = {}
+
+    def __call__(self, value: str | None) -> str | None:
+        if value is None:
+            return None
+        return self.names.setdefault(value, f"v{len(self.names)}")
+
+
+def lc_normal(requests: Sequence[Sequence[BaseMessage]]) -> list[list[BaseMessage]]:
+    """LangChain requests with LangGraph's ``uuid4`` message ids renamed."""
+    rename = Renamer()
+    return [[m.model_copy(update={"id": rename(m.id)}) for m in r] for r in requests]
+
+
+def lc_types(requests: Sequence[Sequence[BaseMessage]]) -> list[list[type]]:
+    return [[type(m) for m in r] for r in requests]
+
+
+# -- LangChain / LangGraph ---------------------------------------------------
+
+
+class CapturingModel(GenericFakeChatModel):
+    """LangChain's ``GenericFakeChatModel``, recording the messages of every call
+    (keyed by the conversation it answers, the text of the first human message)."""
+
+    seen: list[list[BaseMessage]] = []  # noqa: RUF012 (a pydantic field)
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> CapturingModel:  # type: ignore[override]
+        return self
+
+    def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> Any:
+        self.seen.append(list(messages))
+        return super()._generate(messages, *args, **kwargs)
+
+
+def lc_model(n: int) -> CapturingModel:
+    """``n`` canned answers, then a tool call, an answer (a fresh model per run)."""
+    replies = [AIMessage(content=f"answer {i}", id=f"ai-{i}") for i in range(n)]
+    model = CapturingModel(messages=iter(replies))
+    model.seen = []
+    return model
+
+
+def lc_agent(model: CapturingModel, middleware: list[Any], *, saver: bool = True) -> Any:
+    return create_agent(
+        model=model,
+        tools=[],
+        system_prompt="You are terse.",
+        middleware=middleware,
+        checkpointer=InMemorySaver() if saver else None,
+    )
+
+
+def say(text: str, mid: str) -> dict[str, Any]:
+    return {"messages": [HumanMessage(content=text, id=mid)]}
+
+
+def cfg(thread: str) -> Any:
+    return {"configurable": {"thread_id": thread}}
+
+
+Script = Callable[[Any], Any]
+
+
+async def lc_script_two_threads(agent: Any) -> None:
+    """Alice and Bob on one agent, interleaved, two turns each."""
+    await agent.ainvoke(say("alice: my SSN is 078-05-1120", "a1"), cfg("alice"))
+    await agent.ainvoke(say("bob: hi", "b1"), cfg("bob"))
+    await agent.ainvoke(say("alice: and my PIN?", "a2"), cfg("alice"))
+    await agent.ainvoke(say("bob: what did I say?", "b2"), cfg("bob"))
+
+
+async def lc_script_one_thread(agent: Any) -> None:
+    for i in range(3):
+        await agent.ainvoke(say(f"turn {i}", f"h{i}"), cfg("only"))
+
+
+async def lc_script_no_checkpointer(agent: Any) -> None:
+    await agent.ainvoke(say("alice: my SSN is 078-05-1120", "a1"))
+    await agent.ainvoke(say("bob: hi", "b1"))
+
+
+async def lc_script_concurrent(agent: Any) -> None:
+    await asyncio.gather(
+        *(agent.ainvoke(say(f"user {i}: hello", f"u{i}"), cfg(f"t{i}")) for i in range(4))
+    )
+    await asyncio.gather(
+        *(agent.ainvoke(say(f"user {i}: again", f"v{i}"), cfg(f"t{i}")) for i in range(4))
+    )
+
+
+@asynccontextmanager
+async def lc_pool() -> AsyncIterator[BufferPool[Any]]:
+    async with BufferPool() as pool:
+        yield pool
+
+
+LC_SETUPS = {
+    "one-thread": (lc_script_one_thread, 3, True),
+    "two-threads": (lc_script_two_threads, 4, True),
+    "no-checkpointer": (lc_script_no_checkpointer, 2, False),
+    "concurrent": (lc_script_concurrent, 8, True),
+}
+
+
+async def lc_control(name: str) -> list[list[BaseMessage]]:
+    script, n, saver = LC_SETUPS[name]
+    model = lc_model(n)
+    await script(lc_agent(model, [], saver=saver))
+    return model.seen
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("name", list(LC_SETUPS))
+async def test_langchain_pool_is_transparent_when_idle(name: str) -> None:
+    """With a pool (one buffer per ``thread_id``, or per first message without
+    a checkpointer), each model call gets exactly what it gets without quiesce.
+    Concurrent requests may reach the model in another order: compared as
+    sets of normalised requests per conversation. (asyncio only: LangGraph.)"""
+    script, n, saver = LC_SETUPS[name]
+    control = await lc_control(name)
+    model = lc_model(n)
+    async with lc_pool() as pool:
+        await script(lc_agent(model, [QuiesceMiddleware(pool)], saver=saver))
+        opened = len(pool)
+    if name == "concurrent":
+        key = lambda r: str(r[1].content)  # noqa: E731 (the first human message)
+        control, seen = sorted(control, key=key), sorted(model.seen, key=key)
+        # the answers are handed out in arrival order: compare without them
+        control = [[m for m in r if not isinstance(m, AIMessage)] for r in control]
+        seen = [[m for m in r if not isinstance(m, AIMessage)] for r in seen]
+    else:
+        seen = model.seen
+    assert lc_normal(seen) == lc_normal(control)
+    assert lc_types(seen) == lc_types(control)
+    assert opened == {"one-thread": 1, "two-threads": 2, "no-checkpointer": 2, "concurrent": 4}[
+        name
+    ]
+
+
+@pytest.mark.anyio
+async def test_langchain_single_buffer_one_thread_passes_the_request_through() -> None:
+    """One buffer, one thread: the model gets LangChain's own request, the very
+    message objects of the state. (asyncio only: LangGraph.)"""
+    control = await lc_control("one-thread")
+    model = lc_model(3)
+    async with open_buffer() as buf:
+        await lc_script_one_thread(lc_agent(model, [QuiesceMiddleware(buf)]))
+    assert lc_normal(model.seen) == lc_normal(control)
+    assert lc_types(model.seen) == lc_types(control)
+
+
+@pytest.mark.anyio
+async def test_langchain_second_thread_never_sees_the_first() -> None:
+    """The privacy defect: one agent with a checkpointer, one buffer, two
+    ``thread_id``\\ s. Bob's call must never be sent Alice's messages: with a
+    single buffer it is refused before the model is called (naming both
+    threads), and the buffer is unchanged. (asyncio only: LangGraph.)"""
+    model = lc_model(2)
+    async with open_buffer() as buf:
+        agent = lc_agent(model, [QuiesceMiddleware(buf)])
+        await agent.ainvoke(say("alice: my SSN is 078-05-1120", "a1"), cfg("alice"))
+        version = buf.version
+        caught: QuiesceError | None = None
+        try:
+            await agent.ainvoke(say("bob: hi", "b1"), cfg("bob"))
+        except QuiesceError as exc:
+            caught = exc
+        bob_calls = [r for r in model.seen if any("bob" in str(m.content) for m in r)]
+        leaked = [m.content for r in bob_calls for m in r if "alice" in str(m.content)]
+        assert leaked == []
+        assert buf.version == version
+    assert isinstance(caught, ConversationMismatch)
+    assert str(caught) == (
+        "QuiesceMiddleware: this buffer holds conversation 'alice', not 'bob'; "
+        "use a BufferPool for many conversations"
+    )
+    assert (caught.bound, caught.seen) == ("alice", "bob")
+    assert len(model.seen) == 1
+
+
+@pytest.mark.anyio
+async def test_langchain_no_checkpointer_run_never_carries_into_another() -> None:
+    """Without a checkpointer a run has no ``thread_id``. A second run whose
+    history does not extend the first (its first message differs) is another
+    conversation: refused on a single buffer, its own buffer in a pool.
+    (asyncio only: LangGraph.)"""
+    model = lc_model(2)
+    async with open_buffer() as buf:
+        agent = lc_agent(model, [QuiesceMiddleware(buf)], saver=False)
+        await agent.ainvoke(say("alice: my SSN is 078-05-1120", "a1"))
+        with pytest.raises(ConversationMismatch, match=r"^QuiesceMiddleware: this buffer holds "
+                           r"conversation '#first:a1', not '#first:b1'; use a BufferPool"):
+            await agent.ainvoke(say("bob: hi", "b1"))
+    assert [[str(m.content) for m in r] for r in model.seen] == [
+        ["You are terse.", "alice: my SSN is 078-05-1120"]
+    ]
