@@ -17,8 +17,10 @@ end-to-end tests here run on **asyncio only** (said in each docstring).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -26,9 +28,22 @@ from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
+from pydantic_ai import Agent
+from pydantic_ai.capabilities import ProcessHistory
+from pydantic_ai.messages import (
+    BinaryContent,
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    UserPromptPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from quiesce import BufferPool, ConversationMismatch, QuiesceError, open_buffer
 from quiesce.integrations.langchain import QuiesceMiddleware
+from quiesce.integrations.pydantic_ai import QuiesceHistoryProcessor
 
 
 @pytest.fixture
@@ -179,9 +194,9 @@ async def test_langchain_pool_is_transparent_when_idle(name: str) -> None:
         seen = model.seen
     assert lc_normal(seen) == lc_normal(control)
     assert lc_types(seen) == lc_types(control)
-    assert opened == {"one-thread": 1, "two-threads": 2, "no-checkpointer": 2, "concurrent": 4}[
-        name
-    ]
+    assert (
+        opened == {"one-thread": 1, "two-threads": 2, "no-checkpointer": 2, "concurrent": 4}[name]
+    )
 
 
 @pytest.mark.anyio
@@ -235,9 +250,178 @@ async def test_langchain_no_checkpointer_run_never_carries_into_another() -> Non
     async with open_buffer() as buf:
         agent = lc_agent(model, [QuiesceMiddleware(buf)], saver=False)
         await agent.ainvoke(say("alice: my SSN is 078-05-1120", "a1"))
-        with pytest.raises(ConversationMismatch, match=r"^QuiesceMiddleware: this buffer holds "
-                           r"conversation '#first:a1', not '#first:b1'; use a BufferPool"):
+        with pytest.raises(
+            ConversationMismatch,
+            match=r"^QuiesceMiddleware: this buffer holds "
+            r"conversation '#first:a1', not '#first:b1'; use a BufferPool",
+        ):
             await agent.ainvoke(say("bob: hi", "b1"))
     assert [[str(m.content) for m in r] for r in model.seen] == [
         ["You are terse.", "alice: my SSN is 078-05-1120"]
     ]
+
+
+# -- pydantic-ai -------------------------------------------------------------
+
+EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
+IMAGE = BinaryContent(data=b"\x89PNG\r\n\x1a\nfake", media_type="image/png")
+
+
+class PaScript:
+    """A ``FunctionModel`` function: a tool call on a user's first turn, then
+    answers; records every request (the conversation is its first prompt)."""
+
+    def __init__(self) -> None:
+        self.requests: list[list[ModelMessage]] = []
+
+    def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        self.requests.append(list(messages))
+        last = messages[-1]
+        prompts = (
+            [str(p.content) for p in last.parts if isinstance(p, UserPromptPart)]
+            if isinstance(last, ModelRequest)
+            else []
+        )
+        if prompts and "first" in prompts[0]:
+            who = prompts[0].split(":")[0].replace(" ", "-")
+            return ModelResponse(parts=[ToolCallPart("lookup", {"q": "x"}, f"call-{who}")])
+        return ModelResponse(parts=[TextPart("ok")])
+
+
+def pa_agent(script: PaScript, capabilities: list[Any]) -> Agent[None, str]:
+    agent = Agent(FunctionModel(script), instructions="Be terse.", capabilities=capabilities)
+
+    @agent.tool_plain
+    def lookup(q: str) -> str:
+        """Look something up."""
+        return f"found {q}"
+
+    return agent
+
+
+def _normal_value(value: Any, rename: Renamer) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes: dict[str, Any] = {}
+        for f in dataclasses.fields(value):
+            if not f.init:
+                continue
+            v = getattr(value, f.name)
+            if f.name == "timestamp" and v is not None:
+                changes[f.name] = EPOCH
+            elif f.name in ("run_id", "conversation_id"):
+                changes[f.name] = rename(v)
+            elif f.name == "parts":
+                changes[f.name] = [_normal_value(p, rename) for p in v]
+        return dataclasses.replace(value, **changes)
+    return value
+
+
+def pa_normal(requests: Sequence[Sequence[ModelMessage]]) -> list[list[ModelMessage]]:
+    """pydantic-ai requests with its timestamps and (UUID7) run and
+    conversation ids replaced (renamed in order of first appearance)."""
+    rename = Renamer()
+    return [[_normal_value(m, rename) for m in r] for r in requests]
+
+
+def pa_types(requests: Sequence[Sequence[ModelMessage]]) -> list[Any]:
+    """The classes of every message, part and prompt item (``BinaryContent``
+    is not ``BinaryImage``)."""
+
+    def items(p: Any) -> Any:
+        content = getattr(p, "content", None)
+        return [type(c) for c in content] if isinstance(content, list) else type(content)
+
+    return [[(type(m), [(type(p), items(p)) for p in m.parts]) for m in r] for r in requests]
+
+
+async def pa_one(agent: Agent[None, str]) -> None:
+    r1 = await agent.run(["first: look at this", IMAGE])
+    r2 = await agent.run("and now?", message_history=r1.all_messages())
+    await agent.run("thanks", message_history=r2.all_messages())
+
+
+async def pa_two(agent: Agent[None, str]) -> None:
+    a1 = await agent.run("alice first: my SSN is 078-05-1120")
+    b1 = await agent.run("bob first: hi")
+    await agent.run("alice: and my PIN?", message_history=a1.all_messages())
+    await agent.run("bob: what did I say?", message_history=b1.all_messages())
+
+
+async def pa_concurrent(agent: Agent[None, str]) -> None:
+    await asyncio.gather(*(agent.run(f"user {i} first: hello") for i in range(4)))
+
+
+PA_SETUPS = {"one-conversation": pa_one, "two-conversations": pa_two, "concurrent": pa_concurrent}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("name", list(PA_SETUPS))
+async def test_pydantic_ai_pool_is_transparent_when_idle(name: str) -> None:
+    """One module-level ``Agent`` with a processor over a pool (one buffer per
+    ``ctx.conversation_id``): every request equals the control's, part
+    classes included (``BinaryContent`` stays ``BinaryContent``), and no
+    message carries a ``metadata`` field the control has not. Concurrent runs
+    are compared sorted by their prompt. (asyncio only: pydantic-ai.)"""
+    control = PaScript()
+    await PA_SETUPS[name](pa_agent(control, []))
+    script = PaScript()
+    async with BufferPool() as pool:
+        await PA_SETUPS[name](pa_agent(script, [ProcessHistory(QuiesceHistoryProcessor(pool))]))
+        opened = len(pool)
+    seen, expected = script.requests, control.requests
+    if name == "concurrent":  # each request on its own: the runs interleave
+        seen, expected = sorted(seen, key=repr_prompts), sorted(expected, key=repr_prompts)
+        assert [pa_normal([r]) for r in seen] == [pa_normal([r]) for r in expected]
+    assert pa_normal(seen) == pa_normal(expected) or name == "concurrent"
+    assert pa_types(seen) == pa_types(expected)
+    assert [m.metadata for r in seen for m in r] == [m.metadata for r in expected for m in r]
+    assert opened == {"one-conversation": 1, "two-conversations": 2, "concurrent": 4}[name]
+
+
+def repr_prompts(request: Sequence[ModelMessage]) -> str:
+    return repr([p.content for m in request for p in m.parts if isinstance(p, UserPromptPart)])
+
+
+@pytest.mark.anyio
+async def test_pydantic_ai_single_buffer_keeps_the_users_part_classes() -> None:
+    """One buffer, one conversation: the model gets the user's own
+    ``BinaryContent`` (``==`` the control's), never the ``BinaryImage`` a JSON
+    round trip makes of it, and no ``metadata``. (asyncio only: pydantic-ai.)"""
+    control = PaScript()
+    await pa_one(pa_agent(control, []))
+    script = PaScript()
+    async with open_buffer() as buf:
+        await pa_one(pa_agent(script, [ProcessHistory(QuiesceHistoryProcessor(buf))]))
+    assert pa_normal(script.requests) == pa_normal(control.requests)
+    assert pa_types(script.requests) == pa_types(control.requests)
+    image = script.requests[0][0].parts[-1].content[1]  # type: ignore[union-attr,index]
+    assert type(image) is BinaryContent
+    assert all(m.metadata is None for r in script.requests for m in r)
+
+
+@pytest.mark.anyio
+async def test_pydantic_ai_second_conversation_never_sees_the_first() -> None:
+    """The privacy defect on pydantic-ai: one module-level ``Agent``, one
+    buffer, two conversations. Bob's run is never sent Alice's messages: it
+    is refused before the model is called, naming both conversation ids.
+    (asyncio only: pydantic-ai.)"""
+    script = PaScript()
+    async with open_buffer() as buf:
+        agent = pa_agent(script, [ProcessHistory(QuiesceHistoryProcessor(buf))])
+        alice = await agent.run("alice first: my SSN is 078-05-1120")
+        version = buf.version
+        caught: QuiesceError | None = None
+        try:
+            await agent.run("bob first: hi")
+        except QuiesceError as exc:
+            caught = exc
+        bob_calls = [r for r in script.requests if "bob" in repr_prompts(r)]
+        assert [r for r in bob_calls if "alice" in repr_prompts(r)] == []
+        assert buf.version == version
+    assert isinstance(caught, ConversationMismatch)
+    assert caught.bound == alice.all_messages()[0].conversation_id
+    assert str(caught) == (
+        f"QuiesceHistoryProcessor: this buffer holds conversation {caught.bound!r}, "
+        f"not {caught.seen!r}; use a BufferPool for many conversations"
+    )
+    assert caught.seen != caught.bound
