@@ -24,6 +24,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from agents import Agent as SdkAgent
+from agents import RunConfig, Runner, SQLiteSession, function_tool
+from agents.testing import ScriptedModel, assistant_message, function_call
 from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
@@ -41,8 +44,9 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from quiesce import BufferPool, ConversationMismatch, QuiesceError, open_buffer
+from quiesce import BufferPool, ConversationMismatch, InvalidArgument, QuiesceError, open_buffer
 from quiesce.integrations.langchain import QuiesceMiddleware
+from quiesce.integrations.openai_agents import QuiesceSession, quiesce_input_filter
 from quiesce.integrations.pydantic_ai import QuiesceHistoryProcessor
 
 
@@ -425,3 +429,136 @@ async def test_pydantic_ai_second_conversation_never_sees_the_first() -> None:
         f"not {caught.seen!r}; use a BufferPool for many conversations"
     )
     assert caught.seen != caught.bound
+
+
+# -- the OpenAI Agents SDK ---------------------------------------------------
+
+
+@function_tool
+def lookup_tool(q: str) -> str:
+    """Look something up."""
+    return f"found {q}"
+
+
+def sdk_model(who: str, *, distinct_ids: bool = True) -> ScriptedModel:
+    """The SDK's own ``ScriptedModel``: a tool call, an answer, two answers.
+    With ``distinct_ids`` each message has its own id; else the SDK's
+    constant ``"scripted-message"``."""
+
+    def msg(i: int) -> Any:
+        if distinct_ids:
+            return assistant_message(f"{who} answer {i}", item_id=f"{who}-msg-{i}")
+        return assistant_message(f"{who} answer {i}")
+
+    return ScriptedModel(
+        [
+            [function_call("lookup_tool", {"q": who}, call_id=f"{who}-c1")],
+            [msg(1)],
+            [msg(2)],
+            [msg(3)],
+        ]
+    )
+
+
+def sdk_agent(model: ScriptedModel) -> SdkAgent[Any]:
+    return SdkAgent(name="helper", instructions="Be terse.", model=model, tools=[lookup_tool])
+
+
+async def sdk_turns(
+    who: str,
+    session: Any,
+    run_config: RunConfig | None = None,
+    *,
+    distinct_ids: bool = True,
+) -> list[Any]:
+    """Three turns of ``who`` on ``session``: what the model received each call."""
+    model = sdk_model(who, distinct_ids=distinct_ids)
+    agent = sdk_agent(model)
+    for text in ("first question", "second question", "third question"):
+        kw: dict[str, Any] = {} if run_config is None else {"run_config": run_config}
+        await Runner.run(agent, f"{who}: {text}", session=session, context={"who": who}, **kw)
+    return [c.input for c in model.calls]
+
+
+async def sdk_control(users: Sequence[str]) -> dict[str, list[Any]]:
+    return {u: await sdk_turns(u, SQLiteSession(u)) for u in users}
+
+
+@pytest.mark.anyio
+async def test_openai_agents_session_pool_is_transparent_when_idle() -> None:
+    """Two sessions on one agent over a pool (one buffer per session id), run
+    one after the other and concurrently: each model call gets exactly what
+    it gets with the SDK's own ``SQLiteSession``. (asyncio only: the SDK's
+    runner.)"""
+    control = await sdk_control(["alice", "bob"])
+    async with BufferPool() as pool:
+        seen = {u: await sdk_turns(u, QuiesceSession(u, pool)) for u in ("alice", "bob")}
+        assert pool.conversations() == ("alice", "bob")
+    assert seen == control
+    async with BufferPool() as pool:
+        both = await asyncio.gather(
+            *(sdk_turns(u, QuiesceSession(u, pool)) for u in ("alice", "bob"))
+        )
+    assert dict(zip(("alice", "bob"), both, strict=True)) == control
+
+
+@pytest.mark.anyio
+async def test_openai_agents_filter_pool_is_transparent_when_idle() -> None:
+    """``quiesce_input_filter(pool, conversation=...)`` on the SDK's own
+    sessions: the model's input equals the control's (no filter), for two
+    conversations named from the run's context, also run concurrently.
+    (asyncio only: the SDK's runner.)"""
+    control = await sdk_control(["alice", "bob"])
+    async with BufferPool() as pool:
+        config = RunConfig(
+            call_model_input_filter=quiesce_input_filter(
+                pool, conversation=lambda data: str(data.context["who"])
+            )
+        )
+        both = await asyncio.gather(
+            *(sdk_turns(u, SQLiteSession(u), config) for u in ("alice", "bob"))
+        )
+        assert sorted(pool.conversations()) == ["alice", "bob"]
+    assert dict(zip(("alice", "bob"), both, strict=True)) == control
+
+
+@pytest.mark.anyio
+async def test_openai_agents_second_session_never_sees_the_first() -> None:
+    """One buffer, two sessions: Bob's session is refused before any model
+    call (naming both session ids), and so is Bob's conversation through the
+    filter (its first item differs from Alice's); the buffer is unchanged.
+    (asyncio only: the SDK's runner.)"""
+    async with open_buffer() as buf:
+        await sdk_turns("alice", QuiesceSession("alice", buf))
+        version = buf.version
+        model = sdk_model("bob")
+        with pytest.raises(
+            ConversationMismatch,
+            match=r"^QuiesceSession: this buffer holds conversation 'alice', not 'bob'; ",
+        ):
+            await Runner.run(sdk_agent(model), "bob: hi", session=QuiesceSession("bob", buf))
+        assert model.calls == ()
+        assert buf.version == version
+    async with open_buffer() as buf:
+        config = RunConfig(call_model_input_filter=quiesce_input_filter(buf))
+        await sdk_turns("alice", SQLiteSession("alice"), config)
+        version = buf.version
+        model = sdk_model("bob")
+        with pytest.raises(ConversationMismatch, match=r"^quiesce_input_filter: this buffer "):
+            await Runner.run(sdk_agent(model), "bob: hi", run_config=config)
+        assert model.calls == ()
+        assert buf.version == version
+
+
+def test_openai_agents_filter_pool_needs_a_conversation() -> None:
+    """A pool without ``conversation=`` is refused when the filter is made."""
+
+    async def main() -> None:
+        async with BufferPool() as pool:
+            with pytest.raises(
+                InvalidArgument,
+                match=r"^quiesce_input_filter: a BufferPool needs conversation=, a callable",
+            ):
+                quiesce_input_filter(pool)
+
+    asyncio.run(main())
