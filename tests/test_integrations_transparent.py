@@ -27,6 +27,10 @@ import pytest
 from agents import Agent as SdkAgent
 from agents import RunConfig, Runner, SQLiteSession, function_tool
 from agents.testing import ScriptedModel, assistant_message, function_call
+from autogen_agentchat.agents import AssistantAgent
+from autogen_core import FunctionCall
+from autogen_core.models import CreateResult, LLMMessage, ModelFamily, ModelInfo, RequestUsage
+from autogen_ext.models.replay import ReplayChatCompletionClient
 from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
@@ -45,6 +49,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from quiesce import BufferPool, ConversationMismatch, InvalidArgument, QuiesceError, open_buffer
+from quiesce.integrations.autogen import QuiesceChatCompletionContext
 from quiesce.integrations.langchain import QuiesceMiddleware
 from quiesce.integrations.openai_agents import QuiesceSession, quiesce_input_filter
 from quiesce.integrations.pydantic_ai import QuiesceHistoryProcessor
@@ -562,3 +567,102 @@ def test_openai_agents_filter_pool_needs_a_conversation() -> None:
                 quiesce_input_filter(pool)
 
     asyncio.run(main())
+
+
+# -- AutoGen -----------------------------------------------------------------
+
+AG_USAGE = RequestUsage(prompt_tokens=0, completion_tokens=0)
+AG_INFO = ModelInfo(
+    vision=True,
+    function_calling=True,
+    json_output=False,
+    family=ModelFamily.UNKNOWN,
+    structured_output=False,
+)
+
+
+def ag_client(who: str) -> ReplayChatCompletionClient:
+    """AutoGen's own replay client: a tool call, its reflection, an answer."""
+    return ReplayChatCompletionClient(
+        [
+            CreateResult(
+                finish_reason="function_calls",
+                content=[FunctionCall(id=f"{who}-c1", name="lookup", arguments='{"q": "x"}')],
+                usage=AG_USAGE,
+                cached=False,
+                thought=f"{who} thinks",
+            ),
+            CreateResult(finish_reason="stop", content="found", usage=AG_USAGE, cached=False),
+            CreateResult(finish_reason="stop", content="again", usage=AG_USAGE, cached=False),
+        ],
+        model_info=AG_INFO,
+    )
+
+
+def ag_agent(client: ReplayChatCompletionClient, context: Any) -> AssistantAgent:
+    async def lookup(q: str) -> str:
+        """Look something up."""
+        return f"found {q}"
+
+    kw = {} if context is None else {"model_context": context}
+    return AssistantAgent(
+        "assistant",
+        model_client=client,
+        tools=[lookup],
+        system_message="Be terse.",
+        reflect_on_tool_use=True,
+        **kw,
+    )
+
+
+async def ag_turns(who: str, context: Any) -> list[list[LLMMessage]]:
+    client = ag_client(who)
+    agent = ag_agent(client, context)
+    await agent.run(task=f"{who}: first, my secret is {who}-secret")
+    await agent.run(task=f"{who}: second")
+    return [list(c["messages"]) for c in client.create_calls]
+
+
+@pytest.mark.anyio
+async def test_autogen_pool_is_transparent_when_idle() -> None:
+    """Two contexts (Alice's, Bob's) over one pool, one after the other and
+    concurrently: every model call gets exactly what it gets with AutoGen's
+    default context (same list, same types, ``==``). (asyncio only:
+    ``AssistantAgent`` runs its tools with asyncio.)"""
+    control = {u: await ag_turns(u, None) for u in ("alice", "bob")}
+    async with BufferPool() as pool:
+        seen = {
+            u: await ag_turns(u, QuiesceChatCompletionContext(pool, conversation=u))
+            for u in ("alice", "bob")
+        }
+        assert pool.conversations() == ("alice", "bob")
+    assert seen == control
+    assert [[type(m) for m in r] for r in seen["bob"]] == [
+        [type(m) for m in r] for r in control["bob"]
+    ]
+    async with BufferPool() as pool:
+        both = await asyncio.gather(
+            *(ag_turns(u, QuiesceChatCompletionContext(pool)) for u in ("alice", "bob"))
+        )
+        assert len(pool) == 2
+    assert dict(zip(("alice", "bob"), both, strict=True)) == control
+
+
+@pytest.mark.anyio
+async def test_autogen_second_context_on_one_buffer_is_refused() -> None:
+    """One buffer serves one context: a second context of another
+    conversation is refused when it is made, naming both, and the buffer is
+    unchanged; one context alone is transparent. (asyncio only:
+    ``AssistantAgent``.)"""
+    control = await ag_turns("alice", None)
+    async with open_buffer() as buf:
+        seen = await ag_turns("alice", QuiesceChatCompletionContext(buf, conversation="alice"))
+        version = buf.version
+        with pytest.raises(
+            ConversationMismatch,
+            match=r"^QuiesceChatCompletionContext: this buffer holds conversation 'alice', "
+            r"not 'bob'; use a BufferPool for many conversations$",
+        ):
+            QuiesceChatCompletionContext(buf, conversation="bob")
+        assert buf.version == version
+    assert seen == control
