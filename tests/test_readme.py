@@ -10,13 +10,17 @@ from pathlib import Path
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
-def _blocks(lang: str) -> list[str]:
-    return re.findall(rf"```{lang}\n(.*?)```", README.read_text(), flags=re.S)
+def _blocks(lang: str, section: str | None = None) -> list[str]:
+    """The ``lang`` code blocks of the README, or of its ``## section`` only."""
+    text = README.read_text()
+    if section is not None:
+        text = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(rf"```{lang}\n(.*?)```", text, flags=re.S)
 
 
 def test_example_runs_and_prints_the_tombstone_note() -> None:
     """The 20-line example runs on asyncio and prints the tombstone note it promises."""
-    (code,) = [b for b in _blocks("python") if "open_buffer" in b]
+    (code,) = _blocks("python", "A 20-line example")
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         exec(compile(code, "README.md", "exec"), {"__name__": "readme_example"})
@@ -26,7 +30,7 @@ def test_example_runs_and_prints_the_tombstone_note() -> None:
 
 def test_example_runs_on_trio() -> None:
     """The same example runs unchanged on trio."""
-    (code,) = [b for b in _blocks("python") if "open_buffer" in b]
+    (code,) = _blocks("python", "A 20-line example")
     code = code.replace("anyio.run(main)", 'anyio.run(main, backend="trio")')
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
@@ -44,3 +48,15 @@ def test_quick_start_has_exactly_the_two_commands() -> None:
         'python -m pip install -e ".[dev]" && quiesce demo',
         'python -m pip install -e ".[dev]" && python -m pytest',
     ]
+
+
+def test_framework_section_pool_example_runs() -> None:
+    """The framework section's multi-conversation example runs as printed
+    (asyncio: LangGraph) and prints what it says: Bob's buffer holds only
+    Bob's messages."""
+    (code,) = _blocks("python", "Use it with your framework")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "README.md", "exec"), {"__name__": "readme_pool"})
+    assert out.getvalue() == "('alice', 'bob') ['I am bob']\n"
+    assert "prints `('alice', 'bob') ['I am bob']`" in README.read_text()
