@@ -23,6 +23,7 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
+import anyio.to_thread
 import pytest
 from agents import Agent as SdkAgent
 from agents import RunConfig, Runner, SQLiteSession, function_tool
@@ -666,3 +667,24 @@ async def test_autogen_second_context_on_one_buffer_is_refused() -> None:
             QuiesceChatCompletionContext(buf, conversation="bob")
         assert buf.version == version
     assert seen == control
+
+
+@pytest.mark.anyio
+async def test_langchain_sync_invoke_reaches_the_pool_from_a_worker_thread() -> None:
+    """LangGraph's sync ``invoke`` run in a worker thread: the middleware's
+    sync hooks open each thread's buffer through the pool's event loop, and
+    the model gets what it gets without quiesce. (asyncio only: LangGraph.)"""
+    control_model = lc_model(2)
+    control_agent = lc_agent(control_model, [])
+    model = lc_model(2)
+    async with BufferPool() as pool:
+        agent = lc_agent(model, [QuiesceMiddleware(pool)])
+        for a, who in ((control_agent, "alice"), (control_agent, "bob"), (agent, "alice"),
+                       (agent, "bob")):
+            await anyio.to_thread.run_sync(
+                lambda a=a, who=who: a.invoke(say(f"{who}: hi", f"{who}-1"), cfg(who))
+            )
+        assert pool.conversations() == ("alice", "bob")
+        with (await pool.get("bob")).snapshot() as snap:
+            assert [e.body for e in snap] == ["bob: hi"]
+    assert lc_normal(model.seen) == lc_normal(control_model.seen)
