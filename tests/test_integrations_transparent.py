@@ -27,6 +27,7 @@ import anyio.to_thread
 import pytest
 from agents import Agent as SdkAgent
 from agents import RunConfig, Runner, SQLiteSession, function_tool
+from agents.models.fake_id import FAKE_RESPONSES_ID
 from agents.testing import ScriptedModel, assistant_message, function_call
 from autogen_agentchat.agents import AssistantAgent
 from autogen_core import FunctionCall
@@ -446,19 +447,18 @@ def lookup_tool(q: str) -> str:
     return f"found {q}"
 
 
-def sdk_model(who: str, *, distinct_ids: bool = True) -> ScriptedModel:
+def sdk_model(who: str, *, item_id: str | None = None) -> ScriptedModel:
     """The SDK's own ``ScriptedModel``: a tool call, an answer, two answers.
-    With ``distinct_ids`` each message has its own id; else the SDK's
-    constant ``"scripted-message"``."""
+    Each output item has its own id, or every one ``item_id`` (the SDK's
+    constant ``"scripted-message"``, or ``FAKE_RESPONSES_ID`` as on items
+    converted from Chat Completions)."""
 
     def msg(i: int) -> Any:
-        if distinct_ids:
-            return assistant_message(f"{who} answer {i}", item_id=f"{who}-msg-{i}")
-        return assistant_message(f"{who} answer {i}")
+        return assistant_message(f"{who} answer {i}", item_id=item_id or f"{who}-msg-{i}")
 
     return ScriptedModel(
         [
-            [function_call("lookup_tool", {"q": who}, call_id=f"{who}-c1")],
+            [function_call("lookup_tool", {"q": who}, call_id=f"{who}-c1", item_id=item_id)],
             [msg(1)],
             [msg(2)],
             [msg(3)],
@@ -475,10 +475,10 @@ async def sdk_turns(
     session: Any,
     run_config: RunConfig | None = None,
     *,
-    distinct_ids: bool = True,
+    item_id: str | None = None,
 ) -> list[Any]:
     """Three turns of ``who`` on ``session``: what the model received each call."""
-    model = sdk_model(who, distinct_ids=distinct_ids)
+    model = sdk_model(who, item_id=item_id)
     agent = sdk_agent(model)
     for text in ("first question", "second question", "third question"):
         kw: dict[str, Any] = {} if run_config is None else {"run_config": run_config}
@@ -486,8 +486,27 @@ async def sdk_turns(
     return [c.input for c in model.calls]
 
 
-async def sdk_control(users: Sequence[str]) -> dict[str, list[Any]]:
-    return {u: await sdk_turns(u, SQLiteSession(u)) for u in users}
+async def sdk_control(users: Sequence[str], item_id: str | None = None) -> dict[str, list[Any]]:
+    return {u: await sdk_turns(u, SQLiteSession(u), item_id=item_id) for u in users}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("item_id", ["scripted-message", FAKE_RESPONSES_ID])
+async def test_openai_agents_reused_item_ids_run_like_sqlite_session(item_id: str) -> None:
+    """Every output item carrying one id (``ScriptedModel``'s default, or the
+    SDK's ``FAKE_RESPONSES_ID`` placeholder of Chat-Completions-backed
+    models): ``QuiesceSession`` and ``quiesce_input_filter`` run the
+    three-turn script like the SDK's ``SQLiteSession`` — no crash on turn 2,
+    and every model call gets exactly the control's input. (asyncio only: the
+    SDK's runner.)"""
+    control = await sdk_control(["alice"], item_id)
+    async with open_buffer() as buf:
+        seen = await sdk_turns("alice", QuiesceSession("alice", buf), item_id=item_id)
+    assert seen == control["alice"]
+    async with open_buffer() as buf:
+        config = RunConfig(call_model_input_filter=quiesce_input_filter(buf))
+        seen = await sdk_turns("alice", SQLiteSession("alice"), config, item_id=item_id)
+    assert seen == control["alice"]
 
 
 @pytest.mark.anyio
