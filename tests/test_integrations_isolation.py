@@ -13,6 +13,8 @@ LangGraph only (asyncio), in the end-to-end file.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -20,7 +22,15 @@ from agents import Agent as SdkAgent
 from agents.run_config import CallModelData, ModelInputData
 from autogen_core.models import AssistantMessage, SystemMessage, UserMessage
 from pydantic_ai._run_context import RunContext
-from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
+from pydantic_ai.messages import (
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
 from pydantic_ai.models.test import TestModel
 from pydantic_ai.usage import RunUsage
 
@@ -166,3 +176,65 @@ class TestAutogenContext:
                 QuiesceChatCompletionContext(buf, [UserMessage(content="x", source="user")])
             assert caught.value.bound == first.conversation
             assert buf.version == 1
+
+
+class TestPydanticAiHandedBack:
+    async def test_trimmed_window_handed_back_adds_nothing(self) -> None:
+        """After a prune the processor returns trimmed copies and a note
+        (never mutating the run's objects); pydantic-ai writes that list back
+        into the history, and handing it back — the same objects, or a JSON
+        copy in a new processor as after a restart — appends only the new
+        message: quiesce's note, stand-ins and trimmed copies never become
+        entries."""
+        call = ModelResponse(
+            parts=[
+                ToolCallPart("lookup", {"q": "a"}, "c1"),
+                ToolCallPart("lookup", {"q": "b"}, "c2"),
+            ]
+        )
+        results = ModelRequest(
+            parts=[
+                ToolReturnPart("lookup", "a is 1", "c1"),
+                ToolReturnPart("lookup", "b is 2", "c2"),
+            ]
+        )
+        history = [ModelRequest(parts=[UserPromptPart("find a and b")]), call, results]
+        async with open_buffer() as buf:
+            processor = QuiesceHistoryProcessor(buf)
+            assert await processor(run_context("c"), history) is history
+            with buf.snapshot() as snap:
+                pair = [
+                    e.id for e in snap if "c1" in (e.meta.get("call_id"), e.meta.get("result_of"))
+                ]
+                held = len(snap)
+            await buf.aprune(pair, reason="stale lookup")
+            rendered = await processor(run_context("c"), history)
+            assert len(call.parts) == 2 and len(results.parts) == 2  # the run's objects unchanged
+            assert "[quiesce: removed from this context]" in str(rendered[0].parts[0].content)
+            version = buf.version
+            follow_up = ModelRequest(parts=[UserPromptPart("and c?")])
+            again = await processor(run_context("c"), [*rendered, follow_up])
+            assert buf.version == version + 1
+            with buf.snapshot() as snap:
+                assert len(snap) == held - len(pair) + 1
+            dumped = ModelMessagesTypeAdapter.dump_json(again)
+            copied = ModelMessagesTypeAdapter.validate_json(dumped)
+            fresh = QuiesceHistoryProcessor(buf)
+            await fresh(run_context("c"), [*copied, ModelRequest(parts=[UserPromptPart("more")])])
+            assert buf.version == version + 2
+
+
+async def test_a_pool_of_non_buffers_is_refused_by_the_integration() -> None:
+    """A factory that yields something no integration can hold is refused
+    naming the integration, before anything else happens."""
+
+    @asynccontextmanager
+    async def not_a_buffer(cid: str) -> AsyncIterator[object]:
+        yield {"conversation": cid}
+
+    async with BufferPool(not_a_buffer) as pool:
+        with pytest.raises(
+            InvalidType,
+            match=r"^QuiesceSession \(a buffer of the pool\) needs a Buffer, not dict$",
+        ):
+            await QuiesceSession("alice", pool).get_items()

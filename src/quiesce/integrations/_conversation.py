@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from .._core.buffer import Buffer
 from .._core.errors import InvalidType
@@ -75,8 +75,7 @@ class Target:
             self.pool = target
         else:
             check_setup(target, pruner, owner)
-            assert isinstance(target, Buffer)
-            self.single = target
+            self.single = cast(Buffer, target)
 
     def bind(self, conversation: str | None, first: str | None) -> Buffer:
         """The single buffer, bound to (or checked against) this call's
@@ -122,6 +121,8 @@ class Target:
         return self._checked(self.pool.get_from_thread(_label(conversation, first)))
 
     def _checked(self, buffer: object) -> Buffer:
+        """A pool's buffer, checked as the integration checks a buffer it is
+        given (so what the factory may open is whatever ``check_setup``
+        accepts)."""
         check_setup(buffer, None, f"{self.owner} (a buffer of the pool)")
-        assert isinstance(buffer, Buffer)
-        return buffer
+        return cast(Buffer, buffer)
