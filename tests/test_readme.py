@@ -5,7 +5,10 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+import textwrap
 from pathlib import Path
+
+import pytest
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -60,3 +63,73 @@ def test_framework_section_pool_example_runs() -> None:
         exec(compile(code, "README.md", "exec"), {"__name__": "readme_pool"})
     assert out.getvalue() == "('alice', 'bob') ['I am bob']\n"
     assert "prints `('alice', 'bob') ['I am bob']`" in README.read_text()
+
+
+#: What each framework fragment of the README's framework section assumes is
+#: defined: the framework's own offline test model, and a pool or a pruner.
+_PRELUDES = {
+    "quiesce.integrations.langchain": """
+from langchain.agents import create_agent
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from quiesce import HeuristicPruner, SQLiteLog, open_buffer
+model = GenericFakeChatModel(messages=iter([AIMessage("disk is fine")]))
+tools, saver = [], InMemorySaver()
+config = {"configurable": {"thread_id": "thread-1"}}
+pruner = HeuristicPruner(budget=1000)
+""",
+    "quiesce.integrations.openai_agents": """
+from types import SimpleNamespace
+from agents import Agent, RunConfig, Runner
+from agents.testing import ScriptedModel, assistant_message
+from quiesce import HeuristicPruner
+agent = Agent(name="sre", model=ScriptedModel([[assistant_message("disk is fine")]]))
+user = SimpleNamespace(user_id="user-42")
+pruner = HeuristicPruner(budget=1000)
+""",
+    "quiesce.integrations.pydantic_ai": """
+from pydantic_ai import Agent
+from pydantic_ai.capabilities import ProcessHistory
+from pydantic_ai.models.test import TestModel
+from quiesce import HeuristicPruner
+model, history = TestModel(), []
+pruner = HeuristicPruner(budget=1000)
+""",
+    "quiesce.integrations.autogen": """
+from autogen_agentchat.agents import AssistantAgent
+from autogen_core.models import CreateResult, ModelFamily, ModelInfo, RequestUsage
+from autogen_ext.models.replay import ReplayChatCompletionClient
+from quiesce import HeuristicPruner
+usage = RequestUsage(prompt_tokens=0, completion_tokens=0)
+info = ModelInfo(vision=False, function_calling=True, json_output=False,
+                 family=ModelFamily.UNKNOWN, structured_output=False)
+client = ReplayChatCompletionClient(
+    [CreateResult(finish_reason="stop", content="disk is fine", usage=usage, cached=False)],
+    model_info=info,
+)
+tools, pruner = [], HeuristicPruner(budget=1000)
+""",
+}
+
+
+def test_framework_section_fragments_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each framework's fragment in the README's framework section runs as
+    printed, given only what it names (the framework's own test model, a
+    ``BufferPool`` as ``pool``), on asyncio (the frameworks' loops)."""
+    monkeypatch.chdir(tmp_path)  # the LangChain fragment writes thread-1.sqlite
+    fragments = _blocks("py", "Use it with your framework")
+    assert len(fragments) == len(_PRELUDES)
+    for fragment in fragments:
+        (module,) = [m for m in _PRELUDES if f"from {m} import" in fragment]
+        body = "async with BufferPool() as pool:\n" + textwrap.indent(fragment, "    ")
+        code = (
+            "import asyncio\nfrom quiesce import BufferPool\n"
+            + _PRELUDES[module]
+            + "\nasync def main():\n"
+            + textwrap.indent(body, "    ")
+            + "\nasyncio.run(main())\n"
+        )
+        exec(compile(code, f"README.md ({module})", "exec"), {"__name__": "readme_fragment"})
