@@ -266,12 +266,19 @@ def _stand_in(call_id: str, name: str) -> ToolReturnPart:
 
 def render_messages(
     snap: Snapshot, originals: Sequence[ModelMessage] = ()
-) -> tuple[list[ModelMessage], list[tuple[ModelMessage, str]]]:
+) -> list[ModelMessage]:
     """The window of ``snap`` as pydantic-ai messages, paired, with the quiesce
-    note (if any) as a ``SystemPromptPart`` of the first request; and the
-    messages built here with the entry id each stands for. A slot whose dump
-    equals the dump of one of ``originals`` is given back as that object (or
-    a trimmed copy of it). O(n)."""
+    note (if any) as a ``SystemPromptPart`` of the first request. A slot
+    whose dump equals the dump of one of ``originals`` is given back as that
+    object (or a trimmed copy of it; ``originals`` are never mutated). O(n)."""
+    return _render_given(snap, originals)[0]
+
+
+def _render_given(
+    snap: Snapshot, originals: Sequence[ModelMessage]
+) -> tuple[list[ModelMessage], list[tuple[ModelMessage, str]]]:
+    """:func:`render_messages`, and the messages built here (not one of
+    ``originals``) with the entry id each stands for."""
     by_dump: dict[str, list[ModelMessage]] = {}
     for m in originals:
         by_dump.setdefault(canonical_json(_held_dump(m)), []).append(m)
@@ -361,7 +368,7 @@ class QuiesceHistoryProcessor:
         sync_messages(buffer, given, known=known)
         await prune_round(buffer, self.pruner)
         with buffer.snapshot() as snap:
-            rendered, built = render_messages(snap, given)
+            rendered, built = _render_given(snap, given)
         self._remember(built)
         if len(rendered) == len(messages) and all(
             a is b for a, b in zip(rendered, messages, strict=True)
