@@ -45,7 +45,14 @@ CONTRACT = [
 ]
 
 #: Names of the durable and async layers that the contract also lists.
-LAYERS = ["SQLiteLog", "JsonlLog", "open_buffer"]
+LAYERS = [
+    "SQLiteLog",
+    "JsonlLog",
+    "open_buffer",
+    "BufferPool",
+    "ConversationMismatch",
+    "PoolStats",
+]
 
 PUBLIC_METHODS = {
     "Buffer": ["append", "mark_stale", "snapshot", "prune", "edit", "stats", "flush"],

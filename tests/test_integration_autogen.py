@@ -175,7 +175,7 @@ async def test_agent_end_to_end(tmp_path: Path) -> None:
 @pytest.mark.anyio
 async def test_state_image_and_stand_in() -> None:
     """An image message round-trips; ``save_state``/``load_state`` into a
-    context over the same buffer append nothing; a result pruned while its
+    context of the same conversation over the same buffer append nothing; a result pruned while its
     call stays gets a stand-in. (asyncio and trio: no agent loop.)"""
     async with open_buffer() as buf:
         ctx = QuiesceChatCompletionContext(buf)
@@ -195,7 +195,8 @@ async def test_state_image_and_stand_in() -> None:
         )
         state = await ctx.save_state()
         version = buf.version
-        await QuiesceChatCompletionContext(buf).load_state(state)
+        again = QuiesceChatCompletionContext(buf, conversation=ctx.conversation)
+        await again.load_state(state)
         assert buf.version == version
         with buf.snapshot() as snap:
             result = next(e.id for e in snap if e.meta.get("result_of") == "c1")

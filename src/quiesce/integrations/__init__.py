@@ -11,6 +11,11 @@ without the framework installed raises :class:`ImportError` naming the extra:
 * :mod:`quiesce.integrations.autogen` — ``QuiesceChatCompletionContext``
   (``quiesce[autogen]``)
 
+Each takes a buffer holding one conversation, or a :class:`~quiesce.BufferPool`
+holding one buffer per conversation (the framework's own conversation id);
+see :mod:`quiesce.integrations._conversation`. With nothing marked or pruned
+the model receives exactly what it would without quiesce.
+
 What every integration keeps true: the framework's messages are held in a
 quiesce buffer by identity (appending the history again changes nothing);
 each model call sees one pinned version of the pruned window, with a note of

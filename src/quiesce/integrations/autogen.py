@@ -1,6 +1,8 @@
 """AutoGen: :class:`QuiesceChatCompletionContext`, a ``ChatCompletionContext``.
 
-Give it to an agent as ``AssistantAgent(..., model_context=QuiesceChatCompletionContext(buf))``.
+Give it to an agent as ``AssistantAgent(..., model_context=QuiesceChatCompletionContext(buf))``,
+or ``QuiesceChatCompletionContext(pool, conversation="alice")`` over a
+:class:`~quiesce.BufferPool` (one buffer per context's conversation).
 What it keeps true:
 
 * ``add_message`` appends the message to the buffer as one synchronous step
@@ -29,6 +31,7 @@ runs on asyncio only.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -37,10 +40,12 @@ import anyio
 from .._core.buffer import Buffer, Snapshot
 from .._core.entry import Kind
 from .._core.errors import InvalidArgument
+from .._pool import BufferPool
 from .._runtime import RuntimeBuffer
 from ..pruner import Pruner
 from . import _store
-from ._glue import check_setup, missing_extra, prune_round
+from ._conversation import Target
+from ._glue import missing_extra, prune_round
 
 try:
     from autogen_core import FunctionCall
@@ -126,20 +131,27 @@ def _text_message(slot: _store.Slot) -> LLMMessage:
     return UserMessage(content=slot.text, source=SOURCE)
 
 
-def _rebuild(slot: _store.Slot) -> LLMMessage | None:
+def _rebuild(slot: _store.Slot, original: LLMMessage | None = None) -> LLMMessage | None:
+    """The message of ``slot``: ``original`` (the object the context was
+    given) if known, else loaded from the dump; trimmed to the live calls and
+    results as a copy (the given object is never mutated)."""
     if slot.native is None:
         return _text_message(slot)
-    m = _load(slot.native)
+    m = original if original is not None else _load(slot.native)
     if isinstance(m, AssistantMessage) and isinstance(m.content, list):
         live = slot.call_ids
         kept = [fc for fc in m.content if fc.id in live]
         if not kept:
             return None
-        return m.model_copy(update={"content": kept})
+        return m if len(kept) == len(m.content) else m.model_copy(update={"content": kept})
     if isinstance(m, FunctionExecutionResultMessage):
         results = set(slot.results)
         kept_results = [r for r in m.content if r.call_id in results]
-        return m.model_copy(update={"content": kept_results}) if kept_results else None
+        if not kept_results:
+            return None
+        if len(kept_results) == len(m.content):
+            return m
+        return m.model_copy(update={"content": kept_results})
     return m
 
 
@@ -163,7 +175,9 @@ def _paired(messages: list[LLMMessage]) -> list[LLMMessage]:
             kept = [r for r in m.content if r.call_id in open_calls]
             extra = stand_ins({r.call_id for r in kept})
             open_calls = {}
-            if kept or extra:
+            if len(kept) == len(m.content) and not extra:
+                out.append(m)  # unchanged: the very object
+            elif kept or extra:
                 out.append(m.model_copy(update={"content": [*kept, *extra]}))
             continue
         if open_calls:
@@ -177,10 +191,17 @@ def _paired(messages: list[LLMMessage]) -> list[LLMMessage]:
     return out
 
 
-def render_messages(snap: Snapshot) -> list[LLMMessage]:
+def render_messages(
+    snap: Snapshot, originals: Mapping[str, LLMMessage] | None = None
+) -> list[LLMMessage]:
     """The window of ``snap`` as AutoGen messages, paired, the quiesce note
-    (if any) first as a ``SystemMessage``. O(n)."""
-    rebuilt = [m for m in (_rebuild(s) for s in _store.window(snap)) if m is not None]
+    (if any) first as a ``SystemMessage``. ``originals`` maps entry ids to
+    the message objects they hold: those are given back as themselves (or a
+    trimmed copy). O(n)."""
+    given = originals or {}
+    rebuilt = [
+        m for m in (_rebuild(s, given.get(s.unit)) for s in _store.window(snap)) if m is not None
+    ]
     messages = _paired(rebuilt)
     note = _store.notes(snap)
     if note is not None:
@@ -191,74 +212,110 @@ def render_messages(snap: Snapshot) -> list[LLMMessage]:
 class QuiesceChatCompletionContext(ChatCompletionContext):
     """An AutoGen model context held in a quiesce buffer (see the module docstring).
 
-    ``buffer`` holds the conversation (one buffer per context);
-    ``initial_messages`` are synced in by content; ``pruner`` runs once
-    before each ``get_messages``. All methods are checkpoints.
+    ``buffer`` is a :class:`~quiesce.Buffer` holding this one context's
+    conversation, or a :class:`~quiesce.BufferPool` (the buffer of
+    ``conversation``, opened on first use). ``conversation`` names the
+    context's conversation (default: a fresh id per context, ``autogen:<uuid>``):
+    one conversation per context. A single buffer is bound to the first
+    context's conversation; a context of another conversation on it raises
+    :class:`~quiesce.ConversationMismatch` when it is made, before any model
+    call, the buffer unchanged. ``initial_messages`` are synced in by content
+    (with a pool, on first use); ``pruner`` runs once before each
+    ``get_messages``. All methods are checkpoints.
+
+    Transparent when idle: with nothing marked or pruned, ``get_messages``
+    returns the very message objects that were added.
     """
 
     def __init__(
         self,
-        buffer: Buffer,
+        buffer: Buffer | BufferPool[Any],
         initial_messages: list[LLMMessage] | None = None,
         *,
+        conversation: str | None = None,
         pruner: Pruner | None = None,
     ) -> None:
-        check_setup(buffer, pruner, "QuiesceChatCompletionContext")
+        self._target = Target(buffer, pruner, "QuiesceChatCompletionContext")
+        if conversation is None:
+            conversation = f"autogen:{uuid.uuid4().hex}"
+        elif not isinstance(conversation, str) or not conversation:
+            raise InvalidArgument(
+                "QuiesceChatCompletionContext: conversation must be a non-empty str"
+            )
         super().__init__(None)
         self._initial_messages = initial_messages
-        self.buffer = buffer
+        self.conversation = conversation
+        self.pool = self._target.pool
         self.pruner = pruner
-        if initial_messages:
-            _store.sync_units(
-                buffer,
-                to_units(initial_messages),
-                framework=FRAMEWORK,
-                actor=__name__,
-                new_ids="#ag:",
-            )
+        self._originals: dict[str, LLMMessage] = {}
+        self._pending = to_units(initial_messages) if initial_messages else []
+        if self._target.single is not None:
+            self._sync_pending(self._target.bind(conversation, None))
+
+    @property
+    def buffer(self) -> Buffer | None:
+        """The single buffer given (``None`` with a pool: see :meth:`abuffer`)."""
+        return self._target.single
+
+    def _sync_pending(self, buffer: Buffer) -> None:
+        if self._pending:
+            units, self._pending = self._pending, []
+            _store.sync_units(buffer, units, framework=FRAMEWORK, actor=__name__, new_ids="#ag:")
+
+    async def abuffer(self) -> Buffer:
+        """The buffer holding this context's conversation (opened in the pool
+        on first use, with ``initial_messages`` synced in)."""
+        buffer = await self._target.buffer(self.conversation, None)
+        self._sync_pending(buffer)
+        return buffer
 
     async def add_message(self, message: LLMMessage) -> None:
         """Append ``message`` (always a new message). A message the context
         cannot represent raises :class:`InvalidArgument`; nothing is appended."""
+        buffer = await self.abuffer()
         await anyio.lowlevel.checkpoint()
         (unit,) = to_units([message])
-        unit_id = f"#ag:{self.buffer.version}.0"
+        unit_id = f"#ag:{buffer.version}.0"
         fresh = _store.Unit(unit_id, unit.kind, unit.body, unit.native, unit.calls, unit.results)
-        _store.sync_units(self.buffer, [fresh], framework=FRAMEWORK, actor=__name__)
+        _store.sync_units(buffer, [fresh], framework=FRAMEWORK, actor=__name__)
+        self._originals[unit_id] = message
 
     async def get_messages(self) -> list[LLMMessage]:
         """One pruning round, then the pinned window (see the module docstring)."""
-        await prune_round(self.buffer, self.pruner)
+        buffer = await self.abuffer()
+        await prune_round(buffer, self.pruner)
         await anyio.lowlevel.checkpoint()
-        with self.buffer.snapshot() as snap:
-            return render_messages(snap)
+        with buffer.snapshot() as snap:
+            return render_messages(snap, self._originals)
 
     async def clear(self) -> None:
         """Prune every entry it may, as ``host:autogen`` (protected ones stay)."""
-        with self.buffer.snapshot() as snap:
+        buf = await self.abuffer()
+        with buf.snapshot() as snap:
             ids = [e.id for e in snap]
         if not ids:
             await anyio.lowlevel.checkpoint()
-        elif isinstance(self.buffer, RuntimeBuffer):
-            await self.buffer.aprune(ids, reason="clear", actor=ACTOR)
+        elif isinstance(buf, RuntimeBuffer):
+            await buf.aprune(ids, reason="clear", actor=ACTOR)
         else:
-            buf = self.buffer
             await anyio.to_thread.run_sync(
                 lambda: buf.prune(ids, reason="clear", actor=ACTOR), abandon_on_cancel=False
             )
 
     async def save_state(self) -> Mapping[str, Any]:
         """AutoGen's state shape: the live messages, without notes or stand-ins."""
-        await anyio.lowlevel.checkpoint()
-        with self.buffer.snapshot() as snap:
+        buffer = await self.abuffer()
+        with buffer.snapshot() as snap:
             slots = _store.window(snap)
-        messages = [m for m in (_rebuild(s) for s in slots) if m is not None]
+        rebuilt = (_rebuild(s, self._originals.get(s.unit)) for s in slots)
+        messages = [m for m in rebuilt if m is not None]
         return ChatCompletionContextState(messages=messages).model_dump()
 
     async def load_state(self, state: Mapping[str, Any]) -> None:
         """Sync the state's messages in by content (see the module docstring)."""
+        buffer = await self.abuffer()
         await anyio.lowlevel.checkpoint()
         messages = ChatCompletionContextState.model_validate(state).messages
         _store.sync_units(
-            self.buffer, to_units(messages), framework=FRAMEWORK, actor=__name__, new_ids="#ag:"
+            buffer, to_units(messages), framework=FRAMEWORK, actor=__name__, new_ids="#ag:"
         )

@@ -23,7 +23,7 @@ What it keeps true, for an agent made by ``langchain.agents.create_agent``:
 
 Messages are held as LangChain's own dicts (``message_to_dict``); see
 :mod:`quiesce.integrations._store` for the entry layout. One middleware (and
-one buffer) per conversation thread.
+one buffer, or a :class:`~quiesce.BufferPool` of them) per conversation thread.
 
 Framework work-arounds: none in the middleware. Sync ``before_model`` runs an
 async pruner with ``anyio.run`` in the calling thread (LangGraph's sync
@@ -41,10 +41,12 @@ import anyio
 from .._core.buffer import Buffer, Snapshot
 from .._core.entry import Kind
 from .._core.errors import InvalidArgument
+from .._pool import BufferPool
 from ..adapters._common import ReadmitPolicy, SyncReport, fingerprint
 from ..pruner import Pruner
 from . import _store
-from ._glue import check_setup, missing_extra, prune_round
+from ._conversation import Target
+from ._glue import missing_extra, prune_round
 
 try:
     from langchain.agents.middleware.types import (
@@ -64,6 +66,7 @@ try:
         message_to_dict,
         messages_from_dict,
     )
+    from langgraph.config import get_config
     from langgraph.runtime import Runtime
 except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise missing_extra("LangChain", "langchain") from exc
@@ -232,28 +235,44 @@ class QuiesceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     """Hold an agent's messages in a quiesce buffer; call the model on its pruned window.
 
     ``buffer`` is a :class:`~quiesce.Buffer` (or the runtime buffer of
-    ``open_buffer()``); ``pruner`` an optional :class:`~quiesce.Pruner` run
+    ``open_buffer()``) holding one conversation, or a
+    :class:`~quiesce.BufferPool` holding one buffer per LangGraph
+    ``thread_id`` (a run without a checkpointer has no ``thread_id``: its
+    conversation is named by its first message, so no run's messages reach
+    another's). A single buffer is bound to the first conversation it serves
+    and raises :class:`~quiesce.ConversationMismatch` for another, before the
+    model is called. ``pruner`` is an optional :class:`~quiesce.Pruner` run
     once before each model call; ``destructive`` makes ``before_model`` also
     remove pruned messages from the saved state (see the module docstring).
+
+    Transparent when idle: with nothing marked or pruned, the model gets the
+    request exactly as LangChain built it (the same message objects).
     """
 
     def __init__(
-        self, buffer: Buffer, *, pruner: Pruner | None = None, destructive: bool = False
+        self,
+        buffer: Buffer | BufferPool[Any],
+        *,
+        pruner: Pruner | None = None,
+        destructive: bool = False,
     ) -> None:
-        check_setup(buffer, pruner, "QuiesceMiddleware")
+        self._target = Target(buffer, pruner, "QuiesceMiddleware")
         super().__init__()
-        self.buffer = buffer
+        self.buffer = self._target.single
+        self.pool = self._target.pool
         self.pruner = pruner
         self.destructive = bool(destructive)
 
     # -- before_model -------------------------------------------------------
 
-    def _state_update(self, messages: Sequence[AnyMessage]) -> dict[str, Any] | None:
+    def _state_update(
+        self, buffer: Buffer, messages: Sequence[AnyMessage]
+    ) -> dict[str, Any] | None:
         if not self.destructive:
             return None
         updates: list[BaseMessage] = []
-        tombs = self.buffer.tombstones
-        with self.buffer.snapshot() as snap:
+        tombs = buffer.tombstones
+        with buffer.snapshot() as snap:
             for m in messages:
                 if not m.id:
                     continue  # LangGraph gives every saved message an id
@@ -278,29 +297,36 @@ class QuiesceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         return {"messages": updates} if updates else None
 
     def before_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """Sync the state's messages, run the pruner (``anyio.run`` in this
-        thread), and return ``None`` — or, if destructive, the removals."""
+        """Resolve the conversation, sync the state's messages, run the pruner
+        (``anyio.run`` in this thread), and return ``None`` — or, if
+        destructive, the removals."""
         messages = state["messages"]
-        sync_messages(self.buffer, messages)
+        buffer = self._target.buffer_sync(*_conversation_of(runtime, messages))
+        sync_messages(buffer, messages)
         if self.pruner is not None:
-            anyio.run(prune_round, self.buffer, self.pruner)
-        return self._state_update(messages)
+            anyio.run(prune_round, buffer, self.pruner)
+        return self._state_update(buffer, messages)
 
     async def abefore_model(
         self, state: AgentState[Any], runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
-        """Sync the state's messages, await one pruning round, and return
-        ``None`` — or, if destructive, the removals. Cancellation while the
-        pruner runs submits nothing (see :func:`~quiesce.run_pruner`)."""
+        """Resolve the conversation, sync the state's messages, await one
+        pruning round, and return ``None`` — or, if destructive, the
+        removals. Cancellation while the pruner runs submits nothing (see
+        :func:`~quiesce.run_pruner`)."""
         messages = state["messages"]
-        sync_messages(self.buffer, messages)
-        await prune_round(self.buffer, self.pruner)
-        return self._state_update(messages)
+        buffer = await self._target.buffer(*_conversation_of(runtime, messages))
+        sync_messages(buffer, messages)
+        await prune_round(buffer, self.pruner)
+        return self._state_update(buffer, messages)
 
     # -- wrap_model_call ----------------------------------------------------
 
     def _request(self, request: ModelRequest[Any], snap: Snapshot) -> ModelRequest[Any]:
         messages, note = render_messages(snap)
+        messages = _as_given(messages, request.messages)
+        if note is None and _same(messages, request.messages):
+            return request  # idle: the model gets what LangChain built
         return request.override(
             messages=list[AnyMessage](messages),  # type: ignore[arg-type]
             system_message=_with_note(request.system_message, note),
@@ -312,8 +338,9 @@ class QuiesceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelResponse[Any]:
         """Call the model on the window of a snapshot pinned for the call."""
-        sync_messages(self.buffer, request.messages)
-        with self.buffer.snapshot() as snap:
+        buffer = self._target.buffer_sync(*_conversation_of(request.runtime, request.messages))
+        sync_messages(buffer, request.messages)
+        with buffer.snapshot() as snap:
             return handler(self._request(request, snap))
 
     async def awrap_model_call(
@@ -323,9 +350,48 @@ class QuiesceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> ModelResponse[Any]:
         """Call the model on the window of a snapshot pinned across the await.
         The pin is released on exit, also on cancellation."""
-        sync_messages(self.buffer, request.messages)
-        with self.buffer.snapshot() as snap:
+        buffer = await self._target.buffer(*_conversation_of(request.runtime, request.messages))
+        sync_messages(buffer, request.messages)
+        with buffer.snapshot() as snap:
             return await handler(self._request(request, snap))
+
+
+def _conversation_of(runtime: object, messages: Sequence[object]) -> tuple[str | None, str | None]:
+    """The call's ``thread_id`` (``None`` without a checkpointer) and the key
+    of its first message (its id, else a fingerprint of its dump)."""
+    info = getattr(runtime, "execution_info", None)
+    thread = getattr(info, "thread_id", None)
+    if thread is None:
+        try:
+            configurable = get_config().get("configurable", {})
+        except RuntimeError:  # not inside a runnable context
+            configurable = {}
+        thread = configurable.get("thread_id")
+    first: str | None = None
+    if messages:
+        m = messages[0]
+        mid = getattr(m, "id", None)
+        if isinstance(mid, str) and mid:
+            first = mid
+        elif isinstance(m, BaseMessage):
+            first = fingerprint(message_to_dict(m))
+    return (str(thread) if thread is not None else None), first
+
+
+def _as_given(rendered: list[BaseMessage], given: Sequence[object]) -> list[BaseMessage]:
+    """``rendered`` with each message that equals the one LangChain gave
+    (same id, ``==``) replaced by that very object: the model gets the
+    framework's own objects wherever quiesce changed nothing. O(n)."""
+    by_id = {m.id: m for m in given if isinstance(m, BaseMessage) and m.id}
+    out: list[BaseMessage] = []
+    for m in rendered:
+        original = by_id.get(m.id) if m.id else None
+        out.append(original if original is not None and original == m else m)
+    return out
+
+
+def _same(a: Sequence[object], b: Sequence[object]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
 
 def _is_live_call(snap: Snapshot, call_id: str) -> bool:

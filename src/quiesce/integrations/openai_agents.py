@@ -55,10 +55,13 @@ from .._core.entry import thaw as plain
 from .._core.errors import InvalidArgument, InvalidType, ProtectedEntry
 from .._core.plan import EditPlan, Prune
 from .._core.records import EditReport, Override
+from .._pool import BufferPool
 from .._runtime import RuntimeBuffer
 from ..adapters import responses
+from ..adapters._common import fingerprint
 from ..pruner import Pruner
-from ._glue import check_setup, missing_extra, prune_round
+from ._conversation import Target
+from ._glue import missing_extra, prune_round
 
 try:
     from agents.items import TResponseInputItem
@@ -117,31 +120,50 @@ def _without(items: list[dict[str, Any]], gone: list[Any]) -> list[dict[str, Any
 class QuiesceSession:
     """An Agents SDK ``Session`` held in a quiesce buffer (see the module docstring).
 
-    ``session_id`` names the session; ``buffer`` holds it (one buffer per
-    session); ``pruner`` runs once before each ``get_items`` (the SDK reads
-    the history before each run). All methods are checkpoints.
+    ``session_id`` names the session (the conversation); ``buffer`` holds
+    it: a :class:`~quiesce.Buffer` serving this one session (bound to it on
+    first use: a session of another id on the same buffer raises
+    :class:`~quiesce.ConversationMismatch`, changing nothing), or a
+    :class:`~quiesce.BufferPool` (the buffer of ``session_id``, opened on
+    first use, so one agent can serve many sessions). ``pruner`` runs once
+    before each ``get_items`` (the SDK reads the history before each run).
+    All methods are checkpoints.
     """
 
     session_settings: SessionSettings | None = None
 
-    def __init__(self, session_id: str, buffer: Buffer, *, pruner: Pruner | None = None) -> None:
+    def __init__(
+        self, session_id: str, buffer: Buffer | BufferPool[Any], *, pruner: Pruner | None = None
+    ) -> None:
         if not isinstance(session_id, str) or not session_id:
             raise InvalidArgument("QuiesceSession: session_id must be a non-empty str")
-        check_setup(buffer, pruner, "QuiesceSession")
+        self._target = Target(buffer, pruner, "QuiesceSession")
         self.session_id = session_id
-        self.buffer = buffer
+        self.pool = self._target.pool
         self.pruner = pruner
         self._pop_lock = anyio.Lock()
+
+    @property
+    def buffer(self) -> Buffer | None:
+        """The single buffer given (``None`` with a pool: see :meth:`abuffer`)."""
+        return self._target.single
+
+    async def abuffer(self) -> Buffer:
+        """The buffer holding this session (opened in the pool on first use).
+        Raises :class:`~quiesce.ConversationMismatch` if a single buffer
+        serves another session."""
+        return await self._target.buffer(self.session_id, None)
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The stored items, oldest first; the newest ``limit`` items if given
         (see the module docstring)."""
-        await prune_round(self.buffer, self.pruner)
+        buffer = await self.abuffer()
+        await prune_round(buffer, self.pruner)
         await anyio.lowlevel.checkpoint()
         n = resolve_session_limit(limit, self.session_settings)
-        with self.buffer.snapshot() as snap:
+        with buffer.snapshot() as snap:
             items = responses.render(snap, annotate_stale=False, tombstone_notes=False)
-            staged = self.buffer.staged()
+            staged = buffer.staged()
             gone = [plain(e.content) for e in snap if e.id in staged and e.content is not None]
         items = _without(items, gone)
         if n is not None:
@@ -152,11 +174,10 @@ class QuiesceSession:
         """Append ``items`` as one synchronous step (atomic with respect to
         other coroutines on the loop). Bad items raise :class:`InvalidArgument`
         or :class:`InvalidType` and nothing is appended."""
+        buffer = await self.abuffer()
         await anyio.lowlevel.checkpoint()
         with _named():
-            responses.append_messages(
-                self.buffer, cast(list[dict[str, Any]], items), actor=__name__
-            )
+            responses.append_messages(buffer, cast(list[dict[str, Any]], items), actor=__name__)
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove and return the newest item, or ``None`` if there is none.
@@ -168,9 +189,10 @@ class QuiesceSession:
         :class:`ProtectedEntry` and nothing changes. Concurrent pops take
         turns (each removes a different item). Cancellation: the retraction
         is applied or not as a whole."""
+        buffer = await self.abuffer()
         async with self._pop_lock:  # two pops never pick the same newest item
-            with self.buffer.snapshot() as snap:
-                staged = self.buffer.staged()
+            with buffer.snapshot() as snap:
+                staged = buffer.staged()
                 live = [e for e in snap if e.id not in staged and e.content is not None]
                 base = snap.version
             if not live:
@@ -183,7 +205,7 @@ class QuiesceSession:
                 base=base,
                 override=Override(f"pop_item: the host's undo, by {__name__}", base),
             )
-            report = await _edit(self.buffer, plan)
+            report = await _edit(buffer, plan)
         if not report.applied:
             why = ", ".join(r.name for r in report.refusals)
             raise ProtectedEntry(
@@ -194,10 +216,11 @@ class QuiesceSession:
     async def clear_session(self) -> None:
         """Prune every item, as ``host:openai-agents``. Protected items (user
         and system messages) stay: the buffer never removes them."""
-        with self.buffer.snapshot() as snap:
+        buffer = await self.abuffer()
+        with buffer.snapshot() as snap:
             ids = [e.id for e in snap]
         if ids:
-            await _prune(self.buffer, ids, reason="clear_session")
+            await _prune(buffer, ids, reason="clear_session")
         else:
             await anyio.lowlevel.checkpoint()
 
@@ -217,23 +240,57 @@ async def _prune(buf: Buffer, ids: list[str], *, reason: str) -> Any:
 
 
 def quiesce_input_filter(
-    buffer: Buffer, *, pruner: Pruner | None = None
+    buffer: Buffer | BufferPool[Any],
+    *,
+    conversation: Callable[[CallModelData[Any]], str] | None = None,
+    pruner: Pruner | None = None,
 ) -> Callable[[CallModelData[Any]], Awaitable[ModelInputData]]:
     """The value for ``RunConfig(call_model_input_filter=...)``.
 
-    Before each model call: sync the input items into ``buffer`` (see the
-    module docstring), run ``pruner`` once, and return the window's items as
-    :func:`quiesce.adapters.responses.render` gives them.
+    Before each model call: resolve the call's conversation, sync the input
+    items into its buffer (see the module docstring), run ``pruner`` once,
+    and return the window's items as :func:`quiesce.adapters.responses.render`
+    gives them — or, when nothing is marked or pruned and the window is the
+    input, the SDK's own ``model_data`` unchanged.
+
+    The SDK's ``CallModelData`` carries no session id, so ``conversation``
+    names it: ``conversation(data) -> str`` (e.g. from ``data.context``, the
+    run's context object). With a :class:`~quiesce.BufferPool` it is
+    required (:class:`InvalidArgument` otherwise). With a single buffer it
+    is optional: without it a call belongs to the bound conversation only
+    if its input extends the bound one (the same first item); either way a
+    call of another conversation raises :class:`~quiesce.ConversationMismatch`
+    before the model is called, the buffer unchanged.
     """
-    check_setup(buffer, pruner, "quiesce_input_filter")
+    target = Target(buffer, pruner, "quiesce_input_filter")
+    if conversation is not None and not callable(conversation):
+        raise InvalidType(
+            "quiesce_input_filter: conversation must be a callable (data) -> str, "
+            f"not {type(conversation).__name__}"
+        )
+    if target.pool is not None and conversation is None:
+        raise InvalidArgument(
+            "quiesce_input_filter: a BufferPool needs conversation=, a callable naming "
+            "each call's conversation (CallModelData carries no session id)"
+        )
 
     async def call_model_input_filter(data: CallModelData[Any]) -> ModelInputData:
         items = cast(list[dict[str, Any]], data.model_data.input)
+        cid = None if conversation is None else conversation(data)
+        if cid is not None and (not isinstance(cid, str) or not cid):
+            raise InvalidArgument(
+                f"quiesce_input_filter: conversation(data) must give a non-empty str, not {cid!r}"
+            )
+        first = fingerprint(items[0]) if items and isinstance(items[0], dict) else None
+        buf = await target.buffer(cid, first)
         with _named():
-            responses.sync_messages(buffer, items, actor=__name__)
-        await prune_round(buffer, pruner)
-        with buffer.snapshot() as snap:
+            responses.sync_messages(buf, items, actor=__name__)
+        await prune_round(buf, pruner)
+        with buf.snapshot() as snap:
+            idle = not snap.tombstones and not snap.marks
             rendered = responses.render(snap)
+        if idle and rendered == items:
+            return data.model_data  # idle: the SDK's own input, unchanged
         return ModelInputData(
             input=cast(list[TResponseInputItem], rendered),
             instructions=data.model_data.instructions,

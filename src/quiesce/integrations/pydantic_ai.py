@@ -5,11 +5,17 @@ Use it as ``Agent(..., capabilities=[ProcessHistory(QuiesceHistoryProcessor(buf)
 the processor is a plain async ``(ctx, messages) -> messages`` callable and
 fits both). What it keeps true, before each model request:
 
+* the run's conversation picks the buffer: ``ctx.conversation_id`` (one
+  buffer per conversation in a :class:`~quiesce.BufferPool`; a single buffer
+  is bound to the first conversation and raises
+  :class:`~quiesce.ConversationMismatch` for another, before the model is
+  called).
 * the run's messages are synced into the buffer. pydantic-ai messages carry
-  no ids, so a message the processor rendered before carries its entry id in
-  ``metadata["quiesce"]`` (application-only data, never sent to a model); a
-  message without one is matched by content (a stale copy of a pruned message
-  is not re-appended), else appended. Each message is held as
+  no ids: a message is matched by content (a stale copy of a pruned message
+  is not re-appended), and a message object the processor itself built (a
+  trimmed or rewritten one, handed back by the run) by the processor's weak
+  record of what it returned; nothing is added to the messages (no
+  ``metadata`` the model would not have). Each message is held as
   ``ModelMessagesTypeAdapter``'s own JSON dump: ``ThinkingPart`` with its
   ``signature``, images and binary ``UserPromptPart`` content, provider
   fields and timestamps come back unchanged.
@@ -18,6 +24,10 @@ fits both). What it keeps true, before each model request:
   ``RetryPromptPart`` leave together, a result pruned while its call stays is
   replaced by a stand-in return, and the note of removals and stale marks is
   a ``SystemPromptPart`` added to the first request.
+* transparent when idle: every message quiesce did not change is returned
+  as the very object the run gave (``BinaryContent`` stays ``BinaryContent``,
+  never the ``BinaryImage`` a JSON round trip makes of it); the user's
+  message objects are never mutated (a trimmed message is a copy).
 
 pydantic-ai's ``ProcessHistory`` writes the processed list back into the
 run's history (``ctx.messages[:] = ...``); the buffer keeps the full history
@@ -29,17 +39,21 @@ pydantic-ai runs its tools with asyncio tasks: it runs on **asyncio only**.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
 from .._core.buffer import Buffer, Snapshot
-from .._core.entry import Kind
+from .._core.entry import Kind, canonical_json
 from .._core.errors import InvalidArgument
-from ..adapters._common import ReadmitPolicy, SyncReport
+from .._pool import BufferPool
+from ..adapters._common import NOTE_PREFIX, ReadmitPolicy, SyncReport, fingerprint
 from ..pruner import Pruner
 from . import _store
-from ._glue import check_setup, missing_extra, prune_round
+from ._conversation import Target
+from ._glue import missing_extra, prune_round
 
 try:
     from pydantic_ai.messages import (
@@ -61,7 +75,8 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
 __all__ = ["QuiesceHistoryProcessor", "render_messages", "sync_messages", "to_units"]
 
 FRAMEWORK = "pydantic-ai"
-#: The metadata key holding a rendered message's entry id.
+#: The metadata key older versions stamped a rendered message's entry id under
+#: (still read, never written).
 ID_KEY = "quiesce"
 
 _ASSISTANT_KINDS = frozenset({Kind.REASONING, Kind.RATIONALE, Kind.SUMMARY, Kind.TOOL_CALL})
@@ -75,14 +90,16 @@ def _load(native: Any) -> ModelMessage:
     return ModelMessagesTypeAdapter.validate_python([native])[0]
 
 
-def _unit(index: int, m: object) -> _store.Unit:
+def _unit(index: int, m: object, known: str | None = None) -> _store.Unit:
     if not isinstance(m, ModelRequest | ModelResponse):
         raise InvalidArgument(
             f"pydantic-ai: message {index}: expected a ModelRequest or ModelResponse, "
             f"not {type(m).__name__}"
         )
     metadata = dict(m.metadata or {})
-    mid = metadata.pop(ID_KEY, None)
+    mid = metadata.pop(ID_KEY, None)  # the stamp of quiesce < 0.2, still honoured
+    if known is not None:
+        mid = known
     if mid is not None and (not isinstance(mid, str) or not mid):
         raise InvalidArgument(f"pydantic-ai: message {index}: metadata[{ID_KEY!r}] is not an id")
     # Held without the id stamp, so a rendered copy and the original are one message.
@@ -120,8 +137,6 @@ def _unit(index: int, m: object) -> _store.Unit:
 
 
 def _fields(m: ModelRequest | ModelResponse) -> dict[str, Any]:
-    import dataclasses
-
     return {f.name: getattr(m, f.name) for f in dataclasses.fields(m) if f.init}
 
 
@@ -129,23 +144,33 @@ def _text_of(content: Sequence[object]) -> str:
     return "\n".join(c for c in content if isinstance(c, str))
 
 
-def to_units(messages: Sequence[object]) -> list[_store.Unit]:
-    """pydantic-ai messages read into units (all checked before any is used).
+def to_units(
+    messages: Sequence[object], known: Sequence[str | None] | None = None
+) -> list[_store.Unit]:
+    """pydantic-ai messages read into units (all checked before any is used);
+    ``known[i]``, if given, is the entry id of message ``i`` (else it is
+    matched by content).
 
     Raises :class:`InvalidArgument` naming the message index, the part and
     the field it cannot represent."""
-    return [_unit(i, m) for i, m in enumerate(messages)]
+    ids = list(known) if known is not None else [None] * len(messages)
+    return [_unit(i, m, k) for i, (m, k) in enumerate(zip(messages, ids, strict=True))]
 
 
 def sync_messages(
-    buffer: Buffer, messages: Sequence[object], *, readmit: ReadmitPolicy = "record"
+    buffer: Buffer,
+    messages: Sequence[object],
+    *,
+    readmit: ReadmitPolicy = "record",
+    known: Sequence[str | None] | None = None,
 ) -> SyncReport:
     """Append the messages the buffer does not hold yet (see the module
     docstring); idempotent. ``readmit`` and the report are the adapters'
-    (:func:`quiesce.adapters.openai.sync_messages`)."""
+    (:func:`quiesce.adapters.openai.sync_messages`); ``known`` as in
+    :func:`to_units`."""
     return _store.sync_units(
         buffer,
-        to_units(messages),
+        to_units(messages, known),
         framework=FRAMEWORK,
         actor=__name__,
         readmit=readmit,
@@ -153,22 +178,20 @@ def sync_messages(
     )
 
 
-def _stamp(m: ModelMessage, unit: str) -> ModelMessage:
-    m.metadata = {**(m.metadata or {}), ID_KEY: unit}
-    return m
-
-
-def _rebuild(slot: _store.Slot) -> ModelMessage | None:
+def _rebuild(slot: _store.Slot, original: ModelMessage | None = None) -> ModelMessage | None:
+    """The message of ``slot``: ``original`` (the run's own object whose dump
+    the slot holds) when given, trimmed to the slot's live calls and results
+    as a copy; else built from the dump or, for a text slot, from its text."""
     if slot.native is None:
         if slot.results:
             part = ToolReturnPart(tool_name="tool", content=slot.text, tool_call_id=slot.results[0])
-            return _stamp(ModelRequest(parts=[part]), slot.unit)
+            return ModelRequest(parts=[part])
         if slot.calls or slot.kind in _ASSISTANT_KINDS:
             parts: list[Any] = [TextPart(slot.text)] if slot.text else []
             parts += [ToolCallPart(c.name, json.loads(c.arguments), c.call_id) for c in slot.calls]
-            return _stamp(ModelResponse(parts=parts), slot.unit)
-        return _stamp(ModelRequest(parts=[UserPromptPart(slot.text)]), slot.unit)
-    m = _load(slot.native)
+            return ModelResponse(parts=parts)
+        return ModelRequest(parts=[UserPromptPart(slot.text)])
+    m = original if original is not None else _load(slot.native)
     calls, results = slot.call_ids, set(slot.results)
     kept = [
         p
@@ -184,8 +207,9 @@ def _rebuild(slot: _store.Slot) -> ModelMessage | None:
     ]
     if not kept:
         return None
-    m.parts = kept  # type: ignore[assignment]
-    return _stamp(m, slot.unit)
+    if len(kept) == len(m.parts):
+        return m
+    return dataclasses.replace(m, parts=kept)  # type: ignore[arg-type]
 
 
 def _answers(m: ModelRequest) -> set[str]:
@@ -223,7 +247,7 @@ def _paired(messages: list[ModelMessage]) -> list[ModelMessage]:
             ]
             open_calls = {}
             if len(parts) != len(m.parts) or stand_ins:
-                m.parts = [*stand_ins, *parts]
+                m = dataclasses.replace(m, parts=[*stand_ins, *parts])  # never the run's object
             if m.parts:
                 out.append(m)
             continue
@@ -240,39 +264,166 @@ def _stand_in(call_id: str, name: str) -> ToolReturnPart:
     return ToolReturnPart(tool_name=name, content=_store.stand_in(call_id), tool_call_id=call_id)
 
 
-def render_messages(snap: Snapshot) -> list[ModelMessage]:
-    """The window of ``snap`` as pydantic-ai messages, each stamped with its
-    entry id, paired, with the quiesce note (if any) as a ``SystemPromptPart``
-    of the first request. O(n)."""
-    rebuilt = [m for m in (_rebuild(s) for s in _store.window(snap)) if m is not None]
+def render_messages(
+    snap: Snapshot, originals: Sequence[ModelMessage] = ()
+) -> list[ModelMessage]:
+    """The window of ``snap`` as pydantic-ai messages, paired, with the quiesce
+    note (if any) as a ``SystemPromptPart`` of the first request. A slot
+    whose dump equals the dump of one of ``originals`` is given back as that
+    object (or a trimmed copy of it; ``originals`` are never mutated). O(n)."""
+    return _render_given(snap, originals)[0]
+
+
+def _render_given(
+    snap: Snapshot, originals: Sequence[ModelMessage]
+) -> tuple[list[ModelMessage], list[tuple[ModelMessage, str]]]:
+    """:func:`render_messages`, and the messages built here (not one of
+    ``originals``) with the entry id each stands for."""
+    by_dump: dict[str, list[ModelMessage]] = {}
+    for m in originals:
+        by_dump.setdefault(canonical_json(_held_dump(m)), []).append(m)
+    built: list[tuple[ModelMessage, str]] = []
+    rebuilt: list[ModelMessage] = []
+    for slot in _store.window(snap):
+        given = by_dump.get(canonical_json(slot.native)) if slot.native is not None else None
+        original = given.pop(0) if given else None
+        shown = _rebuild(slot, original)
+        if shown is None:
+            continue
+        if shown is not original:
+            built.append((shown, slot.unit))
+        rebuilt.append(shown)
     messages = _paired(rebuilt)
     note = _store.notes(snap)
     if note is not None:
         if messages and isinstance(messages[0], ModelRequest):
-            messages[0].parts = [SystemPromptPart(note), *messages[0].parts]
+            first = messages[0]
+            messages[0] = dataclasses.replace(first, parts=[SystemPromptPart(note), *first.parts])
         else:
             messages.insert(0, ModelRequest(parts=[SystemPromptPart(note)]))
-    return messages
+    return messages, built
+
+
+def _held_dump(m: ModelMessage) -> Any:
+    """The dump a message is held as (without a legacy id stamp)."""
+    metadata = dict(m.metadata or {})
+    if metadata.pop(ID_KEY, None) is None:
+        return _dump(m)
+    return _dump(m.__class__(**{**_fields(m), "metadata": metadata or None}))
 
 
 class QuiesceHistoryProcessor:
     """A pydantic-ai history processor over a quiesce buffer (see the module docstring).
 
-    ``await processor(ctx, messages)`` syncs, runs the pruner once, and
-    returns the pruned window. One processor (and buffer) per conversation.
-    Cancellation while the pruner runs submits nothing; the sync before it is
+    ``buffer`` is a :class:`~quiesce.Buffer` holding one conversation, or a
+    :class:`~quiesce.BufferPool` holding one buffer per
+    ``ctx.conversation_id`` (so one module-level ``Agent`` can serve many
+    conversations). ``await processor(ctx, messages)`` resolves the
+    conversation, syncs, runs the pruner once, and returns the pruned window
+    (the run's own message objects wherever nothing changed). Cancellation
+    while the pruner runs submits nothing; the sync before it is
     synchronous and complete.
+
+    The processor remembers, weakly, the message objects it built (trimmed
+    or rewritten messages) and the entries they stand for, so the run handing
+    them back is recognised; the record is O(messages built) and dies with
+    the objects.
     """
 
-    def __init__(self, buffer: Buffer, *, pruner: Pruner | None = None) -> None:
-        check_setup(buffer, pruner, "QuiesceHistoryProcessor")
-        self.buffer = buffer
+    def __init__(self, buffer: Buffer | BufferPool[Any], *, pruner: Pruner | None = None) -> None:
+        self._target = Target(buffer, pruner, "QuiesceHistoryProcessor")
+        self.buffer = self._target.single
+        self.pool = self._target.pool
         self.pruner = pruner
+        self._built: dict[int, tuple[weakref.ref[ModelMessage], str]] = {}
+
+    def _known(self, messages: Sequence[ModelMessage]) -> list[str | None]:
+        out: list[str | None] = []
+        for m in messages:
+            found = self._built.get(id(m))
+            out.append(found[1] if found is not None and found[0]() is m else None)
+        return out
+
+    def _remember(self, built: list[tuple[ModelMessage, str]]) -> None:
+        for m, unit in built:
+            key = id(m)
+
+            def forget(_: object, key: int = key) -> None:
+                self._built.pop(key, None)
+
+            self._built[key] = (weakref.ref(m, forget), unit)
 
     async def __call__(
         self, ctx: RunContext[Any], messages: list[ModelMessage]
     ) -> list[ModelMessage]:
-        sync_messages(self.buffer, messages)
-        await prune_round(self.buffer, self.pruner)
-        with self.buffer.snapshot() as snap:
-            return render_messages(snap)
+        buffer = await self._target.buffer(_conversation_of(ctx), _first_key(messages))
+        given = _unnoted(messages)
+        known = self._known(given)
+        if buffer.tombstones:  # trimmed copies may come back (e.g. in a new process)
+            with buffer.snapshot() as snap:
+                trimmed = _trimmed_dumps(snap)
+            for i, m in enumerate(given):
+                if known[i] is None and trimmed:
+                    known[i] = trimmed.get(canonical_json(_held_dump(m)))
+        sync_messages(buffer, given, known=known)
+        await prune_round(buffer, self.pruner)
+        with buffer.snapshot() as snap:
+            rendered, built = _render_given(snap, given)
+        self._remember(built)
+        if len(rendered) == len(messages) and all(
+            a is b for a, b in zip(rendered, messages, strict=True)
+        ):
+            return messages  # idle: the run's own list
+        return rendered
+
+
+def _unnoted(messages: Sequence[ModelMessage]) -> list[ModelMessage]:
+    """``messages`` without the parts quiesce rendered into them before (its
+    note ``SystemPromptPart`` and stand-in returns), which the run hands back
+    and which never become entries. Untouched messages stay the same objects;
+    a message left without parts is dropped. O(parts)."""
+    out: list[ModelMessage] = []
+    for m in messages:
+        if not isinstance(m, ModelRequest):
+            out.append(m)
+            continue
+        parts = [p for p in m.parts if not _is_quiesce_part(p)]
+        if len(parts) == len(m.parts):
+            out.append(m)
+        elif parts:
+            out.append(dataclasses.replace(m, parts=parts))
+    return out
+
+
+def _is_quiesce_part(p: object) -> bool:
+    if isinstance(p, SystemPromptPart):
+        return p.content.startswith(NOTE_PREFIX)
+    if isinstance(p, ToolReturnPart):
+        return p.content == _store.stand_in(p.tool_call_id)
+    return False
+
+
+def _trimmed_dumps(snap: Snapshot) -> dict[str, str]:
+    """The dump of each message the window shows trimmed (some of its calls or
+    results pruned), keyed to its entry id: how a trimmed copy handed back is
+    recognised. O(n)."""
+    out: dict[str, str] = {}
+    for slot in _store.window(snap):
+        if slot.native is None:
+            continue
+        shown = _rebuild(slot)
+        if shown is not None:
+            dump = canonical_json(_dump(shown))
+            if dump != canonical_json(slot.native):
+                out[dump] = slot.unit
+    return out
+
+
+def _conversation_of(ctx: object) -> str | None:
+    """pydantic-ai's conversation id of the run (``None`` before 1.x had one)."""
+    conversation = getattr(ctx, "conversation_id", None)
+    return conversation if isinstance(conversation, str) and conversation else None
+
+
+def _first_key(messages: Sequence[ModelMessage]) -> str | None:
+    return fingerprint(_held_dump(messages[0])) if messages else None
