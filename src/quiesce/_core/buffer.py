@@ -60,6 +60,7 @@ from .entry import MAX_STORED_INT, Entry, check_id, check_int, check_text, check
 from .errors import (
     DanglingReference,
     DuplicateEntry,
+    InvalidArgument,
     InvalidType,
     LogFormatError,
     LogWriteError,
