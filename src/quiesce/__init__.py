@@ -52,6 +52,7 @@ from ._core.records import Status as Status
 from ._core.records import Tombstone as Tombstone
 from ._log.jsonl import JsonlLog as JsonlLog
 from ._log.sqlite import SQLiteLog as SQLiteLog
+from ._protocol import AsyncBuffer as AsyncBuffer
 from ._runtime import RuntimeBuffer as RuntimeBuffer
 from ._runtime import open_buffer as open_buffer
 from .pruner import HeuristicPruner as HeuristicPruner

@@ -52,6 +52,8 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
+import anyio
+
 from .._core.buffer import Buffer, Snapshot
 from .._core.entry import Entry, Kind, canonical_json, check_text, freeze, result_id, thaw
 from .._core.errors import (
@@ -65,6 +67,7 @@ from .._core.errors import (
 from .._core.notes import escape_field
 from .._core.records import Escalation, EscalationKind, Mark, Override, Tombstone
 from .._core.version import Version
+from .._protocol import AsyncBuffer, local_buffer
 
 __all__ = [
     "NOTE_PREFIX",
@@ -493,6 +496,25 @@ def read_and_admit(
     return admit(buf, reads, api=api, readmit=readmit, turn=turn, sync=sync, actor=actor)
 
 
+async def aread_and_admit(
+    buf: AsyncBuffer,
+    read: Reader,
+    *,
+    api: str,
+    readmit: object,
+    turn: int | None,
+    sync: bool,
+    actor: str | None = None,
+) -> SyncReport:
+    """:func:`read_and_admit` for code on the event loop, on any
+    :class:`~quiesce.AsyncBuffer`: the messages are read against its local
+    head, then :func:`aadmit`. Always a checkpoint."""
+    check_readmit(readmit)
+    head = buf.head()
+    reads = read(head=head, keys=Keys(None if sync else head), calls=())
+    return await aadmit(buf, reads, api=api, readmit=readmit, turn=turn, sync=sync, actor=actor)
+
+
 def render_with(source: object, render: Callable[[Snapshot], _T]) -> _T:
     """``render`` of a snapshot passed in, or of a new snapshot of a buffer
     (released when done, also on error)."""
@@ -551,6 +573,97 @@ def _cycles(head: Version, e: Entry, tomb: Tombstone) -> int:
     )
 
 
+@dataclass
+class _Admission:
+    """What :func:`admit` decided against ``head``, before appending."""
+
+    head: Version
+    who: str
+    plan: list[tuple[Entry, Override | None, int]]
+    appended: list[int]
+    held: list[int]
+    tombstoned: list[int]
+
+    def report(
+        self, version: int, readmitted: list[str], escalations: list[Escalation]
+    ) -> SyncReport:
+        return SyncReport(
+            tuple(self.appended),
+            tuple(self.held),
+            tuple(self.tombstoned),
+            tuple(readmitted),
+            tuple(escalations),
+            version,
+        )
+
+    def oscillation(self, e: Entry, api: str) -> tuple[str, dict[str, Any]] | None:
+        """The detail and data of the ``OSCILLATION`` escalation re-admitting
+        ``e`` raises (its second cycle or later), or ``None``."""
+        tomb = self.head.tombs.matching(e.content_hash, e.key)
+        assert tomb is not None
+        cycles = _cycles(self.head, e, tomb)
+        if cycles < 2:
+            return None
+        return (
+            f"{e.id!r} re-admitted by {self.who}: cycle {cycles} of "
+            f"pruning and re-admitting the content of {tomb.id!r}",
+            {"ids": [e.id, tomb.id], "cycles": cycles, "adapter": api},
+        )
+
+
+def _admission(
+    head: Version,
+    reads: Sequence[Read],
+    *,
+    api: str,
+    readmit: object,
+    turn: int | None,
+    sync: bool,
+    actor: str | None,
+) -> _Admission:
+    """Decide every message of ``reads`` against ``head`` (see :func:`admit`)."""
+    check_readmit(readmit)
+    if actor is not None:
+        check_text(actor, "actor")
+    who = f"quiesce.adapters.{api}" if actor is None else actor
+    live, tombs = head.live, head.tombs.by_id
+    out = _Admission(head, who, [], [], [], [])
+    batch: set[str] = set()
+    for r in reads:
+        known = [e.id for e in r.entries if e.id in live or e.id in tombs]
+        if known:
+            if not sync:
+                raise DuplicateEntry(f"message {r.index}: entry id {known[0]!r} is already used")
+            (out.held if any(i in live for i in known) else out.tombstoned).append(r.index)
+            continue
+        gone: list[str] = []
+        mine: set[str] = set()
+        for e in r.entries:
+            gone.extend(ref for ref in e.refs if ref not in live and ref not in batch | mine)
+            mine.add(e.id)
+        if gone:
+            tomb = tombs.get(gone[0])
+            if sync and tomb is not None:
+                out.tombstoned.append(r.index)  # answers a call pruned meanwhile
+                continue
+            raise DanglingReference(
+                f"message {r.index}: {gone[0]!r} is "
+                + ("pruned" if tomb is not None else "not in the buffer"),
+                gone[0],
+                tomb,
+            )
+        for e in r.entries:
+            override = None
+            tomb = head.tombs.matching(e.content_hash, e.key)
+            if tomb is not None:
+                override = _decide(readmit, r.index, e, tomb, _cycles(head, e, tomb), who, turn)
+            out.plan.append((e, override, r.index))
+            batch.add(e.id)
+        if r.entries:
+            out.appended.append(r.index)
+    return out
+
+
 def admit(
     buf: Buffer,
     reads: Sequence[Read],
@@ -580,76 +693,69 @@ def admit(
     appended before it stay: the adapters do not hold the buffer's write
     lock across the batch. Cancellation: nothing here awaits.
     """
-    check_readmit(readmit)
-    if actor is not None:
-        check_text(actor, "actor")
-    who = f"quiesce.adapters.{api}" if actor is None else actor
-    head = buf.head()
-    live, tombs = head.live, head.tombs.by_id
-    appended: list[int] = []
-    held: list[int] = []
-    tombstoned: list[int] = []
-    plan: list[tuple[Entry, Override | None, int]] = []
-    batch: set[str] = set()
-    for r in reads:
-        known = [e.id for e in r.entries if e.id in live or e.id in tombs]
-        if known:
-            if not sync:
-                raise DuplicateEntry(f"message {r.index}: entry id {known[0]!r} is already used")
-            (held if any(i in live for i in known) else tombstoned).append(r.index)
-            continue
-        gone: list[str] = []
-        mine: set[str] = set()
-        for e in r.entries:
-            gone.extend(ref for ref in e.refs if ref not in live and ref not in batch | mine)
-            mine.add(e.id)
-        if gone:
-            tomb = tombs.get(gone[0])
-            if sync and tomb is not None:
-                tombstoned.append(r.index)  # answers a call pruned meanwhile
-                continue
-            raise DanglingReference(
-                f"message {r.index}: {gone[0]!r} is "
-                + ("pruned" if tomb is not None else "not in the buffer"),
-                gone[0],
-                tomb,
-            )
-        for e in r.entries:
-            override = None
-            tomb = head.tombs.matching(e.content_hash, e.key)
-            if tomb is not None:
-                override = _decide(readmit, r.index, e, tomb, _cycles(head, e, tomb), who, turn)
-            plan.append((e, override, r.index))
-            batch.add(e.id)
-        if r.entries:
-            appended.append(r.index)
+    decided = _admission(
+        buf.head(), reads, api=api, readmit=readmit, turn=turn, sync=sync, actor=actor
+    )
     readmitted: list[str] = []
     escalations: list[Escalation] = []
-    version = head.number
-    for e, override, _index in plan:
+    version = decided.head.number
+    for e, override, _index in decided.plan:
         version = buf.append(e, override=override)
         if override is not None:
             readmitted.append(e.id)
-            tomb = head.tombs.matching(e.content_hash, e.key)
-            assert tomb is not None
-            cycles = _cycles(head, e, tomb)
-            if cycles >= 2:
-                escalations.append(
-                    buf.escalate(
-                        EscalationKind.OSCILLATION,
-                        f"{e.id!r} re-admitted by {who}: cycle {cycles} of "
-                        f"pruning and re-admitting the content of {tomb.id!r}",
-                        data={"ids": [e.id, tomb.id], "cycles": cycles, "adapter": api},
-                    )
-                )
-    return SyncReport(
-        tuple(appended),
-        tuple(held),
-        tuple(tombstoned),
-        tuple(readmitted),
-        tuple(escalations),
-        version if plan else buf.version,
+            found = decided.oscillation(e, api)
+            if found is not None:
+                detail, data = found
+                escalations.append(buf.escalate(EscalationKind.OSCILLATION, detail, data=data))
+    return decided.report(version if decided.plan else buf.version, readmitted, escalations)
+
+
+async def aadmit(
+    buf: AsyncBuffer,
+    reads: Sequence[Read],
+    *,
+    api: str,
+    readmit: object,
+    turn: int | None,
+    sync: bool,
+    actor: str | None = None,
+) -> SyncReport:
+    """:func:`admit` for code on the event loop, on any
+    :class:`~quiesce.AsyncBuffer`. Always a checkpoint.
+
+    On an in-process buffer (``open_buffer()``'s, or a plain one) it *is*
+    :func:`admit` after one checkpoint: appends never touch a disk, and with
+    no await between them the batch is atomic with respect to other
+    coroutines. On a shared buffer each entry is appended with ``aappend``
+    (forwarded from a replica), in order; everything is decided against the
+    local head first, so a bad message appends nothing, but a conflicting
+    append by another member meanwhile makes a later one raise (the ones
+    before it stay), as with a writer thread above. Cancellation between two
+    appends leaves the first ones appended: a later sync finds them held.
+    """
+    local = local_buffer(buf)
+    if local is not None:
+        await anyio.lowlevel.checkpoint()
+        return admit(local, reads, api=api, readmit=readmit, turn=turn, sync=sync, actor=actor)
+    decided = _admission(
+        buf.head(), reads, api=api, readmit=readmit, turn=turn, sync=sync, actor=actor
     )
+    readmitted: list[str] = []
+    escalations: list[Escalation] = []
+    version = decided.head.number
+    if not decided.plan:
+        await anyio.lowlevel.checkpoint()
+    for e, override, _index in decided.plan:
+        version = await buf.aappend(e, override=override)
+        if override is not None:
+            readmitted.append(e.id)
+            found = decided.oscillation(e, api)
+            if found is not None:
+                detail, data = found
+                escalations.append(
+                    await buf.aescalate(EscalationKind.OSCILLATION, detail, data=data)
+                )
+    return decided.report(version if decided.plan else buf.version, readmitted, escalations)
 
 
 def _decide(

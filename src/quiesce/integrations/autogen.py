@@ -37,10 +37,10 @@ import anyio
 from .._core.buffer import Buffer, Snapshot
 from .._core.entry import Kind
 from .._core.errors import InvalidArgument
-from .._runtime import RuntimeBuffer
+from .._protocol import AsyncBuffer
 from ..pruner import Pruner
 from . import _store
-from ._glue import check_setup, missing_extra, prune_round
+from ._glue import check_setup, missing_extra, prune_round, sync_buffer
 
 try:
     from autogen_core import FunctionCall
@@ -198,19 +198,20 @@ class QuiesceChatCompletionContext(ChatCompletionContext):
 
     def __init__(
         self,
-        buffer: Buffer,
+        buffer: Buffer | AsyncBuffer,
         initial_messages: list[LLMMessage] | None = None,
         *,
         pruner: Pruner | None = None,
     ) -> None:
-        check_setup(buffer, pruner, "QuiesceChatCompletionContext")
+        self._face = check_setup(buffer, pruner, "QuiesceChatCompletionContext")
         super().__init__(None)
         self._initial_messages = initial_messages
         self.buffer = buffer
         self.pruner = pruner
         if initial_messages:
+            # made outside any event loop: the constructor is sync
             _store.sync_units(
-                buffer,
+                sync_buffer(buffer, "QuiesceChatCompletionContext(initial_messages=...)"),
                 to_units(initial_messages),
                 framework=FRAMEWORK,
                 actor=__name__,
@@ -220,45 +221,38 @@ class QuiesceChatCompletionContext(ChatCompletionContext):
     async def add_message(self, message: LLMMessage) -> None:
         """Append ``message`` (always a new message). A message the context
         cannot represent raises :class:`InvalidArgument`; nothing is appended."""
-        await anyio.lowlevel.checkpoint()
         (unit,) = to_units([message])
-        unit_id = f"#ag:{self.buffer.version}.0"
+        unit_id = f"#ag:{self._face.version}.0"
         fresh = _store.Unit(unit_id, unit.kind, unit.body, unit.native, unit.calls, unit.results)
-        _store.sync_units(self.buffer, [fresh], framework=FRAMEWORK, actor=__name__)
+        await _store.async_sync_units(self._face, [fresh], framework=FRAMEWORK, actor=__name__)
 
     async def get_messages(self) -> list[LLMMessage]:
         """One pruning round, then the pinned window (see the module docstring)."""
-        await prune_round(self.buffer, self.pruner)
+        await prune_round(self._face, self.pruner)
         await anyio.lowlevel.checkpoint()
-        with self.buffer.snapshot() as snap:
+        with self._face.snapshot() as snap:
             return render_messages(snap)
 
     async def clear(self) -> None:
         """Prune every entry it may, as ``host:autogen`` (protected ones stay)."""
-        with self.buffer.snapshot() as snap:
+        with self._face.snapshot() as snap:
             ids = [e.id for e in snap]
         if not ids:
             await anyio.lowlevel.checkpoint()
-        elif isinstance(self.buffer, RuntimeBuffer):
-            await self.buffer.aprune(ids, reason="clear", actor=ACTOR)
         else:
-            buf = self.buffer
-            await anyio.to_thread.run_sync(
-                lambda: buf.prune(ids, reason="clear", actor=ACTOR), abandon_on_cancel=False
-            )
+            await self._face.aprune(ids, reason="clear", actor=ACTOR)
 
     async def save_state(self) -> Mapping[str, Any]:
         """AutoGen's state shape: the live messages, without notes or stand-ins."""
         await anyio.lowlevel.checkpoint()
-        with self.buffer.snapshot() as snap:
+        with self._face.snapshot() as snap:
             slots = _store.window(snap)
         messages = [m for m in (_rebuild(s) for s in slots) if m is not None]
         return ChatCompletionContextState(messages=messages).model_dump()
 
     async def load_state(self, state: Mapping[str, Any]) -> None:
         """Sync the state's messages in by content (see the module docstring)."""
-        await anyio.lowlevel.checkpoint()
         messages = ChatCompletionContextState.model_validate(state).messages
-        _store.sync_units(
-            self.buffer, to_units(messages), framework=FRAMEWORK, actor=__name__, new_ids="#ag:"
+        await _store.async_sync_units(
+            self._face, to_units(messages), framework=FRAMEWORK, actor=__name__, new_ids="#ag:"
         )

@@ -41,10 +41,11 @@ import anyio
 from .._core.buffer import Buffer, Snapshot
 from .._core.entry import Kind
 from .._core.errors import InvalidArgument
+from .._protocol import AsyncBuffer
 from ..adapters._common import ReadmitPolicy, SyncReport, fingerprint
 from ..pruner import Pruner
 from . import _store
-from ._glue import check_setup, missing_extra, prune_round
+from ._glue import check_setup, missing_extra, prune_round, sync_buffer
 
 try:
     from langchain.agents.middleware.types import (
@@ -141,6 +142,13 @@ def sync_messages(
     )
 
 
+async def _async_sync(buffer: AsyncBuffer, messages: Sequence[object]) -> SyncReport:
+    """:func:`sync_messages` on the event loop, through the async write path."""
+    return await _store.async_sync_units(
+        buffer, to_units(messages), framework=FRAMEWORK, actor=__name__
+    )
+
+
 def _without_calls(msg: AIMessage, live: set[str]) -> AIMessage:
     """``msg`` keeping only the tool calls in ``live`` (also in its content blocks)."""
     if all(tc.get("id") in live for tc in msg.tool_calls):
@@ -231,18 +239,24 @@ def _with_note(system: SystemMessage | None, note: str | None) -> SystemMessage 
 class QuiesceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     """Hold an agent's messages in a quiesce buffer; call the model on its pruned window.
 
-    ``buffer`` is a :class:`~quiesce.Buffer` (or the runtime buffer of
-    ``open_buffer()``); ``pruner`` an optional :class:`~quiesce.Pruner` run
+    ``buffer`` is a :class:`~quiesce.Buffer` or any :class:`~quiesce.AsyncBuffer`
+    (the buffer of ``open_buffer()`` or ``open_shared_buffer()``; a shared one
+    needs the agent's async entry points); ``pruner`` an optional :class:`~quiesce.Pruner` run
     once before each model call; ``destructive`` makes ``before_model`` also
     remove pruned messages from the saved state (see the module docstring).
     """
 
     def __init__(
-        self, buffer: Buffer, *, pruner: Pruner | None = None, destructive: bool = False
+        self,
+        buffer: Buffer | AsyncBuffer,
+        *,
+        pruner: Pruner | None = None,
+        destructive: bool = False,
     ) -> None:
-        check_setup(buffer, pruner, "QuiesceMiddleware")
+        face = check_setup(buffer, pruner, "QuiesceMiddleware")
         super().__init__()
         self.buffer = buffer
+        self._face = face
         self.pruner = pruner
         self.destructive = bool(destructive)
 
@@ -252,8 +266,8 @@ class QuiesceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if not self.destructive:
             return None
         updates: list[BaseMessage] = []
-        tombs = self.buffer.tombstones
-        with self.buffer.snapshot() as snap:
+        tombs = self._face.tombstones
+        with self._face.snapshot() as snap:
             for m in messages:
                 if not m.id:
                     continue  # LangGraph gives every saved message an id
@@ -281,7 +295,7 @@ class QuiesceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         """Sync the state's messages, run the pruner (``anyio.run`` in this
         thread), and return ``None`` — or, if destructive, the removals."""
         messages = state["messages"]
-        sync_messages(self.buffer, messages)
+        sync_messages(sync_buffer(self.buffer, "QuiesceMiddleware.before_model"), messages)
         if self.pruner is not None:
             anyio.run(prune_round, self.buffer, self.pruner)
         return self._state_update(messages)
@@ -293,8 +307,8 @@ class QuiesceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         ``None`` — or, if destructive, the removals. Cancellation while the
         pruner runs submits nothing (see :func:`~quiesce.run_pruner`)."""
         messages = state["messages"]
-        sync_messages(self.buffer, messages)
-        await prune_round(self.buffer, self.pruner)
+        await _async_sync(self._face, messages)
+        await prune_round(self._face, self.pruner)
         return self._state_update(messages)
 
     # -- wrap_model_call ----------------------------------------------------
@@ -312,7 +326,9 @@ class QuiesceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelResponse[Any]:
         """Call the model on the window of a snapshot pinned for the call."""
-        sync_messages(self.buffer, request.messages)
+        sync_messages(
+            sync_buffer(self.buffer, "QuiesceMiddleware.wrap_model_call"), request.messages
+        )
         with self.buffer.snapshot() as snap:
             return handler(self._request(request, snap))
 
@@ -323,8 +339,8 @@ class QuiesceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> ModelResponse[Any]:
         """Call the model on the window of a snapshot pinned across the await.
         The pin is released on exit, also on cancellation."""
-        sync_messages(self.buffer, request.messages)
-        with self.buffer.snapshot() as snap:
+        await _async_sync(self._face, request.messages)
+        with self._face.snapshot() as snap:
             return await handler(self._request(request, snap))
 
 

@@ -43,6 +43,7 @@ runner is asyncio-only, so an agent run using them is.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, cast
@@ -51,12 +52,14 @@ import anyio
 
 from .._core.buffer import Buffer
 from .._core.edit import HOST_ACTOR
+from .._core.entry import Kind
 from .._core.entry import thaw as plain
 from .._core.errors import InvalidArgument, InvalidType, ProtectedEntry
 from .._core.plan import EditPlan, Prune
-from .._core.records import EditReport, Override
-from .._runtime import RuntimeBuffer
+from .._core.records import Override
+from .._protocol import AsyncBuffer
 from ..adapters import responses
+from ..adapters._common import aread_and_admit
 from ..pruner import Pruner
 from ._glue import check_setup, missing_extra, prune_round
 
@@ -124,10 +127,12 @@ class QuiesceSession:
 
     session_settings: SessionSettings | None = None
 
-    def __init__(self, session_id: str, buffer: Buffer, *, pruner: Pruner | None = None) -> None:
+    def __init__(
+        self, session_id: str, buffer: Buffer | AsyncBuffer, *, pruner: Pruner | None = None
+    ) -> None:
         if not isinstance(session_id, str) or not session_id:
             raise InvalidArgument("QuiesceSession: session_id must be a non-empty str")
-        check_setup(buffer, pruner, "QuiesceSession")
+        self._face = check_setup(buffer, pruner, "QuiesceSession")
         self.session_id = session_id
         self.buffer = buffer
         self.pruner = pruner
@@ -136,12 +141,12 @@ class QuiesceSession:
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The stored items, oldest first; the newest ``limit`` items if given
         (see the module docstring)."""
-        await prune_round(self.buffer, self.pruner)
+        await prune_round(self._face, self.pruner)
         await anyio.lowlevel.checkpoint()
         n = resolve_session_limit(limit, self.session_settings)
-        with self.buffer.snapshot() as snap:
+        with self._face.snapshot() as snap:
             items = responses.render(snap, annotate_stale=False, tombstone_notes=False)
-            staged = self.buffer.staged()
+            staged = self._face.staged()
             gone = [plain(e.content) for e in snap if e.id in staged and e.content is not None]
         items = _without(items, gone)
         if n is not None:
@@ -149,14 +154,12 @@ class QuiesceSession:
         return cast(list[TResponseInputItem], items)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
-        """Append ``items`` as one synchronous step (atomic with respect to
+        """Append ``items`` (through the buffer's async write path; on an
+        in-process buffer as one synchronous step, atomic with respect to
         other coroutines on the loop). Bad items raise :class:`InvalidArgument`
         or :class:`InvalidType` and nothing is appended."""
-        await anyio.lowlevel.checkpoint()
         with _named():
-            responses.append_messages(
-                self.buffer, cast(list[dict[str, Any]], items), actor=__name__
-            )
+            await _admit_items(self._face, cast(list[dict[str, Any]], items), sync=False)
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove and return the newest item, or ``None`` if there is none.
@@ -169,8 +172,8 @@ class QuiesceSession:
         turns (each removes a different item). Cancellation: the retraction
         is applied or not as a whole."""
         async with self._pop_lock:  # two pops never pick the same newest item
-            with self.buffer.snapshot() as snap:
-                staged = self.buffer.staged()
+            with self._face.snapshot() as snap:
+                staged = self._face.staged()
                 live = [e for e in snap if e.id not in staged and e.content is not None]
                 base = snap.version
             if not live:
@@ -183,7 +186,7 @@ class QuiesceSession:
                 base=base,
                 override=Override(f"pop_item: the host's undo, by {__name__}", base),
             )
-            report = await _edit(self.buffer, plan)
+            report = await self._face.aedit(plan)
         if not report.applied:
             why = ", ".join(r.name for r in report.refusals)
             raise ProtectedEntry(
@@ -194,30 +197,32 @@ class QuiesceSession:
     async def clear_session(self) -> None:
         """Prune every item, as ``host:openai-agents``. Protected items (user
         and system messages) stay: the buffer never removes them."""
-        with self.buffer.snapshot() as snap:
+        with self._face.snapshot() as snap:
             ids = [e.id for e in snap]
         if ids:
-            await _prune(self.buffer, ids, reason="clear_session")
+            await self._face.aprune(ids, reason="clear_session", actor=ACTOR)
         else:
             await anyio.lowlevel.checkpoint()
 
 
-async def _edit(buf: Buffer, plan: EditPlan) -> EditReport:
-    if isinstance(buf, RuntimeBuffer):
-        return await buf.aedit(plan)
-    return await anyio.to_thread.run_sync(lambda: buf.edit(plan), abandon_on_cancel=False)
-
-
-async def _prune(buf: Buffer, ids: list[str], *, reason: str) -> Any:
-    if isinstance(buf, RuntimeBuffer):
-        return await buf.aprune(ids, reason=reason, actor=ACTOR)
-    return await anyio.to_thread.run_sync(
-        lambda: buf.prune(ids, reason=reason, actor=ACTOR), abandon_on_cancel=False
+async def _admit_items(buffer: AsyncBuffer, items: list[dict[str, Any]], *, sync: bool) -> Any:
+    """The Responses adapter's ``append_messages`` (``sync=False``) or
+    ``sync_messages`` (``sync=True``), through the async write path of any
+    :class:`~quiesce.AsyncBuffer`."""
+    read = functools.partial(
+        responses._read,
+        items,
+        turn=None,
+        user_kind=Kind.INSTRUCTION,
+        assistant_kind=Kind.REASONING,
+    )
+    return await aread_and_admit(
+        buffer, read, api=responses.API, readmit="record", turn=None, sync=sync, actor=__name__
     )
 
 
 def quiesce_input_filter(
-    buffer: Buffer, *, pruner: Pruner | None = None
+    buffer: Buffer | AsyncBuffer, *, pruner: Pruner | None = None
 ) -> Callable[[CallModelData[Any]], Awaitable[ModelInputData]]:
     """The value for ``RunConfig(call_model_input_filter=...)``.
 
@@ -225,14 +230,14 @@ def quiesce_input_filter(
     module docstring), run ``pruner`` once, and return the window's items as
     :func:`quiesce.adapters.responses.render` gives them.
     """
-    check_setup(buffer, pruner, "quiesce_input_filter")
+    face = check_setup(buffer, pruner, "quiesce_input_filter")
 
     async def call_model_input_filter(data: CallModelData[Any]) -> ModelInputData:
         items = cast(list[dict[str, Any]], data.model_data.input)
         with _named():
-            responses.sync_messages(buffer, items, actor=__name__)
-        await prune_round(buffer, pruner)
-        with buffer.snapshot() as snap:
+            await _admit_items(face, items, sync=True)
+        await prune_round(face, pruner)
+        with face.snapshot() as snap:
             rendered = responses.render(snap)
         return ModelInputData(
             input=cast(list[TResponseInputItem], rendered),

@@ -36,6 +36,7 @@ from typing import Any
 from .._core.buffer import Buffer, Snapshot
 from .._core.entry import Kind
 from .._core.errors import InvalidArgument
+from .._protocol import AsyncBuffer
 from ..adapters._common import ReadmitPolicy, SyncReport
 from ..pruner import Pruner
 from . import _store
@@ -264,15 +265,17 @@ class QuiesceHistoryProcessor:
     synchronous and complete.
     """
 
-    def __init__(self, buffer: Buffer, *, pruner: Pruner | None = None) -> None:
-        check_setup(buffer, pruner, "QuiesceHistoryProcessor")
+    def __init__(self, buffer: Buffer | AsyncBuffer, *, pruner: Pruner | None = None) -> None:
+        self._face = check_setup(buffer, pruner, "QuiesceHistoryProcessor")
         self.buffer = buffer
         self.pruner = pruner
 
     async def __call__(
         self, ctx: RunContext[Any], messages: list[ModelMessage]
     ) -> list[ModelMessage]:
-        sync_messages(self.buffer, messages)
-        await prune_round(self.buffer, self.pruner)
-        with self.buffer.snapshot() as snap:
+        await _store.async_sync_units(
+            self._face, to_units(messages), framework=FRAMEWORK, actor=__name__
+        )
+        await prune_round(self._face, self.pruner)
+        with self._face.snapshot() as snap:
             return render_messages(snap)
