@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 import anyio
 
@@ -54,6 +54,9 @@ from ._core.version import Version
 from ._runtime import RuntimeBuffer
 
 __all__ = ["AsyncBuffer", "async_buffer", "local_buffer"]
+
+if TYPE_CHECKING:
+    from ._shared import SharedBuffer
 
 _T = TypeVar("_T")
 
@@ -245,3 +248,10 @@ def local_buffer(buffer: AsyncBuffer) -> Buffer | None:
     if isinstance(buffer, _BufferFace):
         return buffer.buffer
     return None
+
+
+if TYPE_CHECKING:
+
+    def _both_conform(runtime: RuntimeBuffer, shared: SharedBuffer) -> list[AsyncBuffer]:
+        """A static check (``mypy --strict src``): both buffers are AsyncBuffers."""
+        return [runtime, shared]
