@@ -41,7 +41,7 @@ import anyio
 from .._core.buffer import Buffer, Snapshot
 from .._core.entry import Kind
 from .._core.errors import InvalidArgument
-from .._protocol import AsyncBuffer
+from .._protocol import AsyncBuffer, local_buffer
 from ..adapters._common import ReadmitPolicy, SyncReport, fingerprint
 from ..pruner import Pruner
 from . import _store
@@ -326,10 +326,9 @@ class QuiesceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelResponse[Any]:
         """Call the model on the window of a snapshot pinned for the call."""
-        sync_messages(
-            sync_buffer(self.buffer, "QuiesceMiddleware.wrap_model_call"), request.messages
-        )
-        with self.buffer.snapshot() as snap:
+        buffer = sync_buffer(self.buffer, "QuiesceMiddleware.wrap_model_call")
+        sync_messages(buffer, request.messages)
+        with buffer.snapshot() as snap:
             return handler(self._request(request, snap))
 
     async def awrap_model_call(
@@ -337,11 +336,27 @@ class QuiesceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any]:
-        """Call the model on the window of a snapshot pinned across the await.
-        The pin is released on exit, also on cancellation."""
+        """Call the model on the window of a snapshot pinned across the await
+        (released on exit, also on cancellation).
+
+        On a buffer other processes share (a :class:`~quiesce.SharedBuffer`)
+        the model's answer is then held at once, not only at this agent's
+        next model call, so the other agents on the conversation see it.
+        Messages of the answer without an id (LangGraph gives them one in
+        its state) wait for the next sync, as does an answer whose holding
+        was cancelled. An in-process buffer keeps today's one sync per call."""
         await _async_sync(self._face, request.messages)
         with self._face.snapshot() as snap:
-            return await handler(self._request(request, snap))
+            response = await handler(self._request(request, snap))
+        if local_buffer(self._face) is None:
+            await _async_sync(self._face, _answer(response))
+        return response
+
+
+def _answer(response: ModelResponse[Any]) -> list[BaseMessage]:
+    """The messages of a model's answer that carry an id (the ones a sync
+    can match with the copies LangGraph saves in its state)."""
+    return [m for m in response.result if m.id]
 
 
 def _is_live_call(snap: Snapshot, call_id: str) -> bool:
