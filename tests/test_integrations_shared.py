@@ -160,3 +160,79 @@ def test_agents_sdk_and_langgraph_share_one_conversation(
     assert (sa["entries"], sa["tombstones"]) == (sb["entries"], sb["tombstones"])
     assert pinned_version < sa["version"]
     assert alice("check") and bob("check")
+
+
+class TestInProcess:
+    """The other two integrations on a shared buffer, two members in one
+    process (asyncio only: pydantic-ai's runner and LangGraph)."""
+
+    @pytest.mark.parametrize("anyio_backend", ["asyncio"])
+    @pytest.mark.anyio
+    async def test_pydantic_ai_and_autogen_share_a_conversation(self, pg_dsn: str) -> None:
+        """An AutoGen context on the sequencer and a pydantic-ai agent on a
+        replica: the pydantic-ai model receives the AutoGen messages, and the
+        AutoGen context's window holds the pydantic-ai exchange."""
+        from autogen_core.models import AssistantMessage, UserMessage
+        from pydantic_ai import Agent as PydanticAgent
+        from pydantic_ai.capabilities import ProcessHistory
+        from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
+        from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+        from quiesce import open_shared_buffer
+        from quiesce.integrations.autogen import QuiesceChatCompletionContext
+        from quiesce.integrations.pydantic_ai import QuiesceHistoryProcessor
+
+        received: list[str] = []
+
+        def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            received.extend(str(p.content) for m in messages for p in m.parts)
+            return ModelResponse(parts=[TextPart("carol-answer: 42")])
+
+        async with (
+            open_shared_buffer(pg_dsn, "conv-2", **OPTIONS) as first,
+            open_shared_buffer(pg_dsn, "conv-2", **OPTIONS) as second,
+        ):
+            assert (first.role, second.role) == ("sequencer", "replica")
+            ctx = QuiesceChatCompletionContext(first)
+            await ctx.add_message(UserMessage(content="dave: the answer is 42", source="dave"))
+            await ctx.add_message(AssistantMessage(content="noted, 42", source="bot"))
+            await second.wait_applied(first.version)
+            agent = PydanticAgent(
+                FunctionModel(script),
+                capabilities=[ProcessHistory(QuiesceHistoryProcessor(second))],
+            )
+            result = await agent.run("carol: what is the answer?")
+            assert result.output == "carol-answer: 42"
+            assert has(received, "dave: the answer is 42") and has(received, "noted, 42")
+            # the pydantic-ai answer is held at its next sync: run once more
+            await agent.run("carol: thanks", message_history=result.all_messages())
+            await first.wait_applied(second.version)
+            window = [str(m.content) for m in await ctx.get_messages()]
+            assert has(window, "carol: what is the answer?")
+            assert has(window, "carol-answer: 42")
+
+    @pytest.mark.parametrize("anyio_backend", ["asyncio"])
+    @pytest.mark.anyio
+    async def test_sync_entry_points_are_refused(self, pg_dsn: str) -> None:
+        """A framework's synchronous hook cannot write to a shared buffer:
+        LangGraph's ``invoke`` gets a precise ``InvalidType`` before the model
+        is called, and the buffer is unchanged."""
+        from langchain.agents import create_agent
+        from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+        from langchain_core.messages import AIMessage, HumanMessage
+
+        from quiesce import InvalidType, open_shared_buffer
+        from quiesce.integrations.langchain import QuiesceMiddleware
+
+        async with open_shared_buffer(pg_dsn, "conv-3", **OPTIONS) as shared:
+            model = FakeMessagesListChatModel(responses=[AIMessage("never")])
+            agent = create_agent(model=model, middleware=[QuiesceMiddleware(shared)])
+            with pytest.raises(
+                InvalidType,
+                match=r"^QuiesceMiddleware\.before_model: a SharedBuffer is written "
+                r"asynchronously; run the agent with its async entry point \(ainvoke, astream\)\n",
+                # (pytest matches the notes too: LangGraph adds one naming the node)
+            ):
+                agent.invoke({"messages": [HumanMessage("hi")]})
+            assert shared.version == 0
+            assert model.i == 0  # the model was not called

@@ -288,7 +288,7 @@ def _reads(
     return reads
 
 
-def window(snap: Snapshot) -> list[Slot]:
+def window(snap: Snapshot, framework: str | None = None) -> list[Slot]:
     """The live messages of ``snap`` in window order, as slots. O(n).
 
     An entry with its ``content`` gives a native slot (the framework's own
@@ -297,6 +297,9 @@ def window(snap: Snapshot) -> list[Slot]:
     structured form), or one appended by other code — gives a text slot:
     ``native`` is ``None`` and the framework renders ``text`` as a plain
     message of that kind, with the calls it carries rebuilt from their keys.
+    With ``framework`` given, a unit another framework stored (another agent
+    on the same shared conversation) is a text slot too: its dump is that
+    framework's, which this one cannot read.
     """
     slots: list[Slot] = []
     by_unit: dict[str, Slot] = {}
@@ -305,7 +308,8 @@ def window(snap: Snapshot) -> list[Slot]:
         unit = meta.get("unit")
         call = _call_of(e)
         result_of = meta.get("result_of")
-        if e.content is not None and isinstance(unit, str):
+        native = e.content is not None and (framework is None or meta.get("fw") == framework)
+        if native and isinstance(unit, str):
             slot = Slot(unit, thaw(e.content), e.kind, e.body)
             by_unit[unit] = slot
             slots.append(slot)

@@ -180,7 +180,7 @@ def _paired(messages: list[LLMMessage]) -> list[LLMMessage]:
 def render_messages(snap: Snapshot) -> list[LLMMessage]:
     """The window of ``snap`` as AutoGen messages, paired, the quiesce note
     (if any) first as a ``SystemMessage``. O(n)."""
-    rebuilt = [m for m in (_rebuild(s) for s in _store.window(snap)) if m is not None]
+    rebuilt = [m for m in (_rebuild(s) for s in _store.window(snap, FRAMEWORK)) if m is not None]
     messages = _paired(rebuilt)
     note = _store.notes(snap)
     if note is not None:
@@ -246,7 +246,7 @@ class QuiesceChatCompletionContext(ChatCompletionContext):
         """AutoGen's state shape: the live messages, without notes or stand-ins."""
         await anyio.lowlevel.checkpoint()
         with self._face.snapshot() as snap:
-            slots = _store.window(snap)
+            slots = _store.window(snap, FRAMEWORK)
         messages = [m for m in (_rebuild(s) for s in slots) if m is not None]
         return ChatCompletionContextState(messages=messages).model_dump()
 

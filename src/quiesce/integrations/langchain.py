@@ -221,7 +221,7 @@ def _paired(messages: list[BaseMessage]) -> list[BaseMessage]:
 def render_messages(snap: Snapshot) -> tuple[list[BaseMessage], str | None]:
     """The window of ``snap`` as LangChain messages, and the quiesce note (or
     ``None``). Every tool call in the result is answered. O(n)."""
-    rebuilt = [m for m in (_rebuild(s) for s in _store.window(snap)) if m is not None]
+    rebuilt = [m for m in (_rebuild(s) for s in _store.window(snap, FRAMEWORK)) if m is not None]
     return _paired(rebuilt), _store.notes(snap)
 
 

@@ -245,7 +245,7 @@ def render_messages(snap: Snapshot) -> list[ModelMessage]:
     """The window of ``snap`` as pydantic-ai messages, each stamped with its
     entry id, paired, with the quiesce note (if any) as a ``SystemPromptPart``
     of the first request. O(n)."""
-    rebuilt = [m for m in (_rebuild(s) for s in _store.window(snap)) if m is not None]
+    rebuilt = [m for m in (_rebuild(s) for s in _store.window(snap, FRAMEWORK)) if m is not None]
     messages = _paired(rebuilt)
     note = _store.notes(snap)
     if note is not None:
