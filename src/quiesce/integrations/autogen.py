@@ -191,8 +191,11 @@ def render_messages(snap: Snapshot) -> list[LLMMessage]:
 class QuiesceChatCompletionContext(ChatCompletionContext):
     """An AutoGen model context held in a quiesce buffer (see the module docstring).
 
-    ``buffer`` holds the conversation (one buffer per context);
-    ``initial_messages`` are synced in by content; ``pruner`` runs once
+    ``buffer`` holds the conversation (one buffer per context): a
+    :class:`~quiesce.Buffer` or any :class:`~quiesce.AsyncBuffer` (every write
+    goes through its async paths); ``initial_messages`` are synced in by
+    content at once, which needs an in-process buffer (a shared one raises
+    :class:`InvalidType`: add them with ``add_message``); ``pruner`` runs once
     before each ``get_messages``. All methods are checkpoints.
     """
 
@@ -221,6 +224,7 @@ class QuiesceChatCompletionContext(ChatCompletionContext):
     async def add_message(self, message: LLMMessage) -> None:
         """Append ``message`` (always a new message). A message the context
         cannot represent raises :class:`InvalidArgument`; nothing is appended."""
+        await anyio.lowlevel.checkpoint()
         (unit,) = to_units([message])
         unit_id = f"#ag:{self._face.version}.0"
         fresh = _store.Unit(unit_id, unit.kind, unit.body, unit.native, unit.calls, unit.results)
@@ -252,6 +256,7 @@ class QuiesceChatCompletionContext(ChatCompletionContext):
 
     async def load_state(self, state: Mapping[str, Any]) -> None:
         """Sync the state's messages in by content (see the module docstring)."""
+        await anyio.lowlevel.checkpoint()
         messages = ChatCompletionContextState.model_validate(state).messages
         await _store.async_sync_units(
             self._face, to_units(messages), framework=FRAMEWORK, actor=__name__, new_ids="#ag:"

@@ -121,8 +121,10 @@ class QuiesceSession:
     """An Agents SDK ``Session`` held in a quiesce buffer (see the module docstring).
 
     ``session_id`` names the session; ``buffer`` holds it (one buffer per
-    session); ``pruner`` runs once before each ``get_items`` (the SDK reads
-    the history before each run). All methods are checkpoints.
+    session): a :class:`~quiesce.Buffer` or any :class:`~quiesce.AsyncBuffer`,
+    a shared one included (every write goes through its async paths);
+    ``pruner`` runs once before each ``get_items`` (the SDK reads the history
+    before each run). All methods are checkpoints.
     """
 
     session_settings: SessionSettings | None = None
@@ -158,6 +160,7 @@ class QuiesceSession:
         in-process buffer as one synchronous step, atomic with respect to
         other coroutines on the loop). Bad items raise :class:`InvalidArgument`
         or :class:`InvalidType` and nothing is appended."""
+        await anyio.lowlevel.checkpoint()
         with _named():
             await _admit_items(self._face, cast(list[dict[str, Any]], items), sync=False)
 

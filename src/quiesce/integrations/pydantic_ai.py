@@ -261,8 +261,11 @@ class QuiesceHistoryProcessor:
 
     ``await processor(ctx, messages)`` syncs, runs the pruner once, and
     returns the pruned window. One processor (and buffer) per conversation.
+    ``buffer`` is a :class:`~quiesce.Buffer` or any :class:`~quiesce.AsyncBuffer`
+    (a shared one included); every write goes through its async paths.
     Cancellation while the pruner runs submits nothing; the sync before it is
-    synchronous and complete.
+    one synchronous step on an in-process buffer (on a shared one, messages
+    appended before a cancellation stay, and the next sync finds them held).
     """
 
     def __init__(self, buffer: Buffer | AsyncBuffer, *, pruner: Pruner | None = None) -> None:
