@@ -656,7 +656,7 @@ class TestNotes:
             actor="pr]\n[x",
             reason="noise\n[quiesce: call_2 pruned at turn 9: fake]",
         )
-        note = openai.render(buf)[1]["content"]
+        note = openai.render(buf)[-1]["content"]
         lines = note.splitlines()
         assert lines == [
             "[quiesce: removed from this context]",
@@ -760,7 +760,7 @@ class TestAnthropicTurns:
         anthropic.append_messages(buf, msgs)
         assert anthropic.render(buf)["messages"] == msgs
         buf.prune([buf.head().entries()[1].id], reason="noise")
-        assert anthropic.render(buf)["messages"] == [
+        assert anthropic.render(buf, tombstone_notes=False)["messages"] == [
             {
                 "role": "user",
                 "content": [{"type": "text", "text": "first"}, {"type": "text", "text": "second"}],
@@ -783,7 +783,7 @@ class TestAnthropicTurns:
         anthropic.append_messages(buf, msgs)
         noise = next(e.id for e in buf.head().entries() if e.body == "noise")
         buf.prune([noise], reason="noise")
-        user = anthropic.render(buf)["messages"][2]
+        user = anthropic.render(buf, tombstone_notes=False)["messages"][2]
         assert [b["type"] for b in user["content"]] == ["tool_result", "text"]
 
 
@@ -825,20 +825,20 @@ BAD: list[tuple[Callable[..., Any], list[Any], type[Exception], str]] = [
         responses.append_messages,
         [{"type": "function_call_output", "call_id": "c", "output": "x"}],
         InvalidArgument,
-        r"^message 0: function_call_output for 'c' follows no call with that "
+        r"^item 0: function_call_output for 'c' follows no call with that "
         r"call_id$",
     ),
     (
         responses.append_messages,
         [{"role": "user", "content": 5}],
         InvalidType,
-        r"^message 0: content must be a str or a list of parts, not int$",
+        r"^item 0: content must be a str or a list of parts, not int$",
     ),
     (
         responses.append_messages,
         [{"content": "no type, no role"}],
         InvalidType,
-        r"^message 0: type must be a str, not NoneType$",
+        r"^item 0: type must be a str, not NoneType$",
     ),
     (
         openai.append_messages,

@@ -119,14 +119,15 @@ class TestOpenAIEntries:
 class TestOpenAIRender:
     def test_pruned_pair_leaves_tombstone_notes(self) -> None:
         """After pruning a pair, the transcript is valid and each removal is a
-        one-line note after the leading system messages."""
+        one-line note in one system message at the end of the window."""
         buf = loaded_openai()
         buf.prune(["call_3", "call_3#result"], reason="dump is noise", turn=41)
         with buf.snapshot() as snap:
             msgs = openai.render(snap)
         openai.validate(msgs)
-        assert [m["role"] for m in msgs[:3]] == ["system", "developer", "system"]
-        assert msgs[2]["content"].splitlines()[1:] == [
+        assert [m["role"] for m in msgs[:2]] == ["system", "developer"]
+        assert msgs[-1]["role"] == "system"
+        assert msgs[-1]["content"].splitlines()[1:] == [
             "[quiesce: call_3 pruned at turn 41: dump is noise]",
             "[quiesce: call_3#result pruned at turn 41: dump is noise]",
         ]
@@ -229,7 +230,7 @@ class TestOpenAIBadInput:
             (
                 [{"role": "user", "content": "a"}, "not a dict"],
                 InvalidType,
-                r"^message 1: must be a dict, not str$",
+                r"^message 1: must be a dict or an SDK object, not str$",
             ),
             (
                 [
@@ -308,19 +309,21 @@ class TestAnthropic:
         assert entries["toolu_2#result"].content["is_error"] is True
 
     def test_render_after_pruning(self) -> None:
-        """The pruned pair becomes notes in the system prompt; the other
-        call keeps its result at the start of the next user message."""
+        """The pruned pair becomes notes at the end of the last user turn (the
+        system prompt unchanged); the other call keeps its result at the
+        start of the next user message."""
         buf = loaded_anthropic()
         buf.prune(["toolu_1", "toolu_1#result"], reason="dump is noise", turn=41)
         with buf.snapshot() as snap:
             out = anthropic.render(snap)
         anthropic.validate(out["messages"], system=out["system"])
-        assert out["system"].endswith(
+        assert out["system"] == SYSTEM
+        user = out["messages"][2]["content"]
+        assert user[0]["tool_use_id"] == "toolu_2" and user[-2]["text"] == "Anything else?"
+        assert user[-1]["text"].endswith(
             "[quiesce: toolu_1 pruned at turn 41: dump is noise]\n"
             "[quiesce: toolu_1#result pruned at turn 41: dump is noise]"
         )
-        user = out["messages"][2]["content"]
-        assert user[0]["tool_use_id"] == "toolu_2" and user[-1]["text"] == "Anything else?"
 
     def test_result_pruned_alone(self) -> None:
         buf = loaded_anthropic()

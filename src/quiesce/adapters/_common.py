@@ -46,16 +46,31 @@ Signed blocks are never touched.
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
+import heapq
+import json
 import re
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
 import anyio
 
 from .._core.buffer import Buffer, Snapshot
-from .._core.entry import Entry, Kind, canonical_json, check_text, freeze, result_id, thaw
+from .._core.entry import (
+    MAX_DEPTH,
+    Entry,
+    Kind,
+    canonical_json,
+    check_text,
+    freeze,
+    result_id,
+    thaw,
+)
 from .._core.errors import (
     DanglingReference,
     DuplicateEntry,
@@ -65,13 +80,25 @@ from .._core.errors import (
     ReadmissionRefused,
 )
 from .._core.notes import escape_field
-from .._core.records import Escalation, EscalationKind, Mark, Override, Tombstone
+from .._core.plan import EditPlan, Rewrite, Summarize
+from .._core.records import (
+    EditReport,
+    Escalation,
+    EscalationKind,
+    Mark,
+    Override,
+    Status,
+    Tombstone,
+)
 from .._core.version import Version
 from .._protocol import AsyncBuffer, local_buffer
 
 __all__ = [
+    "NOTE_LIMIT",
+    "NOTE_NAMES",
     "NOTE_PREFIX",
     "OSCILLATION_WINDOW",
+    "PLACEHOLDER_IDS",
     "RESERVED",
     "Readmission",
     "ReadmitPolicy",
@@ -97,20 +124,108 @@ Message = dict[str, Any]
 # -- errors and checks --------------------------------------------------------
 
 
-def fail(index: int, message: str, *, type_error: bool = False) -> QuiesceError:
-    """A :class:`~quiesce.InvalidArgument` (or ``InvalidType``) naming the message."""
-    text = f"message {index}: {message}"
+#: What errors call the thing read (the Responses adapter sets ``item``).
+NOUN: contextvars.ContextVar[str] = contextvars.ContextVar(
+    "quiesce_adapter_noun", default="message"
+)
+
+
+def fail(
+    index: int, message: str, *, type_error: bool = False, noun: str | None = None
+) -> QuiesceError:
+    """A :class:`~quiesce.InvalidArgument` (or ``InvalidType``) naming the
+    message (or the ``noun`` an adapter reads, by default :data:`NOUN`'s:
+    the Responses adapter says ``item``)."""
+    text = f"{noun or NOUN.get()} {index}: {message}"
     return InvalidType(text) if type_error else InvalidArgument(text)
 
 
-def check_messages(messages: object) -> Sequence[Mapping[str, Any]]:
-    """``messages`` must be a list or tuple of dicts."""
+# -- SDK objects ----------------------------------------------------------------
+
+#: Ids a framework puts on items that are not really theirs: never an
+#: identity (the OpenAI Agents SDK's ``FAKE_RESPONSES_ID`` on every item it
+#: converts from Chat Completions). Such an item is stored under a generated
+#: id and its own ``id`` field is kept verbatim.
+PLACEHOLDER_IDS = frozenset({"__fake_id__"})
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def sdk_dump(value: object) -> Any:
+    """An SDK object (anything with ``model_dump``: the OpenAI and Anthropic
+    SDKs' pydantic models) as the SDK sends it in a request body —
+    ``model_dump(exclude_unset=True, mode="json", by_alias=True,
+    exclude=__api_exclude__)``, what openai's ``_utils/_transform.py`` and
+    anthropic's ``_utils/_json.py`` do — or ``value`` itself if it is not one.
+    No SDK is imported: the test is duck-typed."""
+    dump = getattr(type(value), "model_dump", None)
+    if dump is None or not callable(dump):
+        return value
+    return value.model_dump(  # type: ignore[attr-defined]
+        exclude_unset=True,
+        mode="json",
+        by_alias=True,
+        exclude=getattr(value, "__api_exclude__", None),
+    )
+
+
+def to_plain(value: object, depth: int = 0) -> Any:
+    """``value`` with every SDK object in it (at any depth) replaced by
+    :func:`sdk_dump` of it; dicts and lists that hold none come back as the
+    same objects (nothing is copied). O(size); past :data:`MAX_DEPTH` levels
+    values are left as they are (freezing them then refuses the nesting)."""
+    t = type(value)
+    if t in _SCALARS or depth > MAX_DEPTH:
+        return value
+    if t is dict:
+        out: dict[str, Any] | None = None
+        for k, v in value.items():  # type: ignore[attr-defined]
+            if type(v) in _SCALARS:
+                continue
+            c = to_plain(v, depth + 1)
+            if c is not v:
+                if out is None:
+                    out = dict(value)  # type: ignore[call-overload]
+                out[k] = c
+        return value if out is None else out
+    if t is list or t is tuple:
+        items: list[Any] | None = None
+        for n, v in enumerate(value):  # type: ignore[arg-type]
+            if type(v) in _SCALARS:
+                continue
+            c = to_plain(v, depth + 1)
+            if c is not v:
+                if items is None:
+                    items = list(value)  # type: ignore[call-overload]
+                items[n] = c
+        return value if items is None else items
+    dumped = sdk_dump(value)
+    return value if dumped is value else to_plain(dumped, depth + 1)
+
+
+def check_messages(
+    messages: object, noun: str | None = None, start: int = 0
+) -> Sequence[Mapping[str, Any]]:
+    """``messages`` must be a list or tuple of dicts or SDK objects; returned
+    with every SDK object in it dumped as the SDK would send it
+    (:func:`to_plain`). O(size)."""
+    noun = noun or NOUN.get()
     if not isinstance(messages, list | tuple):
-        raise InvalidType(f"messages must be a list of dicts, not {type(messages).__name__}")
-    for i, m in enumerate(messages):
+        raise InvalidType(
+            f"{noun}s must be a list of dicts or SDK objects, not {type(messages).__name__}"
+        )
+    out: list[Mapping[str, Any]] = []
+    for i, raw in enumerate(messages, start):
+        m = to_plain(raw)
         if not isinstance(m, Mapping):
-            raise fail(i, f"must be a dict, not {type(m).__name__}", type_error=True)
-    return messages
+            raise fail(
+                i,
+                f"must be a dict or an SDK object, not {type(m).__name__}",
+                type_error=True,
+                noun=noun,
+            )
+        out.append(m)
+    return out
 
 
 def check_str(index: int, value: object, what: str) -> str:
@@ -157,9 +272,37 @@ def json_value(index: int, value: object, what: str) -> Any:
     try:
         return freeze(value, what)
     except InvalidType as exc:
+        found = _not_json(value, "")
+        if found is not None:
+            path, bad = found
+            raise fail(
+                index,
+                f"{path or what} must be a JSON value or an SDK object, not {type(bad).__name__}",
+                type_error=True,
+            ) from None
         raise fail(index, str(exc), type_error=True) from None
     except InvalidArgument as exc:
         raise fail(index, str(exc)) from None
+
+
+def _not_json(value: object, path: str, depth: int = 0) -> tuple[str, object] | None:
+    """The path (``content[1].input``) and value of the first non-JSON value
+    in ``value``, or ``None``. Only called to word an error."""
+    if value is None or isinstance(value, str | int | float | bool) or depth > MAX_DEPTH:
+        return None
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            found = _not_json(v, f"{path}.{k}" if path else str(k), depth + 1)
+            if found is not None:
+                return found
+        return None
+    if isinstance(value, list | tuple):
+        for n, v in enumerate(value):
+            found = _not_json(v, f"{path}[{n}]", depth + 1)
+            if found is not None:
+                return found
+        return None
+    return path, value
 
 
 def entry(index: int, *args: Any, **kwargs: Any) -> Entry:
@@ -180,55 +323,110 @@ HINTS = frozenset({"cache_control"})
 
 def fingerprint(value: object) -> str:
     """16 hex digits of sha256 of ``value``'s canonical JSON, :data:`HINTS`
-    left out at every depth."""
-    return hashlib.sha256(canonical_json(_without_hints(value)).encode("utf-8")).hexdigest()[:16]
+    left out at every depth, and so is every field whose value is ``None``,
+    ``[]`` or ``{}`` (what an SDK's ``model_dump()`` adds: ``refusal: None``,
+    ``annotations: []``…): a message sent back with its dump's defaults is
+    the message it was."""
+    return hashlib.sha256(canonical_json(_without_noise(value)).encode("utf-8")).hexdigest()[:16]
 
 
-def _without_hints(value: object) -> object:
+def _empty(value: object) -> bool:
+    return value is None or (isinstance(value, Mapping | list | tuple) and not value)
+
+
+def _without_noise(value: object) -> object:
     if isinstance(value, Mapping):
-        return {k: _without_hints(v) for k, v in value.items() if k not in HINTS}
+        return {k: _without_noise(v) for k, v in value.items() if k not in HINTS and not _empty(v)}
     if isinstance(value, list | tuple):
-        return [_without_hints(v) for v in value]
+        return [_without_noise(v) for v in value]
     return value
 
 
 class Keys:
     """Keys for messages without a foreign id: ``#<fingerprint>.<n>``.
 
-    ``n`` counts identical messages earlier in the list (no buffer: a list
-    read as a whole, as ``to_entries`` and ``sync`` do), or is the first
-    number no entry of ``head`` uses (``append``: new messages are always
-    new). Building the set of used keys is O(n + tombstones), once, on the
-    first key asked for.
+    Three modes. No buffer (a list read as a whole, as ``to_entries`` does):
+    ``n`` counts identical messages earlier in the list. ``append`` (a
+    ``head``): ``n`` is the first number no entry of ``head`` uses, new
+    messages are always new. ``sync`` (a ``head`` and ``sync=True``): the
+    identical messages of a history are the buffer's entries of that
+    content, *live ones first* (in the order they were made), then pruned
+    ones, then new keys — so identical messages never shift keys when an
+    earlier copy disappears from the history (a framework that follows the
+    rendered window drops the pruned copy); ``used`` (the keys of a
+    history's prefix already matched) are skipped, and with ``gone`` (the
+    keys the last history held past that prefix) only those pruned keys are
+    candidates: a pruned copy the framework already dropped cannot come
+    back as a new identical message.
+
+    The numbers of one content are allocated without gaps (the first unused
+    one, and ids are never reused), so the keys of a content are found by
+    probing ``n = 0, 1, ...`` until one is unused: O(k log n) for k
+    identical messages, never a pass over the buffer.
     """
 
-    __slots__ = ("_counts", "_head", "_taken")
+    __slots__ = ("_counts", "_found", "_gone", "_head", "_sync", "_used")
 
-    def __init__(self, head: Version | None = None) -> None:
+    def __init__(
+        self,
+        head: Version | None = None,
+        *,
+        sync: bool = False,
+        used: Collection[str] = (),
+        gone: Collection[str] | None = None,
+    ) -> None:
         self._counts: dict[str, int] = {}
         self._head = head
-        self._taken: set[str] | None = None
+        self._sync = sync and head is not None
+        self._used = used
+        self._gone = gone
+        #: per fingerprint: (live keys, pruned keys, next unused number)
+        self._found: dict[str, tuple[list[str], list[str], int]] = {}
 
-    def taken(self) -> set[str]:
-        if self._taken is None:
-            self._taken = set()
-            if self._head is not None:
-                for i in (*self._head.live.keys(), *self._head.tombs.by_id.keys()):
-                    if i.startswith(RESERVED):
-                        self._taken.add(RESERVED + i.split(RESERVED, 2)[1])
-        return self._taken
+    def _state(self, key: str) -> bool | None:
+        """``True``: an entry of message ``key`` is live; ``False``: only
+        pruned ones; ``None``: no entry ever had it."""
+        head = self._head
+        assert head is not None
+        live, tombs = head.live, head.tombs.by_id
+        first = f"{key}{RESERVED}0"
+        if key in live or first in live:
+            return True
+        if key in tombs or first in tombs:
+            return False
+        return None
+
+    def _probe(self, fp: str) -> tuple[list[str], list[str], int]:
+        found = self._found.get(fp)
+        if found is None:
+            live: list[str] = []
+            dead: list[str] = []
+            n = 0
+            while True:
+                key = f"{RESERVED}{fp}.{n}"
+                state = self._state(key)
+                if state is None:
+                    break
+                (live if state else dead).append(key)
+                n += 1
+            found = self._found[fp] = (live, dead, n)
+        return found
 
     def __call__(self, message: object) -> str:
         fp = fingerprint(message)
         n = self._counts.get(fp, 0)
-        key = f"{RESERVED}{fp}.{n}"
-        if self._head is not None:
-            taken = self.taken()
-            while key in taken:
-                n += 1
-                key = f"{RESERVED}{fp}.{n}"
         self._counts[fp] = n + 1
-        return key
+        if self._head is None:
+            return f"{RESERVED}{fp}.{n}"
+        live, dead, free = self._probe(fp)
+        if self._sync:
+            if self._gone is not None:
+                dead = [key for key in dead if key in self._gone]
+            cands = [key for key in (*live, *dead) if key not in self._used]
+            if n < len(cands):
+                return cands[n]
+        self._found[fp] = (live, dead, free + 1)
+        return f"{RESERVED}{fp}.{free}"
 
 
 # -- notes --------------------------------------------------------------------
@@ -264,16 +462,60 @@ def missing_result_note(call_id: str, tombstones: Mapping[str, Tombstone]) -> st
     return f"{NOTE_PREFIX} no result recorded for {escape_field(call_id)}]"
 
 
-def removal_note(tombstones: Mapping[str, Tombstone], skip: Iterable[str] = ()) -> str | None:
-    """The removal list (a heading, then one note per tombstone, oldest
-    first), or ``None`` if there is nothing to list."""
+#: How many removals the removal note names (the newest), by default.
+NOTE_NAMES = 5
+
+#: The most characters the removal note takes, by default.
+NOTE_LIMIT = 2_000
+
+
+def check_note_options(names: object, limit: object) -> None:
+    """``note_names`` and ``note_limit`` must be ints ≥ 0 (``InvalidArgument``
+    or ``InvalidType`` otherwise)."""
+    for value, what in ((names, "note_names"), (limit, "note_limit")):
+        if type(value) is not int:
+            raise InvalidType(f"{what} must be an int, not {type(value).__name__}")
+        if value < 0:
+            raise InvalidArgument(f"{what} must be >= 0, not {value!r}")
+
+
+def removal_note(
+    tombstones: Mapping[str, Tombstone],
+    skip: Iterable[str] = (),
+    *,
+    names: int = NOTE_NAMES,
+    limit: int = NOTE_LIMIT,
+) -> str | None:
+    """The removal note: a heading, then the ``names`` newest removals by
+    name (oldest of them first), then a count of the others
+    (``[quiesce: and 37 earlier removals]``); never longer than ``limit``
+    characters (names are dropped, then the count, then the heading alone
+    is cut to nothing: ``None``). ``None`` if there is nothing to list.
+    O(tombstones · log names): the window it is rendered into stays bounded
+    however long the history."""
     skipped = set(skip)
-    ordered = sorted(
-        (t for t in tombstones.values() if t.id not in skipped), key=lambda t: (t.version, t.id)
-    )
-    if not ordered:
+    total = len(tombstones) - sum(1 for i in skipped if i in tombstones)
+    if total <= 0:
         return None
-    return "\n".join([f"{NOTE_PREFIX} removed from this context]", *map(tomb_note, ordered)])
+    shown = heapq.nlargest(
+        names,
+        (t for t in tombstones.values() if t.id not in skipped),
+        key=lambda t: (t.version, t.id),
+    )
+    shown.reverse()
+    heading = f"{NOTE_PREFIX} removed from this context]"
+    while True:
+        lines = [heading, *map(tomb_note, shown)]
+        rest = total - len(shown)
+        if rest:
+            lines.append(f"{NOTE_PREFIX} and {rest} earlier removal{'s' if rest > 1 else ''}]")
+        note = "\n".join(lines)
+        if len(note) <= limit:
+            return note
+        if shown:
+            shown.pop(0)
+        else:
+            return heading if len(heading) <= limit else None
 
 
 def annotated(text: str, mark: Mark | None) -> str:
@@ -391,8 +633,27 @@ def arguments_json(e: Entry) -> str:
 
 
 def plain(value: object) -> Any:
-    """A frozen value as plain JSON types."""
-    return thaw(value)
+    """A frozen value as plain JSON types: fresh objects, the caller's to
+    change. The JSON text of each frozen value is remembered (by identity;
+    the frozen value is immutable and kept alive with it, the last
+    :data:`PLAIN_CACHE` of them), so rendering an entry again is one
+    C-level ``json.loads`` instead of a Python walk."""
+    if not isinstance(value, Mapping | tuple):
+        return value
+    hit = _PLAIN.get(id(value))
+    if hit is not None and hit[0] is value:
+        return json.loads(hit[1])
+    out = thaw(value)
+    if len(_PLAIN) >= PLAIN_CACHE:
+        _PLAIN.clear()
+    _PLAIN[id(value)] = (value, json.dumps(out, ensure_ascii=False))
+    return out
+
+
+#: How many frozen values :func:`plain` remembers the JSON text of.
+PLAIN_CACHE = 200_000
+
+_PLAIN: dict[int, tuple[object, str]] = {}
 
 
 # -- reading and admission ----------------------------------------------------
@@ -434,8 +695,13 @@ class SyncReport:
     indices of messages the buffer pruned on purpose (their stale copy was not
     re-appended; a result whose call was pruned counts here too);
     ``readmitted``: ids of entries appended with an automatic ``Override``;
-    ``escalations``: the ``OSCILLATION`` escalations raised; ``version``: the
-    head version after the call.
+    ``escalations``: the escalations raised (``OSCILLATION``, and the
+    ``REFUSED_EDIT`` of a removal, rewrite or summary the policy refused);
+    ``version``: the head version after the call; ``rewritten``: ids whose
+    changed content was applied as a ``Rewrite``; ``removed``: ids removed
+    (or staged for removal) because the history dropped them or a summary
+    replaced them; ``refused``: ids the policy kept against the history (a
+    protected entry dropped or summarized, an immutable one rewritten).
     """
 
     appended: tuple[int, ...] = ()
@@ -444,6 +710,9 @@ class SyncReport:
     readmitted: tuple[str, ...] = ()
     escalations: tuple[Escalation, ...] = ()
     version: int = 0
+    rewritten: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    refused: tuple[str, ...] = ()
 
 
 def check_readmit(readmit: object) -> None:
@@ -492,7 +761,7 @@ def read_and_admit(
         raise InvalidType(f"buf must be a Buffer, not {type(buf).__name__}")
     check_readmit(readmit)
     head = buf.head()
-    reads = read(head=head, keys=Keys(None if sync else head), calls=())
+    reads = read(head=head, keys=Keys(head, sync=sync), calls=())
     return admit(buf, reads, api=api, readmit=readmit, turn=turn, sync=sync, actor=actor)
 
 
@@ -511,19 +780,52 @@ async def aread_and_admit(
     head, then :func:`aadmit`. Always a checkpoint."""
     check_readmit(readmit)
     head = buf.head()
-    reads = read(head=head, keys=Keys(None if sync else head), calls=())
+    reads = read(head=head, keys=Keys(head, sync=sync), calls=())
     return await aadmit(buf, reads, api=api, readmit=readmit, turn=turn, sync=sync, actor=actor)
 
 
-def render_with(source: object, render: Callable[[Snapshot], _T]) -> _T:
+def render_with(
+    source: object, render: Callable[[Snapshot], _T], cache: Hashable | None = None
+) -> _T:
     """``render`` of a snapshot passed in, or of a new snapshot of a buffer
-    (released when done, also on error)."""
+    (released when done, also on error).
+
+    With ``cache`` (the adapter and its options), the window's rendering is
+    remembered as JSON text for the snapshot's version (the last
+    :data:`RENDER_CACHE` windows): rendering the same version again is one
+    ``json.loads`` — fresh objects the caller may change, no per-entry
+    work. A version is immutable, so a hit is exact."""
     snap, opened = snapshot_of(source)
     try:
-        return render(snap)
+        if cache is None:
+            return render(snap)
+        entries = snap.entries()
+        if not entries:
+            return render(snap)
+        key = (cache, id(entries), snap.version)
+        with _RENDERS_LOCK:
+            hit = _RENDERS.get(key)
+            if hit is not None:
+                _RENDERS.move_to_end(key)
+        if hit is not None and hit[0] is entries:
+            return json.loads(hit[1])  # type: ignore[no-any-return]
+        out = render(snap)
+        text = json.dumps(out, ensure_ascii=False)
+        with _RENDERS_LOCK:
+            _RENDERS[key] = (entries, text)  # the entries keep id(entries) unique
+            while len(_RENDERS) > RENDER_CACHE:
+                _RENDERS.popitem(last=False)
+        return out
     finally:
         if opened:
             snap.__exit__(None, None, None)
+
+
+#: How many rendered windows :func:`render_with` remembers.
+RENDER_CACHE = 16
+
+_RENDERS: OrderedDict[Hashable, tuple[tuple[Entry, ...], str]] = OrderedDict()
+_RENDERS_LOCK = threading.Lock()
 
 
 def parts_text(
@@ -575,25 +877,30 @@ def _cycles(head: Version, e: Entry, tomb: Tombstone) -> int:
 
 @dataclass
 class _Admission:
-    """What :func:`admit` decided against ``head``, before appending."""
+    """What :func:`admit` decided against ``head``, before writing."""
 
     head: Version
     who: str
-    plan: list[tuple[Entry, Override | None, int]]
-    appended: list[int]
-    held: list[int]
-    tombstoned: list[int]
+    plan: list[tuple[Entry, Override | None, int]] = field(default_factory=list)
+    appended: list[int] = field(default_factory=list)
+    held: list[int] = field(default_factory=list)
+    tombstoned: list[int] = field(default_factory=list)
+    rewrites: list[Entry] = field(default_factory=list)
+    readmitted: list[str] = field(default_factory=list)
+    escalations: list[Escalation] = field(default_factory=list)
+    rewritten: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
 
-    def report(
-        self, version: int, readmitted: list[str], escalations: list[Escalation]
-    ) -> SyncReport:
+    def report(self, version: int) -> SyncReport:
         return SyncReport(
             tuple(self.appended),
             tuple(self.held),
             tuple(self.tombstoned),
-            tuple(readmitted),
-            tuple(escalations),
+            tuple(self.readmitted),
+            tuple(self.escalations),
             version,
+            rewritten=tuple(self.rewritten),
+            refused=tuple(self.refused),
         )
 
     def oscillation(self, e: Entry, api: str) -> tuple[str, dict[str, Any]] | None:
@@ -610,6 +917,22 @@ class _Admission:
             {"ids": [e.id, tomb.id], "cycles": cycles, "adapter": api},
         )
 
+    def rewrite_plan(self, e: Entry, turn: int | None) -> EditPlan:
+        return EditPlan(
+            [Rewrite(e.id, e.body)],
+            reason=f"the history given to {self.who} changed this message",
+            actor=self.who,
+            turn=turn,
+        )
+
+    def rewrote(self, e: Entry, report: EditReport) -> None:
+        if report.applied:
+            self.rewritten.append(e.id)
+        else:
+            self.refused.append(e.id)
+            if report.escalation is not None:
+                self.escalations.append(report.escalation)
+
 
 def _admission(
     head: Version,
@@ -620,6 +943,7 @@ def _admission(
     turn: int | None,
     sync: bool,
     actor: str | None,
+    rewritable: Collection[str],
 ) -> _Admission:
     """Decide every message of ``reads`` against ``head`` (see :func:`admit`)."""
     check_readmit(readmit)
@@ -627,18 +951,25 @@ def _admission(
         check_text(actor, "actor")
     who = f"quiesce.adapters.{api}" if actor is None else actor
     live, tombs = head.live, head.tombs.by_id
-    out = _Admission(head, who, [], [], [], [])
+    out = _Admission(head, who)
     batch: set[str] = set()
     for r in reads:
-        known = [e.id for e in r.entries if e.id in live or e.id in tombs]
+        entries = r.entries
+        known = [e.id for e in entries if e.id in live or e.id in tombs]
         if known:
             if not sync:
                 raise DuplicateEntry(f"message {r.index}: entry id {known[0]!r} is already used")
-            (out.held if any(i in live for i in known) else out.tombstoned).append(r.index)
-            continue
+            for e in entries:
+                slot = live.get(e.id)
+                if slot is not None and e.id in rewritable and slot.entry.body != e.body:
+                    out.rewrites.append(e)
+            entries = [e for e in entries if e.id not in live and e.id not in tombs]
+            if not entries:
+                (out.held if any(i in live for i in known) else out.tombstoned).append(r.index)
+                continue
         gone: list[str] = []
         mine: set[str] = set()
-        for e in r.entries:
+        for e in entries:
             gone.extend(ref for ref in e.refs if ref not in live and ref not in batch | mine)
             mine.add(e.id)
         if gone:
@@ -652,16 +983,34 @@ def _admission(
                 gone[0],
                 tomb,
             )
-        for e in r.entries:
+        for e in entries:
             override = None
             tomb = head.tombs.matching(e.content_hash, e.key)
             if tomb is not None:
                 override = _decide(readmit, r.index, e, tomb, _cycles(head, e, tomb), who, turn)
             out.plan.append((e, override, r.index))
             batch.add(e.id)
-        if r.entries:
+        if entries:
             out.appended.append(r.index)
     return out
+
+
+def _append_planned(buf: Buffer, decided: _Admission, api: str) -> int:
+    """Append ``decided.plan`` to an in-process buffer, synchronously (no
+    await: atomic with respect to other coroutines; never touches a disk).
+    Returns the head version after."""
+    version = decided.head.number
+    for e, override, _index in decided.plan:
+        version = buf.append(e, override=override)
+        if override is not None:
+            decided.readmitted.append(e.id)
+            found = decided.oscillation(e, api)
+            if found is not None:
+                detail, data = found
+                decided.escalations.append(
+                    buf.escalate(EscalationKind.OSCILLATION, detail, data=data)
+                )
+    return version
 
 
 def admit(
@@ -673,14 +1022,17 @@ def admit(
     turn: int | None,
     sync: bool,
     actor: str | None = None,
+    rewritable: Collection[str] = (),
 ) -> SyncReport:
     """Append what ``reads`` hold that the buffer does not, deciding every
     re-admission before the first append (so ``"refuse"`` or a bad answer
     from a callable leaves the head unchanged).
 
-    With ``sync``, a message whose entries the buffer already knows is held
-    or tombstoned, not appended; without it, a known id is a
-    :class:`DuplicateEntry`. Each re-admission under ``"record"`` is appended
+    With ``sync``, an entry the buffer already knows is held or tombstoned,
+    not appended (the new entries of a message that gained some are), and a
+    live entry in ``rewritable`` whose body changed is a ``Rewrite`` through
+    the policy (refused and escalated for an immutable one); without it, a
+    known id is a :class:`DuplicateEntry`. Each re-admission under ``"record"`` is appended
     with an ``Override`` naming the caller — ``actor``, the full name of the
     code that re-admits (an integration passes its module's), by default
     ``quiesce.adapters.<api>``; the second cycle of one content
@@ -691,23 +1043,24 @@ def admit(
     another thread that appends a conflicting id meanwhile makes a later
     append of the batch raise (:class:`DuplicateEntry`), and the messages
     appended before it stay: the adapters do not hold the buffer's write
-    lock across the batch. Cancellation: nothing here awaits.
+    lock across the batch. Cancellation: nothing here awaits. A rewrite is
+    a sync ``edit`` (it may flush a durable log): code on the event loop
+    uses :func:`aadmit`.
     """
     decided = _admission(
-        buf.head(), reads, api=api, readmit=readmit, turn=turn, sync=sync, actor=actor
+        buf.head(),
+        reads,
+        api=api,
+        readmit=readmit,
+        turn=turn,
+        sync=sync,
+        actor=actor,
+        rewritable=rewritable,
     )
-    readmitted: list[str] = []
-    escalations: list[Escalation] = []
-    version = decided.head.number
-    for e, override, _index in decided.plan:
-        version = buf.append(e, override=override)
-        if override is not None:
-            readmitted.append(e.id)
-            found = decided.oscillation(e, api)
-            if found is not None:
-                detail, data = found
-                escalations.append(buf.escalate(EscalationKind.OSCILLATION, detail, data=data))
-    return decided.report(version if decided.plan else buf.version, readmitted, escalations)
+    version = _append_planned(buf, decided, api)
+    for e in decided.rewrites:
+        decided.rewrote(e, buf.edit(decided.rewrite_plan(e, turn)))
+    return decided.report(version if decided.plan and not decided.rewrites else buf.version)
 
 
 async def aadmit(
@@ -719,43 +1072,54 @@ async def aadmit(
     turn: int | None,
     sync: bool,
     actor: str | None = None,
+    rewritable: Collection[str] = (),
 ) -> SyncReport:
     """:func:`admit` for code on the event loop, on any
-    :class:`~quiesce.AsyncBuffer`. Always a checkpoint.
+    :class:`~quiesce.AsyncBuffer`. Always a checkpoint; no disk or database
+    I/O on the loop (a rewrite goes through ``aedit``).
 
-    On an in-process buffer (``open_buffer()``'s, or a plain one) it *is*
-    :func:`admit` after one checkpoint: appends never touch a disk, and with
-    no await between them the batch is atomic with respect to other
+    On an in-process buffer (``open_buffer()``'s, or a plain one) the
+    appends are :func:`admit`'s, decided and made after one checkpoint with
+    no await between them: the batch is atomic with respect to other
     coroutines. On a shared buffer each entry is appended with ``aappend``
     (forwarded from a replica), in order; everything is decided against the
     local head first, so a bad message appends nothing, but a conflicting
     append by another member meanwhile makes a later one raise (the ones
     before it stay), as with a writer thread above. Cancellation between two
-    appends leaves the first ones appended: a later sync finds them held.
+    writes leaves the first ones made: a later sync finds them held.
     """
     local = local_buffer(buf)
     if local is not None:
         await anyio.lowlevel.checkpoint()
-        return admit(local, reads, api=api, readmit=readmit, turn=turn, sync=sync, actor=actor)
     decided = _admission(
-        buf.head(), reads, api=api, readmit=readmit, turn=turn, sync=sync, actor=actor
+        buf.head(),
+        reads,
+        api=api,
+        readmit=readmit,
+        turn=turn,
+        sync=sync,
+        actor=actor,
+        rewritable=rewritable,
     )
-    readmitted: list[str] = []
-    escalations: list[Escalation] = []
-    version = decided.head.number
-    if not decided.plan:
-        await anyio.lowlevel.checkpoint()
-    for e, override, _index in decided.plan:
-        version = await buf.aappend(e, override=override)
-        if override is not None:
-            readmitted.append(e.id)
-            found = decided.oscillation(e, api)
-            if found is not None:
-                detail, data = found
-                escalations.append(
-                    await buf.aescalate(EscalationKind.OSCILLATION, detail, data=data)
-                )
-    return decided.report(version if decided.plan else buf.version, readmitted, escalations)
+    if local is not None:
+        version = _append_planned(local, decided, api)
+    else:
+        version = decided.head.number
+        if not decided.plan:
+            await anyio.lowlevel.checkpoint()
+        for e, override, _index in decided.plan:
+            version = await buf.aappend(e, override=override)
+            if override is not None:
+                decided.readmitted.append(e.id)
+                found = decided.oscillation(e, api)
+                if found is not None:
+                    detail, data = found
+                    decided.escalations.append(
+                        await buf.aescalate(EscalationKind.OSCILLATION, detail, data=data)
+                    )
+    for e in decided.rewrites:
+        decided.rewrote(e, await buf.aedit(decided.rewrite_plan(e, turn)))
+    return decided.report(version if decided.plan and not decided.rewrites else buf.version)
 
 
 def _decide(
@@ -790,3 +1154,402 @@ def _decide(
         f"content matching the tombstone of {tomb.id!r} again",
         when,
     )
+
+
+# -- recognising what quiesce rendered ----------------------------------------
+
+_NOTE_LINE = re.compile(r"\[quiesce:(?:[^\]\\\n]|\\.)*\]")
+_STALE_LINE = re.compile(r"\[quiesce: stale at (?:[^\]\\\n]|\\.)*\](?:\n|$)")
+_UNESCAPE = re.compile(r"(^|[\n\r\x0b\x0c\x85\u2028\u2029])([ \t]*)\\\[(?=quiesce)", re.IGNORECASE)
+
+#: The fields that hold text a renderer may have noted or escaped.
+_TEXT_FIELDS = ("content", "text", "output")
+
+
+def is_note(text: str) -> bool:
+    """``text`` is quiesce's own: every line of it is a note."""
+    return bool(text) and all(_NOTE_LINE.fullmatch(line) for line in text.split("\n"))
+
+
+def _unnote_text(text: str) -> str | None:
+    if is_note(text):
+        return None
+    m = _STALE_LINE.match(text)
+    if m is not None:
+        text = text[m.end() :]
+    if text.endswith("]") and NOTE_PREFIX in text:
+        # a note paragraph after the text (Anthropic's removal note)
+        head, sep, tail = text.rpartition("\n\n" + NOTE_PREFIX)
+        if sep and is_note(NOTE_PREFIX + tail):
+            text = head
+    if "\\[" in text:
+        text = _UNESCAPE.sub(r"\1\2[", text)
+    return text
+
+
+def _unnote(value: Any) -> Any:
+    """``value`` with quiesce's notes taken out and its escapes undone;
+    ``None`` if it was nothing but notes."""
+    if isinstance(value, str):
+        return _unnote_text(value)
+    if isinstance(value, list | tuple):
+        parts = []
+        for part in value:
+            if isinstance(part, Mapping):
+                part = _unnote_fields(part)
+                if part is None:
+                    continue
+            parts.append(part)
+        return parts if parts or not value else None
+    return value
+
+
+def _unnote_fields(part: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    out: dict[str, Any] | None = None
+    for name in _TEXT_FIELDS:
+        value = part.get(name)
+        if isinstance(value, str | list | tuple):
+            new = _unnote(value)
+            if new is None:
+                return None  # a note part (or a stand-in result)
+            if new != value:
+                if out is None:
+                    out = dict(part)
+                out[name] = new
+    return part if out is None else out
+
+
+def recognise(message: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """A message given back from a rendered window, as it was before quiesce
+    rendered it: stale notes in front of its text removed, escaped
+    ``\\[quiesce`` lines undone, note parts dropped; ``None`` for a message
+    that is nothing but notes (the removal list, a stand-in tool result).
+    Text a user wrote that is itself nothing but note lines is taken for one
+    too: sync cannot tell it apart (append it with ``append_messages``).
+    O(size of the message)."""
+    return _unnote_fields(message)
+
+
+# -- sync: a faithful diff of the framework's history --------------------------
+
+
+@dataclass(slots=True)
+class _Seen:
+    """One message of the last history synced: the object given (an SDK
+    object is compared by identity), a private copy of a dict, the entry
+    ids it maps to (none: a note) and its message key."""
+
+    source: object
+    raw: Any
+    ids: tuple[str, ...]
+    key: str | None
+
+
+@dataclass(slots=True)
+class _SyncState:
+    history: list[_Seen] = field(default_factory=list)
+    system: object = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_STATES: weakref.WeakKeyDictionary[Buffer, dict[str, _SyncState]] = weakref.WeakKeyDictionary()
+_STATES_LOCK = threading.Lock()
+
+
+def _state(buf: Buffer, api: str) -> _SyncState:
+    with _STATES_LOCK:
+        per = _STATES.get(buf)
+        if per is None:
+            per = _STATES[buf] = {}
+        st = per.get(api)
+        if st is None:
+            st = per[api] = _SyncState()
+        return st
+
+
+def _copy(value: object) -> Any:
+    """A private plain copy of a JSON value (C-speed: a JSON round trip)."""
+    return json.loads(json.dumps(value, ensure_ascii=False))
+
+
+class TailReader(Protocol):
+    """An adapter's reader for part of a history: ``messages`` (plain,
+    recognised) read as if they stood at index ``start``, after the message
+    keyed ``prev``; ``rewritable`` are ids a changed message may keep."""
+
+    def __call__(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        start: int,
+        prev: str | None,
+        head: Version | None,
+        keys: Keys,
+        calls: Collection[str],
+        rewritable: Collection[str],
+        first: bool,
+    ) -> list[Read]: ...
+
+
+def sync_history(
+    buf: Buffer,
+    messages: object,
+    read: TailReader,
+    *,
+    api: str,
+    readmit: object,
+    turn: int | None,
+    actor: str | None,
+    noun: str = "message",
+    system: object = None,
+) -> SyncReport:
+    """``sync_messages`` of every adapter: the framework's whole history
+    ``messages`` diffed against the last one synced into ``buf`` (kept per
+    buffer and adapter, weakly).
+
+    * The common prefix is found by identity (SDK objects: one is taken as
+      unchanged while it is the same object — response objects are not
+      edited in place) or ``==`` (against a private copy of each dict): a
+      no-op sync is one pass of C-level compares, O(n) cheap work, no
+      hashing and no reading. The last history is kept (about one private
+      copy of each message) for as long as the buffer lives.
+    * The rest is recognised (:func:`recognise`: quiesce's notes, stand-in
+      results and escapes never become entries) and read with content keys
+      that match the buffer's entries live first (:class:`Keys`, sync mode:
+      identical messages keep their ids when an earlier copy disappears);
+      what the buffer lacks is appended.
+    * A message that disappeared is a removal request through the policy
+      (``buf.prune``): protected entries stay and the refusal is escalated
+      (``REFUSED_EDIT``); a run of them replaced in place by one new
+      message is a ``Summarize`` into it, refused as a whole for protected
+      entries; a new message that keeps the foreign id of one that
+      disappeared, with other content, is a ``Rewrite`` of it (immutable
+      entries: refused and escalated, the window keeps the original).
+
+    Without a last history (the first sync of a buffer in this process) the
+    whole list is read with counting content keys, as before. One sync per
+    buffer and adapter at a time (a lock). Cancellation: nothing awaits.
+    O(n) for the prefix, plus O(size) of the rest.
+    """
+    if not isinstance(buf, Buffer):
+        raise InvalidType(f"buf must be a Buffer, not {type(buf).__name__}")
+    check_readmit(readmit)
+    if actor is not None:
+        check_text(actor, "actor")
+    if not isinstance(messages, list | tuple):
+        raise InvalidType(
+            f"{noun}s must be a list of dicts or SDK objects, not {type(messages).__name__}"
+        )
+    state = _state(buf, api)
+    with state.lock:
+        return _sync(buf, state, messages, read, api, readmit, turn, actor, noun, system)
+
+
+def _same(m: object, seen: _Seen) -> bool:
+    if m is seen.source and type(m) is not dict:
+        return True
+    return type(m) is dict and m == seen.raw
+
+
+def _sync(
+    buf: Buffer,
+    state: _SyncState,
+    messages: Sequence[object],
+    read: TailReader,
+    api: str,
+    readmit: object,
+    turn: int | None,
+    actor: str | None,
+    noun: str,
+    system: object,
+) -> SyncReport:
+    old = state.history
+    n = len(messages)
+    system = to_plain(system)
+    same_system = system is state.system or system == state.system
+    k = 0
+    if same_system:
+        limit = min(n, len(old))
+        while k < limit and _same(messages[k], old[k]):
+            k += 1
+    head = buf.head()
+    live = head.live
+    if k == n == len(old) and same_system:
+        held: list[int] = []
+        tombstoned: list[int] = []
+        for i, s in enumerate(old):
+            if s.ids:
+                (held if any(x in live for x in s.ids) else tombstoned).append(i)
+        return SyncReport((), tuple(held), tuple(tombstoned), version=buf.version)
+    # -- the rest: recognise, then read with keys matching the buffer's entries
+    raws: list[Mapping[str, Any]] = []
+    for i in range(k, n):
+        m = to_plain(messages[i])
+        if not isinstance(m, Mapping):
+            raise fail(
+                i,
+                f"must be a dict or an SDK object, not {type(m).__name__}",
+                type_error=True,
+                noun=noun,
+            )
+        raws.append(m)
+    recognised = [recognise(m) for m in raws]
+    before = {i for s in old[:k] for i in s.ids}
+    rest = {i for s in old[k:] for i in s.ids}
+    keys = Keys(
+        head,
+        sync=True,
+        used={s.key for s in old[:k] if s.key},
+        gone={s.key for s in old[k:] if s.key} if old else None,
+    )
+    reads_by_t: dict[int, Read] = {}
+    calls: list[str] = []
+    prev = next((old[j].key for j in range(k - 1, -1, -1) if old[j].key), None)
+    if system is not None and not same_system:
+        for r in read(
+            [], start=k, prev=None, head=head, keys=keys, calls=(), rewritable=rest, first=True
+        ):
+            reads_by_t[-1] = r
+    run: list[int] = []
+
+    def flush_run(prev: str | None) -> str | None:
+        if not run:
+            return prev
+        got = read(
+            [recognised[t] for t in run],  # type: ignore[misc]
+            start=k + run[0],
+            prev=prev,
+            head=head,
+            keys=keys,
+            calls=calls,
+            rewritable=rest,
+            first=False,
+        )
+        for t, r in zip(run, got, strict=True):
+            reads_by_t[t] = r
+            calls.extend(e.id for e in r.entries if e.kind is Kind.TOOL_CALL)
+        run.clear()
+        return got[-1].key if got else prev
+
+    for t in range(len(raws)):
+        if recognised[t] is None:
+            prev = flush_run(prev)  # a note: what follows it still follows prev
+        else:
+            run.append(t)
+    flush_run(prev)
+    now = {e.id for r in reads_by_t.values() for e in r.entries}
+    gone = [j for j in range(k, len(old)) if old[j].ids and not (set(old[j].ids) & now)]
+    gone_ids = [i for j in gone for i in old[j].ids if i in live and i not in before]
+    # one new message standing where gone ones were (before a message the
+    # buffer holds): a summary of them
+    summaries: dict[int, tuple[str, ...]] = {}
+    if gone_ids:
+        inserted = []
+        for t, r in sorted(reads_by_t.items()):
+            if t < 0:
+                continue
+            fresh = all(e.id not in live and e.id not in head.tombs.by_id for e in r.entries)
+            if fresh:
+                inserted.append(t)
+            elif inserted:
+                break
+        else:
+            inserted = []  # only new messages at the end: appended, not a summary
+        if len(inserted) == 1:
+            r = reads_by_t[inserted[0]]
+            if len(r.entries) == 1 and r.entries[0].kind not in (Kind.TOOL_CALL, Kind.TOOL_OUTPUT):
+                summaries[inserted[0]] = tuple(gone_ids)
+    summarized = {i for ids in summaries.values() for i in ids}
+    system_read = reads_by_t.get(-1)
+    reads = [r for t, r in sorted(reads_by_t.items()) if t not in summaries]
+    report = admit(
+        buf,
+        reads,
+        api=api,
+        readmit=readmit,
+        turn=turn,
+        sync=True,
+        actor=actor,
+        rewritable=rest,
+    )
+    who = f"quiesce.adapters.{api}" if actor is None else actor
+    removed: list[str] = []
+    refused: list[str] = list(report.refused)
+    escalations = list(report.escalations)
+    for t, ids in summaries.items():
+        er = buf.edit(
+            EditPlan(
+                [Summarize(ids, into=reads_by_t[t].entries[0])],
+                reason=f"the history given to {who} replaced these messages by one",
+                actor=who,
+                turn=turn,
+            )
+        )
+        if er.applied:
+            removed.extend(ids)
+        else:
+            refused.extend(ids)
+            if er.escalation is not None:
+                escalations.append(er.escalation)
+    to_prune = [i for i in gone_ids if i not in summarized and i in buf.head().live]
+    if to_prune:
+        removed_now, kept = _remove(buf, to_prune, who, turn)
+        removed.extend(removed_now)
+        if kept:
+            refused.extend(kept)
+            escalations.append(
+                buf.escalate(
+                    EscalationKind.REFUSED_EDIT,
+                    f"{who}: the history dropped {len(kept)} "
+                    f"entr{'y' if len(kept) == 1 else 'ies'} the policy keeps: "
+                    + ", ".join(repr(i) for i in kept[:10]),
+                    data={"ids": kept[:100], "adapter": api, "request": "sync"},
+                )
+            )
+    # the new last history
+    new_live = buf.head().live
+    appended = set(report.appended) | {k + t for t in summaries}
+    held = []
+    tombstoned = []
+    for i in range(k):
+        if old[i].ids:
+            (held if any(x in new_live for x in old[i].ids) else tombstoned).append(i)
+    hist = old[:k]
+    for t, m in enumerate(raws):
+        src = messages[k + t]
+        raw = _copy(m) if type(src) is dict else None
+        got = reads_by_t.get(t)
+        if got is None:
+            hist.append(_Seen(src, raw, (), None))
+            continue
+        ids = tuple(e.id for e in got.entries)
+        hist.append(_Seen(src, raw, ids, got.key))
+        if k + t not in appended and ids:
+            (held if any(x in new_live for x in ids) else tombstoned).append(k + t)
+    if system_read is not None and system_read.index not in appended:
+        ids = tuple(e.id for e in system_read.entries)
+        (held if any(x in new_live for x in ids) else tombstoned).append(system_read.index)
+    state.history = hist
+    state.system = _copy(system) if system is not None else None
+    return SyncReport(
+        tuple(sorted(appended)),
+        tuple(sorted(held)),
+        tuple(sorted(tombstoned)),
+        report.readmitted,
+        tuple(escalations),
+        buf.version,
+        rewritten=report.rewritten,
+        removed=tuple(removed),
+        refused=tuple(refused),
+    )
+
+
+def _remove(buf: Buffer, ids: list[str], who: str, turn: int | None) -> tuple[list[str], list[str]]:
+    """Prune ``ids`` (a removal request through the policy): ``(removed,
+    kept)``, ``kept`` the ids the policy refused to remove."""
+    report = buf.prune(ids, reason=f"removed from the history given to {who}", actor=who, turn=turn)
+    removed: list[str] = []
+    kept: list[str] = []
+    for pid, outcome in report.items():
+        (removed if outcome.status in (Status.PRUNED, Status.DEFERRED) else kept).append(pid)
+    return removed, kept

@@ -53,12 +53,14 @@ import json
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from .._core.buffer import Buffer, Snapshot
 from .._core.entry import Entry, Kind, canonical_json
 from .._core.version import Version
 from ._common import (
+    NOTE_LIMIT,
+    NOTE_NAMES,
     Keys,
     Read,
     ReadmitPolicy,
@@ -66,6 +68,7 @@ from ._common import (
     check_kind,
     check_messages,
     check_nonempty,
+    check_note_options,
     check_str,
     entry,
     escape_blocks,
@@ -85,6 +88,8 @@ from ._common import (
     render_with,
     result_id,
     stale_note,
+    sync_history,
+    to_plain,
     tool_name,
 )
 
@@ -200,15 +205,18 @@ def _read(
     turn: int | None,
     user_kind: Kind,
     assistant_kind: Kind,
+    start: int = 0,
+    prev: str | None = None,
+    rewritable: Collection[str] = (),
+    first: bool = True,
 ) -> list[Read]:
     check_kind(user_kind, "user_kind")
     check_kind(assistant_kind, "assistant_kind")
-    out = _system(system, keys=keys, turn=turn)
+    out = _system(to_plain(system), keys=keys, turn=turn) if first else []
     open_calls: set[str] = set(calls)
     answered: set[str] = set()
     used: set[str] = set()
-    prev: str | None = None
-    for index, m in enumerate(check_messages(messages)):
+    for index, m in enumerate(check_messages(messages, start=start), start):
         role = m.get("role")
         if not isinstance(role, str) or role not in ROLES:
             raise fail(index, f"role must be 'user' or 'assistant', not {role!r}")
@@ -370,15 +378,16 @@ def sync_messages(
     else a content key; idempotent; pruned messages sent back are reported
     ``tombstoned``, not re-appended. See
     :func:`quiesce.adapters.openai.sync_messages`."""
-    read = partial(
+    tail = partial(
         _read,
-        messages,
         system=system,
         turn=turn,
         user_kind=user_kind,
         assistant_kind=assistant_kind,
     )
-    return read_and_admit(buf, read, api=API, readmit=readmit, turn=turn, sync=True, actor=actor)
+    return sync_history(
+        buf, messages, tail, api=API, readmit=readmit, turn=turn, actor=actor, system=system
+    )
 
 
 # -- render -------------------------------------------------------------------
@@ -457,7 +466,12 @@ def _result_block(call: Entry, result: Entry | None, note: str | None, tombstone
 
 
 def render(
-    source: Snapshot | Buffer, *, annotate_stale: bool = True, tombstone_notes: bool = True
+    source: Snapshot | Buffer,
+    *,
+    annotate_stale: bool = True,
+    tombstone_notes: bool = True,
+    note_names: int = NOTE_NAMES,
+    note_limit: int = NOTE_LIMIT,
 ) -> dict[str, Any]:
     """``{"system": ..., "messages": [...]}`` for a snapshot's window (a
     buffer is snapshotted for the call); pass it as keyword arguments to the
@@ -472,12 +486,29 @@ def render(
     prompt. Entries from elsewhere are rendered from their bodies.
     O(n + tombstones).
     """
+    check_note_options(note_names, note_limit)
+    options = (annotate_stale, tombstone_notes, note_names, note_limit)
     return render_with(
-        source, partial(_render, annotate_stale=annotate_stale, tombstone_notes=tombstone_notes)
+        source,
+        partial(
+            _render,
+            annotate_stale=annotate_stale,
+            tombstone_notes=tombstone_notes,
+            note_names=note_names,
+            note_limit=note_limit,
+        ),
+        (API, *options),
     )
 
 
-def _render(snap: Snapshot, *, annotate_stale: bool, tombstone_notes: bool) -> dict[str, Any]:
+def _render(
+    snap: Snapshot,
+    *,
+    annotate_stale: bool,
+    tombstone_notes: bool,
+    note_names: int,
+    note_limit: int,
+) -> dict[str, Any]:
     entries = snap.entries()
     marks = snap.marks if annotate_stale else {}
     tombstones = snap.tombstones
@@ -545,12 +576,36 @@ def _render(snap: Snapshot, *, annotate_stale: bool, tombstone_notes: bool) -> d
             turns.append(answer)
     messages = _merge(turns)
     out: dict[str, Any] = {}
-    note = removal_note(tombstones, skip=in_place) if tombstone_notes else None
+    note = (
+        removal_note(tombstones, skip=in_place, names=note_names, limit=note_limit)
+        if tombstone_notes
+        else None
+    )
+    if note is not None and _note_last_user(messages, note):
+        note = None
     prompt = _system_prompt(system, note)
     if prompt is not None:
         out["system"] = prompt
     out["messages"] = messages
     return out
+
+
+def _note_last_user(messages: list[Message], note: str) -> bool:
+    """Put the removal note at the end of the last user turn (a text block
+    after its blocks, or a paragraph after its text): a removal changes no
+    byte before the place it was made, and the system prompt and every
+    earlier turn stay as the provider's prompt cache holds them. ``False``
+    if there is no user turn (the note then ends the system prompt)."""
+    for m in reversed(messages):
+        if m.get("role") != "user":
+            continue
+        content = m.get("content")
+        if isinstance(content, str):
+            m["content"] = f"{content}\n\n{note}"
+        else:
+            m["content"] = [*cast(list[Block], content), _text(note)]
+        return True
+    return False
 
 
 def _merge(turns: list[_Turn]) -> list[Message]:

@@ -54,6 +54,8 @@ from .._core.buffer import Buffer, Snapshot
 from .._core.entry import Entry, Kind
 from .._core.version import Version
 from ._common import (
+    NOTE_LIMIT,
+    NOTE_NAMES,
     Keys,
     Read,
     ReadmitPolicy,
@@ -63,6 +65,7 @@ from ._common import (
     check_kind,
     check_messages,
     check_nonempty,
+    check_note_options,
     check_str,
     entry,
     escape_blocks,
@@ -82,6 +85,7 @@ from ._common import (
     render_with,
     result_id,
     stale_note,
+    sync_history,
     tool_name,
 )
 
@@ -153,6 +157,10 @@ def _read(
     turn: int | None,
     user_kind: Kind,
     assistant_kind: Kind,
+    start: int = 0,
+    prev: str | None = None,
+    rewritable: Collection[str] = (),
+    first: bool = True,
 ) -> list[Read]:
     check_kind(user_kind, "user_kind")
     check_kind(assistant_kind, "assistant_kind")
@@ -160,8 +168,7 @@ def _read(
     open_calls: set[str] = set(calls)
     answered: set[str] = set()
     seen_calls: set[str] = set()
-    prev: str | None = None
-    for index, m in enumerate(check_messages(messages)):
+    for index, m in enumerate(check_messages(messages, start=start), start):
         role = m.get("role")
         if not isinstance(role, str) or role not in ROLES:
             raise fail(index, f"role must be one of {sorted(ROLES)}, not {role!r}")
@@ -319,14 +326,13 @@ def sync_messages(
     and leaves the buffer unchanged. Returns a frozen
     :class:`~quiesce.adapters.SyncReport`.
     """
-    read = partial(
+    tail = partial(
         _read,
-        messages,
         turn=turn,
         user_kind=user_kind,
         assistant_kind=assistant_kind,
     )
-    return read_and_admit(buf, read, api=API, readmit=readmit, turn=turn, sync=True, actor=actor)
+    return sync_history(buf, messages, tail, api=API, readmit=readmit, turn=turn, actor=actor)
 
 
 # -- render -------------------------------------------------------------------
@@ -363,7 +369,12 @@ def _tool_call(e: Entry) -> dict[str, Any]:
 
 
 def render(
-    source: Snapshot | Buffer, *, annotate_stale: bool = True, tombstone_notes: bool = True
+    source: Snapshot | Buffer,
+    *,
+    annotate_stale: bool = True,
+    tombstone_notes: bool = True,
+    note_names: int = NOTE_NAMES,
+    note_limit: int = NOTE_LIMIT,
 ) -> list[Message]:
     """Chat Completions messages for a snapshot's window (a buffer is
     snapshotted for the call).
@@ -377,12 +388,29 @@ def render(
     elsewhere (another adapter, summaries, rewrites) are rendered from their
     bodies. O(n + tombstones).
     """
+    check_note_options(note_names, note_limit)
+    options = (annotate_stale, tombstone_notes, note_names, note_limit)
     return render_with(
-        source, partial(_render, annotate_stale=annotate_stale, tombstone_notes=tombstone_notes)
+        source,
+        partial(
+            _render,
+            annotate_stale=annotate_stale,
+            tombstone_notes=tombstone_notes,
+            note_names=note_names,
+            note_limit=note_limit,
+        ),
+        (API, *options),
     )
 
 
-def _render(snap: Snapshot, *, annotate_stale: bool, tombstone_notes: bool) -> list[Message]:
+def _render(
+    snap: Snapshot,
+    *,
+    annotate_stale: bool,
+    tombstone_notes: bool,
+    note_names: int,
+    note_limit: int,
+) -> list[Message]:
     entries = snap.entries()
     marks = snap.marks if annotate_stale else {}
     tombstones = snap.tombstones
@@ -434,12 +462,15 @@ def _render(snap: Snapshot, *, annotate_stale: bool, tombstone_notes: bool) -> l
                 in_place.add(result_id(c.id))
                 text = missing_result_note(c.id, tombstones)
                 out.append({"role": "tool", "tool_call_id": c.id, "content": text})
-    note = removal_note(tombstones, skip=in_place) if tombstone_notes else None
+    note = (
+        removal_note(tombstones, skip=in_place, names=note_names, limit=note_limit)
+        if tombstone_notes
+        else None
+    )
     if note is not None:
-        at = 0
-        while at < len(out) and out[at]["role"] in ("system", "developer"):
-            at += 1
-        out.insert(at, {"role": "system", "content": note})
+        # At the end: a removal changes no byte before the place it was made,
+        # and the next turn's request keeps this one's prefix (prompt cache).
+        out.append({"role": "system", "content": note})
     return out
 
 

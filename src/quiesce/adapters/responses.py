@@ -57,6 +57,10 @@ from .._core.buffer import Buffer, Snapshot
 from .._core.entry import Entry, Kind
 from .._core.version import Version
 from ._common import (
+    NOTE_LIMIT,
+    NOTE_NAMES,
+    NOUN,
+    PLACEHOLDER_IDS,
     Keys,
     Read,
     ReadmitPolicy,
@@ -65,11 +69,13 @@ from ._common import (
     check_kind,
     check_messages,
     check_nonempty,
+    check_note_options,
     check_str,
     entry,
     escape_blocks,
     escape_text,
     fail,
+    fingerprint,
     foreign_id,
     is_call,
     json_value,
@@ -83,6 +89,7 @@ from ._common import (
     render_with,
     result_id,
     stale_note,
+    sync_history,
     tool_name,
 )
 
@@ -136,7 +143,42 @@ def _item_type(index: int, item: Mapping[str, Any]) -> str:
     return check_nonempty(index, kind, "type")
 
 
-def _read(
+def _own_id(
+    index: int,
+    value: object,
+    frozen: Any,
+    head: Version | None,
+    seen: Collection[str],
+    rewritable: Collection[str],
+) -> str | None:
+    """The item's own ``id`` as its entry id, or ``None`` (a generated id,
+    the item keeping its ``id`` field verbatim) when the id is not an
+    identity: a placeholder (``FAKE_RESPONSES_ID``), an id used earlier in
+    the list, or one the buffer holds (live or pruned) for another item —
+    unless the history dropped that item (``rewritable``: the new one is
+    its rewrite)."""
+    item_id = foreign_id(index, value, "id")
+    if item_id in PLACEHOLDER_IDS or item_id in seen:
+        return None
+    if head is not None and item_id not in rewritable:
+        slot = head.live.get(item_id)
+        if slot is not None:
+            held = slot.entry.content
+            if held is not None and fingerprint(held) != fingerprint(frozen):
+                return None
+    return item_id
+
+
+def _read(items: object, **kwargs: Any) -> list[Read]:
+    """:func:`_read_items`, its errors naming the "item"."""
+    token = NOUN.set("item")
+    try:
+        return _read_items(items, **kwargs)
+    finally:
+        NOUN.reset(token)
+
+
+def _read_items(
     items: object,
     *,
     head: Version | None,
@@ -145,6 +187,10 @@ def _read(
     turn: int | None,
     user_kind: Kind,
     assistant_kind: Kind,
+    start: int = 0,
+    prev: str | None = None,
+    rewritable: Collection[str] = (),
+    first: bool = True,
 ) -> list[Read]:
     check_kind(user_kind, "user_kind")
     check_kind(assistant_kind, "assistant_kind")
@@ -152,14 +198,13 @@ def _read(
     open_calls: dict[str, str] = dict.fromkeys(calls, "function_call")
     answered: set[str] = set()
     seen: set[str] = set()
-    prev: str | None = None
     reasoning: list[str] = []  # the open turn's reasoning entries (cited by its items)
-    for index, item in enumerate(check_messages(items)):
+    for index, item in enumerate(check_messages(items, "item", start), start):
         frozen = json_value(index, item, "item")
         kind = _item_type(index, item)
         item_id = item.get("id")
         if item_id is not None:
-            item_id = foreign_id(index, item_id, "id")
+            item_id = _own_id(index, item_id, frozen, head, seen, rewritable)
         meta: dict[str, Any] = {"api": API, "type": kind}
         refs: tuple[str, ...] = ()
         if kind == "message":
@@ -227,6 +272,15 @@ def _read(
         meta["after"] = prev
         key = body if kind == "function_call" else None
         e = entry(index, eid, ekind, body, refs, turn, key, meta, frozen)
+        if item_id is not None and eid == item_id and head is not None:
+            tomb = head.tombs.by_id.get(eid)
+            if tomb is not None and tomb.content_hash != e.content_hash:
+                # another item under the id of a pruned one: a generated id
+                seen.discard(eid)
+                eid = keys(frozen)
+                seen.add(eid)
+                meta["msg"] = eid
+                e = entry(index, eid, ekind, body, refs, turn, key, meta, frozen)
         if kind == "reasoning":
             reasoning.append(eid)
         out.append(Read(index, eid, [e]))
@@ -295,14 +349,15 @@ def sync_messages(
     content key; idempotent; pruned items sent back are reported
     ``tombstoned``, not re-appended. See
     :func:`quiesce.adapters.openai.sync_messages`."""
-    read = partial(
+    tail = partial(
         _read,
-        items,
         turn=turn,
         user_kind=user_kind,
         assistant_kind=assistant_kind,
     )
-    return read_and_admit(buf, read, api=API, readmit=readmit, turn=turn, sync=True, actor=actor)
+    return sync_history(
+        buf, items, tail, api=API, readmit=readmit, turn=turn, actor=actor, noun="item"
+    )
 
 
 # -- render -------------------------------------------------------------------
@@ -352,7 +407,12 @@ def _foreign(e: Entry, note: str | None) -> Item:
 
 
 def render(
-    source: Snapshot | Buffer, *, annotate_stale: bool = True, tombstone_notes: bool = True
+    source: Snapshot | Buffer,
+    *,
+    annotate_stale: bool = True,
+    tombstone_notes: bool = True,
+    note_names: int = NOTE_NAMES,
+    note_limit: int = NOTE_LIMIT,
 ) -> list[Item]:
     """Responses API input items for a snapshot's window (a buffer is
     snapshotted for the call), in window order.
@@ -366,12 +426,29 @@ def render(
     in one ``system`` message after the leading system/developer messages.
     Entries from elsewhere are rendered from their bodies. O(n + tombstones).
     """
+    check_note_options(note_names, note_limit)
+    options = (annotate_stale, tombstone_notes, note_names, note_limit)
     return render_with(
-        source, partial(_render, annotate_stale=annotate_stale, tombstone_notes=tombstone_notes)
+        source,
+        partial(
+            _render,
+            annotate_stale=annotate_stale,
+            tombstone_notes=tombstone_notes,
+            note_names=note_names,
+            note_limit=note_limit,
+        ),
+        (API, *options),
     )
 
 
-def _render(snap: Snapshot, *, annotate_stale: bool, tombstone_notes: bool) -> list[Item]:
+def _render(
+    snap: Snapshot,
+    *,
+    annotate_stale: bool,
+    tombstone_notes: bool,
+    note_names: int,
+    note_limit: int,
+) -> list[Item]:
     entries = snap.entries()
     marks = snap.marks if annotate_stale else {}
     tombstones = snap.tombstones
@@ -399,12 +476,15 @@ def _render(snap: Snapshot, *, annotate_stale: bool, tombstone_notes: bool) -> l
                     "output": missing_result_note(e.id, tombstones),
                 }
             )
-    note = removal_note(tombstones, skip=in_place) if tombstone_notes else None
+    note = (
+        removal_note(tombstones, skip=in_place, names=note_names, limit=note_limit)
+        if tombstone_notes
+        else None
+    )
     if note is not None:
-        at = 0
-        while at < len(out) and out[at].get("role") in ("system", "developer"):
-            at += 1
-        out.insert(at, {"role": "system", "content": note})
+        # At the end: a removal changes no byte before the place it was made,
+        # and the next turn's request keeps this one's prefix (prompt cache).
+        out.append({"role": "system", "content": note})
     return out
 
 

@@ -57,7 +57,7 @@ from .._core.entry import thaw as plain
 from .._core.errors import InvalidArgument, InvalidType, ProtectedEntry
 from .._core.plan import EditPlan, Prune
 from .._core.records import Override
-from .._protocol import AsyncBuffer
+from .._protocol import AsyncBuffer, local_buffer
 from ..adapters import responses
 from ..adapters._common import aread_and_admit
 from ..pruner import Pruner
@@ -224,6 +224,23 @@ async def _admit_items(buffer: AsyncBuffer, items: list[dict[str, Any]], *, sync
     )
 
 
+async def _sync_items(buffer: AsyncBuffer, items: list[dict[str, Any]]) -> Any:
+    """The Responses adapter's ``sync_messages`` (a diff of the SDK's whole
+    input list) on the loop without log I/O on it: inline on an in-process
+    buffer without a durable log (one synchronous step), in a worker thread
+    with one (a dropped or rewritten item is an edit that flushes). On a
+    shared buffer the new items are appended through ``aappend``; items the
+    SDK dropped or changed are not diffed there (yet)."""
+    local = local_buffer(buffer)
+    if local is None:
+        return await _admit_items(buffer, items, sync=True)
+    call = functools.partial(responses.sync_messages, local, items, actor=__name__)
+    if local.sink is None:
+        await anyio.lowlevel.checkpoint()
+        return call()
+    return await anyio.to_thread.run_sync(call, abandon_on_cancel=False)
+
+
 def quiesce_input_filter(
     buffer: Buffer | AsyncBuffer, *, pruner: Pruner | None = None
 ) -> Callable[[CallModelData[Any]], Awaitable[ModelInputData]]:
@@ -238,7 +255,7 @@ def quiesce_input_filter(
     async def call_model_input_filter(data: CallModelData[Any]) -> ModelInputData:
         items = cast(list[dict[str, Any]], data.model_data.input)
         with _named():
-            await _admit_items(face, items, sync=True)
+            await _sync_items(face, items)
         await prune_round(face, pruner)
         with face.snapshot() as snap:
             rendered = responses.render(snap)
