@@ -40,7 +40,8 @@ class Report:
     prefix each returning ``flush()`` vouched for."""
 
     def __init__(self) -> None:
-        self.pins: list[list[Any]] = []  # [version, entered, exited | None, seen ids]
+        #: [version, entered, exited | None, seen ids, read start times]
+        self.pins: list[list[Any]] = []
         self.flushes: list[tuple[int, dict[str, Any] | None]] = []
 
     async def flush(self, buf: SharedBuffer) -> None:
@@ -82,6 +83,45 @@ async def _writes(buf: SharedBuffer, prefix: str, n: int, timeout: float) -> dic
     return {"acked": acked, "failed": failed, "unknown": unknown}
 
 
+async def _read_loop(
+    pins: list[tuple[Snapshot, list[Any]]], duration: float, interval: float
+) -> dict[str, Any]:
+    """Read every held snapshot each ``interval`` seconds for ``duration``
+    seconds or until a read fails; each successful read's start time (wall
+    clock, taken before the read) is recorded with its pin for the checker.
+    Returns the last successful read's start, the first failure's time and
+    its error."""
+    last_ok: float | None = None
+    stop = time.monotonic() + duration
+    while time.monotonic() < stop:
+        for snap, pin in pins:
+            started = time.time()
+            try:
+                [e.id for e in snap]
+            except QuiesceError as exc:
+                return {
+                    "last_ok": last_ok,
+                    "failed_at": time.time(),
+                    "error": f"{type(exc).__name__}: {exc}",
+                }
+            pin[4].append(started)
+            last_ok = started
+        await anyio.sleep(interval)
+    return {"last_ok": last_ok, "failed_at": None, "error": None}
+
+
+def _reads_ignore_the_deadline() -> None:
+    """Test hook (this process only): the read check of before the fix,
+    which trusted the heartbeat task to notice the lease deadline (so a
+    heartbeat stuck in a database call let reads go on past it)."""
+
+    def check_read(self: SharedBuffer, since: float, number: int) -> None:
+        if self._lease_lost is not None and since <= self._void_before:
+            raise QuiesceError(f"this snapshot (version {number}) was pinned when it expired")
+
+    SharedBuffer._check_read = check_read  # type: ignore[method-assign]
+
+
 async def _serve(conn: Connection, buf: SharedBuffer) -> None:
     pins: list[tuple[Snapshot, list[Any]]] = []
     pin_log: list[tuple[int, float, float, list[str]]] = []
@@ -115,7 +155,7 @@ async def _serve(conn: Connection, buf: SharedBuffer) -> None:
             elif name == "pin":
                 snap = buf.snapshot().__enter__()
                 seen = [e.id for e in snap]
-                pin = [snap.version, time.time(), None, seen]
+                pin = [snap.version, time.time(), None, seen, []]
                 REPORT.pins.append(pin)
                 pins.append((snap, pin))
                 value = (snap.version, seen)
@@ -168,6 +208,8 @@ async def _serve(conn: Connection, buf: SharedBuffer) -> None:
                     except QuiesceError as exc:
                         out.append(f"{type(exc).__name__}: {exc}")
                 value = out
+            elif name == "read_loop":
+                value = await _read_loop(pins, *args)
             elif name == "pin_log":
                 value = pin_log
             elif name == "escalations":
@@ -229,11 +271,21 @@ def _hold_between_apply_and_result(op: str, path: str, race: bool) -> None:
     SharedBuffer._apply_locally = apply  # type: ignore[method-assign]
 
 
-def _hold_mid_commit(path: str, at: int) -> None:
+def _wait_for(resume: str | None) -> None:
+    """Hold the calling thread: for good (the parent SIGKILLs this process),
+    or, with ``resume``, until that file exists (the parent SIGSTOPs this
+    process first, then creates it: the thread goes on after SIGCONT)."""
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        if resume is not None and os.path.exists(resume):
+            return
+        time.sleep(0.01)
+
+
+def _hold_mid_commit(path: str, at: int, resume: str | None = None) -> None:
     """Test hook (this process only): inside the ``at``-th group commit of
     the sink that holds records (after the COPY, before the NOTIFY and the
-    COMMIT), create the file ``path`` and stop there for good (the parent
-    SIGKILLs this process)."""
+    COMMIT), create the file ``path`` and stop there (:func:`_wait_for`)."""
     original = SharedBuffer._before_commit
     commits: list[int] = []
 
@@ -242,17 +294,17 @@ def _hold_mid_commit(path: str, at: int) -> None:
         commits.append(len(batch))
         if len(commits) == at:
             _signal(path, f"{batch[0].seq} {batch[-1].seq}")
-            time.sleep(600)
+            _wait_for(resume)
         return done
 
     SharedBuffer._before_commit = before_commit  # type: ignore[method-assign]
 
 
-def _hold_mid_copy(path: str, at: int) -> None:
+def _hold_mid_copy(path: str, at: int, resume: str | None = None) -> None:
     """Test hook (this process only): while the sink streams the ``at``-th
     record into its ``COPY ... FROM STDIN`` (the COPY under way, the
     transaction open), create the file ``path`` holding that record's seq
-    and stop there for good (the parent SIGKILLs this process)."""
+    and stop there (:func:`_wait_for`)."""
     import psycopg
 
     original = psycopg.Copy.write_row
@@ -261,9 +313,14 @@ def _hold_mid_copy(path: str, at: int) -> None:
     def write_row(self: Any, row: Any) -> None:
         count.append(1)
         if len(count) == at:
+            # send the rows buffered so far: the server inserts them (row
+            # locks, uncommitted keys) while the COPY waits for the rest
+            buffered = self.formatter.end()  # the text formatter's buffer, taken
+            if buffered:
+                self._write(buffered)
             seq = row[1]  # (buffer_id, seq, epoch, format, op, version, record)
             _signal(path, f"{seq} {seq}")
-            time.sleep(600)
+            _wait_for(resume)
         original(self, row)
 
     psycopg.Copy.write_row = write_row  # type: ignore[method-assign]
@@ -290,6 +347,8 @@ def child(dsn: str, backend: str, conn: Connection, options: dict[str, Any]) -> 
     mid_commit = options.pop("hold_commit", None)
     if mid_commit is not None:
         _hold_mid_commit(**mid_commit)
+    if not options.pop("lease_reads", True):
+        _reads_ignore_the_deadline()
     mid_copy = options.pop("hold_copy", None)
     if mid_copy is not None:
         _hold_mid_copy(**mid_copy)

@@ -44,10 +44,18 @@ What it keeps true across processes (each member is one
    inside the removal intent's own transaction, under an advisory lock that
    a member's registration also takes (a removal that fails the re-check is
    requeued, not published). A member joins with horizon 0 (holding every
-   removal back) before it reads the log. A member whose lease expired is excluded; when it notices
-   (its own clock: last renewal sent + lease − margin) its snapshots pinned
-   at that moment raise :class:`LeaseLost` on every read from then on, and
-   ``snapshot()`` raises it until the member has re-joined.
+   removal back) before it reads the log. A member whose lease expired is
+   excluded. Its reads stop first: every read of a snapshot checks the
+   member's own deadline (monotonic clock: last successful renewal *sent* +
+   0.75 lease), independent of the heartbeat task and of any database call
+   in flight, and raises :class:`LeaseLost` past it; the database keeps the
+   lease until that renewal's execution + the whole lease, so a removal that
+   stopped waiting for the member is published at least a quarter lease
+   after its last read. Snapshots pinned before a loss stay void for good,
+   and ``snapshot()`` raises until the member has re-joined (renewed, then
+   caught up to the log: what was removed meanwhile is applied before it
+   serves a read again). ``lease_lost_times`` records the deadlines, when
+   reads stopped.
 5. Failover. When the lease expires (the sequencer died, paused or was cut
    off), a replica takes it with epoch + 1, reads the log to its end, attaches
    the sink and serves, including requests the old sequencer had not
@@ -71,8 +79,11 @@ worker threads (``anyio.to_thread``), so it runs on asyncio and trio alike.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import os
+import secrets
 import socket
 import threading
 import time
@@ -80,6 +91,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import anyio
@@ -112,8 +124,11 @@ from ._core.records import (
 from ._core.replay import _tomb, replay
 from ._core.tasks import task_name
 from ._core.version import Version
+from ._log._format import MAX_DEPTH, _too_deep, decode_json
 from ._log.postgres import PostgresLog, WriterFenced, connect, ensure_schema
 from ._runtime import RuntimeBuffer, open_buffer
+
+_logger = logging.getLogger("quiesce.shared")
 
 __all__ = ["LeaseLost", "SharedBuffer", "SharedStats", "SharedWriteTimeout", "open_shared_buffer"]
 
@@ -125,20 +140,18 @@ class LeaseLost(QuiesceError):
 
 
 class _LeasedSnapshot(Snapshot):
-    """A shared member's snapshot: void once the member's lease expired while
-    it was pinned (the other members stopped waiting for it). Same layout as
-    :class:`Snapshot`; only reads pay one attribute check."""
+    """A shared member's snapshot: every read checks its member's own lease
+    deadline (:meth:`SharedBuffer._check_read`) and raises
+    :class:`LeaseLost` once it passed, or when the snapshot was pinned
+    before a lease loss. Snapshot's layout plus one slot, the member."""
 
-    __slots__ = ()
+    __slots__ = ("_shared",)
+
+    _shared: SharedBuffer
 
     def _v(self) -> Version:
         v = Snapshot._v(self)
-        lost_at: float | None = getattr(self._buffer, "_lease_lost_at", None)
-        if lost_at is not None and self._since <= lost_at:
-            raise LeaseLost(
-                f"this snapshot (version {v.number}) was pinned when its member's lease "
-                f"expired: other processes may have removed what it shows"
-            )
+        self._shared._check_read(self._since, v.number)
         return v
 
 
@@ -169,14 +182,31 @@ class SharedStats:
 _SEQUENCER = "sequencer"
 _REPLICA = "replica"
 
+# The token is the SHA-256 of the new sequencer's secret writer token, for
+# the new epoch: the insert trigger refuses rows of other sessions.
 _TAKE_LEASE = """
-INSERT INTO quiesce_writer (buffer_id, epoch, holder, lease_until)
-VALUES (%(b)s, 1, %(h)s, now() + %(l)s * interval '1 second')
+INSERT INTO quiesce_writer (buffer_id, epoch, holder, lease_until, token, token_epoch)
+VALUES (%(b)s, 1, %(h)s, now() + %(l)s * interval '1 second', %(t)s, 1)
 ON CONFLICT (buffer_id) DO UPDATE
     SET epoch = quiesce_writer.epoch + 1, holder = excluded.holder,
-        lease_until = excluded.lease_until
+        lease_until = excluded.lease_until, token = excluded.token,
+        token_epoch = quiesce_writer.epoch + 1
     WHERE quiesce_writer.lease_until < now()
 RETURNING epoch
+"""
+# Ends the sessions of an *expired* lease holder that are inside a
+# transaction (a paused or cut-off sequencer's open batch: its row locks on
+# the lease and request rows, its uncommitted log rows and its advisory lock
+# would hold the takeover back; a stalled COPY is not ended by any timeout).
+# Sessions are found by their application_name (_app_name); the lease row is
+# read without a lock. Safe: an expired holder's open batch could not commit
+# after the takeover anyway (the fence), and it never acknowledged it.
+_END_EXPIRED_HOLDER = """
+SELECT count(pg_terminate_backend(a.pid)) FROM pg_stat_activity a
+JOIN quiesce_writer w ON w.buffer_id = %(b)s AND w.lease_until < now() AND w.holder <> %(h)s
+WHERE a.application_name
+        = 'quiesce ' || left(encode(sha256(convert_to(w.holder, 'UTF8')), 'hex'), 16)
+  AND a.xact_start IS NOT NULL AND a.pid <> pg_backend_pid()
 """
 _RENEW_LEASE = """
 UPDATE quiesce_writer SET lease_until = now() + %(l)s * interval '1 second'
@@ -496,6 +526,52 @@ def _error_from_dict(d: dict[str, Any]) -> QuiesceError:
         return QuiesceError(message)
 
 
+#: The longest request row (its ``args`` text) the sequencer decodes; a
+#: longer one is refused unread. Nesting is bounded as a log record's is
+#: (``_log._format.MAX_DEPTH``).
+MAX_REQUEST_CHARS = 16 * 2**20
+#: Every integer a request carries fits the storage's 64-bit columns.
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _decode_request(op: object, text: object) -> dict[str, Any]:
+    """The arguments of one ``quiesce_request`` row, decoded with the log's
+    limits and checked for shape: at most :data:`MAX_REQUEST_CHARS`
+    characters, nested at most ``MAX_DEPTH`` deep (checked on the text before
+    parsing, so a row nested 100k deep costs O(len) and no recursion), strict
+    JSON, an object for a known operation, every integer within 64 bits.
+    Raises :class:`InvalidArgument` naming what is wrong; never anything
+    else. O(len(text))."""
+    if op not in _DECIDING:
+        raise InvalidArgument(f"unknown operation {str(op)[:80]!r}")
+    if not isinstance(text, str):
+        raise InvalidArgument(f"{op} request: args is not text")
+    if len(text) > MAX_REQUEST_CHARS:
+        raise InvalidArgument(
+            f"{op} request: args of {len(text)} characters (at most {MAX_REQUEST_CHARS})"
+        )
+    if _too_deep(text):
+        raise InvalidArgument(f"{op} request: args nest deeper than {MAX_DEPTH} levels")
+    try:
+        args = decode_json(text)
+    except (ValueError, RecursionError) as exc:
+        raise InvalidArgument(f"{op} request: args are not strict JSON ({exc})"[:300]) from None
+    if not isinstance(args, dict):
+        raise InvalidArgument(f"{op} request: args are not a JSON object")
+    stack: list[Any] = [args]
+    while stack:  # iterative: the depth is bounded, the width is not
+        value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+        elif type(value) is int and not _INT64[0] <= value <= _INT64[1]:
+            raise InvalidArgument(
+                f"{op} request: integer {str(value)[:40]} does not fit in 64 bits"
+            )
+    return args
+
+
 def _check_seconds(value: object, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidType(f"{what} must be a number of seconds, not {type(value).__name__}")
@@ -509,24 +585,39 @@ class _Control:
     connection used under a lock from worker threads; reconnects after a
     failure. Every failure is a :class:`LogWriteError` with the server's words."""
 
-    def __init__(self, dsn: str, timeout: float) -> None:
+    def __init__(self, dsn: str, timeout: float, application_name: str | None = None) -> None:
         self._dsn = dsn
         self._timeout = timeout
+        self._application_name = application_name
         self._lock = threading.Lock()
         self._conn: Any = None
         self.connected = False
         self.last_contact: float | None = None
 
-    def run(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    def run(
+        self, sql: str, params: dict[str, Any], *, lock_timeout: float | None = None
+    ) -> list[tuple[Any, ...]]:
+        """Run one statement (autocommit). With ``lock_timeout`` (seconds) it
+        runs in a transaction of its own that gives up waiting for a lock
+        after that long (the server's ``lock_timeout``)."""
         import psycopg
 
         with self._lock:
             try:
                 if self._conn is None or self._conn.closed:
-                    self._conn = connect(self._dsn, timeout=self._timeout)
+                    self._conn = connect(
+                        self._dsn, timeout=self._timeout, application_name=self._application_name
+                    )
                     self._conn.execute(f"SET statement_timeout = {int(self._timeout * 1000)}")
-                cur = self._conn.execute(sql, params)
-                rows = cur.fetchall() if cur.description is not None else []
+                if lock_timeout is None:
+                    cur = self._conn.execute(sql, params)
+                    rows = cur.fetchall() if cur.description is not None else []
+                else:
+                    with self._conn.transaction():
+                        ms = max(1, int(lock_timeout * 1000))
+                        self._conn.execute(f"SET LOCAL lock_timeout = {ms}")
+                        cur = self._conn.execute(sql, params)
+                        rows = cur.fetchall() if cur.description is not None else []
             except psycopg.Error as exc:
                 self.connected = False
                 conn, self._conn = self._conn, None
@@ -595,10 +686,13 @@ class SharedBuffer:
         self._max_pin_age = max_pin_age
         self.member_id = member_id
         self._incarnation = uuid.uuid4().hex
+        #: every session of this member is named so (pg_stat_activity), so
+        #: a successor can end what it left open (_END_EXPIRED_HOLDER)
+        self._app_name = "quiesce " + hashlib.sha256(self._holder.encode()).hexdigest()[:16]
         self._role = _REPLICA
         self._epoch = 0
         self._sink: PostgresLog | None = None
-        self._ctl = _Control(dsn, self._timeout)
+        self._ctl = _Control(dsn, self._timeout, self._app_name)
         self._local: RuntimeBuffer | None = None
         self._local_stop: anyio.Event | None = None
         self._tg: anyio.abc.TaskGroup | None = None
@@ -618,6 +712,10 @@ class SharedBuffer:
         self._member_valid_until = 0.0
         self._writer_valid_until = 0.0
         self._lease_lost: LeaseLost | None = None
+        #: snapshots pinned (local clock) at or before this are void: a loss
+        #: or a re-join happened after them
+        self._void_before = float("-inf")
+        self._lease_guard = threading.Lock()
         self._members = 0
         self._floor: int | None = None
         self._held_alarmed: set[tuple[str, int]] = set()
@@ -676,8 +774,12 @@ class SharedBuffer:
         local = self._local
         if lost is not None or local is None:
             raise lost or _errors.BufferClosed("the shared buffer is not open")
+        if time.monotonic() > self._member_valid_until:
+            self._note_lease_lost(self._member_valid_until)
+            raise self._lease_lost or LeaseLost("this member's lease expired")
         # Buffer.snapshot(), written out for the subclass (the pin fast path)
-        snap: Snapshot = _new_object(_LeasedSnapshot)
+        snap: _LeasedSnapshot = _new_object(_LeasedSnapshot)
+        snap._shared = self
         snap._buffer = local
         snap._version = None
         snap._task = _NOT_ENTERED
@@ -685,6 +787,49 @@ class SharedBuffer:
 
     def oldest_pin(self) -> int | None:
         return self.local.oldest_pin()
+
+    def _check_read(self, since: float, number: int) -> None:
+        """Raise :class:`LeaseLost` unless a snapshot pinned at ``since``
+        (the local buffer's clock) may still be read: this member's lease
+        deadline has not passed (checked here, on every read, against the
+        monotonic clock: the heartbeat task and any database call in flight
+        have no say), the lease is not lost, and the snapshot was not pinned
+        before the last loss. O(1), no lock on the valid path, any thread.
+
+        Why a read before the deadline is safe: the deadline is the moment
+        the last successful renewal was *sent* plus 0.75 of the lease, and
+        the database keeps the member's lease until the renewal's execution
+        plus the whole lease; another member's removal that stopped waiting
+        for this one (its lease expired on the database clock) is therefore
+        published at least a quarter lease after this member's reads
+        stopped."""
+        if time.monotonic() > self._member_valid_until:
+            self._note_lease_lost(self._member_valid_until)
+        if self._lease_lost is not None or since <= self._void_before:
+            raise LeaseLost(
+                f"this snapshot (version {number}) was pinned when its member's lease "
+                f"expired: other processes may have removed what it shows"
+            )
+
+    def _note_lease_lost(self, deadline: float) -> None:
+        """Count the member lease lost at ``deadline`` (monotonic), once per
+        loss, from whichever thread saw it first (a read, the heartbeat, a
+        late renewal): from now on every read raises until the member has
+        re-joined, and snapshots pinned until then stay void. Records, on the
+        wall clock, when reads stopped (the deadline) for
+        ``quiesce.testing.check_shared_history``."""
+        local = self._local
+        if local is None:
+            return  # not joined yet: nothing was served
+        with self._lease_guard:
+            if self._lease_lost is not None:
+                return
+            self._void_before = max(self._void_before, local._clock())
+            self.lease_lost_times.append(time.time() - (time.monotonic() - deadline))
+            self._lease_lost = LeaseLost(
+                f"member {self.member_id} could not renew its lease within "
+                f"{self._lease:g}s: its snapshots are void until it re-joins"
+            )
 
     def staged(self) -> Any:
         return self.local.staged()
@@ -949,7 +1094,10 @@ class SharedBuffer:
         # while this member might still pin a version from before it.
         await self._heartbeat_member(horizon=0)
         await self._host_local()
-        await self._try_take_lease()
+        try:
+            await self._try_take_lease()
+        except LogWriteError:
+            pass  # e.g. a paused holder's batch held the lease row: the heartbeat retries
         if self._role == _REPLICA:
             await self._catch_up()
         tg.start_soon(self._heartbeat_loop)
@@ -957,7 +1105,14 @@ class SharedBuffer:
         tg.start_soon(self._flusher)
 
     def _open_sink(self) -> PostgresLog:
-        sink = PostgresLog(self._dsn, self._buffer_id, timeout=self._timeout)
+        sink = PostgresLog(
+            self._dsn,
+            self._buffer_id,
+            timeout=self._timeout,
+            application_name=self._app_name,
+            # a batch left open by a paused process ends on the server
+            idle_in_transaction_timeout=self._lease / 2,
+        )
         assert sink._conn is not None
         ensure_schema(sink._conn, sink.where)
         sink.before_commit = self._before_commit
@@ -1089,6 +1244,12 @@ class SharedBuffer:
         return json.dumps({**info, "readers": readers})
 
     async def _heartbeat_member(self, horizon: int | None = None) -> None:
+        """Renew this member's lease, publishing its horizon. A renewal that
+        returns after the old deadline first counts the loss (no read was
+        served past the deadline, whoever noticed). After a loss it re-joins:
+        it catches up to the log read after this renewal committed (every
+        removal published while it was excluded is applied), then voids every
+        snapshot pinned so far and serves reads again."""
         sent = time.monotonic()
         await self._ctl_run(
             _UPSERT_MEMBER,
@@ -1102,11 +1263,20 @@ class SharedBuffer:
                 "info": self._member_info(),
             },
         )
+        old = self._member_valid_until
+        if time.monotonic() > old:
+            self._note_lease_lost(old)
+        self._member_valid_until = sent + self._lease * 0.75
         if self._lease_lost is not None:
             # Re-joined: published a horizon again, so the others wait for our
-            # readers from now on.
-            self._lease_lost = None
-        self._member_valid_until = sent + self._lease * 0.75
+            # readers from now on; what they removed meanwhile is read first.
+            if self._role == _REPLICA and self._local is not None:
+                await self._catch_up()
+            local = self._local
+            if local is not None:
+                with self._lease_guard:
+                    self._void_before = max(self._void_before, local._clock())
+                    self._lease_lost = None
 
     async def _try_take_lease(self) -> bool:
         """Take the writer lease if it is free or expired. On success: read the
@@ -1115,9 +1285,22 @@ class SharedBuffer:
             if self._role == _SEQUENCER or self._closing:
                 return False
             sent = time.monotonic()
-            rows = await self._ctl_run(
-                _TAKE_LEASE, {"b": self._buffer_id, "h": self._holder, "l": self._lease}
-            )
+            token = secrets.token_hex(32)
+            take = {
+                "b": self._buffer_id,
+                "h": self._holder,
+                "l": self._lease,
+                "t": hashlib.sha256(token.encode()).digest(),
+            }
+            try:
+                # never wait long on a lock: a paused holder's open batch may
+                # hold the lease row; end its sessions, then try again
+                rows = await self._db(
+                    partial(self._ctl.run, lock_timeout=self._lease / 4), _TAKE_LEASE, take
+                )
+            except LogWriteError:
+                await self._ctl_run(_END_EXPIRED_HOLDER, {"b": self._buffer_id, "h": self._holder})
+                raise
             if not rows:
                 return False
             epoch = int(rows[0][0])
@@ -1131,6 +1314,7 @@ class SharedBuffer:
             assert sink is not None
             with buf._write_lock:
                 sink.writer_epoch = epoch
+                sink.writer_token = token
                 buf._synced = len(buf._records)
                 buf._sink = sink
                 # the sequencer writes checkpoints (every checkpoint_every
@@ -1176,16 +1360,8 @@ class SharedBuffer:
         while True:
             await anyio.sleep(interval)
             now = time.monotonic()
-            if now > self._member_valid_until and self._lease_lost is None:
-                local = self.local
-                local._lease_lost_at = local._clock()  # type: ignore[attr-defined]
-                # when, on the wall clock, this member counted its lease gone
-                # (before the database expires it): for recorded histories
-                self.lease_lost_times.append(time.time() - (now - self._member_valid_until))
-                self._lease_lost = LeaseLost(
-                    f"member {self.member_id} could not renew its lease within "
-                    f"{self._lease:g}s: its snapshots are void until it re-joins"
-                )
+            if now > self._member_valid_until:
+                self._note_lease_lost(self._member_valid_until)
             try:
                 horizon = self._horizon()
                 if horizon != last_horizon or now - last_member >= self._lease / 4:
@@ -1275,7 +1451,7 @@ class SharedBuffer:
             if conn is None or conn.closed:
                 sink = self._sink
                 assert sink is not None
-                conn = connect(self._dsn, timeout=self._timeout)
+                conn = connect(self._dsn, timeout=self._timeout, application_name=self._app_name)
                 conn.execute(f'LISTEN "{sink.channel}"')
                 conn.execute(f'LISTEN "{self.request_channel}"')
                 self._listen_conn = conn
@@ -1320,6 +1496,9 @@ class SharedBuffer:
                 if self._waiting:
                     await self._collect_answers()
             except LogWriteError:
+                await anyio.sleep(min(self._poll, 0.05))
+            except Exception:  # never let one bad row or batch stop the member
+                _logger.exception("member %s: serving or catching up failed", self.member_id)
                 await anyio.sleep(min(self._poll, 0.05))
 
     async def _catch_up(self) -> None:
@@ -1432,7 +1611,12 @@ class SharedBuffer:
         whose stamped records this member's log already holds — applied by a
         sequencer that died before its result was stored, or by this one
         (rows read before its result committed) — is not applied again: its
-        result is derived from those records (:func:`_derive_result`)."""
+        result is derived from those records (:func:`_derive_result`).
+
+        One request never stops the pump: whatever decoding, checking,
+        deriving or applying one raises (``RecursionError``,
+        ``OverflowError``, anything but a failing sink) becomes that
+        request's error result, and the next request is served."""
         with self._commit_lock:
             buf = self.local
             with self._results_lock:
@@ -1441,25 +1625,24 @@ class SharedBuffer:
                 if request_id in applied:
                     continue
                 try:
-                    args = json.loads(args_text)
-                except ValueError as exc:
-                    args = None
-                    bad = json.dumps({"error": "InvalidArgument", "message": repr(exc)})
+                    args = _decode_request(op, args_text)
+                except QuiesceError as exc:
+                    with self._results_lock:
+                        self._results.append(
+                            (request_id, json.dumps(_error_to_dict(exc)), len(buf._records))
+                        )
+                    continue
                 done = self._stamped.get(request_id)
                 derived = None
-                if done is not None and args is not None and op in _DECIDING:
+                if done is not None:
                     try:
                         derived = _derive_result(op, args, done, self._version_before)
-                    except (KeyError, TypeError, ValueError, IndexError):
+                    except Exception:
                         derived = None  # malformed arguments: applied (and refused) as before
                 if derived is not None:
                     assert done is not None
                     with self._results_lock:
                         self._results.append((request_id, json.dumps(derived), done[-1].seq + 1))
-                    continue
-                if args is None:
-                    with self._results_lock:
-                        self._results.append((request_id, bad, len(buf._records)))
                     continue
                 self._apply_request(buf, request_id, op, args)
                 self.served += 1
@@ -1496,8 +1679,14 @@ class SharedBuffer:
                 if isinstance(exc, LogWriteError):
                     raise
                 text = json.dumps(_error_to_dict(exc))
-            except (KeyError, TypeError, ValueError) as exc:
-                text = json.dumps({"error": "InvalidArgument", "message": repr(exc)})
+            except Exception as exc:  # a malformed request, or the core failing on it
+                text = json.dumps(
+                    {
+                        "error": "InvalidArgument",
+                        "message": f"{op} request refused by the sequencer: "
+                        f"{type(exc).__name__}: {str(exc)[:200]}",
+                    }
+                )
             with self._results_lock:
                 self._results.append((request_id, text, len(buf._records)))
 

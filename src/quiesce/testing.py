@@ -1294,6 +1294,11 @@ class MemberPin:
     entered: float
     exited: float | None
     seen: tuple[str, ...] | None = None
+    #: when (wall clock, taken just *before* each read) a read of this
+    #: snapshot started and then succeeded: a read that began after a removal
+    #: of an entry live in its version was served too late, whatever the
+    #: member's recorded lease losses say
+    reads: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -1342,7 +1347,10 @@ def check_shared_history(
     * ``early-removal``: a removal published (its record's ``time``) while a
       reader in a live member was pinned at a version where the entry was
       live and unmarked (a member's readers pinned when it counted its lease
-      lost are excluded from then on: they are void);
+      lost are excluded from then on: they are void); and, lease loss or
+      not, a read of such a reader (:attr:`MemberPin.reads`) that began
+      after the removal (a member that served reads past the lease-loss time
+      it recorded);
     * ``G1b``: a member's reader saw other ids than the log's version of that
       number (a replica diverged);
     * ``lost-flush``: a member's ``flush()`` returned with records that are
@@ -1442,19 +1450,34 @@ def check_shared_history(
             for i in removed:
                 for m in reports:
                     for pin in m.pins:
-                        if not pin.entered <= at or (pin.exited is not None and pin.exited < at):
+                        if not pin.entered <= at:
                             continue
-                        if any(pin.entered <= lost <= at for lost in m.lease_lost):
-                            continue  # void since its member lost its lease
                         pinned = versions.get(pin.version)
-                        if pinned is not None and i in pinned.live and i not in pinned.marks:
+                        if pinned is None or i not in pinned.live or i in pinned.marks:
+                            continue
+                        late = [r for r in pin.reads if r >= at]
+                        if late:
                             out.append(
                                 Anomaly(
                                     AnomalyKind.EARLY_REMOVAL,
-                                    f"{i!r} removed in version {v.number} while a reader of "
+                                    f"{i!r} removed in version {v.number}, but a reader of "
                                     f"member {m.member}, which pinned it unmarked in version "
-                                    f"{pin.version}, was still pinned",
+                                    f"{pin.version}, read it {late[-1] - at:.3f}s after the "
+                                    f"removal",
                                 )
                             )
+                            continue
+                        if pin.exited is not None and pin.exited < at:
+                            continue
+                        if any(pin.entered <= lost <= at for lost in m.lease_lost):
+                            continue  # void since its member lost its lease
+                        out.append(
+                            Anomaly(
+                                AnomalyKind.EARLY_REMOVAL,
+                                f"{i!r} removed in version {v.number} while a reader of "
+                                f"member {m.member}, which pinned it unmarked in version "
+                                f"{pin.version}, was still pinned",
+                            )
+                        )
         prev = v
     return out

@@ -10,12 +10,18 @@ What it keeps true:
    of the records, one ``pg_notify`` carrying the last ``seq``, ``COMMIT``).
    After a crash of the client or the server, every batch whose ``write``
    returned is recovered, and no row of any other batch is visible.
-3. Writes are fenced by epoch. ``quiesce_writer`` holds the buffer's writer
-   lease (used by :func:`quiesce.open_shared_buffer`); every inserted row
-   carries the writer's epoch and the insert trigger refuses it unless it is
-   the current one, holding a share lock on the lease row until ``COMMIT``
-   so a takeover waits for a batch in flight. A writer that lost the lease
-   cannot add a record after its successor's first, whatever its clock says.
+3. Writes are fenced by epoch and by writer. ``quiesce_writer`` holds the
+   buffer's writer lease (used by :func:`quiesce.open_shared_buffer`); every
+   inserted row carries the writer's epoch and the insert trigger refuses it
+   unless it is the current one, holding a share lock on the lease row until
+   ``COMMIT`` so a takeover waits for a batch in flight. A writer that lost
+   the lease cannot add a record after its successor's first, whatever its
+   clock says. When the lease row holds a writer token for its epoch (the
+   SHA-256 of a secret the sequencer drew at takeover), the trigger also
+   refuses a row from any session that has not set that secret
+   (``quiesce.writer_token``): a foreign client that copies the current
+   epoch and the next seq gets an error (SQLSTATE ``QF002``), and the log,
+   which every replica follows, never holds its row.
 4. A schema or record written by a newer quiesce is refused with
    :class:`LogFormatError` on open, before anything is written.
 
@@ -26,7 +32,7 @@ Schema (created on first use in the connection's ``search_path`` schema;
     quiesce_log     (buffer_id, seq, writer_epoch, format, op, version,
                      record text,                      -- the source of truth
                      PRIMARY KEY (buffer_id, seq))
-    quiesce_writer  (buffer_id PK, epoch, holder, lease_until)
+    quiesce_writer  (buffer_id PK, epoch, holder, lease_until, token, token_epoch)
     quiesce_member  (buffer_id, member_id PK..., incarnation, lease_until,
                      horizon, applied_seq, info)
     quiesce_request (buffer_id, request_id PK..., member_id, op, args,
@@ -98,6 +104,7 @@ except ImportError as _exc:  # pragma: no cover - the extra is installed in dev
 
 __all__ = [
     "SCHEMA",
+    "LogDiverged",
     "PostgresLog",
     "WriterFenced",
     "connect",
@@ -111,8 +118,11 @@ SCHEMA = 1
 
 #: SQLSTATE of the fence: an insert by a writer whose epoch is not current.
 FENCED_SQLSTATE = "QF001"
+#: SQLSTATE of the token fence: an insert of the current epoch from a session
+#: that does not hold the writer lease (a foreign client).
+FOREIGN_SQLSTATE = "QF002"
 
-_DDL = """
+_DDL_TEMPLATE = """
 CREATE TABLE quiesce_meta (
     key   text PRIMARY KEY,
     value text NOT NULL
@@ -121,7 +131,9 @@ CREATE TABLE quiesce_writer (
     buffer_id   text PRIMARY KEY,
     epoch       bigint NOT NULL,
     holder      text NOT NULL,
-    lease_until timestamptz NOT NULL
+    lease_until timestamptz NOT NULL,
+    token       bytea,
+    token_epoch bigint
 );
 CREATE TABLE quiesce_log (
     buffer_id    text     NOT NULL,
@@ -159,27 +171,7 @@ CREATE INDEX quiesce_request_open ON quiesce_request (buffer_id, created)
 CREATE INDEX quiesce_log_checkpoints ON quiesce_log (buffer_id, seq)
     WHERE op = 'checkpoint';
 
-CREATE FUNCTION quiesce_log_insert() RETURNS trigger LANGUAGE plpgsql
-SET search_path FROM CURRENT AS $$
-DECLARE
-    current_epoch bigint;
-    next_seq bigint;
-BEGIN
-    SELECT epoch INTO current_epoch FROM quiesce_writer
-        WHERE buffer_id = NEW.buffer_id FOR SHARE;
-    IF NEW.writer_epoch IS DISTINCT FROM COALESCE(current_epoch, 0) THEN
-        RAISE EXCEPTION 'quiesce_log: writer epoch % of buffer % is fenced (current epoch %)',
-            NEW.writer_epoch, NEW.buffer_id, COALESCE(current_epoch, 0)
-            USING ERRCODE = 'QF001';
-    END IF;
-    SELECT COALESCE(MAX(seq) + 1, 0) INTO next_seq FROM quiesce_log
-        WHERE buffer_id = NEW.buffer_id;
-    IF NEW.seq <> next_seq THEN
-        RAISE EXCEPTION 'quiesce_log is append-only: seq % of buffer % is not the next one (%)',
-            NEW.seq, NEW.buffer_id, next_seq;
-    END IF;
-    RETURN NEW;
-END $$;
+{insert_function}
 CREATE FUNCTION quiesce_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     RAISE EXCEPTION '% is append-only: % refused', TG_TABLE_NAME, TG_OP;
@@ -195,6 +187,53 @@ CREATE TRIGGER quiesce_meta_no_change BEFORE UPDATE OR DELETE ON quiesce_meta
 CREATE TRIGGER quiesce_meta_no_truncate BEFORE TRUNCATE ON quiesce_meta
     FOR EACH STATEMENT EXECUTE FUNCTION quiesce_refuse();
 """
+
+#: The insert trigger's function (in the DDL of a new schema; replaced once
+#: in a schema-1 database whose function predates the writer token). The
+#: token check applies when the lease row carries a token of its current
+#: epoch (``open_shared_buffer``'s sequencers set one at takeover): the row
+#: must come from a session that set ``quiesce.writer_token`` to the secret
+#: whose SHA-256 is stored, i.e. from the sequencer's own sink.
+_INSERT_FUNCTION = """
+CREATE OR REPLACE FUNCTION quiesce_log_insert() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT AS $$
+DECLARE
+    current_epoch bigint;
+    current_token bytea;
+    current_token_epoch bigint;
+    next_seq bigint;
+BEGIN
+    SELECT epoch, token, token_epoch INTO current_epoch, current_token, current_token_epoch
+        FROM quiesce_writer WHERE buffer_id = NEW.buffer_id FOR SHARE;
+    IF NEW.writer_epoch IS DISTINCT FROM COALESCE(current_epoch, 0) THEN
+        RAISE EXCEPTION 'quiesce_log: writer epoch % of buffer % is fenced (current epoch %)',
+            NEW.writer_epoch, NEW.buffer_id, COALESCE(current_epoch, 0)
+            USING ERRCODE = 'QF001';
+    END IF;
+    IF current_token IS NOT NULL AND current_token_epoch = current_epoch
+        AND current_token IS DISTINCT FROM sha256(convert_to(
+            COALESCE(current_setting('quiesce.writer_token', true), ''), 'UTF8')) THEN
+        RAISE EXCEPTION 'quiesce_log: a row of buffer % (epoch %, seq %) from a session '
+            'that does not hold the writer lease (no or wrong writer token): refused',
+            NEW.buffer_id, NEW.writer_epoch, NEW.seq
+            USING ERRCODE = 'QF002';
+    END IF;
+    SELECT COALESCE(MAX(seq) + 1, 0) INTO next_seq FROM quiesce_log
+        WHERE buffer_id = NEW.buffer_id;
+    IF NEW.seq <> next_seq THEN
+        RAISE EXCEPTION 'quiesce_log is append-only: seq % of buffer % is not the next one (%)',
+            NEW.seq, NEW.buffer_id, next_seq;
+    END IF;
+    RETURN NEW;
+END $$;
+"""
+_DDL = _DDL_TEMPLATE.replace("{insert_function}", _INSERT_FUNCTION)
+#: Brings a schema-1 database whose trigger predates the writer token up to
+#: date (same schema number: two nullable columns and a stricter trigger).
+_WRITER_TOKEN_MIGRATION = (
+    "ALTER TABLE quiesce_writer ADD COLUMN IF NOT EXISTS token bytea, "
+    "ADD COLUMN IF NOT EXISTS token_epoch bigint;" + _INSERT_FUNCTION
+)
 
 _COPY = "COPY quiesce_log (buffer_id, seq, writer_epoch, format, op, version, record) FROM STDIN"
 _SELECT = "SELECT seq, record FROM quiesce_log WHERE buffer_id = %s AND seq >= %s ORDER BY seq"
@@ -233,17 +272,34 @@ class WriterFenced(LogWriteError):
     another process took the writer lease. Nothing of the batch is stored."""
 
 
+class LogDiverged(WriterFenced, ValueError):
+    """The stored log holds, at a seq this writer is about to write, a record
+    it did not write (another writer, or a foreign client that got past the
+    fences): this writer is no longer the log's only author and must stop
+    writing (a shared buffer's sequencer steps down and rebuilds from the
+    log). Nothing of the batch is stored."""
+
+
 def _server_message(exc: BaseException) -> str:
     """The server's (or libpq's) own words, without the driver's class name."""
     text = str(exc).strip()
     return text or type(exc).__name__
 
 
-def connect(dsn: str, *, timeout: float, autocommit: bool = True) -> psycopg.Connection[Any]:
+def connect(
+    dsn: str, *, timeout: float, autocommit: bool = True, application_name: str | None = None
+) -> psycopg.Connection[Any]:
     """A connection, or :class:`LogWriteError` with the server's message and
-    no chained driver traceback."""
+    no chained driver traceback. ``application_name`` (if given) names the
+    session in ``pg_stat_activity`` (a shared buffer's members name theirs
+    after the lease holder, so a successor can find a paused holder's)."""
+    extra: dict[str, Any] = (
+        {} if application_name is None else {"application_name": application_name}
+    )
     try:
-        conn = psycopg.connect(dsn, autocommit=autocommit, connect_timeout=max(1, round(timeout)))
+        conn = psycopg.connect(
+            dsn, autocommit=autocommit, connect_timeout=max(1, round(timeout)), **extra
+        )
     except psycopg.ProgrammingError as exc:  # a malformed DSN (libpq's parser)
         raise InvalidArgument(f"invalid PostgreSQL DSN: {_server_message(exc)}") from None
     except psycopg.Error as exc:
@@ -275,13 +331,16 @@ def ensure_schema(conn: psycopg.Connection[Any], where: str) -> None:
     ``conn`` is in autocommit."""
     exists = conn.execute(
         "SELECT to_regclass('quiesce_meta') IS NOT NULL, "
-        "to_regclass('quiesce_log_checkpoints') IS NOT NULL"
+        "to_regclass('quiesce_log_checkpoints') IS NOT NULL, "
+        "COALESCE((SELECT position('quiesce.writer_token' in prosrc) > 0 FROM pg_proc "
+        "WHERE oid = to_regproc('quiesce_log_insert')), false)"
     ).fetchone()
-    if exists and exists[0] and not exists[1]:
+    if exists and exists[0] and not (exists[1] and exists[2]):
         _check_meta(conn, where)  # a newer schema is refused before anything is created
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(hashtext('quiesce schema'))")
             conn.execute(_CHECKPOINT_INDEX)
+            conn.execute(_WRITER_TOKEN_MIGRATION)
     if not (exists and exists[0]):
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(hashtext('quiesce schema'))")
@@ -445,6 +504,13 @@ class PostgresLog:
     ``writer_epoch`` is the epoch every row is stamped with: 0 for a buffer
     without a writer lease; :func:`quiesce.open_shared_buffer` sets it to the
     lease's epoch. A write refused by the fence raises :class:`WriterFenced`.
+    ``writer_token`` (set by the same, with the epoch) is the secret whose
+    SHA-256 the lease row holds: the session sets it before writing, and
+    the insert trigger refuses a row of the current epoch from any session
+    that did not (a foreign client). ``application_name`` names the
+    session; ``idle_in_transaction_timeout`` (seconds) makes the server end
+    a transaction this object left open that long (a paused process must
+    not hold its locks for good).
 
     It is a ``CheckpointSink`` (and a ``ReadableSink``): the buffer writes
     checkpoints into it and recovers from the newest valid one and the
@@ -452,7 +518,15 @@ class PostgresLog:
     :meth:`read_range`); older records are fetched when ``buf.log`` is read.
     """
 
-    def __init__(self, dsn: str, buffer_id: str, *, timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        buffer_id: str,
+        *,
+        timeout: float = 10.0,
+        application_name: str | None = None,
+        idle_in_transaction_timeout: float | None = None,
+    ) -> None:
         if not isinstance(dsn, str):
             raise InvalidType(f"dsn must be a str, not {type(dsn).__name__}")
         self._buffer_id = _check_buffer_id(buffer_id)
@@ -460,10 +534,15 @@ class PostgresLog:
             raise InvalidArgument(f"timeout must be a positive number of seconds, not {timeout!r}")
         self._dsn = dsn
         self._timeout = float(timeout)
+        self._application_name = application_name
+        self._idle_timeout = idle_in_transaction_timeout
         self._lock = threading.Lock()
         self._commits = 0
         self._rows_read = 0
         self.writer_epoch = 0
+        self.writer_token: str | None = None
+        self._connections = 0  # connections made (which one has the token set)
+        self._token_set: tuple[int, str] | None = None
         #: Called inside each write's transaction, after the COPY, with the
         #: cursor and the batch; may raise to abort the batch, and may return
         #: a function to call once the COMMIT succeeded (used by
@@ -479,9 +558,13 @@ class PostgresLog:
         self.channel = self._channel_name()
 
     def _connect(self) -> psycopg.Connection[Any]:
-        conn = connect(self._dsn, timeout=self._timeout)
+        conn = connect(self._dsn, timeout=self._timeout, application_name=self._application_name)
+        self._connections += 1
         try:
             conn.execute(f"SET statement_timeout = {int(self._timeout * 1000)}")
+            if self._idle_timeout is not None:
+                ms = max(1, int(self._idle_timeout * 1000))
+                conn.execute(f"SET idle_in_transaction_session_timeout = {ms}")
             # "durable when write returns" needs the commit flushed to WAL,
             # whatever the server's default
             conn.execute("SET synchronous_commit = on")
@@ -575,10 +658,12 @@ class PostgresLog:
 
         Each record is encoded on its own: if one cannot be, the records
         before it are committed and a ``ValueError`` names it. Raises
-        ``ValueError`` for a batch that does not continue the log or whose
-        leading records are stored already with other contents (compared
-        whole, as encoded), :class:`WriterFenced` if the writer's epoch is not
-        current, and :class:`LogWriteError` for a database failure (rolled
+        ``ValueError`` for a batch that does not continue the log,
+        :class:`LogDiverged` (a ``ValueError`` and a :class:`WriterFenced`)
+        if its leading records are stored already with other contents
+        (compared whole, as encoded), :class:`WriterFenced` if the writer's
+        epoch is not current or the trigger refused the session's writer
+        token, and :class:`LogWriteError` for a database failure (rolled
         back).
         """
         if not records:
@@ -602,8 +687,11 @@ class PostgresLog:
                 if failure is not None:
                     raise failure
                 return
-            bid, epoch = self._buffer_id, self.writer_epoch
+            bid, epoch, token = self._buffer_id, self.writer_epoch, self.writer_token
             try:
+                if token is not None and self._token_set != (self._connections, token):
+                    conn.execute("SELECT set_config('quiesce.writer_token', %s, false)", (token,))
+                    self._token_set = (self._connections, token)
                 with conn.transaction(), conn.cursor() as cur:
                     with cur.copy(_COPY) as copy:
                         for rec, text in zip(batch, texts[skip:], strict=True):
@@ -616,7 +704,7 @@ class PostgresLog:
             except psycopg.Error as exc:
                 self._broken = True
                 message = f"{self.where}: {_server_message(exc)}"
-                if getattr(exc, "sqlstate", None) == FENCED_SQLSTATE:
+                if getattr(exc, "sqlstate", None) in (FENCED_SQLSTATE, FOREIGN_SQLSTATE):
                     raise WriterFenced(message) from None
                 raise LogWriteError(message) from None
             self._next_seq = expected
@@ -760,7 +848,7 @@ class PostgresLog:
                 raise LogWriteError(f"{self.where}: {_server_message(exc)}") from None
             self._rows_read += len(rows)
             if [row[1] for row in rows] != list(texts[:skip]):
-                raise ValueError(
+                raise LogDiverged(
                     f"records {first}..{first + skip - 1} are stored with different contents: "
                     f"the log and the buffer diverged"
                 )
