@@ -235,6 +235,7 @@ async def test_a_pool_of_non_buffers_is_refused_by_the_integration() -> None:
     async with BufferPool(not_a_buffer) as pool:
         with pytest.raises(
             InvalidType,
-            match=r"^QuiesceSession \(a buffer of the pool\) needs a Buffer, not dict$",
+            match=r"^QuiesceSession \(a buffer of the pool\) needs a Buffer or an AsyncBuffer "
+            r"\(open_buffer\(\), open_shared_buffer\(\)\), not dict$",
         ):
             await QuiesceSession("alice", pool).get_items()

@@ -56,6 +56,7 @@ from ._log.sqlite import SQLiteLog as SQLiteLog
 from ._pool import BufferPool as BufferPool
 from ._pool import ConversationMismatch as ConversationMismatch
 from ._pool import PoolStats as PoolStats
+from ._protocol import AsyncBuffer as AsyncBuffer
 from ._runtime import RuntimeBuffer as RuntimeBuffer
 from ._runtime import open_buffer as open_buffer
 from .pruner import HeuristicPruner as HeuristicPruner

@@ -62,21 +62,30 @@ import itertools
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio
 import anyio.abc
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ._core.buffer import Buffer, Snapshot
-from ._core.entry import check_int
+from ._core.entry import Entry, check_int
 from ._core.errors import BufferClosed, InvalidArgument, InvalidType, LogWriteError
 from ._core.log import LogSink
 from ._core.plan import EditPlan
 from ._core.policy import Policy
-from ._core.records import EditReport, Escalation, EscalationKind, Outcome, PruneReport, Status
+from ._core.records import (
+    EditReport,
+    Escalation,
+    EscalationKind,
+    Mark,
+    Outcome,
+    Override,
+    PruneReport,
+    Status,
+)
 from ._core.tasks import task_name
 
 __all__ = ["DEFAULT_CLOSE_TIMEOUT", "RuntimeBuffer", "open_buffer"]
@@ -136,6 +145,9 @@ class RuntimeBuffer(Buffer):
 
     Made by :func:`open_buffer`; every sync method of :class:`Buffer` works
     unchanged (and stays sync: ``mark_stale`` and ``snapshot()`` never await).
+    It is a :class:`~quiesce.AsyncBuffer`: code on the event loop writes with
+    ``aappend``/``amark_stale``/``aprune``/``aedit``/``aescalate``/``aflush``,
+    as it does on a :class:`~quiesce.SharedBuffer`.
     """
 
     def __init__(
@@ -419,6 +431,28 @@ class RuntimeBuffer(Buffer):
             await anyio.lowlevel.checkpoint()
             return call()
         return await anyio.to_thread.run_sync(call, abandon_on_cancel=False)
+
+    async def aappend(self, entry: Entry, *, override: Override | None = None) -> int:
+        """:meth:`append` as a checkpoint (the :class:`~quiesce.AsyncBuffer`
+        face). Appending never touches a disk (the record is group-committed
+        later), so the append itself runs inline: a cancelled caller either
+        appended nothing (cancelled at the checkpoint) or got the version."""
+        await anyio.lowlevel.checkpoint()
+        return self.append(entry, override=override)
+
+    async def amark_stale(self, entry_id: str, reason: str, *, turn: int | None = None) -> Mark:
+        """:meth:`mark_stale` as a checkpoint (the sync fast path after it,
+        inline: marking never touches a disk)."""
+        await anyio.lowlevel.checkpoint()
+        return self.mark_stale(entry_id, reason, turn=turn)
+
+    async def aescalate(
+        self, kind: EscalationKind, detail: str, *, data: Mapping[str, Any] | None = None
+    ) -> Escalation:
+        """:meth:`escalate` as a checkpoint (inline: the record is
+        group-committed later)."""
+        await anyio.lowlevel.checkpoint()
+        return self.escalate(kind, detail, data=data)
 
     async def aprune(
         self,

@@ -88,7 +88,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -284,7 +284,9 @@ _STAMPED_KEPT = 4_096
 #: Records before a member's starting checkpoint it reads once for stamps.
 _STAMP_LOOKBACK = 10_000
 #: The detail fields of a stamped record that a derived result reads.
-_DERIVED_FROM = frozenset({"outcomes", "staged", "tombstones", "tombstone", "refusals", "why"})
+_DERIVED_FROM = frozenset(
+    {"outcomes", "staged", "tombstones", "tombstone", "refusals", "why", "kind", "data"}
+)
 #: The records that decide a request, per operation (the first one present
 #: holds what its result is derived from).
 _DECIDING = {
@@ -292,6 +294,7 @@ _DECIDING = {
     "mark_stale": ("mark",),
     "prune": ("prune",),
     "edit": ("edit",),
+    "escalate": ("escalate",),
 }
 
 
@@ -353,6 +356,10 @@ def _result_to_dict(op: str, value: Any) -> dict[str, Any]:
                 for i, o in value.items()
             ],
         }
+    if op == "escalate":
+        out = _escalation_to_dict(value)
+        assert out is not None
+        return out
     assert op == "edit"
     return {
         "applied": value.applied,
@@ -374,6 +381,15 @@ def _result_from_dict(op: str, d: dict[str, Any], plan: EditPlan | None) -> Any:
         return PruneReport(
             {i: Outcome(Status(s), None if r is None else Refusal(r)) for i, s, r in d["outcomes"]},
             d["version"],
+        )
+    if op == "escalate":
+        return Escalation(
+            EscalationKind(d["kind"]),
+            d["detail"],
+            None,
+            tuple(Refusal(r) for r in d["refusals"]),
+            d["version"],
+            d["data"],
         )
     esc = d["escalation"]
     return EditReport(
@@ -429,6 +445,14 @@ def _derive_result(
         return {"version": deciding.version}
     if op == "mark_stale":
         return {"mark": [deciding.ids[0], deciding.reason, deciding.turn, deciding.version]}
+    if op == "escalate":
+        return {
+            "kind": det["kind"],
+            "detail": deciding.reason,
+            "refusals": [],
+            "version": version,
+            "data": det.get("data", {}),
+        }
     if op == "prune":
         decided = det.get("outcomes", {})
         outcomes = []
@@ -622,7 +646,11 @@ class SharedBuffer:
     ``oldest_pin()``, ``log``, ``stats()``. Writes are async and work in every
     member: on the sequencer they run on the local buffer (and return at
     once, like :class:`Buffer`'s); on a replica they are forwarded and return
-    the sequencer's report once it is durable and applied locally.
+    the sequencer's report once it is durable and applied locally. It is a
+    :class:`~quiesce.AsyncBuffer` (``aappend``, ``aprune``, ``aedit``,
+    ``aflush``, ``aescalate``, ``escalations()``, ``quiesce()``), so the
+    integrations and :func:`~quiesce.run_pruner` take it as they take the
+    buffer of ``open_buffer()``.
     """
 
     def __init__(
@@ -916,6 +944,82 @@ class SharedBuffer:
         else:
             await anyio.lowlevel.checkpoint()
 
+    # -- the AsyncBuffer face (quiesce.AsyncBuffer) ------------------------------
+    #
+    # The names code on the event loop uses for a RuntimeBuffer and a
+    # SharedBuffer alike: the integrations and run_pruner take either.
+
+    @property
+    def tombstones(self) -> Mapping[str, Tombstone]:
+        """The tombstones of the local head."""
+        return self.local.tombstones
+
+    async def aappend(
+        self, entry: Entry, *, override: Override | None = None, timeout: float | None = None
+    ) -> int:
+        """:meth:`append` (the :class:`~quiesce.AsyncBuffer` name)."""
+        return await self.append(entry, override=override, timeout=timeout)
+
+    async def amark_stale(
+        self, entry_id: str, reason: str, *, turn: int | None = None, timeout: float | None = None
+    ) -> Mark:
+        """:meth:`mark_stale` (the :class:`~quiesce.AsyncBuffer` name)."""
+        return await self.mark_stale(entry_id, reason, turn=turn, timeout=timeout)
+
+    async def aprune(
+        self,
+        ids: Iterable[str],
+        *,
+        reason: str,
+        actor: str | None = None,
+        turn: int | None = None,
+        timeout: float | None = None,
+    ) -> PruneReport:
+        """:meth:`prune` (the :class:`~quiesce.AsyncBuffer` name)."""
+        return await self.prune(ids, reason=reason, actor=actor, turn=turn, timeout=timeout)
+
+    async def aedit(self, plan: EditPlan, *, timeout: float | None = None) -> EditReport:
+        """:meth:`edit` (the :class:`~quiesce.AsyncBuffer` name)."""
+        return await self.edit(plan, timeout=timeout)
+
+    async def aflush(self, *, checkpoint: bool = False) -> None:
+        """:meth:`flush` (the :class:`~quiesce.AsyncBuffer` name)."""
+        await self.flush(checkpoint=checkpoint)
+
+    async def aescalate(
+        self,
+        kind: EscalationKind,
+        detail: str,
+        *,
+        data: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> Escalation:
+        """:meth:`Buffer.escalate` on the sequencer (logged there and
+        delivered to its ``escalations()``); forwarded from a replica like
+        every write. ``kind``, ``detail`` and ``data`` are checked here first
+        (:class:`InvalidType`/:class:`InvalidArgument`, nothing sent)."""
+        if type(kind) is not EscalationKind:
+            raise InvalidType(f"kind must be an EscalationKind, not {type(kind).__name__}")
+        if not isinstance(detail, str) or not detail:
+            raise InvalidArgument("detail must be a non-empty str")
+        if data is not None and not isinstance(data, Mapping):
+            raise InvalidType(f"data must be a mapping, not {type(data).__name__}")
+        try:
+            wire = json.loads(json.dumps(dict(data or {}), allow_nan=False))
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise InvalidArgument(f"data cannot go to the log as JSON: {exc}") from None
+        args = {"kind": kind.value, "detail": detail, "data": wire}
+        result: Escalation = await self._write("escalate", args, timeout)
+        return result
+
+    def escalations(self) -> AsyncIterator[Escalation]:
+        """The escalations of this member's local buffer (see
+        :meth:`RuntimeBuffer.escalations`): on the sequencer every refusal and
+        every escalation it logs, forwarded ones included; on a replica its
+        own reader-age alarms (a forwarded edit's refusal comes back in its
+        report). Ends when the local buffer is closed or rebuilt."""
+        return self.local.escalations()
+
     def _apply_locally(self, op: str, args: dict[str, Any]) -> Any:
         """Run one operation on the local buffer (the sequencer's path)."""
         buf = self.local
@@ -929,6 +1033,8 @@ class SharedBuffer:
             )
         if op == "edit":
             return buf.edit(_plan_from_dict(args["plan"]))
+        if op == "escalate":
+            return buf.escalate(EscalationKind(args["kind"]), args["detail"], data=args["data"])
         raise InvalidArgument(f"unknown operation {op!r}")
 
     async def _write(
@@ -938,7 +1044,7 @@ class SharedBuffer:
         if self._role == _SEQUENCER:
             await anyio.lowlevel.checkpoint()
             if self._role == _SEQUENCER:  # still, after the checkpoint
-                if op in ("append", "mark_stale"):
+                if op in ("append", "mark_stale", "escalate"):
                     return self._apply_locally(op, args)  # the sync fast paths
                 return await anyio.to_thread.run_sync(self._apply_locally, op, args)
         return await self._forward(op, args, limit, plan)

@@ -38,6 +38,7 @@ from ._core.errors import InvalidArgument, InvalidType
 from ._core.plan import EditPlan, Prune
 from ._core.policy import Policy
 from ._core.records import EditReport, Mark, Refusal
+from ._protocol import AsyncBuffer, async_buffer
 
 __all__ = ["HeuristicPruner", "Pruner", "TokenCounter", "run_pruner", "word_count"]
 
@@ -76,8 +77,18 @@ def _with_base(plan: EditPlan, base: int) -> EditPlan:
     )
 
 
-async def run_pruner(buf: Buffer, pruner: Pruner, *, max_retries: int = 3) -> EditReport | None:
+async def run_pruner(
+    buf: Buffer | AsyncBuffer, pruner: Pruner, *, max_retries: int = 3
+) -> EditReport | None:
     """One pruning round: pin, await the model, submit with ``base=``, re-plan on conflict.
+
+    ``buf`` is any :class:`~quiesce.AsyncBuffer` (the buffer of
+    ``open_buffer()`` or of ``open_shared_buffer()``) or a plain
+    :class:`~quiesce.Buffer`. The plan is submitted with ``aedit``, so the
+    flush that makes its tombstones durable runs in a worker thread (or, on a
+    shared buffer, on the sequencer): no disk or database I/O on the event
+    loop. The snapshot is local: on a shared buffer it pins this member's
+    version, and the removal waits for every member's readers.
 
     Returns the buffer's :class:`~quiesce.EditReport` for the last plan
     submitted, or ``None`` if the model proposed nothing. A plan refused as a
@@ -89,11 +100,12 @@ async def run_pruner(buf: Buffer, pruner: Pruner, *, max_retries: int = 3) -> Ed
     A plan whose actor is ``"host"`` raises :class:`InvalidArgument`,
     submitting nothing: the host's override (retraction of any kind, protected
     summaries) is for the host application's own ``Buffer.edit`` calls, never
-    a model's. Always a checkpoint. Cancellation while the model runs unpins the
-    snapshot (the ``with`` block's exit is synchronous) and submits nothing.
+    a model's. Always a checkpoint. Cancellation while the model runs unpins
+    the snapshot (the ``with`` block's exit is synchronous) and submits
+    nothing; cancellation during the submission leaves the plan applied or
+    refused as a whole (``aedit``'s guarantee).
     """
-    if not isinstance(buf, Buffer):
-        raise InvalidType(f"run_pruner needs a Buffer, not {type(buf).__name__}")
+    face = async_buffer(buf, "run_pruner")
     if type(max_retries) is not int:
         raise InvalidType(f"max_retries must be an int, not {type(max_retries).__name__}")
     if max_retries < 0:
@@ -101,7 +113,7 @@ async def run_pruner(buf: Buffer, pruner: Pruner, *, max_retries: int = 3) -> Ed
     await anyio.lowlevel.checkpoint()
     report: EditReport | None = None
     for _attempt in range(max_retries + 1):
-        with buf.snapshot() as snap:
+        with face.snapshot() as snap:
             base = snap.version
             plan = await pruner(snap)
         if plan is None:
@@ -117,9 +129,10 @@ async def run_pruner(buf: Buffer, pruner: Pruner, *, max_retries: int = 3) -> Ed
                 f"a pruner's plan may not claim the host actor {HOST_ACTOR!r}; "
                 "submit host edits with Buffer.edit"
             )
-        # No await between the unpin and the submission: the plan is checked
-        # against the head as of now, and against ``base`` for what changed.
-        report = buf.edit(_with_base(plan, base))
+        # The plan is checked against the head as of its submission, and
+        # against ``base`` for what changed since the pinned snapshot (so
+        # writes that land while ``aedit`` waits for its worker are caught).
+        report = await face.aedit(_with_base(plan, base))
         if report.applied or Refusal.CONFLICT not in report.refusals:
             return report
     return report

@@ -58,6 +58,8 @@ from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, S
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
+import anyio
+
 from .._core.buffer import Buffer, Snapshot
 from .._core.entry import (
     MAX_DEPTH,
@@ -79,8 +81,17 @@ from .._core.errors import (
 )
 from .._core.notes import escape_field
 from .._core.plan import EditPlan, Rewrite, Summarize
-from .._core.records import Escalation, EscalationKind, Mark, Override, Status, Tombstone
+from .._core.records import (
+    EditReport,
+    Escalation,
+    EscalationKind,
+    Mark,
+    Override,
+    Status,
+    Tombstone,
+)
 from .._core.version import Version
+from .._protocol import AsyncBuffer, local_buffer
 
 __all__ = [
     "NOTE_LIMIT",
@@ -754,6 +765,25 @@ def read_and_admit(
     return admit(buf, reads, api=api, readmit=readmit, turn=turn, sync=sync, actor=actor)
 
 
+async def aread_and_admit(
+    buf: AsyncBuffer,
+    read: Reader,
+    *,
+    api: str,
+    readmit: object,
+    turn: int | None,
+    sync: bool,
+    actor: str | None = None,
+) -> SyncReport:
+    """:func:`read_and_admit` for code on the event loop, on any
+    :class:`~quiesce.AsyncBuffer`: the messages are read against its local
+    head, then :func:`aadmit`. Always a checkpoint."""
+    check_readmit(readmit)
+    head = buf.head()
+    reads = read(head=head, keys=Keys(head, sync=sync), calls=())
+    return await aadmit(buf, reads, api=api, readmit=readmit, turn=turn, sync=sync, actor=actor)
+
+
 def render_with(
     source: object, render: Callable[[Snapshot], _T], cache: Hashable | None = None
 ) -> _T:
@@ -845,6 +875,146 @@ def _cycles(head: Version, e: Entry, tomb: Tombstone) -> int:
     )
 
 
+@dataclass
+class _Admission:
+    """What :func:`admit` decided against ``head``, before writing."""
+
+    head: Version
+    who: str
+    plan: list[tuple[Entry, Override | None, int]] = field(default_factory=list)
+    appended: list[int] = field(default_factory=list)
+    held: list[int] = field(default_factory=list)
+    tombstoned: list[int] = field(default_factory=list)
+    rewrites: list[Entry] = field(default_factory=list)
+    readmitted: list[str] = field(default_factory=list)
+    escalations: list[Escalation] = field(default_factory=list)
+    rewritten: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+
+    def report(self, version: int) -> SyncReport:
+        return SyncReport(
+            tuple(self.appended),
+            tuple(self.held),
+            tuple(self.tombstoned),
+            tuple(self.readmitted),
+            tuple(self.escalations),
+            version,
+            rewritten=tuple(self.rewritten),
+            refused=tuple(self.refused),
+        )
+
+    def oscillation(self, e: Entry, api: str) -> tuple[str, dict[str, Any]] | None:
+        """The detail and data of the ``OSCILLATION`` escalation re-admitting
+        ``e`` raises (its second cycle or later), or ``None``."""
+        tomb = self.head.tombs.matching(e.content_hash, e.key)
+        assert tomb is not None
+        cycles = _cycles(self.head, e, tomb)
+        if cycles < 2:
+            return None
+        return (
+            f"{e.id!r} re-admitted by {self.who}: cycle {cycles} of "
+            f"pruning and re-admitting the content of {tomb.id!r}",
+            {"ids": [e.id, tomb.id], "cycles": cycles, "adapter": api},
+        )
+
+    def rewrite_plan(self, e: Entry, turn: int | None) -> EditPlan:
+        return EditPlan(
+            [Rewrite(e.id, e.body)],
+            reason=f"the history given to {self.who} changed this message",
+            actor=self.who,
+            turn=turn,
+        )
+
+    def rewrote(self, e: Entry, report: EditReport) -> None:
+        if report.applied:
+            self.rewritten.append(e.id)
+        else:
+            self.refused.append(e.id)
+            if report.escalation is not None:
+                self.escalations.append(report.escalation)
+
+
+def _admission(
+    head: Version,
+    reads: Sequence[Read],
+    *,
+    api: str,
+    readmit: object,
+    turn: int | None,
+    sync: bool,
+    actor: str | None,
+    rewritable: Collection[str],
+) -> _Admission:
+    """Decide every message of ``reads`` against ``head`` (see :func:`admit`)."""
+    check_readmit(readmit)
+    if actor is not None:
+        check_text(actor, "actor")
+    who = f"quiesce.adapters.{api}" if actor is None else actor
+    live, tombs = head.live, head.tombs.by_id
+    out = _Admission(head, who)
+    batch: set[str] = set()
+    for r in reads:
+        entries = r.entries
+        known = [e.id for e in entries if e.id in live or e.id in tombs]
+        if known:
+            if not sync:
+                raise DuplicateEntry(f"message {r.index}: entry id {known[0]!r} is already used")
+            for e in entries:
+                slot = live.get(e.id)
+                if slot is not None and e.id in rewritable and slot.entry.body != e.body:
+                    out.rewrites.append(e)
+            entries = [e for e in entries if e.id not in live and e.id not in tombs]
+            if not entries:
+                (out.held if any(i in live for i in known) else out.tombstoned).append(r.index)
+                continue
+        gone: list[str] = []
+        mine: set[str] = set()
+        for e in entries:
+            gone.extend(ref for ref in e.refs if ref not in live and ref not in batch | mine)
+            mine.add(e.id)
+        if gone:
+            tomb = tombs.get(gone[0])
+            if sync and tomb is not None:
+                out.tombstoned.append(r.index)  # answers a call pruned meanwhile
+                continue
+            raise DanglingReference(
+                f"message {r.index}: {gone[0]!r} is "
+                + ("pruned" if tomb is not None else "not in the buffer"),
+                gone[0],
+                tomb,
+            )
+        for e in entries:
+            override = None
+            tomb = head.tombs.matching(e.content_hash, e.key)
+            if tomb is not None:
+                override = _decide(readmit, r.index, e, tomb, _cycles(head, e, tomb), who, turn)
+            out.plan.append((e, override, r.index))
+            batch.add(e.id)
+        if entries:
+            out.appended.append(r.index)
+    return out
+
+
+def _append_planned(buf: Buffer, decided: _Admission, api: str) -> int:
+    """Append ``decided.plan`` to an in-process buffer, synchronously (no
+    await: atomic with respect to other coroutines; never touches a disk).
+    Returns the head version after."""
+    version = decided.head.number
+    if decided.plan:
+        # one version for the whole batch, all or nothing (Buffer.extend)
+        version = buf.extend([e for e, _, _ in decided.plan], [o for _, o, _ in decided.plan])
+    for e, override, _index in decided.plan:
+        if override is not None:
+            decided.readmitted.append(e.id)
+            found = decided.oscillation(e, api)
+            if found is not None:
+                detail, data = found
+                decided.escalations.append(
+                    buf.escalate(EscalationKind.OSCILLATION, detail, data=data)
+                )
+    return version
+
+
 def admit(
     buf: Buffer,
     reads: Sequence[Read],
@@ -875,107 +1045,83 @@ def admit(
     batch is appended as *one* version (:meth:`Buffer.extend`, all or
     nothing): a writer in another thread that appends a conflicting id
     meanwhile makes the whole batch raise (:class:`DuplicateEntry`) and
-    nothing of it is appended. Cancellation: nothing here awaits.
+    nothing of it is appended. Cancellation: nothing here awaits. A rewrite is
+    a sync ``edit`` (it may flush a durable log): code on the event loop
+    uses :func:`aadmit`.
     """
-    check_readmit(readmit)
-    if actor is not None:
-        check_text(actor, "actor")
-    who = f"quiesce.adapters.{api}" if actor is None else actor
-    head = buf.head()
-    live, tombs = head.live, head.tombs.by_id
-    appended: list[int] = []
-    held: list[int] = []
-    tombstoned: list[int] = []
-    plan: list[tuple[Entry, Override | None, int]] = []
-    batch: set[str] = set()
-    rewrites: list[Entry] = []
-    for r in reads:
-        entries = r.entries
-        known = [e.id for e in entries if e.id in live or e.id in tombs]
-        if known:
-            if not sync:
-                raise DuplicateEntry(f"message {r.index}: entry id {known[0]!r} is already used")
-            for e in entries:
-                slot = live.get(e.id)
-                if slot is not None and e.id in rewritable and slot.entry.body != e.body:
-                    rewrites.append(e)
-            entries = [e for e in entries if e.id not in live and e.id not in tombs]
-            if not entries:
-                (held if any(i in live for i in known) else tombstoned).append(r.index)
-                continue
-        gone: list[str] = []
-        mine: set[str] = set()
-        for e in entries:
-            gone.extend(ref for ref in e.refs if ref not in live and ref not in batch | mine)
-            mine.add(e.id)
-        if gone:
-            tomb = tombs.get(gone[0])
-            if sync and tomb is not None:
-                tombstoned.append(r.index)  # answers a call pruned meanwhile
-                continue
-            raise DanglingReference(
-                f"message {r.index}: {gone[0]!r} is "
-                + ("pruned" if tomb is not None else "not in the buffer"),
-                gone[0],
-                tomb,
-            )
-        for e in entries:
-            override = None
-            tomb = head.tombs.matching(e.content_hash, e.key)
-            if tomb is not None:
-                override = _decide(readmit, r.index, e, tomb, _cycles(head, e, tomb), who, turn)
-            plan.append((e, override, r.index))
-            batch.add(e.id)
-        if entries:
-            appended.append(r.index)
-    readmitted: list[str] = []
-    escalations: list[Escalation] = []
-    version = head.number
-    if plan:
-        # one version for the whole batch (all or nothing)
-        version = buf.extend([e for e, _, _ in plan], [o for _, o, _ in plan])
-    for e, override, _index in plan:
-        if override is not None:
-            readmitted.append(e.id)
-            tomb = head.tombs.matching(e.content_hash, e.key)
-            assert tomb is not None
-            cycles = _cycles(head, e, tomb)
-            if cycles >= 2:
-                escalations.append(
-                    buf.escalate(
-                        EscalationKind.OSCILLATION,
-                        f"{e.id!r} re-admitted by {who}: cycle {cycles} of "
-                        f"pruning and re-admitting the content of {tomb.id!r}",
-                        data={"ids": [e.id, tomb.id], "cycles": cycles, "adapter": api},
-                    )
-                )
-    rewritten: list[str] = []
-    refused: list[str] = []
-    for e in rewrites:
-        report = buf.edit(
-            EditPlan(
-                [Rewrite(e.id, e.body)],
-                reason=f"the history given to {who} changed this message",
-                actor=who,
-                turn=turn,
-            )
-        )
-        if report.applied:
-            rewritten.append(e.id)
-        else:
-            refused.append(e.id)
-            if report.escalation is not None:
-                escalations.append(report.escalation)
-    return SyncReport(
-        tuple(appended),
-        tuple(held),
-        tuple(tombstoned),
-        tuple(readmitted),
-        tuple(escalations),
-        version if plan and not rewrites else buf.version,
-        rewritten=tuple(rewritten),
-        refused=tuple(refused),
+    decided = _admission(
+        buf.head(),
+        reads,
+        api=api,
+        readmit=readmit,
+        turn=turn,
+        sync=sync,
+        actor=actor,
+        rewritable=rewritable,
     )
+    version = _append_planned(buf, decided, api)
+    for e in decided.rewrites:
+        decided.rewrote(e, buf.edit(decided.rewrite_plan(e, turn)))
+    return decided.report(version if decided.plan and not decided.rewrites else buf.version)
+
+
+async def aadmit(
+    buf: AsyncBuffer,
+    reads: Sequence[Read],
+    *,
+    api: str,
+    readmit: object,
+    turn: int | None,
+    sync: bool,
+    actor: str | None = None,
+    rewritable: Collection[str] = (),
+) -> SyncReport:
+    """:func:`admit` for code on the event loop, on any
+    :class:`~quiesce.AsyncBuffer`. Always a checkpoint; no disk or database
+    I/O on the loop (a rewrite goes through ``aedit``).
+
+    On an in-process buffer (``open_buffer()``'s, or a plain one) the
+    appends are :func:`admit`'s, decided and made after one checkpoint with
+    no await between them: the batch is atomic with respect to other
+    coroutines. On a shared buffer each entry is appended with ``aappend``
+    (forwarded from a replica), in order; everything is decided against the
+    local head first, so a bad message appends nothing, but a conflicting
+    append by another member meanwhile makes a later one raise (the ones
+    before it stay), as with a writer thread above. Cancellation between two
+    writes leaves the first ones made: a later sync finds them held.
+    """
+    local = local_buffer(buf)
+    if local is not None:
+        await anyio.lowlevel.checkpoint()
+    decided = _admission(
+        buf.head(),
+        reads,
+        api=api,
+        readmit=readmit,
+        turn=turn,
+        sync=sync,
+        actor=actor,
+        rewritable=rewritable,
+    )
+    if local is not None:
+        version = _append_planned(local, decided, api)
+    else:
+        version = decided.head.number
+        if not decided.plan:
+            await anyio.lowlevel.checkpoint()
+        for e, override, _index in decided.plan:
+            version = await buf.aappend(e, override=override)
+            if override is not None:
+                decided.readmitted.append(e.id)
+                found = decided.oscillation(e, api)
+                if found is not None:
+                    detail, data = found
+                    decided.escalations.append(
+                        await buf.aescalate(EscalationKind.OSCILLATION, detail, data=data)
+                    )
+    for e in decided.rewrites:
+        decided.rewrote(e, await buf.aedit(decided.rewrite_plan(e, turn)))
+    return decided.report(version if decided.plan and not decided.rewrites else buf.version)
 
 
 def _decide(

@@ -9,6 +9,8 @@ user gets. Modules:
 * :mod:`.agent` — the agent-loop section (quiesce vs lock- and copy-based
   baselines, asyncio and trio);
 * :mod:`.durability` — the durable logs' section (SQLite and JSONL);
+* :mod:`.stall` — the event-loop stall meter (a heartbeat task), for
+  sections that time an integration turn;
 * :mod:`.cli` — the command: runs the suite, prints the goals table, writes
   ``results.json`` and the plots.
 """

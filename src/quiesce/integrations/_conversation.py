@@ -28,11 +28,11 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
-from .._core.buffer import Buffer
 from .._core.errors import InvalidType
 from .._pool import BufferPool, ConversationMismatch
+from .._protocol import AsyncBuffer, local_buffer
 from ..pruner import Pruner
 from ._glue import check_setup
 
@@ -61,12 +61,18 @@ def _label(conversation: str | None, first: str | None) -> str:
 
 
 class Target:
-    """A single buffer or a pool, as an integration was given it."""
+    """A single buffer or a pool, as an integration was given it.
+
+    What it resolves a call to is the :class:`~quiesce.AsyncBuffer` the
+    integration writes through (:func:`~quiesce.integrations._glue.check_setup`:
+    a runtime or shared buffer as itself, a plain :class:`~quiesce.Buffer`
+    behind its async face). ``given`` is the single buffer as it was given."""
 
     def __init__(self, target: object, pruner: Pruner | None, owner: str) -> None:
         self.owner = owner
         self.pool: BufferPool[Any] | None = None
-        self.single: Buffer | None = None
+        self.single: AsyncBuffer | None = None
+        self.given: object = None
         if isinstance(target, BufferPool):
             if pruner is not None and not isinstance(pruner, Pruner):
                 raise InvalidType(
@@ -74,17 +80,21 @@ class Target:
                 )
             self.pool = target
         else:
-            check_setup(target, pruner, owner)
-            self.single = cast(Buffer, target)
+            self.single = check_setup(target, pruner, owner)
+            self.given = target
 
-    def bind(self, conversation: str | None, first: str | None) -> Buffer:
+    def bind(self, conversation: str | None, first: str | None) -> AsyncBuffer:
         """The single buffer, bound to (or checked against) this call's
-        conversation. Sync, O(1). Raises :class:`ConversationMismatch`."""
+        conversation. Sync, O(1). Raises :class:`ConversationMismatch`.
+        The binding is keyed by the buffer itself (not its face), so every
+        integration given one buffer shares it."""
         buffer = self.single
         assert buffer is not None
-        binding = _BINDINGS.get(buffer)
+        local = local_buffer(buffer)
+        key: object = buffer if local is None else local
+        binding = _BINDINGS.get(key)
         if binding is None:
-            _BINDINGS[buffer] = _Binding(conversation, first)
+            _BINDINGS[key] = _Binding(conversation, first)
             return buffer
         same = (
             conversation == binding.conversation
@@ -106,23 +116,23 @@ class Target:
             binding.conversation = conversation
         return buffer
 
-    async def buffer(self, conversation: str | None, first: str | None) -> Buffer:
+    async def buffer(self, conversation: str | None, first: str | None) -> AsyncBuffer:
         """The buffer of this call's conversation (see the module docstring).
         A checkpoint only when a pool opens or looks up a buffer."""
         if self.pool is None:
             return self.bind(conversation, first)
         return self._checked(await self.pool.get(_label(conversation, first)))
 
-    def buffer_sync(self, conversation: str | None, first: str | None) -> Buffer:
+    def buffer_sync(self, conversation: str | None, first: str | None) -> AsyncBuffer:
         """:meth:`buffer` for a framework's sync API (see
-        :meth:`BufferPool.get_from_thread`)."""
+        :meth:`BufferPool.get_from_thread`); its writes go through
+        :func:`~quiesce.integrations._glue.sync_buffer`."""
         if self.pool is None:
             return self.bind(conversation, first)
         return self._checked(self.pool.get_from_thread(_label(conversation, first)))
 
-    def _checked(self, buffer: object) -> Buffer:
+    def _checked(self, buffer: object) -> AsyncBuffer:
         """A pool's buffer, checked as the integration checks a buffer it is
         given (so what the factory may open is whatever ``check_setup``
         accepts)."""
-        check_setup(buffer, None, f"{self.owner} (a buffer of the pool)")
-        return cast(Buffer, buffer)
+        return check_setup(buffer, None, f"{self.owner} (a buffer of the pool)")

@@ -49,11 +49,13 @@ from .._core.entry import Entry, Kind, content_hash, thaw
 from .._core.errors import InvalidArgument, UnknownEntry
 from .._core.notes import escape_field
 from .._core.records import Tombstone
+from .._protocol import AsyncBuffer
 from ..adapters._common import (
     NOTE_PREFIX,
     Read,
     ReadmitPolicy,
     SyncReport,
+    aadmit,
     admit,
     removal_note,
 )
@@ -64,6 +66,7 @@ __all__ = [
     "Slot",
     "SyncReport",
     "Unit",
+    "async_sync_units",
     "notes",
     "sync_units",
     "window",
@@ -207,6 +210,50 @@ def sync_units(
     Raises :class:`InvalidArgument` (nothing appended) if two new units share
     an id or an entry cannot be built.
     """
+    reads = _reads(buf, units, framework=framework, new_ids=new_ids)
+    return admit(
+        buf,
+        reads,
+        api=f"integrations.{framework}",
+        readmit=readmit,
+        turn=turn,
+        sync=True,
+        actor=actor,
+    )
+
+
+async def async_sync_units(
+    buf: AsyncBuffer,
+    units: Sequence[Unit],
+    *,
+    framework: str,
+    readmit: ReadmitPolicy = "record",
+    turn: int | None = None,
+    new_ids: str = "#q:",
+    actor: str | None = None,
+) -> SyncReport:
+    """:func:`sync_units` for code on the event loop, on any
+    :class:`~quiesce.AsyncBuffer` (a shared buffer included): the same
+    matching against a local snapshot, then the adapters'
+    :func:`~quiesce.adapters._common.aadmit` (its atomicity and cancellation
+    notes hold). Always a checkpoint; never touches a disk on the loop."""
+    reads = _reads(buf, units, framework=framework, new_ids=new_ids)
+    return await aadmit(
+        buf,
+        reads,
+        api=f"integrations.{framework}",
+        readmit=readmit,
+        turn=turn,
+        sync=True,
+        actor=actor,
+    )
+
+
+def _reads(
+    buf: Buffer | AsyncBuffer, units: Sequence[Unit], *, framework: str, new_ids: str
+) -> list[Read]:
+    """The units matched against a snapshot of ``buf`` and read into entries
+    (the first half of :func:`sync_units`). O(u log n + n) for u units."""
     reads: list[Read] = []
     with buf.snapshot() as snap:
         call_entry = {
@@ -238,18 +285,10 @@ def sync_units(
                 seen.add(unit.id)
             entries = _entries(unit, framework, call_entry)
             reads.append(Read(position, unit.id, entries))
-    return admit(
-        buf,
-        reads,
-        api=f"integrations.{framework}",
-        readmit=readmit,
-        turn=turn,
-        sync=True,
-        actor=actor,
-    )
+    return reads
 
 
-def window(snap: Snapshot) -> list[Slot]:
+def window(snap: Snapshot, framework: str | None = None) -> list[Slot]:
     """The live messages of ``snap`` in window order, as slots. O(n).
 
     An entry with its ``content`` gives a native slot (the framework's own
@@ -258,6 +297,9 @@ def window(snap: Snapshot) -> list[Slot]:
     structured form), or one appended by other code — gives a text slot:
     ``native`` is ``None`` and the framework renders ``text`` as a plain
     message of that kind, with the calls it carries rebuilt from their keys.
+    With ``framework`` given, a unit another framework stored (another agent
+    on the same shared conversation) is a text slot too: its dump is that
+    framework's, which this one cannot read.
     """
     slots: list[Slot] = []
     by_unit: dict[str, Slot] = {}
@@ -266,7 +308,8 @@ def window(snap: Snapshot) -> list[Slot]:
         unit = meta.get("unit")
         call = _call_of(e)
         result_of = meta.get("result_of")
-        if e.content is not None and isinstance(unit, str):
+        native = e.content is not None and (framework is None or meta.get("fw") == framework)
+        if native and isinstance(unit, str):
             slot = Slot(unit, thaw(e.content), e.kind, e.body)
             by_unit[unit] = slot
             slots.append(slot)

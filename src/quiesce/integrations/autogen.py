@@ -41,11 +41,11 @@ from .._core.buffer import Buffer, Snapshot
 from .._core.entry import Kind
 from .._core.errors import InvalidArgument
 from .._pool import BufferPool
-from .._runtime import RuntimeBuffer
+from .._protocol import AsyncBuffer
 from ..pruner import Pruner
 from . import _store
 from ._conversation import Target
-from ._glue import missing_extra, prune_round
+from ._glue import missing_extra, prune_round, sync_buffer
 
 try:
     from autogen_core import FunctionCall
@@ -200,7 +200,9 @@ def render_messages(
     trimmed copy). O(n)."""
     given = originals or {}
     rebuilt = [
-        m for m in (_rebuild(s, given.get(s.unit)) for s in _store.window(snap)) if m is not None
+        m
+        for m in (_rebuild(s, given.get(s.unit)) for s in _store.window(snap, FRAMEWORK))
+        if m is not None
     ]
     messages = _paired(rebuilt)
     note = _store.notes(snap)
@@ -229,7 +231,7 @@ class QuiesceChatCompletionContext(ChatCompletionContext):
 
     def __init__(
         self,
-        buffer: Buffer | BufferPool[Any],
+        buffer: Buffer | AsyncBuffer | BufferPool[Any],
         initial_messages: list[LLMMessage] | None = None,
         *,
         conversation: str | None = None,
@@ -253,20 +255,28 @@ class QuiesceChatCompletionContext(ChatCompletionContext):
             self._sync_pending(self._target.bind(conversation, None))
 
     @property
-    def buffer(self) -> Buffer | None:
+    def buffer(self) -> object:
         """The single buffer given (``None`` with a pool: see :meth:`abuffer`)."""
-        return self._target.single
+        return self._target.given
 
-    def _sync_pending(self, buffer: Buffer) -> None:
+    def _sync_pending(self, buffer: AsyncBuffer) -> None:
+        """The constructor's sync of ``initial_messages`` (no loop to await
+        on: it needs an in-process buffer; a shared one raises
+        :class:`InvalidType` — add them with ``add_message``)."""
         if self._pending:
             units, self._pending = self._pending, []
-            _store.sync_units(buffer, units, framework=FRAMEWORK, actor=__name__, new_ids="#ag:")
+            local = sync_buffer(buffer, "QuiesceChatCompletionContext(initial_messages=...)")
+            _store.sync_units(local, units, framework=FRAMEWORK, actor=__name__, new_ids="#ag:")
 
-    async def abuffer(self) -> Buffer:
+    async def abuffer(self) -> AsyncBuffer:
         """The buffer holding this context's conversation (opened in the pool
         on first use, with ``initial_messages`` synced in)."""
         buffer = await self._target.buffer(self.conversation, None)
-        self._sync_pending(buffer)
+        if self._pending:  # with a pool: on first use, through the async path
+            units, self._pending = self._pending, []
+            await _store.async_sync_units(
+                buffer, units, framework=FRAMEWORK, actor=__name__, new_ids="#ag:"
+            )
         return buffer
 
     async def add_message(self, message: LLMMessage) -> None:
@@ -277,7 +287,7 @@ class QuiesceChatCompletionContext(ChatCompletionContext):
         (unit,) = to_units([message])
         unit_id = f"#ag:{buffer.version}.0"
         fresh = _store.Unit(unit_id, unit.kind, unit.body, unit.native, unit.calls, unit.results)
-        _store.sync_units(buffer, [fresh], framework=FRAMEWORK, actor=__name__)
+        await _store.async_sync_units(buffer, [fresh], framework=FRAMEWORK, actor=__name__)
         self._originals[unit_id] = message
 
     async def get_messages(self) -> list[LLMMessage]:
@@ -295,18 +305,14 @@ class QuiesceChatCompletionContext(ChatCompletionContext):
             ids = [e.id for e in snap]
         if not ids:
             await anyio.lowlevel.checkpoint()
-        elif isinstance(buf, RuntimeBuffer):
-            await buf.aprune(ids, reason="clear", actor=ACTOR)
         else:
-            await anyio.to_thread.run_sync(
-                lambda: buf.prune(ids, reason="clear", actor=ACTOR), abandon_on_cancel=False
-            )
+            await buf.aprune(ids, reason="clear", actor=ACTOR)
 
     async def save_state(self) -> Mapping[str, Any]:
         """AutoGen's state shape: the live messages, without notes or stand-ins."""
         buffer = await self.abuffer()
         with buffer.snapshot() as snap:
-            slots = _store.window(snap)
+            slots = _store.window(snap, FRAMEWORK)
         rebuilt = (_rebuild(s, self._originals.get(s.unit)) for s in slots)
         messages = [m for m in rebuilt if m is not None]
         return ChatCompletionContextState(messages=messages).model_dump()
@@ -316,6 +322,6 @@ class QuiesceChatCompletionContext(ChatCompletionContext):
         buffer = await self.abuffer()
         await anyio.lowlevel.checkpoint()
         messages = ChatCompletionContextState.model_validate(state).messages
-        _store.sync_units(
+        await _store.async_sync_units(
             buffer, to_units(messages), framework=FRAMEWORK, actor=__name__, new_ids="#ag:"
         )

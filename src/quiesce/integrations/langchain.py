@@ -42,11 +42,12 @@ from .._core.buffer import Buffer, Snapshot
 from .._core.entry import Kind
 from .._core.errors import InvalidArgument
 from .._pool import BufferPool
+from .._protocol import AsyncBuffer, local_buffer
 from ..adapters._common import ReadmitPolicy, SyncReport, fingerprint
 from ..pruner import Pruner
 from . import _store
 from ._conversation import Target
-from ._glue import missing_extra, prune_round
+from ._glue import missing_extra, prune_round, sync_buffer
 
 try:
     from langchain.agents.middleware.types import (
@@ -144,6 +145,13 @@ def sync_messages(
     )
 
 
+async def _async_sync(buffer: AsyncBuffer, messages: Sequence[object]) -> SyncReport:
+    """:func:`sync_messages` on the event loop, through the async write path."""
+    return await _store.async_sync_units(
+        buffer, to_units(messages), framework=FRAMEWORK, actor=__name__
+    )
+
+
 def _without_calls(msg: AIMessage, live: set[str]) -> AIMessage:
     """``msg`` keeping only the tool calls in ``live`` (also in its content blocks)."""
     if all(tc.get("id") in live for tc in msg.tool_calls):
@@ -216,7 +224,7 @@ def _paired(messages: list[BaseMessage]) -> list[BaseMessage]:
 def render_messages(snap: Snapshot) -> tuple[list[BaseMessage], str | None]:
     """The window of ``snap`` as LangChain messages, and the quiesce note (or
     ``None``). Every tool call in the result is answered. O(n)."""
-    rebuilt = [m for m in (_rebuild(s) for s in _store.window(snap)) if m is not None]
+    rebuilt = [m for m in (_rebuild(s) for s in _store.window(snap, FRAMEWORK)) if m is not None]
     return _paired(rebuilt), _store.notes(snap)
 
 
@@ -251,14 +259,14 @@ class QuiesceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
     def __init__(
         self,
-        buffer: Buffer | BufferPool[Any],
+        buffer: Buffer | AsyncBuffer | BufferPool[Any],
         *,
         pruner: Pruner | None = None,
         destructive: bool = False,
     ) -> None:
         self._target = Target(buffer, pruner, "QuiesceMiddleware")
         super().__init__()
-        self.buffer = self._target.single
+        self.buffer = self._target.given
         self.pool = self._target.pool
         self.pruner = pruner
         self.destructive = bool(destructive)
@@ -266,7 +274,7 @@ class QuiesceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     # -- before_model -------------------------------------------------------
 
     def _state_update(
-        self, buffer: Buffer, messages: Sequence[AnyMessage]
+        self, buffer: AsyncBuffer, messages: Sequence[AnyMessage]
     ) -> dict[str, Any] | None:
         if not self.destructive:
             return None
@@ -302,7 +310,7 @@ class QuiesceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         destructive, the removals."""
         messages = state["messages"]
         buffer = self._target.buffer_sync(*_conversation_of(runtime, messages))
-        sync_messages(buffer, messages)
+        sync_messages(sync_buffer(buffer, "QuiesceMiddleware.before_model"), messages)
         if self.pruner is not None:
             anyio.run(prune_round, buffer, self.pruner)
         return self._state_update(buffer, messages)
@@ -316,7 +324,7 @@ class QuiesceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         :func:`~quiesce.run_pruner`)."""
         messages = state["messages"]
         buffer = await self._target.buffer(*_conversation_of(runtime, messages))
-        sync_messages(buffer, messages)
+        await _async_sync(buffer, messages)
         await prune_round(buffer, self.pruner)
         return self._state_update(buffer, messages)
 
@@ -339,7 +347,7 @@ class QuiesceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> ModelResponse[Any]:
         """Call the model on the window of a snapshot pinned for the call."""
         buffer = self._target.buffer_sync(*_conversation_of(request.runtime, request.messages))
-        sync_messages(buffer, request.messages)
+        sync_messages(sync_buffer(buffer, "QuiesceMiddleware.wrap_model_call"), request.messages)
         with buffer.snapshot() as snap:
             return handler(self._request(request, snap))
 
@@ -348,12 +356,28 @@ class QuiesceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any]:
-        """Call the model on the window of a snapshot pinned across the await.
-        The pin is released on exit, also on cancellation."""
+        """Call the model on the window of a snapshot pinned across the await
+        (released on exit, also on cancellation).
+
+        On a buffer other processes share (a :class:`~quiesce.SharedBuffer`)
+        the model's answer is then held at once, not only at this agent's
+        next model call, so the other agents on the conversation see it.
+        Messages of the answer without an id (LangGraph gives them one in
+        its state) wait for the next sync, as does an answer whose holding
+        was cancelled. An in-process buffer keeps one sync per call."""
         buffer = await self._target.buffer(*_conversation_of(request.runtime, request.messages))
-        sync_messages(buffer, request.messages)
+        await _async_sync(buffer, request.messages)
         with buffer.snapshot() as snap:
-            return await handler(self._request(request, snap))
+            response = await handler(self._request(request, snap))
+        if local_buffer(buffer) is None:
+            await _async_sync(buffer, _answer(response))
+        return response
+
+
+def _answer(response: ModelResponse[Any]) -> list[BaseMessage]:
+    """The messages of a model's answer that carry an id (the ones a sync
+    can match with the copies LangGraph saves in its state)."""
+    return [m for m in response.result if m.id]
 
 
 def _conversation_of(runtime: object, messages: Sequence[object]) -> tuple[str | None, str | None]:

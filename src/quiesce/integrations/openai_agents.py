@@ -43,6 +43,7 @@ runner is asyncio-only, so an agent run using them is.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, cast
@@ -51,14 +52,15 @@ import anyio
 
 from .._core.buffer import Buffer
 from .._core.edit import HOST_ACTOR
+from .._core.entry import Kind
 from .._core.entry import thaw as plain
 from .._core.errors import InvalidArgument, InvalidType, ProtectedEntry
 from .._core.plan import EditPlan, Prune
-from .._core.records import EditReport, Override
+from .._core.records import Override
 from .._pool import BufferPool
-from .._runtime import RuntimeBuffer
+from .._protocol import AsyncBuffer, local_buffer
 from ..adapters import responses
-from ..adapters._common import fingerprint
+from ..adapters._common import aread_and_admit, fingerprint
 from ..pruner import Pruner
 from ._conversation import Target
 from ._glue import missing_extra, prune_round
@@ -133,7 +135,11 @@ class QuiesceSession:
     session_settings: SessionSettings | None = None
 
     def __init__(
-        self, session_id: str, buffer: Buffer | BufferPool[Any], *, pruner: Pruner | None = None
+        self,
+        session_id: str,
+        buffer: Buffer | AsyncBuffer | BufferPool[Any],
+        *,
+        pruner: Pruner | None = None,
     ) -> None:
         if not isinstance(session_id, str) or not session_id:
             raise InvalidArgument("QuiesceSession: session_id must be a non-empty str")
@@ -144,11 +150,11 @@ class QuiesceSession:
         self._pop_lock = anyio.Lock()
 
     @property
-    def buffer(self) -> Buffer | None:
+    def buffer(self) -> object:
         """The single buffer given (``None`` with a pool: see :meth:`abuffer`)."""
-        return self._target.single
+        return self._target.given
 
-    async def abuffer(self) -> Buffer:
+    async def abuffer(self) -> AsyncBuffer:
         """The buffer holding this session (opened in the pool on first use).
         Raises :class:`~quiesce.ConversationMismatch` if a single buffer
         serves another session."""
@@ -171,13 +177,14 @@ class QuiesceSession:
         return cast(list[TResponseInputItem], items)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
-        """Append ``items`` as one synchronous step (atomic with respect to
+        """Append ``items`` (through the buffer's async write path; on an
+        in-process buffer as one synchronous step, atomic with respect to
         other coroutines on the loop). Bad items raise :class:`InvalidArgument`
         or :class:`InvalidType` and nothing is appended."""
         buffer = await self.abuffer()
         await anyio.lowlevel.checkpoint()
         with _named():
-            responses.append_messages(buffer, cast(list[dict[str, Any]], items), actor=__name__)
+            await _admit_items(buffer, cast(list[dict[str, Any]], items), sync=False)
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove and return the newest item, or ``None`` if there is none.
@@ -205,7 +212,7 @@ class QuiesceSession:
                 base=base,
                 override=Override(f"pop_item: the host's undo, by {__name__}", base),
             )
-            report = await _edit(buffer, plan)
+            report = await buffer.aedit(plan)
         if not report.applied:
             why = ", ".join(r.name for r in report.refusals)
             raise ProtectedEntry(
@@ -220,27 +227,46 @@ class QuiesceSession:
         with buffer.snapshot() as snap:
             ids = [e.id for e in snap]
         if ids:
-            await _prune(buffer, ids, reason="clear_session")
+            await buffer.aprune(ids, reason="clear_session", actor=ACTOR)
         else:
             await anyio.lowlevel.checkpoint()
 
 
-async def _edit(buf: Buffer, plan: EditPlan) -> EditReport:
-    if isinstance(buf, RuntimeBuffer):
-        return await buf.aedit(plan)
-    return await anyio.to_thread.run_sync(lambda: buf.edit(plan), abandon_on_cancel=False)
-
-
-async def _prune(buf: Buffer, ids: list[str], *, reason: str) -> Any:
-    if isinstance(buf, RuntimeBuffer):
-        return await buf.aprune(ids, reason=reason, actor=ACTOR)
-    return await anyio.to_thread.run_sync(
-        lambda: buf.prune(ids, reason=reason, actor=ACTOR), abandon_on_cancel=False
+async def _admit_items(buffer: AsyncBuffer, items: list[dict[str, Any]], *, sync: bool) -> Any:
+    """The Responses adapter's ``append_messages`` (``sync=False``) or
+    ``sync_messages`` (``sync=True``), through the async write path of any
+    :class:`~quiesce.AsyncBuffer`."""
+    read = functools.partial(
+        responses._read,
+        items,
+        turn=None,
+        user_kind=Kind.INSTRUCTION,
+        assistant_kind=Kind.REASONING,
+    )
+    return await aread_and_admit(
+        buffer, read, api=responses.API, readmit="record", turn=None, sync=sync, actor=__name__
     )
 
 
+async def _sync_items(buffer: AsyncBuffer, items: list[dict[str, Any]]) -> Any:
+    """The Responses adapter's ``sync_messages`` (a diff of the SDK's whole
+    input list) on the loop without log I/O on it: inline on an in-process
+    buffer without a durable log (one synchronous step), in a worker thread
+    with one (a dropped or rewritten item is an edit that flushes). On a
+    shared buffer the new items are appended through ``aappend``; items the
+    SDK dropped or changed are not diffed there (yet)."""
+    local = local_buffer(buffer)
+    if local is None:
+        return await _admit_items(buffer, items, sync=True)
+    call = functools.partial(responses.sync_messages, local, items, actor=__name__)
+    if local.sink is None:
+        await anyio.lowlevel.checkpoint()
+        return call()
+    return await anyio.to_thread.run_sync(call, abandon_on_cancel=False)
+
+
 def quiesce_input_filter(
-    buffer: Buffer | BufferPool[Any],
+    buffer: Buffer | AsyncBuffer | BufferPool[Any],
     *,
     conversation: Callable[[CallModelData[Any]], str] | None = None,
     pruner: Pruner | None = None,
@@ -284,7 +310,7 @@ def quiesce_input_filter(
         first = fingerprint(items[0]) if items and isinstance(items[0], dict) else None
         buf = await target.buffer(cid, first)
         with _named():
-            responses.sync_messages(buf, items, actor=__name__)
+            await _sync_items(buf, items)
         await prune_round(buf, pruner)
         with buf.snapshot() as snap:
             idle = not snap.tombstones and not snap.marks

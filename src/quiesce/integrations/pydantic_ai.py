@@ -49,6 +49,7 @@ from .._core.buffer import Buffer, Snapshot
 from .._core.entry import Kind, canonical_json
 from .._core.errors import InvalidArgument
 from .._pool import BufferPool
+from .._protocol import AsyncBuffer
 from ..adapters._common import NOTE_PREFIX, ReadmitPolicy, SyncReport, fingerprint
 from ..pruner import Pruner
 from . import _store
@@ -284,7 +285,7 @@ def _render_given(
         by_dump.setdefault(canonical_json(_held_dump(m)), []).append(m)
     built: list[tuple[ModelMessage, str]] = []
     rebuilt: list[ModelMessage] = []
-    for slot in _store.window(snap):
+    for slot in _store.window(snap, FRAMEWORK):
         given = by_dump.get(canonical_json(slot.native)) if slot.native is not None else None
         original = given.pop(0) if given else None
         shown = _rebuild(slot, original)
@@ -330,9 +331,11 @@ class QuiesceHistoryProcessor:
     the objects.
     """
 
-    def __init__(self, buffer: Buffer | BufferPool[Any], *, pruner: Pruner | None = None) -> None:
+    def __init__(
+        self, buffer: Buffer | AsyncBuffer | BufferPool[Any], *, pruner: Pruner | None = None
+    ) -> None:
         self._target = Target(buffer, pruner, "QuiesceHistoryProcessor")
-        self.buffer = self._target.single
+        self.buffer = self._target.given
         self.pool = self._target.pool
         self.pruner = pruner
         self._built: dict[int, tuple[weakref.ref[ModelMessage], str]] = {}
@@ -365,7 +368,9 @@ class QuiesceHistoryProcessor:
             for i, m in enumerate(given):
                 if known[i] is None and trimmed:
                     known[i] = trimmed.get(canonical_json(_held_dump(m)))
-        sync_messages(buffer, given, known=known)
+        await _store.async_sync_units(
+            buffer, to_units(given, known), framework=FRAMEWORK, actor=__name__
+        )
         await prune_round(buffer, self.pruner)
         with buffer.snapshot() as snap:
             rendered, built = _render_given(snap, given)
@@ -408,7 +413,7 @@ def _trimmed_dumps(snap: Snapshot) -> dict[str, str]:
     results pruned), keyed to its entry id: how a trimmed copy handed back is
     recognised. O(n)."""
     out: dict[str, str] = {}
-    for slot in _store.window(snap):
+    for slot in _store.window(snap, FRAMEWORK):
         if slot.native is None:
             continue
         shown = _rebuild(slot)
