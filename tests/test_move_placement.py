@@ -3,9 +3,10 @@
 A model's ``EditPlan([Move(...)])`` may reorder the window, but not in a way
 the chat APIs refuse: a signed block (Anthropic thinking, a Responses
 reasoning item with ``encrypted_content``) is never moved (``IMMUTABLE``);
-reasoning, an item of a reasoning turn, a move landing inside such a turn,
-or a tool result put before its call is refused as a whole with
-``Refusal.PLACEMENT`` and escalated. Each adapter's ``validate()`` checks
+reasoning, an item of a reasoning turn, or a move landing inside such a turn
+is refused as a whole (``IMMUTABLE``: a reasoning turn's order is fixed), a
+tool result put before its call too (``REFERENCED``: the pair's order), and
+escalated. Each adapter's ``validate()`` checks
 reasoning and thinking placement as the API does.
 
 The fuzz draws 300 random moves over a Responses window and an Anthropic
@@ -152,7 +153,7 @@ def _fuzz(make: Any, check: Any, seed: int) -> tuple[int, int]:
             assert buf.version == version and _ids(buf) == window
             assert report.escalation is not None
             assert report.escalation.kind is EscalationKind.REFUSED_EDIT
-            assert set(report.refusals) <= {Refusal.IMMUTABLE, Refusal.PLACEMENT}
+            assert set(report.refusals) <= {Refusal.IMMUTABLE, Refusal.REFERENCED}
         if rng.random() < 0.1:
             buf = make()  # start again from the original order now and then
     buf._check(expect_no_pins=True)
@@ -191,7 +192,7 @@ class TestRefusedMoves:
         buf = _responses_buffer()
         window = _ids(buf)
         output = next(i for i in window if i.startswith("call_1#"))
-        assert Refusal.PLACEMENT in self._refused(buf, Move(output, before="rs_1"))
+        assert self._refused(buf, Move(output, before="rs_1"))  # refused as a whole
         buf2 = Buffer()
         pair = [
             {"role": "user", "content": "go"},
@@ -201,14 +202,14 @@ class TestRefusedMoves:
         ]
         responses.append_messages(buf2, pair)
         output = _ids(buf2)[2]  # the output of c9
-        assert self._refused(buf2, Move(output, before="c9")) == (Refusal.PLACEMENT,)
-        assert self._refused(buf2, Move("c9")) == (Refusal.PLACEMENT,)
+        assert self._refused(buf2, Move(output, before="c9")) == (Refusal.REFERENCED,)
+        assert self._refused(buf2, Move("c9")) == (Refusal.REFERENCED,)
 
     def test_nothing_lands_inside_a_reasoning_turn(self) -> None:
         """A user message moved between a reasoning item and its call is refused."""
         buf = _responses_buffer()
         user = _ids(buf)[-2]
-        assert self._refused(buf, Move(user, before="call_1")) == (Refusal.PLACEMENT,)
+        assert self._refused(buf, Move(user, before="call_1")) == (Refusal.IMMUTABLE,)
 
     def test_signed_thinking_stays_in_place(self) -> None:
         """Anthropic: a thinking block moved after the tool results is refused."""
