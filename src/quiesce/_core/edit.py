@@ -473,22 +473,22 @@ _REASONING_TYPES = frozenset({"reasoning", "thinking", "redacted_thinking"})
 
 def _move_refusals(head: Version, e: Entry) -> list[tuple[Refusal, str]]:
     """Why ``e`` itself may not be moved (before any placement is worked
-    out): a signed block is ``IMMUTABLE`` in place (its signature covers the
-    turn as the provider sent it); unsigned reasoning, and an item of a
-    reasoning turn (it cites the reasoning), are ``PLACEMENT``: the APIs
-    refuse reasoning that is not followed by the items of its turn.
+    out), all ``IMMUTABLE`` (a reasoning turn's order is fixed): a signed
+    block (its signature covers the turn as the provider sent it), unsigned
+    reasoning, and an item of a reasoning turn (it cites the reasoning) — the
+    APIs refuse reasoning that is not followed by the items of its turn.
     O(len(e.refs))."""
     if e.sealed:
         return [(Refusal.IMMUTABLE, f"{e.id!r} is signed by its provider: it cannot be moved")]
     if anchors_turn(e):
-        return [(Refusal.PLACEMENT, f"reasoning {e.id!r} must stay before the items of its turn")]
+        return [(Refusal.IMMUTABLE, f"reasoning {e.id!r} must stay before the items of its turn")]
     live = head.live
     for ref in e.refs:
         slot = live.get(ref)
         if slot is not None and anchors_turn(slot.entry):
             return [
                 (
-                    Refusal.PLACEMENT,
+                    Refusal.IMMUTABLE,
                     f"{e.id!r} belongs to the turn of reasoning {ref!r}: it cannot be moved "
                     "away from it",
                 )
@@ -505,11 +505,11 @@ def _placement_refusals(
     the plan would publish (the head's, with the summaries inserted and the
     moves applied; removals do not change the order of what survives):
 
-    * a ``TOOL_OUTPUT`` before a ``TOOL_CALL`` it cites (a tool result before
-      its call), or a moved call after one of its outputs;
-    * a moved entry landing inside a reasoning turn — just before an item
-      that cites the turn's reasoning (it would split reasoning from the items
-      it precedes).
+    * ``REFERENCED``: a ``TOOL_OUTPUT`` before a ``TOOL_CALL`` it cites (a
+      tool result before its call), or a moved call after one of its outputs;
+    * ``IMMUTABLE``: a moved entry landing inside a reasoning turn — just
+      before an item that cites the turn's reasoning (it would split
+      reasoning from the items it precedes).
 
     O(n + moves · n) for the window order: only plans with moves pay it."""
     order = head.ordered_ids()
@@ -531,12 +531,12 @@ def _placement_refusals(
                 slot = live.get(ref)
                 if slot is not None and slot.entry.kind is Kind.TOOL_CALL and pos[ref] > at:
                     why = f"moving {mv.id!r} would put it before its call {ref!r}"
-                    out.append((Refusal.PLACEMENT, why))
+                    out.append((Refusal.REFERENCED, why))
         elif e.kind is Kind.TOOL_CALL:
             for c in head.cited_by(mv.id):
                 if live[c].entry.kind is Kind.TOOL_OUTPUT and pos.get(c, at + 1) < at:
                     why = f"moving {mv.id!r} would put it after its result {c!r}"
-                    out.append((Refusal.PLACEMENT, why))
+                    out.append((Refusal.REFERENCED, why))
         if at + 1 < len(order):
             nxt = live.get(order[at + 1])
             if nxt is not None and any(
@@ -544,7 +544,7 @@ def _placement_refusals(
             ):
                 out.append(
                     (
-                        Refusal.PLACEMENT,
+                        Refusal.IMMUTABLE,
                         f"moving {mv.id!r} before {nxt.entry.id!r} would split the reasoning "
                         "of that turn from its items",
                     )

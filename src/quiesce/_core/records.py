@@ -61,9 +61,6 @@ class Refusal(enum.Enum):
     READMISSION = "readmission"  #: content or key matches a tombstone
     CONFLICT = "conflict"  #: changed since the plan's base version
     UNKNOWN = "unknown"  #: no such live entry
-    #: a move would break an order the chat APIs require: a tool result before
-    #: its call, or reasoning away from the items of its turn
-    PLACEMENT = "placement"
 
 
 class Outcome(NamedTuple):
