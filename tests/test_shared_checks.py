@@ -127,3 +127,33 @@ async def test_a_member_that_ignores_its_readers_is_caught(
     assert f"while a reader of member {report.member}, which pinned it unmarked" in (
         found[0].detail
     )
+
+
+def test_a_read_after_the_removal_is_caught_whatever_the_lease_loss_says() -> None:
+    """A reader pinned at a version where x is live and unmarked, in a member
+    that recorded a lease loss before x's removal: the loss excuses the pin
+    (void), but not a read of it that began after the removal (a member
+    whose recorded loss time is earlier than when it really stopped
+    serving). Reads that began before the removal pass."""
+    from quiesce import Buffer
+
+    buf = Buffer()
+    buf.append(Entry("x", Kind.REASONING, "x"))
+    pinned_at = time.time()
+    time.sleep(0.01)
+    buf.append(Entry("y", Kind.REASONING, "y"))
+    assert buf.prune(["x"], reason="stale")["x"].status.name == "PRUNED"
+    log = [(0, rec) for rec in buf.log]
+    removed_at = next(r.time for r in buf.log if r.op == "remove")
+    lost = (pinned_at + removed_at) / 2
+
+    def report(*reads: float) -> MemberReport:
+        pin = MemberPin("m", 1, pinned_at, None, ("x",), tuple(reads))
+        return MemberReport("m", (pin,), (), (lost,))
+
+    assert check_shared_history(log, [report(pinned_at, lost - 0.001)]) == []
+    found = check_shared_history(log, [report(pinned_at, removed_at + 0.5)])
+    assert kinds(found) == {"early-removal"}
+    assert "read it 0.500s after the removal" in found[0].detail
+    without_loss = MemberReport("m", (MemberPin("m", 1, pinned_at, None, ("x",)),), (), ())
+    assert kinds(check_shared_history(log, [without_loss])) == {"early-removal"}

@@ -10,7 +10,13 @@ What it keeps true across processes (each member is one
    :class:`PostgresLog`, each row stamped with the lease's epoch. The insert
    trigger refuses a row of any other epoch, so a sequencer that lost its
    lease (paused, cut off) cannot add a record after its successor's first:
-   the log stays one gap-free history.
+   the log stays one gap-free history. It also refuses a row of the current
+   epoch from any session but the sequencer's sink (a per-epoch writer
+   token: the lease row holds the SHA-256 of a secret drawn at takeover), so
+   a foreign client's row never reaches the log that replicas follow; a row
+   that got past the fences anyway (the trigger disabled) is found at the
+   sequencer's next batch (:class:`~quiesce._log.postgres.LogDiverged`), and
+   it steps down and rebuilds from the log instead of retrying for good.
 2. Replicas follow the log. Every other member applies each batch it reads
    (``seq`` > what it has) to its local buffer as one new version with the
    sequencer's version number (``replay`` continuing the log); it is woken by
@@ -22,7 +28,11 @@ What it keeps true across processes (each member is one
    exactly once, in arrival order, and stores its result *in the same
    transaction* as the records it produced: while it applies a request it
    holds its buffer's flush lock until the result is queued, so no other
-   flush can commit the records alone. The call returns the same report (or
+   flush can commit the records alone. A request row that cannot be
+   applied — undecodable, nested too deep, too long, an integer beyond 64
+   bits, or one whose application raises anything — gets that error as its
+   result (:class:`InvalidArgument` for the first kinds) and the sequencer
+   serves the next one: no row can stop the pump. The call returns the same report (or
    raises the same error) the sequencer's buffer gave, after the replica has
    applied those records locally (read-your-writes). A crash before that
    commit leaves neither the records nor the result, and the next sequencer
@@ -59,8 +69,15 @@ What it keeps true across processes (each member is one
 5. Failover. When the lease expires (the sequencer died, paused or was cut
    off), a replica takes it with epoch + 1, reads the log to its end, attaches
    the sink and serves, including requests the old sequencer had not
-   answered. A demoted sequencer drops what was not durable and rebuilds its
-   local buffer from the log.
+   answered. Nothing a paused holder keeps open holds the takeover back: the
+   take waits at most a quarter lease for a lock, and when it cannot get
+   one, ends the expired holder's sessions that are inside a transaction
+   (every session of a member carries an ``application_name`` derived from
+   its holder name); the sink's ``idle_in_transaction_session_timeout`` (half
+   a lease) ends a batch left open even with no successor (a session
+   stalled inside a ``COPY`` is not idle: only the successor ends that). A
+   demoted sequencer drops what was not durable and rebuilds its local
+   buffer from the log.
 
 Leases live on the database clock (``now()``); a process never compares its
 clock with another's. Every wait is bounded: a write that gets no answer
