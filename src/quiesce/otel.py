@@ -99,12 +99,16 @@ _TARGETS: tuple[tuple[str, str | None, str, str], ...] = (
     ("quiesce._shared", "SharedBuffer", "edit", "shared"),
     ("quiesce._shared", "SharedBuffer", "flush", "shared"),
     ("quiesce.integrations._glue", None, "prune_round", "round"),
+    # every integration syncs its framework's history through these two
+    ("quiesce.integrations._store", None, "sync_units", "sync"),
+    ("quiesce.integrations._store", None, "async_sync_units", "async_sync"),
 )
 
-#: The integrations, each wrapped where its hooks look its helpers up: only
-#: those already imported when ``instrument()`` runs (importing one would
-#: import its framework); one imported later takes ``_glue.prune_round``
-#: wrapped (its sync is then not traced: instrument after importing it).
+#: The integrations, each wrapped where its hooks look ``prune_round`` up
+#: (imported by name from ``_glue``): only those already imported when
+#: ``instrument()`` runs (importing one would import its framework); one
+#: imported later takes ``_glue.prune_round`` wrapped. Their syncs go through
+#: ``_store``'s functions, wrapped above, whenever the module is imported.
 _INTEGRATIONS = ("langchain", "pydantic_ai", "openai_agents", "autogen")
 
 
@@ -171,7 +175,6 @@ class QuiesceInstrumentor:
                 module = "quiesce.integrations." + short
                 if module in sys.modules:
                     self._patch(module, None, "prune_round", "round")
-                    self._patch(module, None, "sync_messages", "sync")
 
     def uninstrument(self) -> None:
         """Put every wrapped function back; stop emitting. Idempotent."""
@@ -267,14 +270,19 @@ class QuiesceInstrumentor:
                     return value
         return f"memory:{id(buf):x}"
 
-    def _log_events(self, span: Span | None, buf: Any, start: int) -> None:
+    def _log_events(
+        self, span: Span | None, buf: Any, start: int, *, stages: str | None = None
+    ) -> None:
         """Events for the records ``buf`` logged from ``start`` on: one per
-        tombstone, refusal and escalation."""
+        tombstone, refusal and escalation. ``stages``: the op (``prune`` or
+        ``edit``) whose staged groups this span made, remembered for the link
+        from their removal (only the span that made the request, never one
+        that merely saw its record: a scheduler pass that started meanwhile)."""
         if span is None:
             return
         log = buf.log
         for rec in log[start:] if len(log) > start else ():
-            staged = rec.detail.get("staged") if rec.op in ("prune", "edit") else None
+            staged = rec.detail.get("staged") if rec.op == stages else None
             if staged:
                 self._remember_staging(buf, staged, span)
             if rec.op == "remove":
@@ -404,7 +412,7 @@ class QuiesceInstrumentor:
         for status, n in statuses.items():
             span.set_attribute(f"quiesce.status.{status}", n)
         span.set_attribute("quiesce.version", buf.version)
-        self._log_events(span, buf, start)
+        self._log_events(span, buf, start, stages="prune")
 
     def _wrap_edit(self, original: Callable[..., Any]) -> Callable[..., Any]:
         inst = self
@@ -429,7 +437,7 @@ class QuiesceInstrumentor:
                     def done() -> None:
                         span.set_attribute("quiesce.applied", bool(report.applied))
                         span.set_attribute("quiesce.version", buf.version)
-                        inst._log_events(span, buf, start)
+                        inst._log_events(span, buf, start, stages="edit")
 
                     inst._guard(done)
                 return report
@@ -568,32 +576,49 @@ class QuiesceInstrumentor:
 
         return prune_round
 
+    def _sync_attrs(self, buffer: Any, units: Any, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        return {
+            "gen_ai.operation.name": "update_memory",
+            "gen_ai.memory.store.id": self._read(lambda: self._store_id(buffer), None),
+            "quiesce.operation": "sync",
+            "quiesce.framework": kwargs.get("framework"),
+            "quiesce.messages.count": self._read(lambda: len(units), None),
+        }
+
+    def _sync_done(self, span: Span | None, buffer: Any, start: int | None) -> None:
+        if span is not None and start is not None:
+
+            def done() -> None:
+                span.set_attribute("quiesce.version", buffer.version)
+                span.set_attribute("quiesce.records", len(buffer.log) - start)
+
+            self._guard(done)
+
     def _wrap_sync(self, original: Callable[..., Any]) -> Callable[..., Any]:
         inst = self
-        framework = original.__module__.rsplit(".", 1)[-1]
 
-        def sync_messages(buffer: Any, messages: Any, *args: Any, **kwargs: Any) -> Any:
-            count = inst._read(lambda: len(messages), None)
-            attrs = {
-                "gen_ai.operation.name": "update_memory",
-                "gen_ai.memory.store.id": inst._read(lambda: inst._store_id(buffer), None),
-                "quiesce.operation": "sync",
-                "quiesce.framework": framework,
-                "quiesce.messages.count": count,
-            }
+        def sync_units(buffer: Any, units: Any, *args: Any, **kwargs: Any) -> Any:
+            attrs = inst._sync_attrs(buffer, units, kwargs)
             start = inst._read(lambda: len(buffer.log), None)
-            with inst._span("update_memory " + str(attrs["gen_ai.memory.store.id"]), attrs) as span:
-                result = original(buffer, messages, *args, **kwargs)
-                if span is not None and start is not None:
-
-                    def done() -> None:
-                        span.set_attribute("quiesce.version", buffer.version)
-                        span.set_attribute("quiesce.records", len(buffer.log) - start)
-
-                    inst._guard(done)
+            with inst._span(f"update_memory {attrs['gen_ai.memory.store.id']}", attrs) as span:
+                result = original(buffer, units, *args, **kwargs)
+                inst._sync_done(span, buffer, start)
                 return result
 
-        return sync_messages
+        return sync_units
+
+    def _wrap_async_sync(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        inst = self
+
+        async def async_sync_units(buffer: Any, units: Any, *args: Any, **kwargs: Any) -> Any:
+            attrs = inst._sync_attrs(buffer, units, kwargs)
+            start = inst._read(lambda: len(buffer.log), None)
+            with inst._span(f"update_memory {attrs['gen_ai.memory.store.id']}", attrs) as span:
+                result = await original(buffer, units, *args, **kwargs)
+                inst._sync_done(span, buffer, start)
+                return result
+
+        return async_sync_units
 
     # -- metrics ----------------------------------------------------------------
 
