@@ -621,7 +621,7 @@ async def open_buffer(
     ages agree with the alarm's sleeps — also under trio's ``MockClock``;
     inject a fake one in tests). See the module docstring for what exit does.
 
-    ``close_timeout`` (seconds, default :data:`DEFAULT_CLOSE_TIMEOUT`) bounds
+    ``close_timeout`` (real seconds, default :data:`DEFAULT_CLOSE_TIMEOUT`) bounds
     how long leaving waits for the final flush of a durable ``log``. The
     flush is shielded from cancellation (a cancelled caller still gets its
     records made durable when the sink answers) but not unbounded: a sink
