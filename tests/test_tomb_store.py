@@ -322,6 +322,15 @@ def _zero_slots(ix: dict[str, object], name: str, how_many: int, fix_used: bool)
         gen[2] -= zeroed
 
 
+def _old_format(ix: dict[str, object]) -> None:
+    """The index as checkpoints wrote it before issue 21 (CRC-32 hashes, no
+    key, one ``[size, shift, used, slots]`` per field)."""
+    del ix["v"], ix["key"]
+    for name in ("by_id", "by_hash", "by_key"):
+        size, shift, used, _dead, raw = ix[name][0]  # type: ignore[index]
+        ix[name] = [size, shift, used, raw]
+
+
 def _fill_slots(ix: dict[str, object]) -> None:
     import base64
     from array import array
@@ -343,7 +352,8 @@ def _fill_slots(ix: dict[str, object]) -> None:
         pytest.param(lambda ix: _zero_slots(ix, "by_hash", 2, True), id="zeroed-hash-slots"),
         pytest.param(_fill_slots, id="every-slot-non-zero"),
         pytest.param(lambda ix: ix.__setitem__("n", ix["n"] - 10), id="fewer-tombstones"),
-        pytest.param(lambda ix: ix.pop("v"), id="old-format"),
+        pytest.param(_old_format, id="old-crc-format"),
+        pytest.param(lambda ix: ix.pop("v"), id="no-format"),
         pytest.param(lambda ix: ix.__setitem__("key", "AAAA"), id="short-key"),
     ],
 )
@@ -368,9 +378,17 @@ def test_a_lying_index_with_a_good_checksum_falls_back(
     again.sink.close()  # type: ignore[union-attr]
 
 
-def test_an_index_checkpoint_opens_and_every_tombstone_is_found(tmp_path: Path) -> None:
+def test_an_index_checkpoint_opens_and_every_tombstone_is_found(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A sound index checkpoint is used (no fallback: its checks, the read
+    of its newest run's record included, pass during recovery)."""
     records, state, want = _index_checkpoint(tmp_path)
-    again = _reopen(tmp_path, records, state)
+    with caplog.at_level("WARNING", logger="quiesce.checkpoint"):
+        again = _reopen(tmp_path, records, state)
+    assert "skipping checkpoint" not in caplog.text
+    store = again.head().tombs._store
+    assert store is not None and store.held == 0  # restored from the index, not replayed
     assert dict(again.tombstones.items()) == want
     again.head().tombs.check_index()
     again._check(expect_no_pins=True)
