@@ -384,7 +384,7 @@ def test_a_foreign_row_of_the_current_epoch_is_refused(
     (SQLSTATE QF002), the log never holds the row, so no replica applies
     it, and the sequencer goes on serving as before (no wedge, no
     failover)."""
-    a = start(members, pg_dsn, "asyncio" if backend == "asyncio" else "trio")
+    a = start(members, pg_dsn, backend)
     b = start(members, pg_dsn, backend)
     assert len(b("writes", ("w", 4, 5.0))["acked"]) == 4
     a("flush")

@@ -729,8 +729,8 @@ class SharedBuffer:
         self._member_valid_until = 0.0
         self._writer_valid_until = 0.0
         self._lease_lost: LeaseLost | None = None
-        #: snapshots pinned (local clock) at or before this are void: a loss
-        #: or a re-join happened after them
+        #: snapshots pinned (monotonic clock) at or before this are void: a
+        #: loss or a re-join happened after them
         self._void_before = float("-inf")
         self._lease_guard = threading.Lock()
         self._members = 0
@@ -807,7 +807,7 @@ class SharedBuffer:
 
     def _check_read(self, since: float, number: int) -> None:
         """Raise :class:`LeaseLost` unless a snapshot pinned at ``since``
-        (the local buffer's clock) may still be read: this member's lease
+        (the local buffer's clock: ``time.monotonic``) may still be read: this member's lease
         deadline has not passed (checked here, on every read, against the
         monotonic clock: the heartbeat task and any database call in flight
         have no say), the lease is not lost, and the snapshot was not pinned
@@ -835,13 +835,12 @@ class SharedBuffer:
         re-joined, and snapshots pinned until then stay void. Records, on the
         wall clock, when reads stopped (the deadline) for
         ``quiesce.testing.check_shared_history``."""
-        local = self._local
-        if local is None:
+        if self._local is None:
             return  # not joined yet: nothing was served
         with self._lease_guard:
             if self._lease_lost is not None:
                 return
-            self._void_before = max(self._void_before, local._clock())
+            self._void_before = max(self._void_before, time.monotonic())
             self.lease_lost_times.append(time.time() - (time.monotonic() - deadline))
             self._lease_lost = LeaseLost(
                 f"member {self.member_id} could not renew its lease within "
@@ -1158,8 +1157,13 @@ class SharedBuffer:
     async def _run_local(
         self, stop: anyio.Event, *, task_status: anyio.abc.TaskStatus[Any]
     ) -> None:
+        # pins are timed on the monotonic clock the lease deadlines use
         async with open_buffer(
-            None, self._policy, max_pin_age=self._max_pin_age, flush_interval=self._flush_interval
+            None,
+            self._policy,
+            max_pin_age=self._max_pin_age,
+            flush_interval=self._flush_interval,
+            clock=time.monotonic,
         ) as buf:
             buf._grace_floor = -1  # a replica never applies a removal itself
             self._install_stamping(buf)
@@ -1255,7 +1259,7 @@ class SharedBuffer:
         buf = self._local
         readers: list[list[Any]] = []
         if buf is not None:
-            now = buf._clock()
+            now = time.monotonic()  # the local buffer's pin clock
             with buf._pin_lock:
                 pins = [(s._task, s._version, s._since) for s in buf._readers]
             pins.sort(key=lambda p: p[1].number if p[1] is not None else 0)
@@ -1294,11 +1298,9 @@ class SharedBuffer:
             # readers from now on; what they removed meanwhile is read first.
             if self._role == _REPLICA and self._local is not None:
                 await self._catch_up()
-            local = self._local
-            if local is not None:
-                with self._lease_guard:
-                    self._void_before = max(self._void_before, local._clock())
-                    self._lease_lost = None
+            with self._lease_guard:
+                self._void_before = max(self._void_before, time.monotonic())
+                self._lease_lost = None
 
     async def _try_take_lease(self) -> bool:
         """Take the writer lease if it is free or expired. On success: read the
