@@ -22,8 +22,10 @@ as a durable buffer's do (their index slots stay, 10-17 bytes each): the
 same bound as the buffer's own. From a stream alone (``quiesce verify``)
 the tombstones stay in memory, with the removal records' tombstone lists a
 checkpoint's index reads back: O(tombstones), a few hundred bytes each —
-the one part that grows with history. Time: O(records · log n) to replay
-plus O(state) per checkpoint.
+the one part that grows with history. Each comparison also lists every
+tombstone of both sides (:func:`state_fields`): O(tombstones) for the
+moment it runs. Time: O(records · log n) to replay plus O(state) per
+checkpoint.
 
 A compacted log (``quiesce compact``) starts from its base checkpoint
 (seq 0): its history is in SRC, so it is the replay's starting point —
