@@ -40,7 +40,7 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from types import MappingProxyType
+from types import MappingProxyType, SimpleNamespace
 from typing import Any
 
 from .check import check_buffer
@@ -264,7 +264,8 @@ class Buffer(Editor):
 
         Reads the whole log through the sink, outside the write lock (call
         it off the event loop: ``anyio.to_thread.run_sync(buf.verify)``);
-        holds the lock only for the final O(state) comparison. Memory: the
+        holds the lock only to take the head (a reference) and copy the
+        small tables, O(live); the comparison runs after. Memory: the
         replayed state and one chunk of records, not the log. Requires a
         readable sink (:class:`InvalidArgument` otherwise)."""
         sink = self._sink
@@ -272,17 +273,33 @@ class Buffer(Editor):
             raise InvalidArgument("verify() needs a log that can be read back")
         total = self._synced
         scratch = Buffer()
-        result = verify_records(read_sink(sink.read_range, total), Buffer, into=scratch)
+        result = verify_records(
+            read_sink(sink.read_range, total), Buffer, into=scratch, reader=sink.read_range
+        )
         if result.disagreement is not None:
             raise LogFormatError(result.disagreement.message())
+        replayed = state_fields(scratch)
         with self._write_lock:
-            if len(self._records) == total:
-                found = compare(state_fields(self), state_fields(scratch), total)
-                if found is not None:
-                    raise LogFormatError(
-                        f"this buffer disagrees with the replay of its {total} records: "
-                        f"{found.field}: {found.detail}"
-                    )
+            # the state as of now, by reference (a Version never changes) and
+            # small copies: O(live ids); the comparison below reads the sink
+            # for spilled tombstones, so it runs after the lock is released
+            same = len(self._records) == total
+            mine = SimpleNamespace(
+                _head=self._head,
+                _staged=list(self._staged),
+                _applying=dict(self._applying),
+                _immutable_hashes=dict(self._immutable_hashes),
+                _protected_at=dict(self._protected_at),
+                _counts=Counter(self._counts),
+                _refusals=Counter(self._refusals),
+            )
+        if same:
+            found = compare(state_fields(mine), replayed, total)
+            if found is not None:
+                raise LogFormatError(
+                    f"this buffer disagrees with the replay of its {total} records: "
+                    f"{found.field}: {found.detail}"
+                )
         return result.checkpoints
 
     # -- reading --------------------------------------------------------

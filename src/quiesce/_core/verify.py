@@ -15,12 +15,17 @@ full replay of the records builds is, by definition, the log's state; an
 impossible record fails the replay (``LogFormatError``) as it fails
 ``Buffer(log=...)``.
 
-Memory: the replayed state (bounded by what the buffer holds: live
-entries, marks, tombstones) plus one chunk of records (the scratch
-buffer's in-memory log is cut after each chunk) plus the removal records
-a checkpoint's tombstone index points at (their tombstones: O(tombstones),
-like the state) — constant in the log's length for a given state. Time:
-O(records · log n) to replay plus O(state) per checkpoint.
+Memory: the replayed state plus one chunk of records (the scratch
+buffer's in-memory log is cut after each chunk). Given the log's
+``read_range`` (``Buffer.verify()``), the replayed tombstones leave memory
+as a durable buffer's do (their index slots stay, 10-17 bytes each): the
+same bound as the buffer's own. From a stream alone (``quiesce verify``)
+the tombstones stay in memory, with the removal records' tombstone lists a
+checkpoint's index reads back: O(tombstones), a few hundred bytes each —
+the one part that grows with history. Each comparison also lists every
+tombstone of both sides (:func:`state_fields`): O(tombstones) for the
+moment it runs. Time: O(records · log n) to replay plus O(state) per
+checkpoint.
 
 A compacted log (``quiesce compact``) starts from its base checkpoint
 (seq 0): its history is in SRC, so it is the replay's starting point —
@@ -69,9 +74,11 @@ class VerifyResult(NamedTuple):
     disagreement: Disagreement | None  #: None: every checkpoint agrees with the replay
 
 
-def state_fields(buf: Buffer) -> dict[str, Any]:
-    """The recoverable state of ``buf`` as comparable values, by field
-    (what a checkpoint holds, intents aside). O(live + tombstones)."""
+def state_fields(buf: Any) -> dict[str, Any]:
+    """The recoverable state of ``buf`` (a :class:`Buffer`, or an object
+    with the same fields copied from one) as comparable values, by field
+    (what a checkpoint holds, intents aside). O(live + tombstones); reads
+    spilled tombstones back through the buffer's log."""
     head = buf._head
     tombs = head.tombs
     tomb_list = list(tombs.values())
@@ -143,10 +150,10 @@ class _Removals:
 
 
 def _claimed(
-    rec: LogRecord, removals: _Removals, new: Callable[[], Buffer]
+    rec: LogRecord, read: Callable[[int, int], Sequence[LogRecord]], new: Callable[[], Buffer]
 ) -> dict[str, Any] | Disagreement:
-    """The state checkpoint ``rec`` claims, restored (into ``new()``) as
-    recovery restores it."""
+    """The state checkpoint ``rec`` claims, restored (into ``new()``, its
+    spilled tombstones read through ``read``) as recovery restores it."""
     try:
         state = verify_checkpoint(rec)
     except LogFormatError as exc:
@@ -154,7 +161,7 @@ def _claimed(
     if "protected" not in state:
         state = {**state, "protected": []}
     restored = new()
-    restored._records.reader = removals.read_range
+    restored._records.reader = read
     try:
         _restore(restored, rec, state)
         return state_fields(restored)
@@ -163,19 +170,28 @@ def _claimed(
 
 
 def verify_records(
-    records: Iterable[LogRecord], new: Callable[[], Buffer], *, into: Buffer | None = None
+    records: Iterable[LogRecord],
+    new: Callable[[], Buffer],
+    *,
+    into: Buffer | None = None,
+    reader: Callable[[int, int], Sequence[LogRecord]] | None = None,
 ) -> VerifyResult:
     """Replay ``records`` (a whole log, in order, streamed) and compare every
     checkpoint with the state replayed up to it. Returns the counts and the
     first :class:`Disagreement` (None if every checkpoint agrees). ``new``
     makes a fresh, sinkless buffer (``Buffer``: the core imports no class
     above it); ``into``: the fresh scratch buffer to replay into (the caller
-    compares its final state; default ``new()``). Raises
+    compares its final state; default ``new()``); ``reader``: the log's
+    ``read_range`` (a readable sink): the replayed tombstones then leave
+    memory as a durable buffer's do, read back from their records when
+    compared; without one the removal records' tombstones are kept. Raises
     :class:`LogFormatError` if the records themselves cannot be replayed.
     See the module docstring for memory and time; cancellation is not a
     concern (synchronous, touches only its own scratch buffers)."""
     scratch = new() if into is None else into
     removals = _Removals()
+    read = removals.read_range if reader is None else reader
+    scratch._records.reader = reader
     pending: list[LogRecord] = []
     total = 0
     checked = 0
@@ -190,16 +206,22 @@ def verify_records(
             started = True
         else:
             replay(scratch, pending)
-        scratch._records.trim(len(scratch._records), 0)  # memory: the state only
+        held = len(scratch._records)
+        if reader is not None:
+            scratch._head.tombs.spill(held)  # their records are in the log
+        scratch._records.trim(held, 0)  # memory: the state only
         pending.clear()
 
     for rec in records:
         total += 1
-        if rec.op == "remove" and rec.detail.get("tombstones"):
-            removals.by_seq[rec.seq] = rec
+        if reader is None and rec.op == "remove" and rec.detail.get("tombstones"):
+            # only what a tombstone index reads back (tombs.py)
+            removals.by_seq[rec.seq] = rec._replace(
+                detail={"tombstones": rec.detail["tombstones"]}
+            )
         if rec.op == CHECKPOINT_OP and not (rec.seq == 0 and _compacted(rec)):
             flush()
-            claimed = _claimed(rec, removals, new)
+            claimed = _claimed(rec, read, new)
             if isinstance(claimed, Disagreement):
                 return VerifyResult(total, checked, claimed)
             found = compare(claimed, state_fields(scratch), rec.seq)
