@@ -133,3 +133,33 @@ def test_framework_section_fragments_run(
             + "\nasyncio.run(main())\n"
         )
         exec(compile(code, f"README.md ({module})", "exec"), {"__name__": "readme_fragment"})
+
+
+def test_layout_names_every_module() -> None:
+    """The README's Layout block names every module and folder of
+    ``src/quiesce`` and nothing that is not there."""
+    root = README.parent / "src" / "quiesce"
+    section = README.read_text().split("## Layout", 1)[1]
+    block = section.split("```", 2)[1]
+    named: set[str] = set()
+    stack: list[str] = []
+    for line in block.splitlines()[2:]:
+        m = re.match(r"^([│ ]*)[├└]── (\S+)", line)
+        if not m:
+            continue
+        depth = len(m.group(1)) // 4
+        name = m.group(2)
+        del stack[depth:]
+        if name.endswith("/"):
+            stack.append(name.rstrip("/"))
+            named.add("/".join(stack))
+        else:
+            named.add("/".join([*stack, name]))
+    on_disk = {
+        str(p.relative_to(root))
+        for p in root.rglob("*")
+        if (p.suffix in (".py", ".html") and p.name != "__init__.py" or p.is_dir())
+        and "__pycache__" not in p.parts
+    }
+    on_disk |= {"__init__.py"}
+    assert named == on_disk
