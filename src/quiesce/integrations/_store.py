@@ -36,19 +36,47 @@ system part of its own, which no message text can reach.
 Every integration renders with *pairing*: a result whose call is
 gone is dropped, a call whose result was pruned gets a stand-in result carrying
 the note — every request keeps every tool call answered.
+
+**Sync is a faithful diff** (:func:`sync_history`). Besides appending what is
+new, it compares the framework's history with what the buffer holds of that
+framework and turns each difference into an edit *through the policy*, never
+into silent agreement:
+
+* a message quiesce rendered (a note, a stand-in result, a message it
+  rendered with pruned calls left out) is recognised by the exact text or
+  fingerprint this buffer rendered and never becomes an entry;
+* a message whose content changed under the same id is a ``Rewrite`` (applied
+  and logged for ordinary entries; refused and escalated for immutable ones,
+  and the window keeps the original);
+* a message that disappeared is a ``Prune`` request: a plan over every
+  dropped message first, and if the policy refuses it (one escalation), the
+  same plan without the protected entries; what stays is rendered as before;
+* a framework summary (``Unit.summary``: LangChain's summarization message)
+  is a ``Summarize`` of what it replaced, refused for protected entries the
+  same way (they stay, the summary takes the place of the rest).
+
+A difference is acted on once: the per-buffer :class:`SyncState` remembers
+what each message looked like when last synced, so a refused drop or rewrite
+is escalated once, not on every turn, and a no-op sync of a history whose
+message objects are the ones synced last time is one pass of identity checks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Container, Generator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+import anyio
 
 from .._core.buffer import Buffer, Snapshot
 from .._core.entry import Entry, Kind, content_hash, thaw
 from .._core.errors import InvalidArgument, UnknownEntry
 from .._core.notes import escape_field
-from .._core.records import Tombstone
+from .._core.plan import EditPlan, Prune, Rewrite, Summarize
+from .._core.records import EditReport, Tombstone
+from .._runtime import RuntimeBuffer
 from ..adapters._common import (
     NOTE_PREFIX,
     Read,
@@ -60,11 +88,17 @@ from ..adapters._common import (
 
 __all__ = [
     "Call",
+    "Changes",
     "Result",
     "Slot",
     "SyncReport",
+    "SyncState",
     "Unit",
+    "aapply_changes",
+    "apply_changes",
     "notes",
+    "state_of",
+    "sync_history",
     "sync_units",
     "window",
 ]
@@ -100,6 +134,8 @@ class Unit:
     calls: tuple[Call, ...] = ()
     results: tuple[Result, ...] = ()
     bare: bool = False
+    #: the framework's own summary of messages it dropped (held as ``SUMMARY``)
+    summary: bool = False
 
 
 @dataclass
@@ -135,7 +171,8 @@ def _entries(unit: Unit, framework: str, call_entry: dict[str, str]) -> list[Ent
         if len(unit.calls) + len(unit.results) != 1:
             raise InvalidArgument(f"{framework}: a bare unit is one call or one result")
     else:
-        out.append(Entry(unit.id, unit.kind, unit.body, (), None, None, meta_base, unit.native))
+        kind = Kind.SUMMARY if unit.summary else unit.kind
+        out.append(Entry(unit.id, kind, unit.body, (), None, None, meta_base, unit.native))
     native = unit.native if unit.bare else None
     for c in unit.calls:
         eid = unit.id if unit.bare else f"{unit.id}/{c.call_id}"
@@ -247,6 +284,377 @@ def sync_units(
         sync=True,
         actor=actor,
     )
+
+
+def digest(unit: Unit) -> str:
+    """The fingerprint of a unit as the framework handed it: the content hash
+    of the entry that carries its dump. O(size of the message)."""
+    return content_hash(*_primary(unit))
+
+
+@dataclass
+class Seen:
+    """One message of the last synced history: the framework's object, the
+    unit id it was read as (``None``: a message quiesce rendered, not an
+    entry), and its digest then (``None``: not computed, the object is the one
+    quiesce rendered)."""
+
+    obj: object
+    unit: str | None
+    digest: str | None
+
+
+class SyncState:
+    """What one buffer holds of one framework's history, as last synced.
+
+    Invariants: ``seen`` is the last history synced (or rendered) in order;
+    ``digests`` maps a unit id to the digest of the message as the framework
+    last handed it (a difference from it is the framework's own edit);
+    ``alternates`` holds, per unit id, digests of forms quiesce rendered of it
+    (calls left out, a note added): handed back, they are not edits;
+    ``rendered`` holds digests of messages quiesce made that are no entry
+    (notes, stand-in results); ``refused`` the ids whose drop the policy
+    refused (they stay, and are not requested again). ``cache`` is the integration's render cache
+    (entry → framework object), rebuilt on every render so it never outgrows
+    the window. Memory: O(history).
+    """
+
+    def __init__(self) -> None:
+        self.seen: list[Seen] = []
+        self.digests: dict[str, str] = {}
+        self.alternates: dict[str, set[str]] = {}
+        self.rendered: set[str] = set()
+        self.refused: set[str] = set()
+        self.cache: dict[int, tuple[Entry, Any]] = {}
+
+    def rendered_as(self, items: Sequence[tuple[object, str | None]]) -> None:
+        """Record the list quiesce rendered (object, unit id or ``None``) as
+        the history the framework now holds: handed back unchanged, it is one
+        pass of identity checks. O(len(items))."""
+        self.seen = [Seen(obj, unit, None) for obj, unit in items]
+
+
+_STATES: weakref.WeakKeyDictionary[Buffer, dict[str, SyncState]] = weakref.WeakKeyDictionary()
+
+
+def state_of(buf: Buffer, framework: str) -> SyncState:
+    """The :class:`SyncState` of ``framework`` on ``buf`` (made on first use;
+    it lives as long as the buffer). O(1)."""
+    per = _STATES.get(buf)
+    if per is None:
+        per = _STATES[buf] = {}
+    state = per.get(framework)
+    if state is None:
+        state = per[framework] = SyncState()
+    return state
+
+
+@dataclass
+class Changes:
+    """The framework's own edits found by :func:`sync_history`, to settle
+    through the policy (:func:`apply_changes`, :func:`aapply_changes`).
+
+    ``rewrites``: (entry id, new body) of messages changed under their id;
+    ``dropped``: unit ids gone from the history, in window order;
+    ``summary``: the entry of a framework summary replacing ``dropped``
+    (``None``: they were dropped without one)."""
+
+    rewrites: list[tuple[str, str]] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    summary: Entry | None = None
+    reason: str = "dropped"
+    actor: str | None = None
+    state: SyncState | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.rewrites or self.dropped or self.summary is not None)
+
+
+def sync_history(
+    buf: Buffer,
+    messages: Sequence[object],
+    read: Callable[[int, object], Unit | None],
+    *,
+    framework: str,
+    readmit: ReadmitPolicy = "record",
+    turn: int | None = None,
+    new_ids: str = "#q:",
+    actor: str | None = None,
+) -> tuple[SyncReport, Changes]:
+    """Sync the framework's whole history ``messages`` (see the module
+    docstring): append what is new, and return the framework's own edits.
+
+    ``read(index, message)`` reads one message into a :class:`Unit` (``None``:
+    a message quiesce rendered that is no entry; it raises on bad input).
+    Messages that are the very objects of the last sync (or render), in the
+    same order, are not read again: a no-op sync is O(n) identity checks,
+    a sync after k new messages O(n + k · size). All messages read are
+    checked before anything is appended (bad input appends nothing). The
+    :class:`Changes` returned are not applied: the caller settles them with
+    :func:`apply_changes` (sync) or :func:`aapply_changes` (on an event loop:
+    the durable part off the loop). Synchronous; nothing awaits.
+    """
+    state = state_of(buf, framework)
+    seen = state.seen
+    k, n = 0, min(len(seen), len(messages))
+    while k < n and messages[k] is seen[k].obj:
+        k += 1
+    head = buf.head()
+    held: list[int] = []
+    tombstoned: list[int] = []
+    for i in range(k):
+        unit = seen[i].unit
+        if unit is not None:
+            (tombstoned if unit in head.tombs.by_id else held).append(i)
+    if k == len(seen) == len(messages):
+        report = SyncReport((), tuple(held), tuple(tombstoned), (), (), head.number)
+        return report, Changes()
+    pairs: list[tuple[int, object, Unit | None]] = []
+    for i in range(k, len(messages)):
+        m = messages[i]
+        pairs.append((i, m, read(i, m)))
+    report, changes, fresh = _diff(buf, state, pairs, framework, readmit, turn, new_ids, actor)
+    if held or tombstoned:
+        report = replace(
+            report,
+            held=(*held, *report.held),
+            tombstoned=(*tombstoned, *report.tombstoned),
+        )
+    kept = {s.unit for s in fresh if s.unit is not None}
+    before = seen[k:] if seen else _baseline(buf, framework)
+    changes.dropped = [
+        s.unit
+        for s in before
+        if s.unit is not None and s.unit not in kept and s.unit not in state.refused
+    ]
+    changes.actor = actor
+    changes.state = state
+    state.seen = seen[:k] + fresh
+    return report, changes
+
+
+def _baseline(buf: Buffer, framework: str) -> list[Seen]:
+    """The history the buffer holds of ``framework`` when this process has
+    synced none yet (a reopened durable buffer): its live messages. O(n)."""
+    with buf.snapshot() as snap:
+        return [
+            Seen(None, e.id, None)
+            for e in snap
+            if e.meta.get("fw") == framework and e.meta.get("unit") == e.id
+        ]
+
+
+def _members(snap: Snapshot, units: Sequence[str]) -> list[str]:
+    """The entry ids of ``units`` (each message's own entry, its calls and
+    results), in window order: a message leaves with its parts. O(n)."""
+    wanted = set(units)
+    return [e.id for e in snap if e.id in wanted or e.meta.get("unit") in wanted]
+
+
+def _diff(
+    buf: Buffer,
+    state: SyncState,
+    pairs: Sequence[tuple[int, object, Unit | None]],
+    framework: str,
+    readmit: ReadmitPolicy,
+    turn: int | None,
+    new_ids: str,
+    actor: str | None,
+) -> tuple[SyncReport, Changes, list[Seen]]:
+    changes = Changes(reason=f"{framework}: removed from the framework's history")
+    fresh: list[Seen] = []
+    reads: list[Read] = []
+    held: list[int] = []
+    tombstoned: list[int] = []
+    with buf.snapshot() as snap:
+        call_entry = {
+            str(e.meta["call_id"]): e.id
+            for e in snap
+            if e.kind is Kind.TOOL_CALL and "call_id" in e.meta
+        }
+        by_content = any(u is not None and u.id is None for _, _, u in pairs)
+        live_by_hash, tombs_by_hash = _primaries(snap) if by_content else ({}, {})
+        ids: set[str] = set()
+        for position, m, unit in pairs:
+            if unit is None:
+                fresh.append(Seen(m, None, None))
+                continue
+            d = digest(unit)
+            if d in state.rendered and unit.id is None:
+                fresh.append(Seen(m, None, d))  # a note or stand-in quiesce rendered
+                continue
+            if unit.id is None:
+                if live_by_hash.get(d):
+                    unit = replace(unit, id=live_by_hash[d].pop(0))
+                elif tombs_by_hash.get(d):
+                    unit = replace(unit, id=tombs_by_hash[d].pop(0))
+                else:
+                    new_id = f"{new_ids}{snap.version}.{position}"
+                    while _held(snap, new_id) is not None or new_id in ids:
+                        new_id += "'"
+                    unit = replace(unit, id=new_id)
+            uid = unit.id
+            assert uid is not None
+            if uid in ids:
+                raise InvalidArgument(f"{framework}: message id {uid!r} appears twice")
+            ids.add(uid)
+            fresh.append(Seen(m, uid, d))
+            found = _held(snap, uid)
+            entries = _entries(unit, framework, call_entry)
+            if found is None:
+                reads.append(Read(position, uid, entries))
+                state.digests[uid] = d
+                continue
+            if not isinstance(found, Entry):
+                tombstoned.append(position)
+                continue  # a stale copy of a pruned message: not resurrected
+            held.append(position)
+            before = state.digests.get(uid)
+            if before is None:
+                before = found.content_hash if found.content is not None else d
+            state.digests[uid] = d
+            if d == before or d in state.alternates.get(uid, ()):
+                continue
+            # The framework changed this message under its id.
+            body = _primary(unit)[0]
+            if body != found.body:
+                changes.rewrites.append((uid, body))
+            extra = [e for e in entries if e.id != uid and _held(snap, e.id) is None]
+            if extra:
+                reads.append(Read(position, uid, extra))
+            if unit.summary and changes.summary is None:
+                changes.summary = entries[0]
+    report = admit(
+        buf,
+        reads,
+        api=f"integrations.{framework}",
+        readmit=readmit,
+        turn=turn,
+        sync=True,
+        actor=actor,
+    )
+    summaries = [r for r in reads if r.entries and r.entries[0].kind is Kind.SUMMARY]
+    if summaries and changes.summary is None:
+        changes.summary = summaries[0].entries[0]
+    if held or tombstoned:
+        report = replace(
+            report,
+            held=tuple(sorted({*report.held, *held})),
+            tombstoned=tuple(sorted({*report.tombstoned, *tombstoned})),
+        )
+    return report, changes, fresh
+
+
+def _protected(buf: Buffer, snap: Snapshot, ids: Sequence[str]) -> set[str]:
+    out: set[str] = set()
+    policy = buf.policy
+    for i in ids:
+        e = _held(snap, i)
+        if isinstance(e, Entry) and (policy.is_immutable(e) or policy.protection(e) is not None):
+            out.add(i)
+    return out
+
+
+def _live(snap: Snapshot, ids: Sequence[str], staged: Container[str]) -> list[str]:
+    return [i for i in ids if i not in staged and isinstance(_held(snap, i), Entry)]
+
+
+class _Settle:
+    """The plans that settle :class:`Changes`, one after the other: each
+    rewrite on its own; the drop (or summary) over every dropped message, and
+    after a refusal the same without the protected ones. A generator of
+    plans fed each plan's report, shared by the sync and async paths."""
+
+    def __init__(self, buf: Buffer, changes: Changes) -> None:
+        self.buf = buf
+        self.changes = changes
+
+    def plans(self) -> Generator[EditPlan, EditReport, None]:
+        c = self.changes
+        for uid, body in c.rewrites:
+            yield EditPlan([Rewrite(uid, body)], reason=c.reason, actor=c.actor)
+        if not c.dropped:
+            return
+        with self.buf.snapshot() as snap:
+            dropped = _live(snap, _members(snap, c.dropped), self.buf.staged())
+            protected = _protected(self.buf, snap, dropped)
+            summary_live = c.summary is not None and isinstance(_held(snap, c.summary.id), Entry)
+        if not dropped:
+            return
+        tries = [dropped]
+        rest = [i for i in dropped if i not in protected]
+        if protected and rest:
+            tries.append(rest)
+        for ids in tries:
+            if c.summary is not None and summary_live:
+                # The summary was appended as an entry: it replaces ``ids``
+                # by taking the place of the first of them.
+                ops: list[Any] = [Summarize((*ids, c.summary.id), into=_into(c.summary))]
+            else:
+                ops = [Prune(i) for i in ids]
+            report = yield EditPlan(ops, reason=c.reason, actor=c.actor)
+            if report.applied:
+                return
+        if c.summary is not None and summary_live:
+            # Nothing could be summarized: the summary message does not stay
+            # beside the messages it paraphrases (unless the policy keeps it).
+            why = f"{c.reason}: summary refused"
+            yield EditPlan([Prune(c.summary.id)], reason=why, actor=c.actor)
+
+
+def _into(summary: Entry) -> Entry:
+    """The summary entry again, under a new id (the covered summary message
+    leaves with what it replaced)."""
+    return replace(summary, id=f"{summary.id}#summary")
+
+
+def _refused(buf: Buffer, changes: Changes) -> None:
+    """Remember the dropped ids the policy kept: they are not requested again."""
+    if changes.state is None or not changes.dropped:
+        return
+    with buf.snapshot() as snap:
+        kept = _live(snap, changes.dropped, buf.staged())
+    changes.state.refused.update(kept)
+
+
+def apply_changes(buf: Buffer, changes: Changes) -> list[EditReport]:
+    """Settle ``changes`` through the policy with the sync :meth:`Buffer.edit`
+    (for code not on an event loop). Each refusal is logged and escalated by
+    the buffer. O(plans · edit)."""
+    gen = _Settle(buf, changes).plans()
+    reports: list[EditReport] = []
+    try:
+        plan = next(gen)
+        while True:
+            reports.append(buf.edit(plan))
+            plan = gen.send(reports[-1])
+    except StopIteration:
+        _refused(buf, changes)
+        return reports
+
+
+async def aapply_changes(buf: Buffer, changes: Changes) -> list[EditReport]:
+    """:func:`apply_changes` for code on an event loop: each plan goes through
+    ``aedit`` (a runtime buffer) or a worker thread, so no log write runs on
+    the loop. Cancellation leaves each plan applied or refused as a whole;
+    the plans after it are not submitted."""
+    gen = _Settle(buf, changes).plans()
+    reports: list[EditReport] = []
+    try:
+        plan = next(gen)
+    except StopIteration:
+        return reports
+    while True:
+        if isinstance(buf, RuntimeBuffer):
+            report = await buf.aedit(plan)
+        else:
+            report = await anyio.to_thread.run_sync(buf.edit, plan, abandon_on_cancel=False)
+        reports.append(report)
+        try:
+            plan = gen.send(report)
+        except StopIteration:
+            _refused(buf, changes)
+            return reports
 
 
 def window(snap: Snapshot) -> list[Slot]:

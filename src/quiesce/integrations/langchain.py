@@ -68,7 +68,13 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise missing_extra("LangChain", "langchain") from exc
 
-__all__ = ["QuiesceMiddleware", "render_messages", "sync_messages", "to_units"]
+__all__ = [
+    "QuiesceMiddleware",
+    "async_sync_messages",
+    "render_messages",
+    "sync_messages",
+    "to_units",
+]
 
 FRAMEWORK = "langchain"
 
@@ -81,6 +87,11 @@ _KINDS: dict[type[BaseMessage], Kind] = {
 
 #: Kinds an assistant wrote: a text slot of one of them renders as an ``AIMessage``.
 _ASSISTANT_KINDS = frozenset({Kind.REASONING, Kind.RATIONALE, Kind.SUMMARY, Kind.TOOL_CALL})
+
+
+def _is_summary(m: BaseMessage) -> bool:
+    """LangChain's ``SummarizationMiddleware`` marks its summary message so."""
+    return isinstance(m, HumanMessage) and m.additional_kwargs.get("lc_source") == "summarization"
 
 
 def _unit(index: int, m: object) -> _store.Unit:
@@ -113,7 +124,8 @@ def _unit(index: int, m: object) -> _store.Unit:
                 )
             args = json.dumps(tc.get("args", {}), sort_keys=True, ensure_ascii=False)
             calls.append(_store.Call(tc_id, tc["name"], args))
-    return _store.Unit(mid, kind, str(m.text), native, calls=tuple(calls))
+    summary = _is_summary(m)
+    return _store.Unit(mid, kind, str(m.text), native, calls=tuple(calls), summary=summary)
 
 
 def to_units(messages: Sequence[object]) -> list[_store.Unit]:
@@ -130,15 +142,48 @@ def to_units(messages: Sequence[object]) -> list[_store.Unit]:
     return units
 
 
+def _diff(
+    buffer: Buffer, messages: Sequence[object], readmit: ReadmitPolicy
+) -> tuple[SyncReport, _store.Changes]:
+    """The faithful diff of the history (:func:`quiesce.integrations._store.sync_history`)."""
+    if not isinstance(messages, Sequence) or isinstance(messages, str | bytes):
+        raise InvalidArgument(f"langchain: messages must be a list, not {type(messages).__name__}")
+    return _store.sync_history(
+        buffer, messages, _unit, framework=FRAMEWORK, actor=__name__, readmit=readmit
+    )
+
+
 def sync_messages(
     buffer: Buffer, messages: Sequence[object], *, readmit: ReadmitPolicy = "record"
 ) -> SyncReport:
-    """Append the messages the buffer does not hold yet (by ``message.id``);
-    idempotent. ``readmit`` and the report are the adapters'
-    (:func:`quiesce.adapters.openai.sync_messages`)."""
-    return _store.sync_units(
-        buffer, to_units(messages), framework=FRAMEWORK, actor=__name__, readmit=readmit
-    )
+    """Sync the agent's history into the buffer, faithfully: append the
+    messages it does not hold yet (by ``message.id``; idempotent), and settle
+    the history's own edits through the policy — a message changed under its
+    id is a ``Rewrite``, a message gone is a prune request, a
+    ``SummarizationMiddleware`` summary a ``Summarize`` of what it replaced;
+    the policy refuses (and escalates) each of them for protected messages,
+    which stay in the window (see :mod:`quiesce.integrations._store`).
+    ``readmit`` and the report are the adapters'
+    (:func:`quiesce.adapters.openai.sync_messages`). With a durable log, use
+    the middleware's async hooks on an event loop: this sync call writes the
+    log in the calling thread. A no-op sync of the same message objects is
+    O(n) identity checks."""
+    report, changes = _diff(buffer, messages, readmit)
+    if changes:
+        _store.apply_changes(buffer, changes)
+    return report
+
+
+async def async_sync_messages(
+    buffer: Buffer, messages: Sequence[object], *, readmit: ReadmitPolicy = "record"
+) -> SyncReport:
+    """:func:`sync_messages` for code on an event loop: the appends are the
+    sync fast path, the edits go through ``aedit`` (never a log write on the
+    loop). Always a checkpoint only when there is an edit to settle."""
+    report, changes = _diff(buffer, messages, readmit)
+    if changes:
+        await _store.aapply_changes(buffer, changes)
+    return report
 
 
 def _without_calls(msg: AIMessage, live: set[str]) -> AIMessage:
@@ -293,7 +338,7 @@ class QuiesceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         ``None`` — or, if destructive, the removals. Cancellation while the
         pruner runs submits nothing (see :func:`~quiesce.run_pruner`)."""
         messages = state["messages"]
-        sync_messages(self.buffer, messages)
+        await async_sync_messages(self.buffer, messages)
         await prune_round(self.buffer, self.pruner)
         return self._state_update(messages)
 
@@ -323,7 +368,7 @@ class QuiesceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> ModelResponse[Any]:
         """Call the model on the window of a snapshot pinned across the await.
         The pin is released on exit, also on cancellation."""
-        sync_messages(self.buffer, request.messages)
+        await async_sync_messages(self.buffer, request.messages)
         with self.buffer.snapshot() as snap:
             return await handler(self._request(request, snap))
 

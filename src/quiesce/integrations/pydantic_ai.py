@@ -137,20 +137,40 @@ def to_units(messages: Sequence[object]) -> list[_store.Unit]:
     return [_unit(i, m) for i, m in enumerate(messages)]
 
 
-def sync_messages(
-    buffer: Buffer, messages: Sequence[object], *, readmit: ReadmitPolicy = "record"
-) -> SyncReport:
-    """Append the messages the buffer does not hold yet (see the module
-    docstring); idempotent. ``readmit`` and the report are the adapters'
-    (:func:`quiesce.adapters.openai.sync_messages`)."""
-    return _store.sync_units(
+def _diff(
+    buffer: Buffer, messages: Sequence[object], readmit: ReadmitPolicy
+) -> tuple[SyncReport, _store.Changes]:
+    """The faithful diff of the history (:func:`quiesce.integrations._store.sync_history`)."""
+    if not isinstance(messages, Sequence) or isinstance(messages, str | bytes):
+        raise InvalidArgument(
+            f"pydantic-ai: messages must be a list, not {type(messages).__name__}"
+        )
+    return _store.sync_history(
         buffer,
-        to_units(messages),
+        messages,
+        _unit,
         framework=FRAMEWORK,
         actor=__name__,
         readmit=readmit,
         new_ids="#pa:",
     )
+
+
+def sync_messages(
+    buffer: Buffer, messages: Sequence[object], *, readmit: ReadmitPolicy = "record"
+) -> SyncReport:
+    """Sync the run's history into the buffer, faithfully (see the module
+    docstring and :mod:`quiesce.integrations._store`): new messages are
+    appended (idempotent), messages quiesce rendered are recognised, a message
+    gone from the history is a prune request and a changed one a ``Rewrite``,
+    both through the policy. ``readmit`` and the report are the adapters'
+    (:func:`quiesce.adapters.openai.sync_messages`). The edits are written in
+    the calling thread: on an event loop the processor settles them with
+    ``aedit`` instead."""
+    report, changes = _diff(buffer, messages, readmit)
+    if changes:
+        _store.apply_changes(buffer, changes)
+    return report
 
 
 def _stamp(m: ModelMessage, unit: str) -> ModelMessage:
@@ -244,7 +264,15 @@ def render_messages(snap: Snapshot) -> list[ModelMessage]:
     """The window of ``snap`` as pydantic-ai messages, each stamped with its
     entry id, paired, with the quiesce note (if any) as a ``SystemPromptPart``
     of the first request. O(n)."""
-    rebuilt = [m for m in (_rebuild(s) for s in _store.window(snap)) if m is not None]
+    return _render(snap)[0]
+
+
+def _render(snap: Snapshot) -> tuple[list[ModelMessage], set[int]]:
+    """:func:`render_messages`, and the ``id()`` of each message quiesce
+    changed or made (parts left out, stand-ins or the note added)."""
+    slots = _store.window(snap)
+    rebuilt = [m for m in (_rebuild(s) for s in slots) if m is not None]
+    sizes = {id(m): len(m.parts) for m in rebuilt}
     messages = _paired(rebuilt)
     note = _store.notes(snap)
     if note is not None:
@@ -252,7 +280,39 @@ def render_messages(snap: Snapshot) -> list[ModelMessage]:
             messages[0].parts = [SystemPromptPart(note), *messages[0].parts]
         else:
             messages.insert(0, ModelRequest(parts=[SystemPromptPart(note)]))
-    return messages
+    natives = {s.unit: s.native for s in slots}
+    changed = {
+        id(m)
+        for m in messages
+        if sizes.get(id(m)) != len(m.parts)
+        or _unit_id(m) is None
+        or len(m.parts) != len((natives.get(_unit_id(m) or "") or {}).get("parts", ()))
+    }
+    return messages, changed
+
+
+def _unit_id(m: ModelMessage) -> str | None:
+    value = (m.metadata or {}).get(ID_KEY)
+    return value if isinstance(value, str) else None
+
+
+def _remember(buffer: Buffer, messages: list[ModelMessage], changed: set[int]) -> None:
+    """Record the rendered list as the history pydantic-ai now holds
+    (``ProcessHistory`` writes it back): handed back, the same objects are one
+    pass of identity checks, and copies of the messages quiesce changed or
+    made are recognised by their digests, never taken for the framework's
+    edits. O(n) plus a dump of each changed message."""
+    state = _store.state_of(buffer, FRAMEWORK)
+    state.rendered_as([(m, _unit_id(m)) for m in messages])
+    for index, m in enumerate(messages):
+        if id(m) not in changed:
+            continue
+        unit = _unit(index, m)
+        d = _store.digest(unit)
+        if unit.id is None:
+            state.rendered.add(d)
+        else:
+            state.alternates.setdefault(unit.id, set()).add(d)
 
 
 class QuiesceHistoryProcessor:
@@ -272,7 +332,11 @@ class QuiesceHistoryProcessor:
     async def __call__(
         self, ctx: RunContext[Any], messages: list[ModelMessage]
     ) -> list[ModelMessage]:
-        sync_messages(self.buffer, messages)
+        _, changes = _diff(self.buffer, messages, "record")
+        if changes:
+            await _store.aapply_changes(self.buffer, changes)
         await prune_round(self.buffer, self.pruner)
         with self.buffer.snapshot() as snap:
-            return render_messages(snap)
+            rendered, changed = _render(snap)
+        _remember(self.buffer, rendered, changed)
+        return rendered
