@@ -210,10 +210,7 @@ def _text_message(slot: _store.Slot) -> BaseMessage:
     if slot.results:
         return ToolMessage(content=slot.text, tool_call_id=slot.results[0], id=slot.unit)
     if slot.calls or slot.kind in _ASSISTANT_KINDS:
-        tool_calls = [
-            {"name": c.name, "args": json.loads(c.arguments), "id": c.call_id, "type": "tool_call"}
-            for c in slot.calls
-        ]
+        tool_calls = [_tool_call(c) for c in slot.calls]
         return AIMessage(content=slot.text, tool_calls=tool_calls, id=slot.unit)
     return HumanMessage(content=slot.text, id=slot.unit)
 
@@ -224,9 +221,20 @@ def _rebuild(slot: _store.Slot) -> BaseMessage | None:
     msg = messages_from_dict([slot.native])[0]
     if isinstance(msg, ToolMessage):
         return msg if slot.results else None
-    if isinstance(msg, AIMessage) and msg.tool_calls:
-        return _without_calls(msg, slot.call_ids)
+    if isinstance(msg, AIMessage):
+        shown = {tc.get("id") for tc in msg.tool_calls}
+        added = [c for c in slot.calls if c.call_id not in shown]
+        if added:
+            # Calls the framework added to this message after it was stored
+            # (the stored dump predates them): rebuilt from their entries.
+            msg = msg.model_copy(update={"tool_calls": [*msg.tool_calls, *map(_tool_call, added)]})
+        if msg.tool_calls:
+            return _without_calls(msg, slot.call_ids)
     return msg
+
+
+def _tool_call(c: _store.Call) -> Any:
+    return {"name": c.name, "args": json.loads(c.arguments), "id": c.call_id, "type": "tool_call"}
 
 
 def _paired(messages: list[BaseMessage]) -> list[BaseMessage]:
