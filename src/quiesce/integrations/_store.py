@@ -64,7 +64,7 @@ message objects are the ones synced last time is one pass of identity checks.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Container, Generator, Sequence
+from collections.abc import Callable, Container, Generator, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -164,6 +164,8 @@ def _held(snap: Snapshot, entry_id: str) -> Entry | Tombstone | None:
 
 
 def _entries(unit: Unit, framework: str, call_entry: dict[str, str]) -> list[Entry]:
+    """The entries of a new unit (see the module docstring); records its
+    calls in ``call_entry``, so its results (and later ones) cite them."""
     assert unit.id is not None
     meta_base = {"fw": framework, "unit": unit.id}
     out: list[Entry] = []
@@ -314,7 +316,8 @@ class SyncState:
     (calls left out, a note added): handed back, they are not edits;
     ``rendered`` holds digests of messages quiesce made that are no entry
     (notes, stand-in results); ``refused`` the ids whose drop the policy
-    refused (they stay, and are not requested again). ``cache`` is the integration's render cache
+    refused (they stay, and are not requested again); ``objects`` the last
+    object synced under each framework id. ``cache`` is the integration's render cache
     (entry → framework object), rebuilt on every render so it never outgrows
     the window. Memory: O(history).
     """
@@ -325,7 +328,14 @@ class SyncState:
         self.alternates: dict[str, set[str]] = {}
         self.rendered: set[str] = set()
         self.refused: set[str] = set()
-        self.cache: dict[int, tuple[Entry, Any]] = {}
+        self.objects: dict[str, Seen] = {}
+        self.calls: dict[str, str] = {}
+        self.natives: dict[str, tuple[Entry, Any]] = {}
+        self.cache: dict[str, tuple[Any, ...]] = {}
+        #: the entries of the last render and its framework objects, unpaired
+        self.last_entries: list[Entry] = []
+        self.last_units: set[str] = set()
+        self.last_render: list[Any] = []
 
     def rendered_as(self, items: Sequence[tuple[object, str | None]]) -> None:
         """Record the list quiesce rendered (object, unit id or ``None``) as
@@ -380,6 +390,7 @@ def sync_history(
     turn: int | None = None,
     new_ids: str = "#q:",
     actor: str | None = None,
+    ident: Callable[[object], str | None] | None = None,
 ) -> tuple[SyncReport, Changes]:
     """Sync the framework's whole history ``messages`` (see the module
     docstring): append what is new, and return the framework's own edits.
@@ -389,7 +400,11 @@ def sync_history(
     Messages that are the very objects of the last sync (or render), in the
     same order, are not read again: a no-op sync is O(n) identity checks,
     a sync after k new messages O(n + k · size). All messages read are
-    checked before anything is appended (bad input appends nothing). The
+    checked before anything is appended (bad input appends nothing).
+    ``ident(message)`` gives the framework's own id of a message (``None``:
+    it has none); a message whose id was synced before with an equal object
+    (``==``: a checkpointer's copy) is not read again either, so a reloaded
+    history costs O(n) comparisons, not O(n) dumps. The
     :class:`Changes` returned are not applied: the caller settles them with
     :func:`apply_changes` (sync) or :func:`aapply_changes` (on an event loop:
     the durable part off the loop). Synchronous; nothing awaits.
@@ -410,17 +425,51 @@ def sync_history(
         report = SyncReport((), tuple(held), tuple(tombstoned), (), (), head.number)
         return report, Changes()
     pairs: list[tuple[int, object, Unit | None]] = []
+    objects = state.objects
+    fresh: list[Seen | None] = []
+    taken: set[str] = set()
+    live, tombs = head.live, head.tombs.by_id
     for i in range(k, len(messages)):
         m = messages[i]
+        mid = ident(m) if ident is not None else None
+        if mid is not None:
+            prev = objects.get(mid)
+            if prev is not None and prev.unit is not None and (prev.obj is m or prev.obj == m):
+                # Equal to the object synced under this id before: unchanged.
+                uid = prev.unit
+                if uid in taken:
+                    raise InvalidArgument(f"{framework}: message id {uid!r} appears twice")
+                taken.add(uid)
+                if uid in live:
+                    held.append(i)
+                elif uid in tombs:
+                    tombstoned.append(i)
+                fresh.append(Seen(m, uid, prev.digest))
+                continue
         pairs.append((i, m, read(i, m)))
-    report, changes, fresh = _diff(buf, state, pairs, framework, readmit, turn, new_ids, actor)
-    if held or tombstoned:
+        fresh.append(None)
+    if pairs:
+        report, changes, diffed = _diff(
+            buf, state, pairs, framework, readmit, turn, new_ids, actor, taken
+        )
+        it = iter(diffed)
+        fresh = [f if f is not None else next(it) for f in fresh]
         report = replace(
             report,
-            held=(*held, *report.held),
-            tombstoned=(*tombstoned, *report.tombstoned),
+            held=tuple(sorted({*held, *report.held})),
+            tombstoned=tuple(sorted({*tombstoned, *report.tombstoned})),
         )
-    kept = {s.unit for s in fresh if s.unit is not None}
+    else:
+        report = SyncReport((), tuple(held), tuple(tombstoned), (), (), head.number)
+        changes = Changes(reason=_reason(framework))
+    done = [f for f in fresh if f is not None]
+    if ident is not None:
+        for f, (_, m, _u) in zip(diffed if pairs else [], pairs, strict=True):
+            mid = ident(m) if f.unit is not None else None
+            if mid is not None:
+                objects[mid] = f
+    fresh_seen = done
+    kept = {s.unit for s in fresh_seen if s.unit is not None}
     before = seen[k:] if seen else _baseline(buf, framework)
     changes.dropped = [
         s.unit
@@ -429,8 +478,49 @@ def sync_history(
     ]
     changes.actor = actor
     changes.state = state
-    state.seen = seen[:k] + fresh
+    state.seen = seen[:k] + fresh_seen
     return report, changes
+
+
+class _Calls(dict[str, str]):
+    """Call id → its live ``TOOL_CALL`` entry, for the results a sync reads.
+
+    Backed by the state's cache (``known``), checked against the snapshot on
+    each look-up; a miss scans the snapshot once (O(n)) and refreshes the
+    cache, so a sync that reads no result, or results of known calls, costs
+    O(1) per look-up."""
+
+    def __init__(self, snap: Snapshot, known: dict[str, str]) -> None:
+        super().__init__()
+        self.snap = snap
+        self.known = known
+        self.scanned = False
+
+    def get(self, call_id: str, default: Any = None) -> Any:
+        if call_id in self:
+            return self[call_id]
+        eid = self.known.get(call_id)
+        live = eid is not None and isinstance(_held(self.snap, eid), Entry)
+        if not live and not self.scanned:
+            self.scanned = True
+            self.known.clear()
+            self.known.update(
+                (str(e.meta["call_id"]), e.id)
+                for e in self.snap
+                if e.kind is Kind.TOOL_CALL and "call_id" in e.meta
+            )
+            eid = self.known.get(call_id)
+        if eid is not None and isinstance(_held(self.snap, eid), Entry):
+            return eid
+        return default
+
+    def __setitem__(self, call_id: str, eid: str) -> None:
+        super().__setitem__(call_id, eid)
+        self.known[call_id] = eid
+
+
+def _reason(framework: str) -> str:
+    return f"{framework}: removed from the framework's history"
 
 
 def _baseline(buf: Buffer, framework: str) -> list[Seen]:
@@ -460,21 +550,21 @@ def _diff(
     turn: int | None,
     new_ids: str,
     actor: str | None,
+    taken: set[str],
 ) -> tuple[SyncReport, Changes, list[Seen]]:
-    changes = Changes(reason=f"{framework}: removed from the framework's history")
+    """Read ``pairs`` (the messages not matched by identity or equality)
+    against a snapshot: appends, held and tombstoned positions, and the
+    framework's edits. ``taken``: ids already matched in this history."""
+    changes = Changes(reason=_reason(framework))
     fresh: list[Seen] = []
     reads: list[Read] = []
     held: list[int] = []
     tombstoned: list[int] = []
     with buf.snapshot() as snap:
-        call_entry = {
-            str(e.meta["call_id"]): e.id
-            for e in snap
-            if e.kind is Kind.TOOL_CALL and "call_id" in e.meta
-        }
+        call_entry = _Calls(snap, state.calls)
         by_content = any(u is not None and u.id is None for _, _, u in pairs)
         live_by_hash, tombs_by_hash = _primaries(snap) if by_content else ({}, {})
-        ids: set[str] = set()
+        ids = taken
         for position, m, unit in pairs:
             if unit is None:
                 fresh.append(Seen(m, None, None))
@@ -500,9 +590,8 @@ def _diff(
             ids.add(uid)
             fresh.append(Seen(m, uid, d))
             found = _held(snap, uid)
-            entries = _entries(unit, framework, call_entry)
             if found is None:
-                reads.append(Read(position, uid, entries))
+                reads.append(Read(position, uid, _entries(unit, framework, call_entry)))
                 state.digests[uid] = d
                 continue
             if not isinstance(found, Entry):
@@ -516,6 +605,7 @@ def _diff(
             if d == before or d in state.alternates.get(uid, ()):
                 continue
             # The framework changed this message under its id.
+            entries = _entries(unit, framework, call_entry)
             body = _primary(unit)[0]
             if body != found.body:
                 changes.rewrites.append((uid, body))
@@ -657,8 +747,12 @@ async def aapply_changes(buf: Buffer, changes: Changes) -> list[EditReport]:
             return reports
 
 
-def window(snap: Snapshot) -> list[Slot]:
+def window(snap: Snapshot, state: SyncState | None = None) -> list[Slot]:
     """The live messages of ``snap`` in window order, as slots. O(n).
+
+    With ``state``, an entry's dump is thawed once and reused while the entry
+    is the same (entries are immutable: a change is a new entry object), so
+    a render after appends costs O(n) dictionary look-ups plus the new dumps.
 
     An entry with its ``content`` gives a native slot (the framework's own
     dump; its live calls and results are collected into it). An entry without
@@ -667,15 +761,29 @@ def window(snap: Snapshot) -> list[Slot]:
     ``native`` is ``None`` and the framework renders ``text`` as a plain
     message of that kind, with the calls it carries rebuilt from their keys.
     """
+    return window_of(snap, state)
+
+
+def window_of(
+    entries: Iterable[Entry], state: SyncState | None = None, *, keep: bool = True
+) -> list[Slot]:
+    """:func:`window` of live ``entries`` in window order (all of a
+    snapshot's, or a tail of them whose messages start in it). ``keep``
+    replaces ``state.natives`` with this call's (else they are added)."""
     slots: list[Slot] = []
     by_unit: dict[str, Slot] = {}
-    for e in snap:
+    old = state.natives if state is not None else {}
+    natives: dict[str, tuple[Entry, Any]] = {} if keep else old
+    for e in entries:
         meta = e.meta
         unit = meta.get("unit")
         call = _call_of(e)
         result_of = meta.get("result_of")
         if e.content is not None and isinstance(unit, str):
-            slot = Slot(unit, thaw(e.content), e.kind, e.body)
+            known = old.get(e.id)
+            native = known[1] if known is not None and known[0] is e else thaw(e.content)
+            natives[e.id] = (e, native)
+            slot = Slot(unit, native, e.kind, e.body)
             by_unit[unit] = slot
             slots.append(slot)
         elif isinstance(unit, str) and unit in by_unit and unit != e.id:
@@ -689,6 +797,8 @@ def window(snap: Snapshot) -> list[Slot]:
             slot.calls.append(call)
         elif isinstance(result_of, str):
             slot.results.append(result_of)
+    if state is not None and keep:
+        state.natives = natives
     return slots
 
 

@@ -2,32 +2,40 @@
 
 What it keeps true, for an agent made by ``langchain.agents.create_agent``:
 
-* ``before_model`` / ``abefore_model`` sync the state's messages into the
-  buffer by ``message.id`` (idempotent: the checkpointed history handed back
-  on every step appends only what is new; a message the buffer pruned on
-  purpose is not resurrected), then run the configured pruner once. By
-  default they return no state update: the checkpointed state keeps the
+* ``wrap_model_call`` / ``awrap_model_call`` are its one hook, run once per
+  model call: they sync the request's messages into the buffer by
+  ``message.id`` — a faithful diff (:mod:`quiesce.integrations._store`):
+  new messages are appended (a message the buffer pruned on purpose is not
+  resurrected), and what a framework tool placed before quiesce changed —
+  ``SummarizationMiddleware``'s summary, ``trim_messages``, an edited
+  message — is settled through the policy, so a constraint it dropped stays
+  and the removal is escalated. Then the configured pruner runs once, and the
+  model is called on the pruned window of a snapshot pinned for the whole
+  call (``request.override``): a prune requested meanwhile is deferred until
+  the model returns. Removals and stale marks are listed in a note appended
+  to the system message, so the messages themselves — thinking blocks with
+  their signatures, images, ids — reach the model exactly as LangChain
+  stored them. Every tool call the model sees is answered (a pruned result
+  is replaced by a stand-in). By default the checkpointed state keeps the
   full history, and quiesce decides what the model sees.
-* ``wrap_model_call`` / ``awrap_model_call`` call the model on the pruned
-  window of a snapshot pinned for the whole call (``request.override``): a
-  prune requested meanwhile is deferred until the model returns. Removals
-  and stale marks are listed in a note appended to the system message, so
-  the messages themselves — thinking blocks with their signatures, images,
-  ids — reach the model exactly as LangChain stored them. Every tool call the
-  model sees is answered (a pruned result is replaced by a stand-in).
-* ``destructive=True`` also returns state updates from ``before_model``:
-  ``RemoveMessage`` for each pruned message, a replacement ``AIMessage``
-  (same id) without its pruned ``tool_calls``, and a stand-in ``ToolMessage``
-  (same id) for a result pruned while its call survives — the saved state
-  never holds an orphaned call or result.
+* ``destructive=True`` also returns state updates, as the model node's
+  command (``ExtendedModelResponse``): ``RemoveMessage`` for each pruned
+  message, a replacement ``AIMessage`` (same id) without its pruned
+  ``tool_calls``, and a stand-in ``ToolMessage`` (same id) for a result
+  pruned while its call survives — the saved state never holds an orphaned
+  call or result.
+* Cheap turns: a sync of the same message objects (or equal copies, as a
+  checkpointer reloads them) reads nothing again, and a render after appends
+  rebuilds only the new messages; no ``before_model`` hook, so quiesce adds
+  no graph step.
 
 Messages are held as LangChain's own dicts (``message_to_dict``); see
 :mod:`quiesce.integrations._store` for the entry layout. One middleware (and
 one buffer) per conversation thread.
 
-Framework work-arounds: none in the middleware. Sync ``before_model`` runs an
-async pruner with ``anyio.run`` in the calling thread (LangGraph's sync
-``invoke`` runs nodes without an event loop).
+Framework work-arounds: none in the middleware. Sync ``wrap_model_call``
+runs an async pruner with ``anyio.run`` in the calling thread (LangGraph's
+sync ``invoke`` runs nodes without an event loop).
 """
 
 from __future__ import annotations
@@ -50,6 +58,8 @@ try:
     from langchain.agents.middleware.types import (
         AgentMiddleware,
         AgentState,
+        ExtendedModelResponse,
+        ModelCallResult,
         ModelRequest,
         ModelResponse,
     )
@@ -64,7 +74,7 @@ try:
         message_to_dict,
         messages_from_dict,
     )
-    from langgraph.runtime import Runtime
+    from langgraph.types import Command
 except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise missing_extra("LangChain", "langchain") from exc
 
@@ -149,8 +159,19 @@ def _diff(
     if not isinstance(messages, Sequence) or isinstance(messages, str | bytes):
         raise InvalidArgument(f"langchain: messages must be a list, not {type(messages).__name__}")
     return _store.sync_history(
-        buffer, messages, _unit, framework=FRAMEWORK, actor=__name__, readmit=readmit
+        buffer,
+        messages,
+        _unit,
+        framework=FRAMEWORK,
+        actor=__name__,
+        readmit=readmit,
+        ident=_ident,
     )
+
+
+def _ident(m: object) -> str | None:
+    mid = getattr(m, "id", None)
+    return mid if isinstance(mid, str) and mid else None
 
 
 def sync_messages(
@@ -263,10 +284,49 @@ def _paired(messages: list[BaseMessage]) -> list[BaseMessage]:
     return out
 
 
-def render_messages(snap: Snapshot) -> tuple[list[BaseMessage], str | None]:
+def render_messages(
+    snap: Snapshot, *, buffer: Buffer | None = None
+) -> tuple[list[BaseMessage], str | None]:
     """The window of ``snap`` as LangChain messages, and the quiesce note (or
-    ``None``). Every tool call in the result is answered. O(n)."""
-    rebuilt = [m for m in (_rebuild(s) for s in _store.window(snap)) if m is not None]
+    ``None``). Every tool call in the result is answered. O(n).
+
+    With the ``buffer`` the snapshot is of, messages are rebuilt once and
+    reused while their entries are unchanged (LangChain's models do not
+    mutate their input): a render after k appends rebuilds k messages."""
+    if buffer is None:
+        slots = _store.window(snap)
+        rebuilt = [m for m in map(_rebuild, slots) if m is not None]
+        return _paired(rebuilt), _store.notes(snap)
+    state = _store.state_of(buffer, FRAMEWORK)
+    entries = list(snap)
+    prev = state.last_entries
+    units = state.last_units
+    if len(prev) <= len(entries) and all(a is b for a, b in zip(prev, entries, strict=False)):
+        # Only appends since the last render (the common turn): rebuild the
+        # tail, unless it adds a part to a message shown before.
+        tail = entries[len(prev) :]
+        if not any(e.meta.get("unit") in units and e.meta.get("unit") != e.id for e in tail):
+            slots = _store.window_of(tail, state, keep=False)
+            rebuilt = [*state.last_render, *(m for m in map(_rebuild, slots) if m is not None)]
+            state.last_entries, state.last_render = entries, rebuilt
+            units.update(s.unit for s in slots)
+            return _paired(rebuilt), _store.notes(snap)
+    old, cache = state.cache, {}
+    rebuilt = []
+    slots = _store.window_of(entries, state)
+    for slot in slots:
+        key = (slot.native, tuple(slot.calls), tuple(slot.results), slot.text)
+        known = old.get(slot.unit)
+        if known is not None and known[0] is key[0] and known[1:4] == key[1:]:
+            m = known[4]
+        else:
+            m = _rebuild(slot)
+        cache[slot.unit] = (*key, m)
+        if m is not None:
+            rebuilt.append(m)
+    state.cache = cache
+    state.last_entries, state.last_render = entries, rebuilt
+    state.last_units = {s.unit for s in slots}
     return _paired(rebuilt), _store.notes(snap)
 
 
@@ -299,8 +359,6 @@ class QuiesceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self.pruner = pruner
         self.destructive = bool(destructive)
 
-    # -- before_model -------------------------------------------------------
-
     def _state_update(self, messages: Sequence[AnyMessage]) -> dict[str, Any] | None:
         if not self.destructive:
             return None
@@ -330,30 +388,24 @@ class QuiesceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                         updates.append(_without_calls(m, live))
         return {"messages": updates} if updates else None
 
-    def before_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """Sync the state's messages, run the pruner (``anyio.run`` in this
-        thread), and return ``None`` — or, if destructive, the removals."""
-        messages = state["messages"]
-        sync_messages(self.buffer, messages)
-        if self.pruner is not None:
-            anyio.run(prune_round, self.buffer, self.pruner)
-        return self._state_update(messages)
+    def _response(
+        self, response: ModelResponse[Any], messages: Sequence[AnyMessage]
+    ) -> ModelCallResult[Any]:
+        update = self._state_update(messages)
+        if update is None:
+            return response
+        return ExtendedModelResponse(model_response=response, command=Command(update=update))
 
-    async def abefore_model(
-        self, state: AgentState[Any], runtime: Runtime[Any]
-    ) -> dict[str, Any] | None:
-        """Sync the state's messages, await one pruning round, and return
-        ``None`` — or, if destructive, the removals. Cancellation while the
-        pruner runs submits nothing (see :func:`~quiesce.run_pruner`)."""
-        messages = state["messages"]
-        await async_sync_messages(self.buffer, messages)
-        await prune_round(self.buffer, self.pruner)
-        return self._state_update(messages)
-
-    # -- wrap_model_call ----------------------------------------------------
+    # -- wrap_model_call: the one hook ------------------------------------
+    #
+    # Everything happens around the model call, once per call: the sync
+    # (one faithful diff of what the model would be sent), the pruning round,
+    # the pinned render, and (destructive) the state update, returned as the
+    # model node's command. No ``before_model`` hook: it would add a graph
+    # node (a checkpointed step) per model call and a second sync.
 
     def _request(self, request: ModelRequest[Any], snap: Snapshot) -> ModelRequest[Any]:
-        messages, note = render_messages(snap)
+        messages, note = render_messages(snap, buffer=self.buffer)
         return request.override(
             messages=list[AnyMessage](messages),  # type: ignore[arg-type]
             system_message=_with_note(request.system_message, note),
@@ -363,22 +415,34 @@ class QuiesceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
-    ) -> ModelResponse[Any]:
-        """Call the model on the window of a snapshot pinned for the call."""
+    ) -> ModelCallResult[Any]:
+        """Sync the request's messages, run the pruner (``anyio.run`` in this
+        thread: LangGraph's sync ``invoke`` runs nodes without an event loop),
+        and call the model on the window of a snapshot pinned for the call.
+        With a durable log, prefer ``ainvoke``: here the log is written in
+        the calling thread."""
         sync_messages(self.buffer, request.messages)
+        if self.pruner is not None:
+            anyio.run(prune_round, self.buffer, self.pruner)
         with self.buffer.snapshot() as snap:
-            return handler(self._request(request, snap))
+            response = handler(self._request(request, snap))
+        return self._response(response, request.messages)
 
     async def awrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
-    ) -> ModelResponse[Any]:
-        """Call the model on the window of a snapshot pinned across the await.
-        The pin is released on exit, also on cancellation."""
+    ) -> ModelCallResult[Any]:
+        """Sync the request's messages (the framework's edits settled with
+        ``aedit``), await one pruning round, and call the model on the window
+        of a snapshot pinned across the await. The pin is released on exit,
+        also on cancellation; cancellation while the pruner runs submits
+        nothing (see :func:`~quiesce.run_pruner`)."""
         await async_sync_messages(self.buffer, request.messages)
+        await prune_round(self.buffer, self.pruner)
         with self.buffer.snapshot() as snap:
-            return await handler(self._request(request, snap))
+            response = await handler(self._request(request, snap))
+        return self._response(response, request.messages)
 
 
 def _is_live_call(snap: Snapshot, call_id: str) -> bool:
