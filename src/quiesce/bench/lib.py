@@ -515,6 +515,7 @@ SECTION_MODULES: list[str] = [
     "quiesce.bench.durability",
     "quiesce.bench.shared",
     "quiesce.bench.long_life",
+    "quiesce.bench.frameworks",
 ]
 
 
