@@ -97,6 +97,7 @@ __all__ = [
     "aapply_changes",
     "apply_changes",
     "notes",
+    "rendered",
     "state_of",
     "sync_history",
     "sync_units",
@@ -330,6 +331,9 @@ class SyncState:
         self.refused: set[str] = set()
         self.objects: dict[str, Seen] = {}
         self.calls: dict[str, str] = {}
+        #: (version, live content hash → ids, tombstone hash → ids) of the
+        #: last sync that matched messages by content
+        self.index: tuple[int, dict[str, list[str]], dict[str, list[str]]] | None = None
         self.natives: dict[str, tuple[Entry, Any]] = {}
         self.cache: dict[str, tuple[Any, ...]] = {}
         #: the entries of the last render and its framework objects, unpaired
@@ -519,6 +523,23 @@ class _Calls(dict[str, str]):
         self.known[call_id] = eid
 
 
+class _Index(dict[str, list[str]]):
+    """A per-sync view of a content-hash index: a key's ids are copied from
+    the shared ``base`` on first use, so a sync can pop matches without
+    changing the index kept for the next sync. O(1) per look-up."""
+
+    def __init__(self, base: dict[str, list[str]]) -> None:
+        super().__init__()
+        self.base = base
+
+    def __missing__(self, key: str) -> list[str]:
+        ids = self[key] = list(self.base.get(key, ()))
+        return ids
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key]
+
+
 def _reason(framework: str) -> str:
     return f"{framework}: removed from the framework's history"
 
@@ -563,7 +584,14 @@ def _diff(
     with buf.snapshot() as snap:
         call_entry = _Calls(snap, state.calls)
         by_content = any(u is not None and u.id is None for _, _, u in pairs)
-        live_by_hash, tombs_by_hash = _primaries(snap) if by_content else ({}, {})
+        if not by_content:
+            index: tuple[int, dict[str, list[str]], dict[str, list[str]]] | None = None
+        elif state.index is not None and state.index[0] == snap.version:
+            index = state.index
+        else:
+            index = (snap.version, *_primaries(snap))
+        live_by_hash = _Index(index[1] if index is not None else {})
+        tombs_by_hash = _Index(index[2] if index is not None else {})
         ids = taken
         for position, m, unit in pairs:
             if unit is None:
@@ -623,6 +651,20 @@ def _diff(
         sync=True,
         actor=actor,
     )
+    state.index = None
+    if index is not None:
+        added = [
+            e
+            for r in reads
+            for e in r.entries
+            if e.content is not None and e.meta.get("unit") == e.id
+        ]
+        count = sum(len(r.entries) for r in reads)
+        if buf.version == index[0] + count and not report.readmitted:
+            # Only our appends since the index was read: extend it.
+            for e in added:
+                index[1].setdefault(e.content_hash, []).append(e.id)
+            state.index = (buf.version, index[1], index[2])
     summaries = [r for r in reads if r.entries and r.entries[0].kind is Kind.SUMMARY]
     if summaries and changes.summary is None:
         changes.summary = summaries[0].entries[0]
@@ -762,6 +804,47 @@ def window(snap: Snapshot, state: SyncState | None = None) -> list[Slot]:
     message of that kind, with the calls it carries rebuilt from their keys.
     """
     return window_of(snap, state)
+
+
+def rendered(snap: Snapshot, state: SyncState, rebuild: Callable[[Slot], Any]) -> list[Any]:
+    """The framework objects of ``snap``'s window, unpaired: ``rebuild`` of
+    each slot, reusing what the last render of ``state`` built.
+
+    When the snapshot's entries extend the last render's (the same entry
+    objects, in order, then new ones: the common turn), only the new slots are
+    rebuilt — unless a new entry is a part (a call or result) of a message
+    shown before. Otherwise every slot is rebuilt except those whose dump,
+    calls, results and text are the ones cached. ``rebuild`` must give
+    objects nobody mutates (or the caller copies them). O(n) identity checks
+    plus the rebuilt slots. Returns a new list."""
+    entries = list(snap)
+    prev = state.last_entries
+    units = state.last_units
+    if len(prev) <= len(entries) and all(a is b for a, b in zip(prev, entries, strict=False)):
+        tail = entries[len(prev) :]
+        if not any(e.meta.get("unit") in units and e.meta.get("unit") != e.id for e in tail):
+            slots = window_of(tail, state, keep=False)
+            out = [*state.last_render, *(m for m in map(rebuild, slots) if m is not None)]
+            state.last_entries, state.last_render = entries, out
+            units.update(s.unit for s in slots)
+            return list(out)
+    old, cache = state.cache, {}
+    out = []
+    slots = window_of(entries, state)
+    for slot in slots:
+        key = (slot.native, tuple(slot.calls), tuple(slot.results), slot.text)
+        known = old.get(slot.unit)
+        if known is not None and known[0] is key[0] and known[1:4] == key[1:]:
+            m = known[4]
+        else:
+            m = rebuild(slot)
+        cache[slot.unit] = (*key, m)
+        if m is not None:
+            out.append(m)
+    state.cache = cache
+    state.last_entries, state.last_render = entries, out
+    state.last_units = {s.unit for s in slots}
+    return list(out)
 
 
 def window_of(

@@ -177,10 +177,16 @@ def _paired(messages: list[LLMMessage]) -> list[LLMMessage]:
     return out
 
 
-def render_messages(snap: Snapshot) -> list[LLMMessage]:
+def render_messages(snap: Snapshot, *, buffer: Buffer | None = None) -> list[LLMMessage]:
     """The window of ``snap`` as AutoGen messages, paired, the quiesce note
-    (if any) first as a ``SystemMessage``. O(n)."""
-    rebuilt = [m for m in (_rebuild(s) for s in _store.window(snap)) if m is not None]
+    (if any) first as a ``SystemMessage``. O(n). With the ``buffer`` the
+    snapshot is of, messages are rebuilt once and reused while their entries
+    are unchanged (AutoGen's model clients do not mutate their input): a
+    render after k appends rebuilds k messages."""
+    if buffer is None:
+        rebuilt = [m for m in (_rebuild(s) for s in _store.window(snap)) if m is not None]
+    else:
+        rebuilt = _store.rendered(snap, _store.state_of(buffer, FRAMEWORK), _rebuild)
     messages = _paired(rebuilt)
     note = _store.notes(snap)
     if note is not None:
@@ -231,7 +237,7 @@ class QuiesceChatCompletionContext(ChatCompletionContext):
         await prune_round(self.buffer, self.pruner)
         await anyio.lowlevel.checkpoint()
         with self.buffer.snapshot() as snap:
-            return render_messages(snap)
+            return render_messages(snap, buffer=self.buffer)
 
     async def clear(self) -> None:
         """Prune every entry it may, as ``host:autogen`` (protected ones stay)."""

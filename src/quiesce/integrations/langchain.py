@@ -297,36 +297,7 @@ def render_messages(
         slots = _store.window(snap)
         rebuilt = [m for m in map(_rebuild, slots) if m is not None]
         return _paired(rebuilt), _store.notes(snap)
-    state = _store.state_of(buffer, FRAMEWORK)
-    entries = list(snap)
-    prev = state.last_entries
-    units = state.last_units
-    if len(prev) <= len(entries) and all(a is b for a, b in zip(prev, entries, strict=False)):
-        # Only appends since the last render (the common turn): rebuild the
-        # tail, unless it adds a part to a message shown before.
-        tail = entries[len(prev) :]
-        if not any(e.meta.get("unit") in units and e.meta.get("unit") != e.id for e in tail):
-            slots = _store.window_of(tail, state, keep=False)
-            rebuilt = [*state.last_render, *(m for m in map(_rebuild, slots) if m is not None)]
-            state.last_entries, state.last_render = entries, rebuilt
-            units.update(s.unit for s in slots)
-            return _paired(rebuilt), _store.notes(snap)
-    old, cache = state.cache, {}
-    rebuilt = []
-    slots = _store.window_of(entries, state)
-    for slot in slots:
-        key = (slot.native, tuple(slot.calls), tuple(slot.results), slot.text)
-        known = old.get(slot.unit)
-        if known is not None and known[0] is key[0] and known[1:4] == key[1:]:
-            m = known[4]
-        else:
-            m = _rebuild(slot)
-        cache[slot.unit] = (*key, m)
-        if m is not None:
-            rebuilt.append(m)
-    state.cache = cache
-    state.last_entries, state.last_render = entries, rebuilt
-    state.last_units = {s.unit for s in slots}
+    rebuilt = _store.rendered(snap, _store.state_of(buffer, FRAMEWORK), _rebuild)
     return _paired(rebuilt), _store.notes(snap)
 
 

@@ -29,7 +29,9 @@ pydantic-ai runs its tools with asyncio tasks: it runs on **asyncio only**.
 
 from __future__ import annotations
 
+import copy
 import json
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -204,8 +206,14 @@ def _rebuild(slot: _store.Slot) -> ModelMessage | None:
     ]
     if not kept:
         return None
-    m.parts = kept  # type: ignore[assignment]
+    if len(kept) != len(m.parts):
+        m.parts = kept  # type: ignore[assignment]
+        _FILTERED[id(m)] = m
     return _stamp(m, slot.unit)
+
+
+#: Rebuilt messages with parts left out (their calls or results are pruned).
+_FILTERED: weakref.WeakValueDictionary[int, ModelMessage] = weakref.WeakValueDictionary()
 
 
 def _answers(m: ModelRequest) -> set[str]:
@@ -243,6 +251,7 @@ def _paired(messages: list[ModelMessage]) -> list[ModelMessage]:
             ]
             open_calls = {}
             if len(parts) != len(m.parts) or stand_ins:
+                m = copy.copy(m)  # copy on write: ``m`` may be a cached render
                 m.parts = [*stand_ins, *parts]
             if m.parts:
                 out.append(m)
@@ -270,24 +279,30 @@ def render_messages(snap: Snapshot) -> list[ModelMessage]:
 def _render(snap: Snapshot) -> tuple[list[ModelMessage], set[int]]:
     """:func:`render_messages`, and the ``id()`` of each message quiesce
     changed or made (parts left out, stand-ins or the note added)."""
-    slots = _store.window(snap)
-    rebuilt = [m for m in (_rebuild(s) for s in slots) if m is not None]
+    return _render_from(snap, [m for m in map(_rebuild, _store.window(snap)) if m is not None])
+
+
+def _render_cached(buffer: Buffer, snap: Snapshot) -> tuple[list[ModelMessage], set[int]]:
+    """:func:`_render` reusing the messages the last render rebuilt (see
+    :func:`quiesce.integrations._store.rendered`); the cached messages are
+    never changed here (stand-ins and the note go on copies)."""
+    state = _store.state_of(buffer, FRAMEWORK)
+    return _render_from(snap, _store.rendered(snap, state, _rebuild))
+
+
+def _render_from(
+    snap: Snapshot, rebuilt: list[ModelMessage]
+) -> tuple[list[ModelMessage], set[int]]:
     sizes = {id(m): len(m.parts) for m in rebuilt}
     messages = _paired(rebuilt)
     note = _store.notes(snap)
     if note is not None:
         if messages and isinstance(messages[0], ModelRequest):
-            messages[0].parts = [SystemPromptPart(note), *messages[0].parts]
+            first = messages[0] = copy.copy(messages[0])  # copy on write, as above
+            first.parts = [SystemPromptPart(note), *first.parts]
         else:
             messages.insert(0, ModelRequest(parts=[SystemPromptPart(note)]))
-    natives = {s.unit: s.native for s in slots}
-    changed = {
-        id(m)
-        for m in messages
-        if sizes.get(id(m)) != len(m.parts)
-        or _unit_id(m) is None
-        or len(m.parts) != len((natives.get(_unit_id(m) or "") or {}).get("parts", ()))
-    }
+    changed = {id(m) for m in messages if id(m) not in sizes or _FILTERED.get(id(m)) is m}
     return messages, changed
 
 
@@ -337,6 +352,6 @@ class QuiesceHistoryProcessor:
             await _store.aapply_changes(self.buffer, changes)
         await prune_round(self.buffer, self.pruner)
         with self.buffer.snapshot() as snap:
-            rendered, changed = _render(snap)
+            rendered, changed = _render_cached(self.buffer, snap)
         _remember(self.buffer, rendered, changed)
         return rendered
