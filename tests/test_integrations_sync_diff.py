@@ -227,3 +227,43 @@ class TestRenderedWindowFedBack:
             ]
             assert len(notes) == 1
         assert refusals(buf) == []
+
+
+class TestCachedRender:
+    """A render that reuses the last one's objects gives what a fresh render gives."""
+
+    @pytest.mark.parametrize("seed", range(6))
+    def test_langchain_cached_equals_fresh(self, seed: int) -> None:
+        """Seeded random turns (user messages, tool rounds, prunes of calls or
+        results, stale marks): after each, the cached render (and its resumed
+        pairing) equals a render from scratch, message for message."""
+        import random
+
+        rng = random.Random(seed)
+        buf = Buffer()
+        history: list[BaseMessage] = []
+        for step in range(40):
+            roll = rng.random()
+            if roll < 0.4:
+                history.append(HumanMessage(f"q{step}", id=f"h{step}"))
+            elif roll < 0.75:
+                cid = f"c{step}"
+                calls = [call(cid, str(step))]
+                history.append(AIMessage(content="", tool_calls=calls, id=f"a{step}"))
+                if rng.random() < 0.8:
+                    history.append(ToolMessage(f"r{step}", tool_call_id=cid, id=f"t{step}"))
+            else:
+                with buf.snapshot() as snap:
+                    live = [e.id for e in snap if e.kind in (Kind.TOOL_OUTPUT, Kind.TOOL_CALL)]
+                if live:
+                    victim = rng.choice(live)
+                    if rng.random() < 0.5:
+                        buf.prune([victim], reason="stale")
+                    else:
+                        buf.mark_stale(victim, "old")
+            lc.sync_messages(buf, history)
+            with buf.snapshot() as snap:
+                cached, note_c = lc.render_messages(snap, buffer=buf)
+                fresh, note_f = lc.render_messages(snap)
+            assert note_c == note_f
+            assert [m.model_dump() for m in cached] == [m.model_dump() for m in fresh], step

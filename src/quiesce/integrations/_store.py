@@ -97,6 +97,7 @@ __all__ = [
     "aapply_changes",
     "apply_changes",
     "notes",
+    "paired",
     "rendered",
     "state_of",
     "sync_history",
@@ -249,11 +250,7 @@ def sync_units(
     """
     reads: list[Read] = []
     with buf.snapshot() as snap:
-        call_entry = {
-            str(e.meta["call_id"]): e.id
-            for e in snap
-            if e.kind is Kind.TOOL_CALL and "call_id" in e.meta
-        }
+        call_entry = _Calls(snap, state_of(buf, framework).calls)
         by_content = any(u.id is None for u in units)
         live_by_hash, tombs_by_hash = _primaries(snap) if by_content else ({}, {})
         seen: set[str] = set()
@@ -340,6 +337,10 @@ class SyncState:
         self.last_entries: list[Entry] = []
         self.last_units: set[str] = set()
         self.last_render: list[Any] = []
+        #: how many objects of the last render the current one kept, and the
+        #: paired output up to a settled point (see :func:`paired`)
+        self.kept = 0
+        self.pair_memo: tuple[int, list[Any]] = (0, [])
 
     def rendered_as(self, items: Sequence[tuple[object, str | None]]) -> None:
         """Record the list quiesce rendered (object, unit id or ``None``) as
@@ -436,20 +437,21 @@ def sync_history(
     for i in range(k, len(messages)):
         m = messages[i]
         mid = ident(m) if ident is not None else None
-        if mid is not None:
-            prev = objects.get(mid)
-            if prev is not None and prev.unit is not None and (prev.obj is m or prev.obj == m):
-                # Equal to the object synced under this id before: unchanged.
-                uid = prev.unit
-                if uid in taken:
-                    raise InvalidArgument(f"{framework}: message id {uid!r} appears twice")
-                taken.add(uid)
-                if uid in live:
-                    held.append(i)
-                elif uid in tombs:
-                    tombstoned.append(i)
-                fresh.append(Seen(m, uid, prev.digest))
-                continue
+        prev = objects.get(mid) if mid is not None else None
+        if prev is not None and (prev.obj is m or prev.obj == m):
+            # Equal to the object synced under this id before: unchanged.
+            uid = prev.unit
+            assert uid is not None
+            if uid in taken:
+                raise InvalidArgument(f"{framework}: message id {uid!r} appears twice")
+            taken.add(uid)
+            if uid in live:
+                held.append(i)
+            elif uid in tombs:
+                tombstoned.append(i)
+            prev.obj = m  # the next sync's identity check sees this copy
+            fresh.append(prev)
+            continue
         pairs.append((i, m, read(i, m)))
         fresh.append(None)
     if pairs:
@@ -824,10 +826,12 @@ def rendered(snap: Snapshot, state: SyncState, rebuild: Callable[[Slot], Any]) -
         tail = entries[len(prev) :]
         if not any(e.meta.get("unit") in units and e.meta.get("unit") != e.id for e in tail):
             slots = window_of(tail, state, keep=False)
+            state.kept = len(state.last_render)
             out = [*state.last_render, *(m for m in map(rebuild, slots) if m is not None)]
             state.last_entries, state.last_render = entries, out
             units.update(s.unit for s in slots)
             return list(out)
+    state.kept = 0
     old, cache = state.cache, {}
     out = []
     slots = window_of(entries, state)
@@ -845,6 +849,33 @@ def rendered(snap: Snapshot, state: SyncState, rebuild: Callable[[Slot], Any]) -
     state.last_entries, state.last_render = entries, out
     state.last_units = {s.unit for s in slots}
     return list(out)
+
+
+def paired(
+    state: SyncState,
+    rebuilt: list[Any],
+    pair: Callable[[list[Any]], list[Any]],
+    settled: Callable[[Any], bool],
+) -> list[Any]:
+    """``pair(rebuilt)``, resumed where the last call left off.
+
+    ``pair`` is an integration's left-to-right pairing (stand-ins for
+    unanswered calls, orphaned results dropped); ``settled(m)`` is true of a
+    message after which no call is open, so pairing from the next one on
+    starts afresh. When :func:`rendered` kept the first ``state.kept``
+    objects of the last render, the paired output up to the last settled
+    point inside them is reused: a turn pairs only its new messages. O(new)."""
+    start, head = state.pair_memo
+    if start > state.kept:
+        start, head = 0, []
+    end = start
+    for i in range(len(rebuilt) - 1, start - 1, -1):
+        if settled(rebuilt[i]):
+            end = i + 1
+            break
+    mid = [*head, *pair(rebuilt[start:end])] if end > start else list(head)
+    state.pair_memo = (end, mid)
+    return [*mid, *pair(rebuilt[end:])]
 
 
 def window_of(

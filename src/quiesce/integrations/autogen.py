@@ -177,6 +177,11 @@ def _paired(messages: list[LLMMessage]) -> list[LLMMessage]:
     return out
 
 
+def _settled(m: LLMMessage) -> bool:
+    """No call is open after ``m`` (see :func:`_paired`)."""
+    return not (isinstance(m, AssistantMessage) and isinstance(m.content, list))
+
+
 def render_messages(snap: Snapshot, *, buffer: Buffer | None = None) -> list[LLMMessage]:
     """The window of ``snap`` as AutoGen messages, paired, the quiesce note
     (if any) first as a ``SystemMessage``. O(n). With the ``buffer`` the
@@ -185,9 +190,11 @@ def render_messages(snap: Snapshot, *, buffer: Buffer | None = None) -> list[LLM
     render after k appends rebuilds k messages."""
     if buffer is None:
         rebuilt = [m for m in (_rebuild(s) for s in _store.window(snap)) if m is not None]
+        messages = _paired(rebuilt)
     else:
-        rebuilt = _store.rendered(snap, _store.state_of(buffer, FRAMEWORK), _rebuild)
-    messages = _paired(rebuilt)
+        state = _store.state_of(buffer, FRAMEWORK)
+        rebuilt = _store.rendered(snap, state, _rebuild)
+        messages = _store.paired(state, rebuilt, _paired, _settled)
     note = _store.notes(snap)
     if note is not None:
         messages.insert(0, SystemMessage(content=note))

@@ -297,8 +297,14 @@ def render_messages(
         slots = _store.window(snap)
         rebuilt = [m for m in map(_rebuild, slots) if m is not None]
         return _paired(rebuilt), _store.notes(snap)
-    rebuilt = _store.rendered(snap, _store.state_of(buffer, FRAMEWORK), _rebuild)
-    return _paired(rebuilt), _store.notes(snap)
+    state = _store.state_of(buffer, FRAMEWORK)
+    rebuilt = _store.rendered(snap, state, _rebuild)
+    return _store.paired(state, rebuilt, _paired, _settled), _store.notes(snap)
+
+
+def _settled(m: BaseMessage) -> bool:
+    """No call is open after ``m`` (see :func:`_paired`)."""
+    return not isinstance(m, ToolMessage) and not (isinstance(m, AIMessage) and m.tool_calls)
 
 
 def _with_note(system: SystemMessage | None, note: str | None) -> SystemMessage | None:
