@@ -263,3 +263,94 @@ class TestTrimMessages:
         assert all(CONSTRAINT in texts(r) for r in model.requests)
         named = [op.id for esc in refused(buf) if esc.plan is not None for op in esc.plan.ops]
         assert named.count("h0") == 1
+
+
+# -- AutoGen -------------------------------------------------------------------
+
+
+class AutoGenTrimmer:
+    """AutoGen's own ``BufferedChatCompletionContext`` trimming, as a quiesce
+    pruner: it renders the window into AutoGen messages, lets the framework's
+    context choose what to keep (its ``get_messages``), and proposes to prune
+    every message it dropped — so the framework's choice goes through the
+    policy instead of around it."""
+
+    def __init__(self, buffer_size: int) -> None:
+        self.buffer_size = buffer_size
+
+    async def __call__(self, snap: Any) -> Any:
+        from autogen_core.model_context import BufferedChatCompletionContext
+
+        from quiesce import EditPlan, Prune
+        from quiesce.integrations import _store
+        from quiesce.integrations import autogen as ag
+
+        pairs = [(s.unit, m) for s in _store.window(snap) if (m := ag._rebuild(s)) is not None]
+        context = BufferedChatCompletionContext(
+            buffer_size=self.buffer_size, initial_messages=[m for _, m in pairs]
+        )
+        kept = {id(m) for m in await context.get_messages()}
+        dropped = {unit for unit, m in pairs if id(m) not in kept}
+        ids = [e.id for e in snap if e.id in dropped or e.meta.get("unit") in dropped]
+        if not ids:
+            return None
+        return EditPlan([Prune(i) for i in ids], reason="autogen buffered context")
+
+
+class TestAutoGenBufferedContext:
+    """AutoGen's buffered context (keep the newest 3 messages) against a
+    constraint given first. (asyncio only: ``AssistantAgent`` runs its
+    tools with asyncio.)"""
+
+    @staticmethod
+    def client() -> Any:
+        from autogen_core.models import ModelFamily, ModelInfo
+        from autogen_ext.models.replay import ReplayChatCompletionClient
+
+        info = ModelInfo(
+            vision=False,
+            function_calling=True,
+            json_output=False,
+            family=ModelFamily.UNKNOWN,
+            structured_output=False,
+        )
+        return ReplayChatCompletionClient(["noted", "drafted", "no: it is Friday"], model_info=info)
+
+    @staticmethod
+    async def converse(agent: Any) -> None:
+        for task in (CONSTRAINT, "Draft the release notes.", "Shall we deploy now?"):
+            await agent.run(task=task)
+
+    @staticmethod
+    def shown(client: Any) -> list[str]:
+        return [str(m.content) for m in client.create_calls[-1]["messages"]]
+
+    @pytest.mark.anyio
+    async def test_control_loses_the_constraint(self) -> None:
+        from autogen_agentchat.agents import AssistantAgent
+        from autogen_core.model_context import BufferedChatCompletionContext
+
+        client = self.client()
+        context = BufferedChatCompletionContext(buffer_size=3)
+        await self.converse(AssistantAgent("a", model_client=client, model_context=context))
+        assert CONSTRAINT not in self.shown(client)
+
+    @pytest.mark.anyio
+    async def test_constraint_stays_and_the_trim_is_escalated(self) -> None:
+        """The framework's trim becomes a plan the policy refuses (it would
+        remove the user's constraint): escalated, nothing removed, and the
+        model sees the constraint on every call."""
+        from autogen_agentchat.agents import AssistantAgent
+
+        from quiesce.integrations.autogen import QuiesceChatCompletionContext
+
+        client = self.client()
+        async with open_buffer() as buf:
+            context = QuiesceChatCompletionContext(buf, pruner=AutoGenTrimmer(3))
+            await self.converse(AssistantAgent("a", model_client=client, model_context=context))
+            assert all(
+                CONSTRAINT in [str(m.content) for m in call["messages"]]
+                for call in client.create_calls
+            )
+            assert buf.stats().escalations >= 1
+            assert len(buf.tombstones) == 0
