@@ -57,7 +57,7 @@ GOALS = {
     "frameworks_pydantic_ai_turn",
     "frameworks_openai_agents_turn",
     "frameworks_autogen_turn",
-    "frameworks_loop_stall",
+    "frameworks_loop_stall_ms",
 }
 PLOTS = [
     "ops_vs_n.png",

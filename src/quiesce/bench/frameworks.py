@@ -19,7 +19,8 @@ histories of 10, 100, 1,000 and 10,000 messages (the quick run: 10 and
 What it keeps true: both sides of a ratio run the same script over the same
 history, alternately, repetition by repetition (paired ratios), on CPU time
 of this process (the machine is shared: wall time would measure the
-neighbours). The history grows by one exchange per turn on both sides alike.
+neighbours), the collector off while timing unless ``--gc`` (the suite's
+method). The history grows by one exchange per turn on both sides alike.
 The quiesce side uses an in-memory ``Buffer`` (the integrations' default);
 the loop-stall figures use ``open_buffer(log=SQLiteLog(...))`` and
 LangChain ``ainvoke`` turns at the goal size: quiesce's own longest stretch
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import statistics
 import tempfile
 import time
@@ -233,13 +235,23 @@ FRAMEWORKS: dict[str, tuple[Maker, str]] = {
 }
 
 
-def _cpu_ns(fn: Turn) -> float:
-    t0 = time.process_time_ns()
-    fn()
-    return float(time.process_time_ns() - t0)
+def _cpu_ns(fn: Turn, keep_gc: bool) -> float:
+    """CPU time of one turn; the collector off while timing unless
+    ``keep_gc`` (the suite's method, as timeit does), collected before."""
+    gc.collect()
+    if not keep_gc:
+        gc.disable()
+    try:
+        t0 = time.process_time_ns()
+        fn()
+        return float(time.process_time_ns() - t0)
+    finally:
+        gc.enable()
 
 
-def _measure(make: Maker, n: int, repeat: int, name: str) -> tuple[CaseResult, CaseResult]:
+def _measure(
+    make: Maker, n: int, repeat: int, name: str, keep_gc: bool = False
+) -> tuple[CaseResult, CaseResult]:
     """Paired per-turn CPU time: quiesce and the framework's default,
     alternately, ``repeat`` turns each after two warm-up turns."""
     q = CaseResult(SECTION, "turn", "quiesce", n, {"framework": name}, number=1)
@@ -252,11 +264,11 @@ def _measure(make: Maker, n: int, repeat: int, name: str) -> tuple[CaseResult, C
             turn_d()
         for i in range(repeat):
             if i % 2:
-                d.ns.append(_cpu_ns(turn_d))
-                q.ns.append(_cpu_ns(turn_q))
+                d.ns.append(_cpu_ns(turn_d, keep_gc))
+                q.ns.append(_cpu_ns(turn_q, keep_gc))
             else:
-                q.ns.append(_cpu_ns(turn_q))
-                d.ns.append(_cpu_ns(turn_d))
+                q.ns.append(_cpu_ns(turn_q, keep_gc))
+                d.ns.append(_cpu_ns(turn_d, keep_gc))
     finally:
         close_q()
         close_d()
@@ -372,7 +384,7 @@ def bench_frameworks(cfg: Config) -> SectionResult:
         measured: dict[int, tuple[CaseResult, CaseResult]] = {}
         with _available(name, res.notes):
             for n in sizes:
-                measured[n] = _measure(make, n, repeat, name)
+                measured[n] = _measure(make, n, repeat, name, cfg.gc)
                 res.cases.extend(measured[n])
         ratios[name] = {
             str(n): {
@@ -403,7 +415,7 @@ def bench_frameworks(cfg: Config) -> SectionResult:
         }
         res.goals.append(
             Goal(
-                "frameworks_loop_stall",
+                "frameworks_loop_stall_ms",
                 f"longest stretch quiesce holds the event loop in a LangChain ainvoke turn, "
                 f"{stall_n:,} messages, SQLiteLog (ms)",
                 own,

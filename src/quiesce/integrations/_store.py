@@ -346,7 +346,12 @@ class SyncState:
         """Record the list quiesce rendered (object, unit id or ``None``) as
         the history the framework now holds: handed back unchanged, it is one
         pass of identity checks. O(len(items))."""
-        self.seen = [Seen(obj, unit, None) for obj, unit in items]
+        old = self.seen
+        n = len(old)
+        self.seen = [
+            old[i] if i < n and old[i].obj is obj else Seen(obj, unit, None)
+            for i, (obj, unit) in enumerate(items)
+        ]
 
 
 _STATES: weakref.WeakKeyDictionary[Buffer, dict[str, SyncState]] = weakref.WeakKeyDictionary()

@@ -208,12 +208,13 @@ def _rebuild(slot: _store.Slot) -> ModelMessage | None:
         return None
     if len(kept) != len(m.parts):
         m.parts = kept  # type: ignore[assignment]
-        _FILTERED[id(m)] = m
+        _CHANGED[id(m)] = m
     return _stamp(m, slot.unit)
 
 
-#: Rebuilt messages with parts left out (their calls or results are pruned).
-_FILTERED: weakref.WeakValueDictionary[int, ModelMessage] = weakref.WeakValueDictionary()
+#: Messages quiesce changed or made (parts left out, stand-ins or the note
+#: added, stand-in requests): handed back, they are not the framework's edits.
+_CHANGED: weakref.WeakValueDictionary[int, ModelMessage] = weakref.WeakValueDictionary()
 
 
 def _answers(m: ModelRequest) -> set[str]:
@@ -253,15 +254,16 @@ def _paired(messages: list[ModelMessage]) -> list[ModelMessage]:
             if len(parts) != len(m.parts) or stand_ins:
                 m = copy.copy(m)  # copy on write: ``m`` may be a cached render
                 m.parts = [*stand_ins, *parts]
+                _CHANGED[id(m)] = m
             if m.parts:
                 out.append(m)
             continue
         if open_calls:
-            out.append(ModelRequest(parts=[_stand_in(i, n) for i, n in open_calls.items()]))
+            out.append(_made(ModelRequest(parts=[_stand_in(i, n) for i, n in open_calls.items()])))
         open_calls = {p.tool_call_id: p.tool_name for p in m.parts if isinstance(p, ToolCallPart)}
         out.append(m)
     if open_calls:
-        out.append(ModelRequest(parts=[_stand_in(i, n) for i, n in open_calls.items()]))
+        out.append(_made(ModelRequest(parts=[_stand_in(i, n) for i, n in open_calls.items()])))
     return out
 
 
@@ -287,23 +289,38 @@ def _render_cached(buffer: Buffer, snap: Snapshot) -> tuple[list[ModelMessage], 
     :func:`quiesce.integrations._store.rendered`); the cached messages are
     never changed here (stand-ins and the note go on copies)."""
     state = _store.state_of(buffer, FRAMEWORK)
-    return _render_from(snap, _store.rendered(snap, state, _rebuild))
+    return _render_from(snap, _store.rendered(snap, state, _rebuild), state)
 
 
 def _render_from(
-    snap: Snapshot, rebuilt: list[ModelMessage]
+    snap: Snapshot, rebuilt: list[ModelMessage], state: _store.SyncState | None = None
 ) -> tuple[list[ModelMessage], set[int]]:
-    sizes = {id(m): len(m.parts) for m in rebuilt}
-    messages = _paired(rebuilt)
+    """Pair ``rebuilt`` (resumed from the last render with ``state``) and add
+    the note; also the ``id()`` of each message quiesce changed or made."""
+    if state is None:
+        messages = _paired(rebuilt)
+    else:
+        messages = _store.paired(state, rebuilt, _paired, _settled)
     note = _store.notes(snap)
     if note is not None:
         if messages and isinstance(messages[0], ModelRequest):
             first = messages[0] = copy.copy(messages[0])  # copy on write, as above
             first.parts = [SystemPromptPart(note), *first.parts]
+            _CHANGED[id(first)] = first
         else:
-            messages.insert(0, ModelRequest(parts=[SystemPromptPart(note)]))
-    changed = {id(m) for m in messages if id(m) not in sizes or _FILTERED.get(id(m)) is m}
+            messages.insert(0, _made(ModelRequest(parts=[SystemPromptPart(note)])))
+    changed = {id(m) for m in messages if _CHANGED.get(id(m)) is m}
     return messages, changed
+
+
+def _made(m: ModelRequest) -> ModelRequest:
+    _CHANGED[id(m)] = m
+    return m
+
+
+def _settled(m: ModelMessage) -> bool:
+    """No call is open after ``m`` (see :func:`_paired`)."""
+    return isinstance(m, ModelRequest)
 
 
 def _unit_id(m: ModelMessage) -> str | None:
