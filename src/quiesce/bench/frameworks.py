@@ -237,8 +237,7 @@ FRAMEWORKS: dict[str, tuple[Maker, str]] = {
 
 def _cpu_ns(fn: Turn, keep_gc: bool) -> float:
     """CPU time of one turn; the collector off while timing unless
-    ``keep_gc`` (the suite's method, as timeit does), collected before."""
-    gc.collect()
+    ``keep_gc`` (the suite's method, as timeit does)."""
     if not keep_gc:
         gc.disable()
     try:
