@@ -204,7 +204,9 @@ def test_frameworks_section_reports_each_framework(bench_run: tuple[int, Path]) 
         assert set(sizes) == {"10", "100"}
         for row in sizes.values():
             assert row["ratio"] > 0 and row["quiesce_ms"] > 0 and row["default_ms"] > 0
-    assert extra["stall_ms"]["quiesce_sqlite"] >= 0 and extra["stall_ms"]["default"] >= 0
+    stall = extra["stall_ms"]
+    assert stall["n"] == 100 and stall["quiesce_hook"] > 0
+    assert stall["heartbeat_quiesce_sqlite"] >= 0 and stall["heartbeat_default"] >= 0
 
 
 def test_durability_script_keeps_its_cli(
