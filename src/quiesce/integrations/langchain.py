@@ -41,6 +41,7 @@ sync ``invoke`` runs nodes without an event loop).
 from __future__ import annotations
 
 import json
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -363,6 +364,11 @@ class QuiesceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self.pool = self._target.pool
         self.pruner = pruner
         self.destructive = bool(destructive)
+        #: per buffer (its sync state): the rendered messages last found equal
+        #: to LangChain's own (see :func:`_as_given`)
+        self._given: weakref.WeakKeyDictionary[
+            _store.SyncState, dict[int, tuple[BaseMessage, BaseMessage]]
+        ] = weakref.WeakKeyDictionary()
 
     def _state_update(
         self, buffer: AsyncBuffer, messages: Sequence[AnyMessage]
@@ -417,7 +423,11 @@ class QuiesceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self, request: ModelRequest[Any], snap: Snapshot, buffer: AsyncBuffer
     ) -> ModelRequest[Any]:
         messages, note = render_messages(snap, buffer=buffer)
-        messages = _as_given(messages, request.messages)
+        state = _store.state_of(buffer, FRAMEWORK)
+        memo = self._given.get(state)
+        if memo is None:
+            memo = self._given[state] = {}
+        messages = _as_given(messages, request.messages, memo)
         if note is None and _same(messages, request.messages):
             return request  # idle: the model gets what LangChain built
         return request.override(
@@ -511,15 +521,34 @@ def _conversation_of(runtime: object, messages: Sequence[object]) -> tuple[str |
     return (str(thread) if thread is not None else None), first
 
 
-def _as_given(rendered: list[BaseMessage], given: Sequence[object]) -> list[BaseMessage]:
+def _as_given(
+    rendered: list[BaseMessage],
+    given: Sequence[object],
+    memo: dict[int, tuple[BaseMessage, BaseMessage]] | None = None,
+) -> list[BaseMessage]:
     """``rendered`` with each message that equals the one LangChain gave
     (same id, ``==``) replaced by that very object: the model gets the
-    framework's own objects wherever quiesce changed nothing. O(n)."""
+    framework's own objects wherever quiesce changed nothing. O(n).
+
+    ``memo`` (kept between calls) holds the pairs found equal last time: the
+    same rendered object and the same given object again are not compared
+    again (the render cache and LangGraph's state hand back the same objects
+    turn after turn), so a turn compares only its new messages."""
     by_id = {m.id: m for m in given if isinstance(m, BaseMessage) and m.id}
     out: list[BaseMessage] = []
+    equal: dict[int, tuple[BaseMessage, BaseMessage]] = {}
     for m in rendered:
         original = by_id.get(m.id) if m.id else None
-        out.append(original if original is not None and original == m else m)
+        if original is not None:
+            hit = memo.get(id(m)) if memo is not None else None
+            if (hit is not None and hit[0] is m and hit[1] is original) or original == m:
+                equal[id(m)] = (m, original)
+                out.append(original)
+                continue
+        out.append(m)
+    if memo is not None:
+        memo.clear()
+        memo.update(equal)
     return out
 
 
