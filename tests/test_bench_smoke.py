@@ -55,6 +55,11 @@ GOALS = {
     "ll_pin_trio",
     "ll_pin_thread",
     "ll_crafted_collisions",
+    "frameworks_langchain_turn",
+    "frameworks_pydantic_ai_turn",
+    "frameworks_openai_agents_turn",
+    "frameworks_autogen_turn",
+    "frameworks_loop_stall_ms",
 }
 PLOTS = [
     "ops_vs_n.png",
@@ -187,6 +192,23 @@ class TestQuickRun:
             assert r["recovery_s"] > 0 and r["read_s"] > 0
             assert 0 < r["tail_records"] <= r["records"]
         assert curves["fresh_bytes"] == extra["durable"]["fresh_bytes"]
+
+
+def test_frameworks_section_reports_each_framework(bench_run: tuple[int, Path]) -> None:
+    """The frameworks section stores each framework's per-turn times with and
+    without quiesce at each size, and the loop stall with and without."""
+    _, out = bench_run
+    extra = json.loads((out / "results.json").read_text(encoding="utf-8"))["sections"][
+        "frameworks"
+    ]["extra"]
+    assert set(extra["turn"]) == {"langchain", "pydantic-ai", "openai-agents", "autogen"}
+    for sizes in extra["turn"].values():
+        assert set(sizes) == {"10", "100"}
+        for row in sizes.values():
+            assert row["ratio"] > 0 and row["quiesce_ms"] > 0 and row["default_ms"] > 0
+    stall = extra["stall_ms"]
+    assert stall["n"] == 100 and stall["quiesce_hook"] > 0
+    assert stall["heartbeat_quiesce_sqlite"] >= 0 and stall["heartbeat_default"] >= 0
 
 
 def test_durability_script_keeps_its_cli(

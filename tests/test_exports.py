@@ -261,14 +261,21 @@ def test_no_runtime_import_circle_in_src() -> None:
 def test_bench_and_demo_import_only_the_public_api(app: str) -> None:
     """``quiesce bench`` and ``quiesce demo`` are applications of the public
     API: they import ``quiesce``, ``quiesce.testing``, the public adapter
-    package ``quiesce.adapters`` (the ``sync_render`` section) and their own
-    modules, never ``quiesce._core`` or another private module (issue 15)."""
+    package ``quiesce.adapters`` (the ``sync_render`` section), the public
+    framework integrations (``quiesce.integrations.langchain``, ...: the
+    ``frameworks`` section) and their own modules, never ``quiesce._core`` or
+    another private module (issue 15)."""
     for name, path in _modules().items():
         if name != app and not name.startswith(app + "."):
             continue
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         for module, _runs in _imports(path, package):
-            allowed = module in ("quiesce", "quiesce.testing", "quiesce.adapters") or (
-                module.startswith(app + ".")
+            integration = module.startswith("quiesce.integrations.") and not module.rpartition(".")[
+                2
+            ].startswith("_")
+            allowed = (
+                module in ("quiesce", "quiesce.testing", "quiesce.adapters")
+                or module.startswith(app + ".")
+                or integration
             )
             assert allowed, f"{name} imports {module}"

@@ -260,8 +260,8 @@ def test_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_sync_invoke_runs_the_pruner() -> None:
-    """LangGraph's sync ``invoke`` goes through ``before_model`` and
-    ``wrap_model_call``; the async pruner runs (``anyio.run``) in that thread.
+    """LangGraph's sync ``invoke`` goes through ``wrap_model_call``
+    (its one hook); the async pruner runs (``anyio.run``) in that thread.
     (No event loop: the sync path.)"""
     from quiesce import Buffer
 

@@ -233,7 +233,7 @@ class TestInProcess:
             agent = create_agent(model=model, middleware=[QuiesceMiddleware(shared)])
             with pytest.raises(
                 InvalidType,
-                match=r"^QuiesceMiddleware\.before_model: a SharedBuffer is written "
+                match=r"^QuiesceMiddleware\.wrap_model_call: a SharedBuffer is written "
                 r"asynchronously; run the agent with its async entry point \(ainvoke, astream\)\n",
                 # (pytest matches the notes too: LangGraph adds one naming the node)
             ):

@@ -191,20 +191,36 @@ def _paired(messages: list[LLMMessage]) -> list[LLMMessage]:
     return out
 
 
+def _settled(m: LLMMessage) -> bool:
+    """No call is open after ``m`` (see :func:`_paired`)."""
+    return not (isinstance(m, AssistantMessage) and isinstance(m.content, list))
+
+
 def render_messages(
-    snap: Snapshot, originals: Mapping[str, LLMMessage] | None = None
+    snap: Snapshot,
+    originals: Mapping[str, LLMMessage] | None = None,
+    *,
+    buffer: Buffer | AsyncBuffer | None = None,
 ) -> list[LLMMessage]:
     """The window of ``snap`` as AutoGen messages, paired, the quiesce note
     (if any) first as a ``SystemMessage``. ``originals`` maps entry ids to
     the message objects they hold: those are given back as themselves (or a
-    trimmed copy). O(n)."""
+    trimmed copy). O(n). With the ``buffer`` the snapshot is of, messages are
+    rebuilt once and reused while their entries are unchanged (AutoGen's
+    model clients do not mutate their input): a render after k appends
+    rebuilds k messages."""
     given = originals or {}
-    rebuilt = [
-        m
-        for m in (_rebuild(s, given.get(s.unit)) for s in _store.window(snap, FRAMEWORK))
-        if m is not None
-    ]
-    messages = _paired(rebuilt)
+
+    def rebuild(s: _store.Slot) -> LLMMessage | None:
+        return _rebuild(s, given.get(s.unit))
+
+    if buffer is None:
+        rebuilt = [m for m in map(rebuild, _store.window(snap, FRAMEWORK)) if m is not None]
+        messages = _paired(rebuilt)
+    else:
+        state = _store.state_of(buffer, FRAMEWORK)
+        rebuilt = _store.rendered(snap, state, rebuild, FRAMEWORK)
+        messages = _store.paired(state, rebuilt, _paired, _settled)
     note = _store.notes(snap)
     if note is not None:
         messages.insert(0, SystemMessage(content=note))
@@ -296,7 +312,7 @@ class QuiesceChatCompletionContext(ChatCompletionContext):
         await prune_round(buffer, self.pruner)
         await anyio.lowlevel.checkpoint()
         with buffer.snapshot() as snap:
-            return render_messages(snap, self._originals)
+            return render_messages(snap, self._originals, buffer=buffer)
 
     async def clear(self) -> None:
         """Prune every entry it may, as ``host:autogen`` (protected ones stay)."""

@@ -2,37 +2,46 @@
 
 What it keeps true, for an agent made by ``langchain.agents.create_agent``:
 
-* ``before_model`` / ``abefore_model`` sync the state's messages into the
-  buffer by ``message.id`` (idempotent: the checkpointed history handed back
-  on every step appends only what is new; a message the buffer pruned on
-  purpose is not resurrected), then run the configured pruner once. By
-  default they return no state update: the checkpointed state keeps the
+* ``wrap_model_call`` / ``awrap_model_call`` are its one hook, run once per
+  model call: they sync the request's messages into the buffer by
+  ``message.id`` — a faithful diff (:mod:`quiesce.integrations._store`):
+  new messages are appended (a message the buffer pruned on purpose is not
+  resurrected), and what a framework tool placed before quiesce changed —
+  ``SummarizationMiddleware``'s summary, ``trim_messages``, an edited
+  message — is settled through the policy, so a constraint it dropped stays
+  and the removal is escalated. Then the configured pruner runs once, and the
+  model is called on the pruned window of a snapshot pinned for the whole
+  call (``request.override``): a prune requested meanwhile is deferred until
+  the model returns. Removals and stale marks are listed in a note appended
+  to the system message, so the messages themselves — thinking blocks with
+  their signatures, images, ids — reach the model exactly as LangChain
+  stored them. Every tool call the model sees is answered (a pruned result
+  is replaced by a stand-in). By default the checkpointed state keeps the
   full history, and quiesce decides what the model sees.
-* ``wrap_model_call`` / ``awrap_model_call`` call the model on the pruned
-  window of a snapshot pinned for the whole call (``request.override``): a
-  prune requested meanwhile is deferred until the model returns. Removals
-  and stale marks are listed in a note appended to the system message, so
-  the messages themselves — thinking blocks with their signatures, images,
-  ids — reach the model exactly as LangChain stored them. Every tool call the
-  model sees is answered (a pruned result is replaced by a stand-in).
-* ``destructive=True`` also returns state updates from ``before_model``:
-  ``RemoveMessage`` for each pruned message, a replacement ``AIMessage``
-  (same id) without its pruned ``tool_calls``, and a stand-in ``ToolMessage``
-  (same id) for a result pruned while its call survives — the saved state
-  never holds an orphaned call or result.
+* ``destructive=True`` also returns state updates, as the model node's
+  command (``ExtendedModelResponse``): ``RemoveMessage`` for each pruned
+  message, a replacement ``AIMessage`` (same id) without its pruned
+  ``tool_calls``, and a stand-in ``ToolMessage`` (same id) for a result
+  pruned while its call survives — the saved state never holds an orphaned
+  call or result.
+* Cheap turns: a sync of the same message objects (or equal copies, as a
+  checkpointer reloads them) reads nothing again, and a render after appends
+  rebuilds only the new messages; no ``before_model`` hook, so quiesce adds
+  no graph step.
 
 Messages are held as LangChain's own dicts (``message_to_dict``); see
 :mod:`quiesce.integrations._store` for the entry layout. One middleware (and
 one buffer, or a :class:`~quiesce.BufferPool` of them) per conversation thread.
 
-Framework work-arounds: none in the middleware. Sync ``before_model`` runs an
-async pruner with ``anyio.run`` in the calling thread (LangGraph's sync
-``invoke`` runs nodes without an event loop).
+Framework work-arounds: none in the middleware. Sync ``wrap_model_call``
+runs an async pruner with ``anyio.run`` in the calling thread (LangGraph's
+sync ``invoke`` runs nodes without an event loop).
 """
 
 from __future__ import annotations
 
 import json
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -42,7 +51,7 @@ from .._core.buffer import Buffer, Snapshot
 from .._core.entry import Kind
 from .._core.errors import InvalidArgument
 from .._pool import BufferPool
-from .._protocol import AsyncBuffer, local_buffer
+from .._protocol import AsyncBuffer, async_buffer, local_buffer
 from ..adapters._common import ReadmitPolicy, SyncReport, fingerprint
 from ..pruner import Pruner
 from . import _store
@@ -53,6 +62,8 @@ try:
     from langchain.agents.middleware.types import (
         AgentMiddleware,
         AgentState,
+        ExtendedModelResponse,
+        ModelCallResult,
         ModelRequest,
         ModelResponse,
     )
@@ -68,11 +79,17 @@ try:
         messages_from_dict,
     )
     from langgraph.config import get_config
-    from langgraph.runtime import Runtime
+    from langgraph.types import Command
 except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise missing_extra("LangChain", "langchain") from exc
 
-__all__ = ["QuiesceMiddleware", "render_messages", "sync_messages", "to_units"]
+__all__ = [
+    "QuiesceMiddleware",
+    "async_sync_messages",
+    "render_messages",
+    "sync_messages",
+    "to_units",
+]
 
 FRAMEWORK = "langchain"
 
@@ -85,6 +102,11 @@ _KINDS: dict[type[BaseMessage], Kind] = {
 
 #: Kinds an assistant wrote: a text slot of one of them renders as an ``AIMessage``.
 _ASSISTANT_KINDS = frozenset({Kind.REASONING, Kind.RATIONALE, Kind.SUMMARY, Kind.TOOL_CALL})
+
+
+def _is_summary(m: BaseMessage) -> bool:
+    """LangChain's ``SummarizationMiddleware`` marks its summary message so."""
+    return isinstance(m, HumanMessage) and m.additional_kwargs.get("lc_source") == "summarization"
 
 
 def _unit(index: int, m: object) -> _store.Unit:
@@ -117,7 +139,8 @@ def _unit(index: int, m: object) -> _store.Unit:
                 )
             args = json.dumps(tc.get("args", {}), sort_keys=True, ensure_ascii=False)
             calls.append(_store.Call(tc_id, tc["name"], args))
-    return _store.Unit(mid, kind, str(m.text), native, calls=tuple(calls))
+    summary = _is_summary(m)
+    return _store.Unit(mid, kind, str(m.text), native, calls=tuple(calls), summary=summary)
 
 
 def to_units(messages: Sequence[object]) -> list[_store.Unit]:
@@ -134,22 +157,67 @@ def to_units(messages: Sequence[object]) -> list[_store.Unit]:
     return units
 
 
+def _checked(messages: Sequence[object]) -> Sequence[object]:
+    if not isinstance(messages, Sequence) or isinstance(messages, str | bytes):
+        raise InvalidArgument(f"langchain: messages must be a list, not {type(messages).__name__}")
+    return messages
+
+
+def _ident(m: object) -> str | None:
+    mid = getattr(m, "id", None)
+    return mid if isinstance(mid, str) and mid else None
+
+
 def sync_messages(
     buffer: Buffer, messages: Sequence[object], *, readmit: ReadmitPolicy = "record"
 ) -> SyncReport:
-    """Append the messages the buffer does not hold yet (by ``message.id``);
-    idempotent. ``readmit`` and the report are the adapters'
-    (:func:`quiesce.adapters.openai.sync_messages`)."""
-    return _store.sync_units(
-        buffer, to_units(messages), framework=FRAMEWORK, actor=__name__, readmit=readmit
+    """Sync the agent's history into the buffer, faithfully: append the
+    messages it does not hold yet (by ``message.id``; idempotent), and settle
+    the history's own edits through the policy — a message changed under its
+    id is a ``Rewrite``, a message gone is a prune request, a
+    ``SummarizationMiddleware`` summary a ``Summarize`` of what it replaced;
+    the policy refuses (and escalates) each of them for protected messages,
+    which stay in the window (see :mod:`quiesce.integrations._store`).
+    ``readmit`` and the report are the adapters'
+    (:func:`quiesce.adapters.openai.sync_messages`). For code not on an event
+    loop: with a durable log this writes the log in the calling thread (on a
+    loop, use :func:`async_sync_messages`). A no-op sync of the same message
+    objects is O(n) identity checks."""
+    report, changes = _store.sync_history(
+        buffer,
+        _checked(messages),
+        _unit,
+        framework=FRAMEWORK,
+        actor=__name__,
+        readmit=readmit,
+        ident=_ident,
     )
+    if changes:
+        _store.apply_changes(buffer, changes)
+    return report
 
 
-async def _async_sync(buffer: AsyncBuffer, messages: Sequence[object]) -> SyncReport:
-    """:func:`sync_messages` on the event loop, through the async write path."""
-    return await _store.async_sync_units(
-        buffer, to_units(messages), framework=FRAMEWORK, actor=__name__
+async def async_sync_messages(
+    buffer: Buffer | AsyncBuffer, messages: Sequence[object], *, readmit: ReadmitPolicy = "record"
+) -> SyncReport:
+    """:func:`sync_messages` for code on an event loop, on any
+    :class:`~quiesce.AsyncBuffer` (a shared buffer included): the appends go
+    through the async admission and the edits through ``aedit``, so no log
+    write runs on the loop. A checkpoint when anything is appended or
+    settled."""
+    face = async_buffer(buffer, "langchain.async_sync_messages")
+    report, changes = await _store.async_sync_history(
+        face,
+        _checked(messages),
+        _unit,
+        framework=FRAMEWORK,
+        actor=__name__,
+        readmit=readmit,
+        ident=_ident,
     )
+    if changes:
+        await _store.aapply_changes(face, changes)
+    return report
 
 
 def _without_calls(msg: AIMessage, live: set[str]) -> AIMessage:
@@ -176,10 +244,7 @@ def _text_message(slot: _store.Slot) -> BaseMessage:
     if slot.results:
         return ToolMessage(content=slot.text, tool_call_id=slot.results[0], id=slot.unit)
     if slot.calls or slot.kind in _ASSISTANT_KINDS:
-        tool_calls = [
-            {"name": c.name, "args": json.loads(c.arguments), "id": c.call_id, "type": "tool_call"}
-            for c in slot.calls
-        ]
+        tool_calls = [_tool_call(c) for c in slot.calls]
         return AIMessage(content=slot.text, tool_calls=tool_calls, id=slot.unit)
     return HumanMessage(content=slot.text, id=slot.unit)
 
@@ -190,9 +255,20 @@ def _rebuild(slot: _store.Slot) -> BaseMessage | None:
     msg = messages_from_dict([slot.native])[0]
     if isinstance(msg, ToolMessage):
         return msg if slot.results else None
-    if isinstance(msg, AIMessage) and msg.tool_calls:
-        return _without_calls(msg, slot.call_ids)
+    if isinstance(msg, AIMessage):
+        shown = {tc.get("id") for tc in msg.tool_calls}
+        added = [c for c in slot.calls if c.call_id not in shown]
+        if added:
+            # Calls the framework added to this message after it was stored
+            # (the stored dump predates them): rebuilt from their entries.
+            msg = msg.model_copy(update={"tool_calls": [*msg.tool_calls, *map(_tool_call, added)]})
+        if msg.tool_calls:
+            return _without_calls(msg, slot.call_ids)
     return msg
+
+
+def _tool_call(c: _store.Call) -> Any:
+    return {"name": c.name, "args": json.loads(c.arguments), "id": c.call_id, "type": "tool_call"}
 
 
 def _paired(messages: list[BaseMessage]) -> list[BaseMessage]:
@@ -221,11 +297,29 @@ def _paired(messages: list[BaseMessage]) -> list[BaseMessage]:
     return out
 
 
-def render_messages(snap: Snapshot) -> tuple[list[BaseMessage], str | None]:
+def render_messages(
+    snap: Snapshot, *, buffer: Buffer | AsyncBuffer | None = None
+) -> tuple[list[BaseMessage], str | None]:
     """The window of ``snap`` as LangChain messages, and the quiesce note (or
-    ``None``). Every tool call in the result is answered. O(n)."""
-    rebuilt = [m for m in (_rebuild(s) for s in _store.window(snap, FRAMEWORK)) if m is not None]
-    return _paired(rebuilt), _store.notes(snap)
+    ``None``). Every tool call in the result is answered. O(n).
+
+    With the ``buffer`` the snapshot is of, messages are rebuilt once and
+    reused while their entries are unchanged (LangChain's models do not
+    mutate their input): a render after k appends rebuilds k messages. A
+    message another framework stored (a shared conversation) renders as a
+    plain message."""
+    if buffer is None:
+        slots = _store.window(snap, FRAMEWORK)
+        rebuilt = [m for m in map(_rebuild, slots) if m is not None]
+        return _paired(rebuilt), _store.notes(snap)
+    state = _store.state_of(buffer, FRAMEWORK)
+    rebuilt = _store.rendered(snap, state, _rebuild, FRAMEWORK)
+    return _store.paired(state, rebuilt, _paired, _settled), _store.notes(snap)
+
+
+def _settled(m: BaseMessage) -> bool:
+    """No call is open after ``m`` (see :func:`_paired`)."""
+    return not isinstance(m, ToolMessage) and not (isinstance(m, AIMessage) and m.tool_calls)
 
 
 def _with_note(system: SystemMessage | None, note: str | None) -> SystemMessage | None:
@@ -250,7 +344,7 @@ class QuiesceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     another's). A single buffer is bound to the first conversation it serves
     and raises :class:`~quiesce.ConversationMismatch` for another, before the
     model is called. ``pruner`` is an optional :class:`~quiesce.Pruner` run
-    once before each model call; ``destructive`` makes ``before_model`` also
+    once before each model call; ``destructive`` makes the model call also
     remove pruned messages from the saved state (see the module docstring).
 
     Transparent when idle: with nothing marked or pruned, the model gets the
@@ -270,8 +364,11 @@ class QuiesceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self.pool = self._target.pool
         self.pruner = pruner
         self.destructive = bool(destructive)
-
-    # -- before_model -------------------------------------------------------
+        #: per buffer (its sync state): the rendered messages last found equal
+        #: to LangChain's own (see :func:`_as_given`)
+        self._given: weakref.WeakKeyDictionary[
+            _store.SyncState, dict[int, tuple[BaseMessage, BaseMessage]]
+        ] = weakref.WeakKeyDictionary()
 
     def _state_update(
         self, buffer: AsyncBuffer, messages: Sequence[AnyMessage]
@@ -304,35 +401,33 @@ class QuiesceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                         updates.append(_without_calls(m, live))
         return {"messages": updates} if updates else None
 
-    def before_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """Resolve the conversation, sync the state's messages, run the pruner
-        (``anyio.run`` in this thread), and return ``None`` — or, if
-        destructive, the removals."""
-        messages = state["messages"]
-        buffer = self._target.buffer_sync(*_conversation_of(runtime, messages))
-        sync_messages(sync_buffer(buffer, "QuiesceMiddleware.before_model"), messages)
-        if self.pruner is not None:
-            anyio.run(prune_round, buffer, self.pruner)
-        return self._state_update(buffer, messages)
+    def _response(
+        self, buffer: AsyncBuffer, response: ModelResponse[Any], messages: Sequence[AnyMessage]
+    ) -> ModelCallResult[Any]:
+        update = self._state_update(buffer, messages)
+        if update is None:
+            return response
+        return ExtendedModelResponse(model_response=response, command=Command(update=update))
 
-    async def abefore_model(
-        self, state: AgentState[Any], runtime: Runtime[Any]
-    ) -> dict[str, Any] | None:
-        """Resolve the conversation, sync the state's messages, await one
-        pruning round, and return ``None`` — or, if destructive, the
-        removals. Cancellation while the pruner runs submits nothing (see
-        :func:`~quiesce.run_pruner`)."""
-        messages = state["messages"]
-        buffer = await self._target.buffer(*_conversation_of(runtime, messages))
-        await _async_sync(buffer, messages)
-        await prune_round(buffer, self.pruner)
-        return self._state_update(buffer, messages)
+    # -- wrap_model_call: the one hook ------------------------------------
+    #
+    # Everything happens around the model call, once per call: the
+    # conversation's buffer resolved (first: nothing of another conversation
+    # is ever synced), the sync (one faithful diff of what the model would be
+    # sent), the pruning round, the pinned render, and (destructive) the
+    # state update, returned as the model node's command. No ``before_model``
+    # hook: it would add a graph node (a checkpointed step) per model call
+    # and a second sync.
 
-    # -- wrap_model_call ----------------------------------------------------
-
-    def _request(self, request: ModelRequest[Any], snap: Snapshot) -> ModelRequest[Any]:
-        messages, note = render_messages(snap)
-        messages = _as_given(messages, request.messages)
+    def _request(
+        self, request: ModelRequest[Any], snap: Snapshot, buffer: AsyncBuffer
+    ) -> ModelRequest[Any]:
+        messages, note = render_messages(snap, buffer=buffer)
+        state = _store.state_of(buffer, FRAMEWORK)
+        memo = self._given.get(state)
+        if memo is None:
+            memo = self._given[state] = {}
+        messages = _as_given(messages, request.messages, memo)
         if note is None and _same(messages, request.messages):
             return request  # idle: the model gets what LangChain built
         return request.override(
@@ -344,40 +439,64 @@ class QuiesceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
-    ) -> ModelResponse[Any]:
-        """Call the model on the window of a snapshot pinned for the call."""
-        buffer = self._target.buffer_sync(*_conversation_of(request.runtime, request.messages))
+    ) -> ModelCallResult[Any]:
+        """Resolve the conversation, sync the request's messages, run the
+        pruner (``anyio.run`` in this thread: LangGraph's sync ``invoke`` runs
+        nodes without an event loop), and call the model on the window of a
+        snapshot pinned for the call. With a durable log, prefer ``ainvoke``:
+        here the log is written in the calling thread."""
+        buffer = self._target.buffer_sync(*_conversation_of(request.runtime, _history(request)))
         sync_messages(sync_buffer(buffer, "QuiesceMiddleware.wrap_model_call"), request.messages)
+        if self.pruner is not None:
+            anyio.run(prune_round, buffer, self.pruner)
         with buffer.snapshot() as snap:
-            return handler(self._request(request, snap))
+            response = handler(self._request(request, snap, buffer))
+        return self._response(buffer, response, request.messages)
 
     async def awrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
-    ) -> ModelResponse[Any]:
-        """Call the model on the window of a snapshot pinned across the await
-        (released on exit, also on cancellation).
+    ) -> ModelCallResult[Any]:
+        """Resolve the conversation, sync the request's messages (the
+        framework's edits settled with ``aedit``), await one pruning round,
+        and call the model on the window of a snapshot pinned across the
+        await. The pin is released on exit, also on cancellation;
+        cancellation while the pruner runs submits nothing (see
+        :func:`~quiesce.run_pruner`).
 
         On a buffer other processes share (a :class:`~quiesce.SharedBuffer`)
-        the model's answer is then held at once, not only at this agent's
-        next model call, so the other agents on the conversation see it.
-        Messages of the answer without an id (LangGraph gives them one in
-        its state) wait for the next sync, as does an answer whose holding
-        was cancelled. An in-process buffer keeps one sync per call."""
-        buffer = await self._target.buffer(*_conversation_of(request.runtime, request.messages))
-        await _async_sync(buffer, request.messages)
+        the model's answer is then held at once (the history with the answer
+        appended, synced again), not only at this agent's next model call, so
+        the other agents on the conversation see it. Messages of the answer
+        without an id (LangGraph gives them one in its state) wait for the
+        next sync, as does an answer whose holding was cancelled. An
+        in-process buffer keeps one sync per call."""
+        buffer = await self._target.buffer(*_conversation_of(request.runtime, _history(request)))
+        await async_sync_messages(buffer, request.messages)
+        await prune_round(buffer, self.pruner)
         with buffer.snapshot() as snap:
-            response = await handler(self._request(request, snap))
-        if local_buffer(buffer) is None:
-            await _async_sync(buffer, _answer(response))
-        return response
+            response = await handler(self._request(request, snap, buffer))
+        answer = _answer(response)
+        if local_buffer(buffer) is None and answer:
+            await async_sync_messages(buffer, [*request.messages, *answer])
+        return self._response(buffer, response, request.messages)
 
 
 def _answer(response: ModelResponse[Any]) -> list[BaseMessage]:
     """The messages of a model's answer that carry an id (the ones a sync
     can match with the copies LangGraph saves in its state)."""
     return [m for m in response.result if m.id]
+
+
+def _history(request: ModelRequest[Any]) -> Sequence[object]:
+    """The conversation's history as the agent's state holds it: what names
+    a run without a ``thread_id`` (its first message), whatever a middleware
+    placed before quiesce did to the request (a trimmer dropping the first
+    messages leaves the conversation the same)."""
+    state = getattr(request, "state", None)
+    messages = state.get("messages") if isinstance(state, dict) else None
+    return messages if isinstance(messages, Sequence) and messages else request.messages
 
 
 def _conversation_of(runtime: object, messages: Sequence[object]) -> tuple[str | None, str | None]:
@@ -402,15 +521,34 @@ def _conversation_of(runtime: object, messages: Sequence[object]) -> tuple[str |
     return (str(thread) if thread is not None else None), first
 
 
-def _as_given(rendered: list[BaseMessage], given: Sequence[object]) -> list[BaseMessage]:
+def _as_given(
+    rendered: list[BaseMessage],
+    given: Sequence[object],
+    memo: dict[int, tuple[BaseMessage, BaseMessage]] | None = None,
+) -> list[BaseMessage]:
     """``rendered`` with each message that equals the one LangChain gave
     (same id, ``==``) replaced by that very object: the model gets the
-    framework's own objects wherever quiesce changed nothing. O(n)."""
+    framework's own objects wherever quiesce changed nothing. O(n).
+
+    ``memo`` (kept between calls) holds the pairs found equal last time: the
+    same rendered object and the same given object again are not compared
+    again (the render cache and LangGraph's state hand back the same objects
+    turn after turn), so a turn compares only its new messages."""
     by_id = {m.id: m for m in given if isinstance(m, BaseMessage) and m.id}
     out: list[BaseMessage] = []
+    equal: dict[int, tuple[BaseMessage, BaseMessage]] = {}
     for m in rendered:
         original = by_id.get(m.id) if m.id else None
-        out.append(original if original is not None and original == m else m)
+        if original is not None:
+            hit = memo.get(id(m)) if memo is not None else None
+            if (hit is not None and hit[0] is m and hit[1] is original) or original == m:
+                equal[id(m)] = (m, original)
+                out.append(original)
+                continue
+        out.append(m)
+    if memo is not None:
+        memo.clear()
+        memo.update(equal)
     return out
 
 

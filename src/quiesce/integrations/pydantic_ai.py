@@ -10,12 +10,17 @@ fits both). What it keeps true, before each model request:
   is bound to the first conversation and raises
   :class:`~quiesce.ConversationMismatch` for another, before the model is
   called).
-* the run's messages are synced into the buffer. pydantic-ai messages carry
+* the run's messages are synced into the buffer, as a faithful diff of the
+  history last synced (:func:`quiesce.integrations._store.sync_history`): a
+  message gone from the run's history is a prune request through the policy
+  (a protected one stays, the removal escalated). pydantic-ai messages carry
   no ids: a message is matched by content (a stale copy of a pruned message
   is not re-appended), and a message object the processor itself built (a
   trimmed or rewritten one, handed back by the run) by the processor's weak
-  record of what it returned; nothing is added to the messages (no
-  ``metadata`` the model would not have). Each message is held as
+  record of what it returned; quiesce's note and stand-in parts handed back
+  are stripped and never become entries. Nothing is added to the messages
+  (no ``metadata`` the model would not have). The same objects handed back
+  are one pass of identity checks. Each message is held as
   ``ModelMessagesTypeAdapter``'s own JSON dump: ``ThinkingPart`` with its
   ``signature``, images and binary ``UserPromptPart`` content, provider
   fields and timestamps come back unchanged.
@@ -49,7 +54,7 @@ from .._core.buffer import Buffer, Snapshot
 from .._core.entry import Kind, canonical_json
 from .._core.errors import InvalidArgument
 from .._pool import BufferPool
-from .._protocol import AsyncBuffer
+from .._protocol import AsyncBuffer, async_buffer
 from ..adapters._common import NOTE_PREFIX, ReadmitPolicy, SyncReport, fingerprint
 from ..pruner import Pruner
 from . import _store
@@ -158,6 +163,32 @@ def to_units(
     return [_unit(i, m, k) for i, (m, k) in enumerate(zip(messages, ids, strict=True))]
 
 
+def _checked(messages: Sequence[object]) -> Sequence[object]:
+    if not isinstance(messages, Sequence) or isinstance(messages, str | bytes):
+        raise InvalidArgument(
+            f"pydantic-ai: messages must be a list, not {type(messages).__name__}"
+        )
+    return messages
+
+
+def _reader(
+    known: Sequence[str | None] | None,
+) -> Any:
+    """``read(index, message)`` for :func:`~quiesce.integrations._store.sync_history`:
+    the message without quiesce's parts (``None``: nothing else), read with
+    its ``known`` entry id."""
+
+    def read(index: int, m: object) -> _store.Unit | None:
+        if isinstance(m, ModelRequest):
+            stripped = _unnoted([m])
+            if not stripped:
+                return None
+            m = stripped[0]
+        return _unit(index, m, known[index] if known is not None else None)
+
+    return read
+
+
 def sync_messages(
     buffer: Buffer,
     messages: Sequence[object],
@@ -165,18 +196,29 @@ def sync_messages(
     readmit: ReadmitPolicy = "record",
     known: Sequence[str | None] | None = None,
 ) -> SyncReport:
-    """Append the messages the buffer does not hold yet (see the module
-    docstring); idempotent. ``readmit`` and the report are the adapters'
+    """Sync the run's history into the buffer, faithfully (see the module
+    docstring and :mod:`quiesce.integrations._store`): new messages are
+    appended (idempotent), quiesce's note and stand-in parts are recognised,
+    a message gone from the history is a prune request through the policy.
+    ``readmit`` and the report are the adapters'
     (:func:`quiesce.adapters.openai.sync_messages`); ``known`` as in
-    :func:`to_units`."""
-    return _store.sync_units(
+    :func:`to_units`. The edits are written in the calling thread: on an
+    event loop the processor settles them with ``aedit`` instead."""
+    messages = _checked(messages)
+    if known is not None and len(known) != len(messages):
+        raise InvalidArgument("pydantic-ai: known must give one id (or None) per message")
+    report, changes = _store.sync_history(
         buffer,
-        to_units(messages, known),
+        messages,
+        _reader(known),
         framework=FRAMEWORK,
         actor=__name__,
         readmit=readmit,
         new_ids="#pa:",
     )
+    if changes:
+        _store.apply_changes(buffer, changes)
+    return report
 
 
 def _rebuild(slot: _store.Slot, original: ModelMessage | None = None) -> ModelMessage | None:
@@ -221,9 +263,13 @@ def _answers(m: ModelRequest) -> set[str]:
     }
 
 
-def _paired(messages: list[ModelMessage]) -> list[ModelMessage]:
+def _paired(
+    messages: list[ModelMessage], unit_of: dict[int, str] | None = None
+) -> list[ModelMessage]:
     """Each response's calls answered in the request after it (stand-ins for
-    pruned results); result parts whose call is not shown are dropped."""
+    pruned results); result parts whose call is not shown are dropped.
+    ``unit_of`` (``id()`` of a message → its entry id) is extended with each
+    copy made here."""
     out: list[ModelMessage] = []
     open_calls: dict[str, str] = {}
     for m in messages:
@@ -248,7 +294,10 @@ def _paired(messages: list[ModelMessage]) -> list[ModelMessage]:
             ]
             open_calls = {}
             if len(parts) != len(m.parts) or stand_ins:
-                m = dataclasses.replace(m, parts=[*stand_ins, *parts])  # never the run's object
+                copy = dataclasses.replace(m, parts=[*stand_ins, *parts])  # never the run's object
+                if unit_of is not None and id(m) in unit_of:
+                    unit_of[id(copy)] = unit_of[id(m)]
+                m = copy
             if m.parts:
                 out.append(m)
             continue
@@ -265,44 +314,63 @@ def _stand_in(call_id: str, name: str) -> ToolReturnPart:
     return ToolReturnPart(tool_name=name, content=_store.stand_in(call_id), tool_call_id=call_id)
 
 
-def render_messages(
-    snap: Snapshot, originals: Sequence[ModelMessage] = ()
-) -> list[ModelMessage]:
+def render_messages(snap: Snapshot, originals: Sequence[ModelMessage] = ()) -> list[ModelMessage]:
     """The window of ``snap`` as pydantic-ai messages, paired, with the quiesce
     note (if any) as a ``SystemPromptPart`` of the first request. A slot
     whose dump equals the dump of one of ``originals`` is given back as that
     object (or a trimmed copy of it; ``originals`` are never mutated). O(n)."""
-    return _render_given(snap, originals)[0]
-
-
-def _render_given(
-    snap: Snapshot, originals: Sequence[ModelMessage]
-) -> tuple[list[ModelMessage], list[tuple[ModelMessage, str]]]:
-    """:func:`render_messages`, and the messages built here (not one of
-    ``originals``) with the entry id each stands for."""
     by_dump: dict[str, list[ModelMessage]] = {}
     for m in originals:
         by_dump.setdefault(canonical_json(_held_dump(m)), []).append(m)
-    built: list[tuple[ModelMessage, str]] = []
-    rebuilt: list[ModelMessage] = []
+    given: dict[str, ModelMessage] = {}
     for slot in _store.window(snap, FRAMEWORK):
-        given = by_dump.get(canonical_json(slot.native)) if slot.native is not None else None
-        original = given.pop(0) if given else None
+        same = by_dump.get(canonical_json(slot.native)) if slot.native is not None else None
+        if same:
+            given[slot.unit] = same.pop(0)
+    return _render_given(snap, given)[0]
+
+
+def _render_given(
+    snap: Snapshot,
+    given: dict[str, ModelMessage],
+    state: _store.SyncState | None = None,
+    loaded: dict[str, tuple[Any, ModelMessage]] | None = None,
+) -> tuple[list[ModelMessage], dict[int, str]]:
+    """:func:`render_messages` with ``given`` (entry id → the run's own
+    object holding that entry's dump), and the entry id each rendered
+    message stands for (by ``id()``; stand-in requests and the note's own
+    request stand for none). ``state`` reuses thawed dumps, ``loaded``
+    (entry id → (dump, message)) messages built from an unchanged dump:
+    O(n) look-ups plus the messages built from new dumps."""
+    unit_of: dict[int, str] = {}
+    rebuilt: list[ModelMessage] = []
+    fresh: dict[str, tuple[Any, ModelMessage]] = {}
+    for slot in _store.window(snap, FRAMEWORK, state):
+        original = given.get(slot.unit) if slot.native is not None else None
+        if original is None and slot.native is not None and loaded is not None:
+            hit = loaded.get(slot.unit)
+            reuse = hit is not None and hit[0] is slot.native
+            original = hit[1] if hit is not None and reuse else _load(slot.native)
+            fresh[slot.unit] = (slot.native, original)
         shown = _rebuild(slot, original)
         if shown is None:
             continue
-        if shown is not original:
-            built.append((shown, slot.unit))
+        unit_of[id(shown)] = slot.unit
         rebuilt.append(shown)
-    messages = _paired(rebuilt)
+    if loaded is not None:
+        loaded.clear()
+        loaded.update(fresh)
+    messages = _paired(rebuilt, unit_of)
     note = _store.notes(snap)
     if note is not None:
         if messages and isinstance(messages[0], ModelRequest):
             first = messages[0]
             messages[0] = dataclasses.replace(first, parts=[SystemPromptPart(note), *first.parts])
+            if id(first) in unit_of:
+                unit_of[id(messages[0])] = unit_of[id(first)]
         else:
             messages.insert(0, ModelRequest(parts=[SystemPromptPart(note)]))
-    return messages, built
+    return messages, {id(m): unit_of[id(m)] for m in messages if id(m) in unit_of}
 
 
 def _held_dump(m: ModelMessage) -> Any:
@@ -339,47 +407,99 @@ class QuiesceHistoryProcessor:
         self.pool = self._target.pool
         self.pruner = pruner
         self._built: dict[int, tuple[weakref.ref[ModelMessage], str]] = {}
+        #: entry id -> (its dump, the message built from it), per buffer
+        self._loaded: weakref.WeakKeyDictionary[object, dict[str, tuple[Any, ModelMessage]]] = (
+            weakref.WeakKeyDictionary()
+        )
 
-    def _known(self, messages: Sequence[ModelMessage]) -> list[str | None]:
-        out: list[str | None] = []
-        for m in messages:
-            found = self._built.get(id(m))
-            out.append(found[1] if found is not None and found[0]() is m else None)
-        return out
+    def _known(self, m: object) -> str | None:
+        """The entry id of a message object this processor built, or ``None``."""
+        found = self._built.get(id(m))
+        return found[1] if found is not None and found[0]() is m else None
 
-    def _remember(self, built: list[tuple[ModelMessage, str]]) -> None:
-        for m, unit in built:
-            key = id(m)
+    def _remember(self, m: ModelMessage, unit: str) -> None:
+        key = id(m)
 
-            def forget(_: object, key: int = key) -> None:
-                self._built.pop(key, None)
+        def forget(_: object, key: int = key) -> None:
+            self._built.pop(key, None)
 
-            self._built[key] = (weakref.ref(m, forget), unit)
+        self._built[key] = (weakref.ref(m, forget), unit)
+
+    def _reader(self, buffer: AsyncBuffer, state: _store.SyncState) -> Any:
+        """``read(index, message)`` for the sync: quiesce's parts stripped
+        (``None``: the message had nothing else), the entry id of a message
+        this processor built (or of a trimmed copy handed back, recognised by
+        its dump), whose rendered form is then no edit of the framework's."""
+        trimmed: dict[str, str] | None = None
+
+        def read(index: int, m: object) -> _store.Unit | None:
+            nonlocal trimmed
+            shown = m
+            if isinstance(m, ModelRequest):
+                stripped = _unnoted([m])
+                if not stripped:
+                    return None  # a stand-in request or the note's own request
+                shown = stripped[0]
+            known = self._known(m)
+            if (
+                known is None
+                and buffer.tombstones
+                and isinstance(shown, ModelRequest | ModelResponse)
+            ):
+                # A trimmed copy may come back (e.g. in a new process).
+                if trimmed is None:
+                    with buffer.snapshot() as snap:
+                        trimmed = _trimmed_dumps(snap)
+                if trimmed:
+                    known = trimmed.get(canonical_json(_held_dump(shown)))
+            unit = _unit(index, shown, known)
+            if known is not None:
+                state.alternates.setdefault(known, set()).add(_store.digest(unit))
+            return unit
+
+        return read
 
     async def __call__(
         self, ctx: RunContext[Any], messages: list[ModelMessage]
     ) -> list[ModelMessage]:
-        buffer = await self._target.buffer(_conversation_of(ctx), _first_key(messages))
-        given = _unnoted(messages)
-        known = self._known(given)
-        if buffer.tombstones:  # trimmed copies may come back (e.g. in a new process)
-            with buffer.snapshot() as snap:
-                trimmed = _trimmed_dumps(snap)
-            for i, m in enumerate(given):
-                if known[i] is None and trimmed:
-                    known[i] = trimmed.get(canonical_json(_held_dump(m)))
-        await _store.async_sync_units(
-            buffer, to_units(given, known), framework=FRAMEWORK, actor=__name__
+        buffer = await self._target.buffer(
+            _conversation_of(ctx), _first_key(_unnoted(messages[:2])[:1])
         )
-        await prune_round(buffer, self.pruner)
-        with buffer.snapshot() as snap:
-            rendered, built = _render_given(snap, given)
-        self._remember(built)
+        face = async_buffer(buffer, "QuiesceHistoryProcessor")
+        state = _store.state_of(face, FRAMEWORK)
+        _, changes = await _store.async_sync_history(
+            face,
+            _checked(messages),
+            self._reader(face, state),
+            framework=FRAMEWORK,
+            actor=__name__,
+            new_ids="#pa:",
+        )
+        if changes:
+            await _store.aapply_changes(face, changes)
+        await prune_round(face, self.pruner)
+        given: dict[str, ModelMessage] = {}
+        if len(state.seen) == len(messages):
+            for m, seen in zip(messages, state.seen, strict=True):
+                if seen.unit is not None and not _has_quiesce_parts(m):
+                    given[seen.unit] = m
+        loaded = self._loaded.setdefault(state, {})
+        with face.snapshot() as snap:
+            rendered, units = _render_given(snap, given, state, loaded)
+        for m in rendered:
+            unit = units.get(id(m))
+            if unit is not None and given.get(unit) is not m:
+                self._remember(m, unit)
+        state.rendered_as([(m, units.get(id(m))) for m in rendered])
         if len(rendered) == len(messages) and all(
             a is b for a, b in zip(rendered, messages, strict=True)
         ):
             return messages  # idle: the run's own list
         return rendered
+
+
+def _has_quiesce_parts(m: object) -> bool:
+    return isinstance(m, ModelRequest) and any(_is_quiesce_part(p) for p in m.parts)
 
 
 def _unnoted(messages: Sequence[ModelMessage]) -> list[ModelMessage]:
