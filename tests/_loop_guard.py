@@ -30,7 +30,7 @@ class Write:
 class GuardedLog(SQLiteLog):
     """See the module docstring."""
 
-    def __init__(self, path: Path, loop_thread: int, *, hold: float = 0.02) -> None:
+    def __init__(self, path: Path, loop_thread: int, *, hold: float = 0.05) -> None:
         super().__init__(path)
         self.loop_thread = loop_thread
         self.hold = hold

@@ -158,7 +158,7 @@ def test_layout_names_every_module() -> None:
     on_disk = {
         str(p.relative_to(root))
         for p in root.rglob("*")
-        if (p.suffix in (".py", ".html") and p.name != "__init__.py" or p.is_dir())
+        if ((p.suffix in (".py", ".html") and p.name != "__init__.py") or p.is_dir())
         and "__pycache__" not in p.parts
     }
     on_disk |= {"__init__.py"}

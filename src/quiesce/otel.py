@@ -99,9 +99,12 @@ _TARGETS: tuple[tuple[str, str | None, str, str], ...] = (
     ("quiesce._shared", "SharedBuffer", "edit", "shared"),
     ("quiesce._shared", "SharedBuffer", "flush", "shared"),
     ("quiesce.integrations._glue", None, "prune_round", "round"),
-    # every integration syncs its framework's history through these two
+    # every integration syncs its framework's messages through these (a
+    # history as a diff, or new messages alone)
     ("quiesce.integrations._store", None, "sync_units", "sync"),
     ("quiesce.integrations._store", None, "async_sync_units", "async_sync"),
+    ("quiesce.integrations._store", None, "sync_history", "sync"),
+    ("quiesce.integrations._store", None, "async_sync_history", "async_sync"),
 )
 
 #: The integrations, each wrapped where its hooks look ``prune_round`` up
