@@ -55,6 +55,8 @@ GOALS = {
     "ll_pin_trio",
     "ll_pin_thread",
     "ll_crafted_collisions",
+    "otel_mark_stale",
+    "otel_pin",
     "frameworks_langchain_turn",
     "frameworks_pydantic_ai_turn",
     "frameworks_openai_agents_turn",

@@ -263,7 +263,8 @@ def test_bench_and_demo_import_only_the_public_api(app: str) -> None:
     API: they import ``quiesce``, ``quiesce.testing``, the public adapter
     package ``quiesce.adapters`` (the ``sync_render`` section), the public
     framework integrations (``quiesce.integrations.langchain``, ...: the
-    ``frameworks`` section) and their own modules, never ``quiesce._core`` or
+    ``frameworks`` section), the public ``quiesce.otel`` (the ``otel``
+    section) and their own modules, never ``quiesce._core`` or
     another private module (issue 15)."""
     for name, path in _modules().items():
         if name != app and not name.startswith(app + "."):
@@ -274,7 +275,7 @@ def test_bench_and_demo_import_only_the_public_api(app: str) -> None:
                 2
             ].startswith("_")
             allowed = (
-                module in ("quiesce", "quiesce.testing", "quiesce.adapters")
+                module in ("quiesce", "quiesce.testing", "quiesce.adapters", "quiesce.otel")
                 or module.startswith(app + ".")
                 or integration
             )

@@ -189,6 +189,34 @@ def test_metrics_read_the_buffers_stats(otel: Any) -> None:
     assert mine["quiesce.tombstones"] == [0]
 
 
+def test_escalations_are_events_and_counted(otel: Any) -> None:
+    """An escalation raised outside the core (an adapter's OSCILLATION, the
+    reader alarm) is an event on the current span and a count by kind."""
+    from quiesce import EscalationKind
+
+    exporter, reader, provider = otel
+    buf = Buffer()
+    with provider.get_tracer("app").start_as_current_span("invoke_agent"):
+        buf.escalate(
+            EscalationKind.OSCILLATION, "pruned and re-admitted twice", data={"ids": ["a"]}
+        )
+    (span,) = [s for s in exporter.get_finished_spans() if s.name == "invoke_agent"]
+    (event,) = _events(span, "quiesce.escalation")
+    assert event["quiesce.escalation.kind"] == "oscillation"
+    points = [
+        (p.value, dict(p.attributes or {}))
+        for rm in reader.get_metrics_data().resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        if m.name == "quiesce.escalations"
+        for p in m.data.data_points
+    ]
+    assert (
+        1,
+        {"gen_ai.memory.store.id": f"memory:{id(buf):x}", "quiesce.escalation.kind": "oscillation"},
+    ) in points
+
+
 def test_instrumenting_twice_warns_and_uninstrument_restores(otel: Any) -> None:
     inst = QuiesceInstrumentor()
     assert inst is QuiesceInstrumentor()

@@ -47,8 +47,10 @@ time): ``quiesce.readers.pinned``, ``quiesce.readers.oldest_pin_age``,
 ``quiesce.removals.deferred``, ``quiesce.tombstones``,
 ``quiesce.tombstone_to_edit_ratio``, ``quiesce.refusals`` (by
 ``quiesce.refusal``), ``quiesce.readmissions`` (by ``quiesce.outcome``:
-refused, overridden), ``quiesce.log.pending``; a shared member adds
-``quiesce.replica.lag`` (versions behind the log it has seen). A histogram,
+refused, overridden), ``quiesce.log.pending``; a shared member (once it has
+written) adds ``quiesce.shared.failovers`` and ``quiesce.shared.applied_seq``.
+A counter, ``quiesce.escalations`` (by kind: oscillations, pinned readers,
+backlog), counts escalations raised outside the core; a histogram,
 ``quiesce.flush.duration`` (seconds), times every flush.
 
 Threads: wrappers run on whatever thread calls the operation; the set of
@@ -91,6 +93,7 @@ _TARGETS: tuple[tuple[str, str | None, str, str], ...] = (
     ("quiesce._core.publish", "Publisher", "apply_due", "apply_due"),
     ("quiesce._core.publish", "Publisher", "flush", "flush"),
     ("quiesce._core.buffer", "Buffer", "__init__", "init"),
+    ("quiesce._core.publish", "Publisher", "escalate", "escalate"),
     # the alarm task and check_reader_ages() both go through this one method
     ("quiesce._runtime", "RuntimeBuffer", "_check_reader_ages", "alarm"),
     ("quiesce._shared", "SharedBuffer", "append", "shared"),
@@ -140,6 +143,8 @@ class QuiesceInstrumentor:
         self._buffers: weakref.WeakSet[Any] = weakref.WeakSet()
         self._buffers_lock = threading.Lock()
         self._staging: dict[tuple[int, int], Any] = {}
+        self._escalations: Any = None
+        self._shared: weakref.WeakSet[Any] = weakref.WeakSet()
         self._capture = False
         self._warned = False
         #: telemetry calls that raised and were swallowed
@@ -546,11 +551,43 @@ class QuiesceInstrumentor:
 
         return _check_reader_ages
 
+    def _wrap_escalate(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """Escalations raised outside the core (the reader-age alarm, an
+        adapter's ``OSCILLATION``): an event on the current span and one
+        count of ``quiesce.escalations`` by kind."""
+        inst = self
+
+        def escalate(buf: Any, kind: Any, detail: Any, *args: Any, **kwargs: Any) -> Any:
+            esc = original(buf, kind, detail, *args, **kwargs)
+            if inst._tracer is not None:
+
+                def report() -> None:
+                    name = getattr(kind, "value", str(kind))
+                    counter = inst._escalations
+                    if counter is not None:
+                        counter.add(
+                            1,
+                            {
+                                "gen_ai.memory.store.id": inst._store_id(buf),
+                                "quiesce.escalation.kind": name,
+                            },
+                        )
+                    span = trace.get_current_span()
+                    if span.is_recording():
+                        inst._escalation_event(span, name, detail, {"data": kwargs.get("data")})
+
+                inst._guard(report)
+            return esc
+
+        return escalate
+
     def _wrap_shared(self, original: Callable[..., Any]) -> Callable[..., Any]:
         inst = self
         op = original.__name__
 
         async def shared(sb: Any, *args: Any, **kwargs: Any) -> Any:
+            with inst._buffers_lock:
+                inst._shared.add(sb)
             attrs = {
                 "gen_ai.memory.store.id": inst._store_id(sb),
                 "quiesce.operation": op,
@@ -624,6 +661,10 @@ class QuiesceInstrumentor:
         return async_sync_units
 
     # -- metrics ----------------------------------------------------------------
+
+    def _live_shared(self) -> list[Any]:
+        with self._buffers_lock:
+            return list(self._shared)
 
     def _live(self) -> list[Any]:
         with self._buffers_lock:
@@ -720,6 +761,43 @@ class QuiesceInstrumentor:
             [readmissions],
             unit="{entry}",
             description="re-admissions of tombstoned content, refused or overridden",
+        )
+        self._escalations = meter.create_counter(
+            "quiesce.escalations",
+            unit="{escalation}",
+            description="escalations raised outside the core, by kind (oscillations included)",
+        )
+
+        def shared(name: str, unit: str, desc: str, field: str) -> None:
+            def observe(_options: Any) -> Iterable[metrics.Observation]:
+                out = []
+                for buf in self._live_shared():
+                    try:
+                        s = buf.stats()
+                        out.append(
+                            metrics.Observation(
+                                getattr(s, field),
+                                {
+                                    "gen_ai.memory.store.id": s.member_id and buf.buffer_id,
+                                    "quiesce.member.id": s.member_id,
+                                    "quiesce.role": s.role,
+                                },
+                            )
+                        )
+                    except Exception as exc:
+                        self._failed(exc)
+                return out
+
+            meter.create_observable_counter(name, [observe], unit=unit, description=desc)
+
+        shared(
+            "quiesce.shared.failovers", "{failover}", "lease takeovers by this member", "failovers"
+        )
+        shared(
+            "quiesce.shared.applied_seq",
+            "{record}",
+            "log records applied by this member",
+            "applied_seq",
         )
         self._flush_hist = meter.create_histogram(
             "quiesce.flush.duration", unit="s", description="time of one flush of the log"

@@ -516,6 +516,7 @@ SECTION_MODULES: list[str] = [
     "quiesce.bench.shared",
     "quiesce.bench.long_life",
     "quiesce.bench.sync_render",
+    "quiesce.bench.otel",
     "quiesce.bench.frameworks",
 ]
 
