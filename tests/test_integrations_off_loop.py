@@ -168,9 +168,11 @@ async def test_autogen_context(tmp_path: Path, anyio_backend: str) -> None:
             await ctx.add_message(UserMessage(content="hello", source="user"))
             await ctx.add_message(AssistantMessage(content=OLD, source="a"))
             await ctx.add_message(UserMessage(content="again", source="user"))
-            window = await ctx.get_messages()
-            await buf.quiesce()  # the removal is applied by the scheduler, after the round
+            await ctx.get_messages()  # the round stages the removal
+            await buf.quiesce()  # the scheduler applies it (no reader holds it back)
             assert pruner.proposed == 1 and len(removed(buf)) == 1
+            window = await ctx.get_messages()  # the window after the removal
+            assert pruner.proposed == 1
             await ctx.clear()  # aprune: the user's messages stay (protected)
             await buf.aflush()
         assert [m.content for m in window][1:] == ["hello", "again"]

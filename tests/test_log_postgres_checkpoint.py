@@ -564,13 +564,19 @@ class PostgresCheckpointMachine(RuleBasedStateMachine):
             # the newest checkpoint is intact: it, the tail, and the record of
             # each protected entry its ledger names (claims.py), nothing else
             ckpt = self.log.read_range(good[-1], good[-1] + 1)[0]
-            # and the record of the newest tombstone run, which the index
-            # check reads back (tombs.py: TombStore.imported)
-            index = ckpt.detail["state"].get("tomb_index") or {}
+            # (the ledger reads nearby ones in one range, so at most the span
+            # from the first to the last), and the records the claims and the
+            # index check read back: the newest tombstone run's (tombs.py:
+            # TombStore.imported) and at most one host record per staged group
+            # (claims.py). Never the rest of the records before the checkpoint.
+            state = ckpt.detail["state"]
+            index = state.get("tomb_index") or {}
             newest_run = 1 if index.get("runs") else 0
-            assert read == (
-                total - good[-1] + len(ckpt.detail["state"]["protected"]) + newest_run
-            )
+            tail = total - good[-1]
+            seqs = [seq for _id, seq in state["protected"]]
+            span = max(seqs) - min(seqs) + 1 if seqs else 0
+            assert tail + len(seqs) <= read
+            assert read <= tail + span + newest_run + len(state["groups"]) + 1
             assert buf._records.first == good[-1]
         self.buf = buf
         self.work = Workload(buf)
