@@ -56,6 +56,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal, Protocol, TypeVar
 
 import anyio
@@ -782,6 +783,34 @@ async def aread_and_admit(
     head = buf.head()
     reads = read(head=head, keys=Keys(head, sync=sync), calls=())
     return await aadmit(buf, reads, api=api, readmit=readmit, turn=turn, sync=sync, actor=actor)
+
+
+def render_options(
+    source: object,
+    render: Callable[..., _T],
+    api: str,
+    *,
+    annotate_stale: bool,
+    tombstone_notes: bool,
+    note_names: int,
+    note_limit: int,
+) -> _T:
+    """What each adapter's public ``render`` does with its options: check the
+    note options, then :func:`render_with` of ``render`` bound to them,
+    cached per ``api`` and options. O(n + tombstones) on a miss."""
+    check_note_options(note_names, note_limit)
+    options = (annotate_stale, tombstone_notes, note_names, note_limit)
+    return render_with(
+        source,
+        partial(
+            render,
+            annotate_stale=annotate_stale,
+            tombstone_notes=tombstone_notes,
+            note_names=note_names,
+            note_limit=note_limit,
+        ),
+        (api, *options),
+    )
 
 
 def render_with(

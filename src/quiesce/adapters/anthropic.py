@@ -68,7 +68,6 @@ from ._common import (
     check_kind,
     check_messages,
     check_nonempty,
-    check_note_options,
     check_str,
     entry,
     escape_blocks,
@@ -86,7 +85,7 @@ from ._common import (
     read_entries,
     remember_rendered,
     removal_note,
-    render_with,
+    render_options,
     result_id,
     stale_note,
     sync_history,
@@ -489,18 +488,14 @@ def render(
     prompt. Entries from elsewhere are rendered from their bodies.
     O(n + tombstones).
     """
-    check_note_options(note_names, note_limit)
-    options = (annotate_stale, tombstone_notes, note_names, note_limit)
-    return render_with(
+    return render_options(
         source,
-        partial(
-            _render,
-            annotate_stale=annotate_stale,
-            tombstone_notes=tombstone_notes,
-            note_names=note_names,
-            note_limit=note_limit,
-        ),
-        (API, *options),
+        _render,
+        API,
+        annotate_stale=annotate_stale,
+        tombstone_notes=tombstone_notes,
+        note_names=note_names,
+        note_limit=note_limit,
     )
 
 

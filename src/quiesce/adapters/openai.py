@@ -65,7 +65,6 @@ from ._common import (
     check_kind,
     check_messages,
     check_nonempty,
-    check_note_options,
     check_str,
     entry,
     escape_blocks,
@@ -82,7 +81,7 @@ from ._common import (
     read_and_admit,
     read_entries,
     removal_note,
-    render_with,
+    render_options,
     result_id,
     stale_note,
     sync_history,
@@ -388,18 +387,14 @@ def render(
     elsewhere (another adapter, summaries, rewrites) are rendered from their
     bodies. O(n + tombstones).
     """
-    check_note_options(note_names, note_limit)
-    options = (annotate_stale, tombstone_notes, note_names, note_limit)
-    return render_with(
+    return render_options(
         source,
-        partial(
-            _render,
-            annotate_stale=annotate_stale,
-            tombstone_notes=tombstone_notes,
-            note_names=note_names,
-            note_limit=note_limit,
-        ),
-        (API, *options),
+        _render,
+        API,
+        annotate_stale=annotate_stale,
+        tombstone_notes=tombstone_notes,
+        note_names=note_names,
+        note_limit=note_limit,
     )
 
 
