@@ -74,6 +74,7 @@ from ._core.buffer import Buffer, Snapshot
 from ._core.entry import Entry, check_int
 from ._core.errors import BufferClosed, InvalidArgument, InvalidType, LogWriteError
 from ._core.log import LogSink
+from ._core.pins import reader_of
 from ._core.plan import EditPlan
 from ._core.policy import Policy
 from ._core.records import (
@@ -131,13 +132,18 @@ def _loop_clock() -> Callable[[], float]:
 DEFAULT_CLOSE_TIMEOUT = 5.0
 
 
-def _check_seconds(value: object, what: str, *, or_none: bool = False) -> None:
+def check_seconds(value: object, what: str, *, or_none: bool = False) -> float:
+    """``value`` as a float number of seconds: a finite int or float > 0
+    (not a bool), else :class:`InvalidType`/:class:`InvalidArgument` naming
+    ``what`` (``or_none``: the message says ``None`` is allowed too). The
+    one check of every duration the runtime and the shared buffer take."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidType(f"{what} must be a number of seconds, not {type(value).__name__}")
     if not value > 0:
         raise InvalidArgument(f"{what} must be > 0{' or None' if or_none else ''}, got {value!r}")
     if value == float("inf"):
         raise InvalidArgument(f"{what} must be a finite number of seconds, got inf")
+    return float(value)
 
 
 class RuntimeBuffer(Buffer):
@@ -162,8 +168,8 @@ class RuntimeBuffer(Buffer):
     ) -> None:
         super().__init__(log, policy, clock=clock)
         if max_pin_age is not None:
-            _check_seconds(max_pin_age, "max_pin_age", or_none=True)
-        _check_seconds(flush_interval, "flush_interval")
+            check_seconds(max_pin_age, "max_pin_age", or_none=True)
+        check_seconds(flush_interval, "flush_interval")
         check_int(escalation_buffer, "escalation_buffer")
         self.max_pin_age = max_pin_age
         self.flush_interval = flush_interval
@@ -338,7 +344,8 @@ class RuntimeBuffer(Buffer):
                     else:
                         hi = mid
                 for snap in itertools.islice(snaps, lo, None):
-                    if snap._version is None or now - snap._since <= max_age:
+                    _task, pinned, since = reader_of(snap)
+                    if pinned is None or since is None or now - since <= max_age:
                         stop = True  # pinning, unpinning, or not old yet
                         break
                     key = id(snap)
@@ -362,12 +369,12 @@ class RuntimeBuffer(Buffer):
         above.append(0)
         out = []
         for snap in found:
-            v = snap._version
-            if v is None:
+            task, v, since = reader_of(snap)
+            if v is None or since is None:
                 continue  # left meanwhile
             held = above[bisect.bisect_right(graces, v.number)]
-            age = now - snap._since
-            name = task_name(snap._task)
+            age = now - since
+            name = task_name(task)
             detail = (
                 f"reader {name!r} has pinned version {v.number} for {age:.1f}s "
                 f"(alarm at {max_age:g}s), holding back {held} removal(s)"
@@ -638,7 +645,7 @@ async def open_buffer(
     implementation detail. If the final flush also timed out, the body's
     exception carries a note saying so.
     """
-    _check_seconds(close_timeout, "close_timeout")
+    check_seconds(close_timeout, "close_timeout")
     if clock is None:
         clock = _loop_clock()
     if type(verify) is not bool:

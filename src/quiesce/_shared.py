@@ -116,11 +116,10 @@ import anyio.abc
 
 from ._core import errors as _errors
 from ._core.buffer import Snapshot
-from ._core.checkpoint import DEFAULT_CHECKPOINT_EVERY, check_checkpoint_every, recover
+from ._core.checkpoint import DEFAULT_CHECKPOINT_EVERY, check_checkpoint_every
 from ._core.entry import Entry
 from ._core.errors import InvalidArgument, InvalidType, LogWriteError, QuiesceError
-from ._core.log import EditLog, _build_lock, build_compact
-from ._core.pins import _NOT_ENTERED, _new_object
+from ._core.log import EditLog
 from ._core.plan import EditPlan, Move, Op, Prune, Rewrite, Summarize
 from ._core.policy import Policy
 from ._core.publish import tomb_to_dict
@@ -138,12 +137,11 @@ from ._core.records import (
     Status,
     Tombstone,
 )
-from ._core.replay import _tomb, replay
-from ._core.tasks import task_name
-from ._core.version import Version
+from ._core.replay import tomb_from_dict
+from ._core.replication import Replication
 from ._log._format import MAX_DEPTH, _too_deep, decode_json
-from ._log.postgres import PostgresLog, WriterFenced, connect, ensure_schema
-from ._runtime import RuntimeBuffer, open_buffer
+from ._log.postgres import PostgresLog, WriterFenced, connect
+from ._runtime import RuntimeBuffer, check_seconds, open_buffer
 
 _logger = logging.getLogger("quiesce.shared")
 
@@ -154,22 +152,6 @@ class LeaseLost(QuiesceError):
     """This member's lease expired (it paused or lost the database longer
     than the lease): other members no longer wait for its readers, so its
     snapshots are void until it has re-joined."""
-
-
-class _LeasedSnapshot(Snapshot):
-    """A shared member's snapshot: every read checks its member's own lease
-    deadline (:meth:`SharedBuffer._check_read`) and raises
-    :class:`LeaseLost` once it passed, or when the snapshot was pinned
-    before a lease loss. Snapshot's layout plus one slot, the member."""
-
-    __slots__ = ("_shared",)
-
-    _shared: SharedBuffer
-
-    def _v(self) -> Version:
-        v = Snapshot._v(self)
-        self._shared._check_read(self._since, v.number)
-        return v
 
 
 class SharedWriteTimeout(LogWriteError, TimeoutError):
@@ -532,7 +514,7 @@ def _error_from_dict(d: dict[str, Any]) -> QuiesceError:
         cls = QuiesceError
     message = str(d["message"])
     tomb = d.get("tombstone")
-    tombstone = None if tomb is None else _tomb(tomb)
+    tombstone = None if tomb is None else tomb_from_dict(tomb)
     if issubclass(cls, _errors.DanglingReference):
         return cls(message, str(d.get("ref", "")), tombstone)
     if issubclass(cls, _errors.EntryPruned | _errors.ReadmissionRefused):
@@ -587,14 +569,6 @@ def _decode_request(op: object, text: object) -> dict[str, Any]:
                 f"{op} request: integer {str(value)[:40]} does not fit in 64 bits"
             )
     return args
-
-
-def _check_seconds(value: object, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidType(f"{what} must be a number of seconds, not {type(value).__name__}")
-    if not value > 0:
-        raise InvalidArgument(f"{what} must be > 0, got {value!r}")
-    return float(value)
 
 
 class _Control:
@@ -688,10 +662,10 @@ class SharedBuffer:
             raise InvalidType(f"dsn must be a str, not {type(dsn).__name__}")
         if policy is not None and not isinstance(policy, Policy):
             raise InvalidType(f"policy must be a Policy, not {type(policy).__name__}")
-        self._lease = _check_seconds(lease, "lease")
-        self._timeout = _check_seconds(timeout, "timeout")
-        self._poll = _check_seconds(poll, "poll")
-        self._flush_interval = _check_seconds(flush_interval, "flush_interval")
+        self._lease = check_seconds(lease, "lease")
+        self._timeout = check_seconds(timeout, "timeout")
+        self._poll = check_seconds(poll, "poll")
+        self._flush_interval = check_seconds(flush_interval, "flush_interval")
         self._checkpoint_every = check_checkpoint_every(checkpoint_every)
         if member_id is None:
             member_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -711,6 +685,7 @@ class SharedBuffer:
         self._sink: PostgresLog | None = None
         self._ctl = _Control(dsn, self._timeout, self._app_name)
         self._local: RuntimeBuffer | None = None
+        self._repl: Replication | None = None  # the local buffer's handle
         self._local_stop: anyio.Event | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._applied = anyio.Event()  # replaced after every local apply
@@ -718,8 +693,6 @@ class SharedBuffer:
         self._commit_lock = threading.Lock()  # request batches vs the flusher
         self._results: list[tuple[str, str, int]] = []  # (request_id, json, seq_after)
         self._results_lock = threading.Lock()
-        #: (thread, request_id) while that thread applies a forwarded request
-        self._serving: tuple[int, str] | None = None
         #: request_id -> the records its application appended (stamped with
         #: it), for the requests this member's local log holds, newest last
         self._stamped: dict[str, list[LogRecord]] = {}
@@ -794,13 +767,9 @@ class SharedBuffer:
         if time.monotonic() > self._member_valid_until:
             self._note_lease_lost(self._member_valid_until)
             raise self._lease_lost or LeaseLost("this member's lease expired")
-        # Buffer.snapshot(), written out for the subclass (the pin fast path)
-        snap: _LeasedSnapshot = _new_object(_LeasedSnapshot)
-        snap._shared = self
-        snap._buffer = local
-        snap._version = None
-        snap._task = _NOT_ENTERED
-        return snap
+        repl = self._repl
+        assert repl is not None
+        return repl.snapshot(self._check_read)
 
     def oldest_pin(self) -> int | None:
         return self.local.oldest_pin()
@@ -857,7 +826,7 @@ class SharedBuffer:
             member_id=self.member_id,
             role=self._role,
             epoch=self._epoch,
-            applied_seq=len(self.local._records),
+            applied_seq=len(self.local.log),
             connected=ctl.connected,
             last_contact_age=None if last is None else time.monotonic() - last,
             lease_valid=self._lease_lost is None and time.monotonic() < self._member_valid_until,
@@ -869,9 +838,14 @@ class SharedBuffer:
             local=self.local.stats(),
         )
 
+    def check_invariants(self) -> None:
+        """The local buffer's invariants (docs/design.md), as
+        :meth:`Buffer.check_invariants`."""
+        self.local.check_invariants()
+
     def _check(self) -> None:
-        """The local buffer's invariants (docs/design.md), as :meth:`Buffer._check`."""
-        self.local._check()
+        """:meth:`check_invariants` (the name the test tools call)."""
+        self.check_invariants()
 
     # -- writes (async, forwarded on replicas) --------------------------------
 
@@ -1056,7 +1030,7 @@ class SharedBuffer:
     async def _write(
         self, op: str, args: dict[str, Any], timeout: float | None, plan: EditPlan | None = None
     ) -> Any:
-        limit = self._timeout if timeout is None else _check_seconds(timeout, "timeout")
+        limit = self._timeout if timeout is None else check_seconds(timeout, "timeout")
         if self._role == _SEQUENCER:
             await anyio.lowlevel.checkpoint()
             if self._role == _SEQUENCER:  # still, after the checkpoint
@@ -1090,7 +1064,7 @@ class SharedBuffer:
                     self._wake_pump.set()
                     await self._answered.wait()
                 text, applied_seq = self._answers.pop(request_id)
-                while len(self.local._records) < applied_seq:
+                while len(self.local.log) < applied_seq:
                     await self._applied.wait()
         finally:
             self._waiting.pop(request_id, None)
@@ -1134,8 +1108,6 @@ class SharedBuffer:
             # a batch left open by a paused process ends on the server
             idle_in_transaction_timeout=self._lease / 2,
         )
-        assert sink._conn is not None
-        ensure_schema(sink._conn, sink.where)
         sink.before_commit = self._before_commit
         return sink
 
@@ -1144,14 +1116,13 @@ class SharedBuffer:
         ``open_buffer`` scheduler and alarm), as a replica."""
         old_stop = self._local_stop
         if old_stop is not None:
-            old = self._local
-            if old is not None:
-                old._sink = None  # it never writes again
+            if self._repl is not None:
+                self._repl.detach()  # the old buffer never writes again
             old_stop.set()
         assert self._tg is not None and self._sink is not None
         stop = anyio.Event()
         self._local_stop = stop
-        self._local = await self._tg.start(self._run_local, stop)
+        self._local, self._repl = await self._tg.start(self._run_local, stop)
         self._signal_applied()
 
     async def _run_local(
@@ -1165,14 +1136,14 @@ class SharedBuffer:
             flush_interval=self._flush_interval,
             clock=time.monotonic,
         ) as buf:
-            buf._grace_floor = -1  # a replica never applies a removal itself
-            self._install_stamping(buf)
+            repl = Replication(buf)
+            repl.set_grace_floor(-1)  # a replica never applies a removal itself
             self._stamped = {}
-            await self._db(self._load_local, buf)
-            task_status.started(buf)
+            await self._db(self._load_local, repl)
+            task_status.started((buf, repl))
             await stop.wait()
 
-    def _load_local(self, buf: RuntimeBuffer) -> None:
+    def _load_local(self, repl: Replication) -> None:
         """Fill the fresh local buffer (no one else sees it yet; in a worker
         thread): from the newest valid checkpoint and the records after it
         (a damaged one is skipped with a warning, checkpoint.py), else the
@@ -1180,23 +1151,22 @@ class SharedBuffer:
         only, counted as dropped from memory, as the retention drops them."""
         sink = self._sink
         assert sink is not None
-        with buf._write_lock:
-            if recover(buf, sink):
-                buf._records.dropped = buf._records.first
-                first = buf._records.first
-                self._index_stamped(buf.log[first:])  # the tail, in memory
-                # A request still open may have stamped records just before
-                # the checkpoint (it rode on that request's inline flush and a
-                # dead sequencer never stored the result; the result follows
-                # within the same serve batch): fetch the stamped ones of a
-                # bounded stretch before it, filtered on the server.
-                if first and self._ctl.run(_OPEN_REQUESTS, {"b": self._buffer_id}):
-                    start = max(0, first - _STAMP_LOOKBACK)
-                    self._index_stamped(sink.read_containing(start, first, f'"{REQUEST_KEY}"'))
-            else:
-                records = sink.read_from(0)
-                replay(buf, records)
-                self._index_stamped(records)
+        log = repl.buffer.log
+        if repl.load(sink):
+            first = log.first
+            self._index_stamped(log[first:])  # the tail, in memory
+            # A request still open may have stamped records just before
+            # the checkpoint (it rode on that request's inline flush and a
+            # dead sequencer never stored the result; the result follows
+            # within the same serve batch): fetch the stamped ones of a
+            # bounded stretch before it, filtered on the server.
+            if first and self._ctl.run(_OPEN_REQUESTS, {"b": self._buffer_id}):
+                start = max(0, first - _STAMP_LOOKBACK)
+                self._index_stamped(sink.read_containing(start, first, f'"{REQUEST_KEY}"'))
+        else:
+            records = sink.read_from(0)
+            repl.apply_records(records)
+            self._index_stamped(records)
 
     async def _close(self) -> None:
         self._closing = True
@@ -1214,8 +1184,8 @@ class SharedBuffer:
                 await self._ctl_run(_LEAVE, {"b": self._buffer_id, "m": self.member_id})
             except LogWriteError:
                 pass
-            if self._local is not None:
-                self._local._sink = None
+            if self._repl is not None:
+                self._repl.detach()
             if self._local_stop is not None:
                 self._local_stop.set()
             self._ctl.close()
@@ -1259,13 +1229,9 @@ class SharedBuffer:
         buf = self._local
         readers: list[list[Any]] = []
         if buf is not None:
-            now = time.monotonic()  # the local buffer's pin clock
-            with buf._pin_lock:
-                pins = [(s._task, s._version, s._since) for s in buf._readers]
-            pins.sort(key=lambda p: p[1].number if p[1] is not None else 0)
-            for task, v, since in pins[:5]:
-                if v is not None:
-                    readers.append([task_name(task), v.number, round(now - since, 3)])
+            # ages on the local buffer's pin clock (the monotonic one)
+            pins = sorted(buf.stats().readers, key=lambda r: r.version)
+            readers = [[r.task, r.version, round(r.age, 3)] for r in pins[:5]]
         info = {"pid": os.getpid(), "host": socket.gethostname(), "role": self._role}
         return json.dumps({**info, "readers": readers})
 
@@ -1285,7 +1251,7 @@ class SharedBuffer:
                 "i": self._incarnation,
                 "l": self._lease,
                 "hz": self._horizon() if horizon is None else horizon,
-                "a": len(self._local._records) if self._local is not None else 0,
+                "a": len(self._local.log) if self._local is not None else 0,
                 "info": self._member_info(),
             },
         )
@@ -1334,19 +1300,15 @@ class SharedBuffer:
             self._epoch = epoch
             await self._catch_up()
             sink = self._sink
-            buf = self.local
-            assert sink is not None
-            with buf._write_lock:
-                sink.writer_epoch = epoch
-                sink.writer_token = token
-                buf._synced = len(buf._records)
-                buf._sink = sink
-                # the sequencer writes checkpoints (every checkpoint_every
-                # records) for members and successors to start from
-                buf._checkpoints_ok = True
-                buf._checkpoint_every = self._checkpoint_every
-                buf._checkpoint_due = len(buf._records) + self._checkpoint_every
-                buf._grace_floor = 0  # until the members' horizons are read
+            repl = self._repl
+            assert sink is not None and repl is not None
+            # (the detached buffer never writes to the sink meanwhile)
+            sink.writer_epoch = epoch
+            sink.writer_token = token
+            # the sequencer writes checkpoints (every checkpoint_every
+            # records) for members and successors to start from; grace
+            # floor 0 until the members' horizons are read
+            repl.attach(sink, epoch=epoch, checkpoint_every=self._checkpoint_every, grace_floor=0)
             self._role = _SEQUENCER
         await self._refresh_floor()
         self._wake_pump.set()
@@ -1359,11 +1321,8 @@ class SharedBuffer:
             if self._role != _SEQUENCER:
                 return
             self._role = _REPLICA
-            buf = self.local
-            with buf._write_lock:
-                self._lost_records += buf.pending_records  # told by the next flush()
-                buf._sink = None
-                buf._grace_floor = -1
+            assert self._repl is not None
+            self._lost_records += self._repl.detach()  # told by the next flush()
             with self._results_lock:
                 self._results.clear()  # their records die with the local buffer
             self._needs_rebuild = True
@@ -1423,9 +1382,8 @@ class SharedBuffer:
         buf = self.local
         if self._role != _SEQUENCER:
             return
-        buf._grace_floor = self._floor
-        if buf.has_due():
-            buf._signal_due()
+        assert self._repl is not None
+        self._repl.set_grace_floor(self._floor)  # signals a removal due now
         await self._escalate_holders(buf)
 
     async def _escalate_holders(self, buf: RuntimeBuffer) -> None:
@@ -1530,17 +1488,14 @@ class SharedBuffer:
         if self._needs_rebuild:
             await self._rebuild()
         sink = self._sink
-        buf = self.local
-        assert sink is not None
-        records = await self._db(sink.read_from, len(buf._records))
+        repl = self._repl
+        assert sink is not None and repl is not None
+        records = await self._db(sink.read_from, repl.applied)
         if not records or self._role == _SEQUENCER:
             return
-        with buf._write_lock:
-            start = len(buf._records)
-            fresh = [r for r in records if r.seq >= start]
-            if fresh and fresh[0].seq == start:
-                replay(buf, fresh)
-                self._index_stamped(fresh)
+        start = repl.applied
+        if repl.apply_records(records):
+            self._index_stamped(r for r in records if r.seq >= start)
         self._signal_applied()
 
     def _index_stamped(self, records: Iterable[LogRecord]) -> None:
@@ -1562,42 +1517,19 @@ class SharedBuffer:
             else:
                 found.append(rec)
 
-    def _install_stamping(self, buf: RuntimeBuffer) -> None:
-        """Make the local buffer stamp every record that the thread applying a
-        forwarded request appends through ``_append_record`` (all but the
-        two fast paths, which :meth:`_stamp_tail` covers) with the request's
-        id, before the record is visible to any flush. Its flush lock becomes
-        re-entrant: the serving thread holds it while applying a request
-        (:meth:`_apply_request`) and a prune or edit flushes inline."""
-        buf._flush_lock = threading.RLock()  # type: ignore[assignment]
-        append_record = buf._append_record
+    def _stamp_for(self, request_id: str) -> Callable[[LogRecord], LogRecord]:
+        """The stamp of a forwarded request (:meth:`Replication.serving`):
+        ``request_id`` goes into the record's detail (once: idempotent) and
+        the stamped record is remembered for :func:`_derive_result`."""
 
-        def stamping(record: LogRecord) -> None:
-            serving = self._serving
-            if serving is not None and serving[0] == threading.get_ident():
-                record = _stamped(record, serving[1])
-                self._index_stamped((record,))
-            append_record(record)
+        def stamp(record: LogRecord) -> LogRecord:
+            if REQUEST_KEY in record.detail:
+                return record
+            record = _stamped(record, request_id)
+            self._index_stamped((record,))
+            return record
 
-        buf._append_record = stamping  # type: ignore[method-assign]
-
-    def _stamp_tail(self, buf: RuntimeBuffer, start: int, request_id: str) -> None:
-        """Stamp the records from ``start`` on (the fast path's compact ones,
-        built now) with ``request_id``. Call holding the buffer's write lock
-        (no other writer appends) and flush lock (no flush has read them). A
-        reader of ``log`` that built one of them in between keeps a record
-        equal to the stored one but for the stamp. O(records stamped)."""
-        records = buf._records
-        with _build_lock:
-            for seq in range(start, len(records)):
-                local = seq - records.first
-                rec = list.__getitem__(records, local)
-                if type(rec) is tuple:  # compact (log.py): build it now
-                    rec = build_compact(seq, rec)
-                if REQUEST_KEY not in rec.detail:
-                    rec = _stamped(rec, request_id)
-                    self._index_stamped((rec,))
-                list.__setitem__(records, local, rec)
+        return stamp
 
     def _signal_applied(self) -> None:
         event, self._applied = self._applied, anyio.Event()
@@ -1653,7 +1585,7 @@ class SharedBuffer:
                 except QuiesceError as exc:
                     with self._results_lock:
                         self._results.append(
-                            (request_id, json.dumps(_error_to_dict(exc)), len(buf._records))
+                            (request_id, json.dumps(_error_to_dict(exc)), len(buf.log))
                         )
                     continue
                 done = self._stamped.get(request_id)
@@ -1682,22 +1614,14 @@ class SharedBuffer:
         request's own inline flush (a prune or edit publishing a due removal)
         can commit them first; they carry the request's id, so a successor
         derives the result instead of applying the request again."""
-        with buf._flush_lock:
-            self._serving = (threading.get_ident(), request_id)
+        repl = self._repl
+        assert repl is not None
+        # the fast paths append compact records: stamped at the block's end,
+        # under the write lock (no other writer's record among them)
+        exclusive = op in ("append", "mark_stale")
+        with repl.serving(self._stamp_for(request_id), exclusive=exclusive):
             try:
-                try:
-                    if op in ("append", "mark_stale"):
-                        # the fast paths append compact records, stamped here
-                        with buf._write_lock:
-                            start = len(buf._records)
-                            try:
-                                value = self._apply_locally(op, args)
-                            finally:
-                                self._stamp_tail(buf, start, request_id)
-                    else:
-                        value = self._apply_locally(op, args)
-                finally:
-                    self._serving = None
+                value = self._apply_locally(op, args)
                 text = json.dumps(_result_to_dict(op, value))
             except QuiesceError as exc:
                 if isinstance(exc, LogWriteError):
@@ -1712,7 +1636,7 @@ class SharedBuffer:
                     }
                 )
             with self._results_lock:
-                self._results.append((request_id, text, len(buf._records)))
+                self._results.append((request_id, text, len(buf.log)))
 
     def _version_before(self, seq: int) -> int:
         """The newest version published by a record before ``seq`` (the head
@@ -1736,28 +1660,20 @@ class SharedBuffer:
         buffer's ``_applying``, so its removal is requeued, not published;
         (2) store the results of forwarded requests whose records are all in
         this batch."""
-        buf = self._local
-        if buf is not None:
-            groups = [
-                g
-                for rec in batch
-                if rec.op == "tombstone"
-                for gid in rec.detail.get("gids", ())
-                if (g := buf._applying.get(gid)) is not None
-            ]
-            if groups:
+        repl = self._repl
+        if repl is not None:
+            graces = repl.removals_in_flight(
+                gid for rec in batch if rec.op == "tombstone" for gid in rec.detail.get("gids", ())
+            )
+            if graces:
                 cur.execute(_HORIZON_CHECK, {"b": self._buffer_id, "m": self.member_id})
                 row = cur.fetchone()
                 floor = None if row is None or row[0] is None else int(row[0])
-                held = [g for g in groups if floor is not None and floor < g.grace]
+                held = [gid for gid, g in graces.items() if floor is not None and floor < g]
                 if held:
                     # The intent itself is harmless (recovery ignores it);
-                    # taking the groups out of _applying makes the buffer
-                    # requeue them instead of publishing the removal.
-                    with buf._write_lock:
-                        for g in held:
-                            buf._applying.pop(g.gid, None)
-                        buf._grace_floor = floor
+                    # held back, the groups are requeued instead of published.
+                    repl.hold_back(held, floor)
                     self._floor = floor
         last_seq = batch[-1].seq
         with self._results_lock:
@@ -1783,6 +1699,8 @@ class SharedBuffer:
 
     def _flush_locked(self, checkpoint: bool = False) -> None:
         buf = self.local
+        repl = self._repl
+        assert repl is not None
         try:
             buf.flush(checkpoint=checkpoint)
         except LogWriteError as exc:
@@ -1792,7 +1710,7 @@ class SharedBuffer:
         # Results of requests whose records an earlier flush already made
         # durable (or that made none): stored now, fenced by epoch.
         with self._results_lock:
-            left = [r for r in self._results if r[2] <= buf._synced]
+            left = [r for r in self._results if r[2] <= repl.durable]
         for request_id, text, seq_after in left:
             self._ctl.run(
                 _STORE_RESULT_FENCED,

@@ -69,6 +69,7 @@ from .errors import (
 )
 from .grace import Group, components
 from .log import DEFAULT_RETENTION, EditLog, LogSink, ReadableSink, Records
+from .observe import Observer
 from .pins import _NOT_ENTERED, Snapshot, _missing, _new_object
 from .policy import _CACHE_FROM as _CLASSIFY_FROM
 from .policy import IMMUTABLE_KINDS as _IMMUTABLE
@@ -890,6 +891,33 @@ class Buffer(Editor):
             self._checkpoint_due = rec.seq + 1 + self._checkpoint_every
         finally:
             lock.release()
+
+    # -- observation (observe.py) and checks -------------------------------
+
+    def observe(self, observer: Observer | None) -> None:
+        """Install ``observer`` (an :class:`~quiesce._core.observe.Observer`)
+        to be told of due signals and applied batches, replacing any other;
+        ``None`` removes it. Observing changes nothing (see
+        :mod:`quiesce._core.observe`). O(1)."""
+        if observer is not None and not isinstance(observer, Observer):
+            raise InvalidType(f"observer must be an Observer, not {type(observer).__name__}")
+        self._observer = observer
+
+    def settle(self) -> None:
+        """Do now the bookkeeping the fast paths defer (fold the ids
+        appended since the last mark into the mark index), so that a memory
+        measurement counts it as the buffer's own. Changes no version.
+        O(ids appended since the last fold), under the write lock."""
+        with self._write_lock:
+            self._markable()
+
+    def check_invariants(self, *, expect_no_pins: bool = False) -> None:
+        """Raise ``AssertionError`` naming the first invariant of
+        docs/design.md the current state breaks (with ``expect_no_pins``,
+        also if a reader is still pinned). Changes nothing. O(live entries
+        + log tail + readers), under the write lock: for tests, demos and
+        soak runs, never a hot path."""
+        self._check(expect_no_pins=expect_no_pins)
 
     def _check(self, *, expect_no_pins: bool = False) -> None:
         """Assert every invariant of docs/design.md on the current state.

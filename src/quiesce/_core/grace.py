@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -44,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 from .callbacks import WriteGuard
 from .errors import LogWriteError
 from .log import LogSink
+from .observe import Observer
 from .pins import Pins
 from .policy import Policy
 from .records import Escalation, EscalationKind, LogRecord
@@ -96,6 +98,9 @@ class Grace(Pins):
     #: shared buffer's members, set by ``quiesce._shared``), or ``None`` for
     #: none; ``-1`` holds every removal back (a replica never applies one).
     _grace_floor: int | None
+    _counts: Counter[str]
+    #: told of due signals and applied batches (observe.py), or None
+    _observer: Observer | None = None
 
     if TYPE_CHECKING:  # provided by .publish.Publisher and .buffer.Buffer
 
@@ -131,12 +136,22 @@ class Grace(Pins):
     def _signal_due(self) -> None:
         if self._due_since is None:
             self._due_since = self._clock()
+            if self._observer is not None:
+                self._observe_due()
         hook = self._due_hook
         if hook is not None:
             hook()
             return
         self._due_flag = True
         self._drain_due()
+
+    def _observe_due(self) -> None:
+        observer = self._observer
+        try:
+            if observer is not None:
+                observer.due()
+        except Exception:
+            self._counts["callback_errors"] += 1
 
     def _drain_due(self) -> None:
         # Apply due removals unless a writer holds the lock; that writer sees

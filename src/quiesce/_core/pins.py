@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     from .buffer import Buffer
     from .grace import Group
 
-__all__ = ["Pins", "Snapshot"]
+__all__ = ["Pins", "Snapshot", "reader_of"]
 
 
 _NOT_ENTERED: Any = object()
@@ -273,6 +273,19 @@ class Snapshot:
     def __repr__(self) -> str:
         v = self._version
         return f"<Snapshot {'released' if v is None else f'of version {v.number}'}>"
+
+
+def reader_of(snap: Snapshot) -> tuple[object, Version | None, float | None]:
+    """What a reader's registry entry holds: its task (``None`` before it
+    pinned), its pinned version (``None`` while pinning, unpinning or
+    released) and its pin time on the buffer's clock (``None`` before it
+    pinned). Lock-free: each field is one read, atomic under the GIL (a
+    reader pinned at the same moment may show its version ``None``: skip
+    it, as the reader-age alarm does). O(1)."""
+    task = snap._task
+    if task is _NOT_ENTERED:
+        return None, None, None
+    return task, snap._version, getattr(snap, "_since", None)
 
 
 def _missing(v: Version, entry_id: str) -> Exception:

@@ -78,6 +78,9 @@ class Publisher(Grace):
     _in_sink_write: int | None  #: the thread in sink.write, if any (callbacks.py)
     _immutable_hashes: dict[str, str]  #: invariant 4: each live immutable's admitted bytes
     _protected_at: dict[str, int]  #: seq of the record writing each protected entry (claims.py)
+    #: passes every record of the record path (not the fast paths' compact
+    #: ones) before it is appended: a shared buffer's stamp (replication.py)
+    _record_hook: Callable[[LogRecord], LogRecord] | None = None
 
     if TYPE_CHECKING:  # provided by .buffer.Buffer
 
@@ -275,6 +278,12 @@ class Publisher(Grace):
             if protected_at:
                 for i in removal:  # claims.py: the ledger holds live entries only
                     protected_at.pop(i, None)
+            observer = self._observer
+            if observer is not None:
+                try:
+                    observer.applied(tuple(removal))
+                except Exception:  # observe.py: an observer never breaks a write
+                    self._counts["callback_errors"] += 1
         else:
             self._append_record(record)
         for g in groups:
@@ -377,6 +386,9 @@ class Publisher(Grace):
         )
 
     def _append_record(self, record: LogRecord) -> None:
+        hook = self._record_hook
+        if hook is not None:
+            record = hook(record)
         self._records.append(record)
         count_record(self, record)
         if self._sink is None:

@@ -56,7 +56,7 @@ from .version import Slot
 if TYPE_CHECKING:
     from .buffer import Buffer
 
-__all__ = ["replay"]
+__all__ = ["replay", "tomb_from_dict"]
 
 
 class _Invalid(Exception):
@@ -102,6 +102,16 @@ def _tomb(d: Mapping[str, Any]) -> Tombstone:
         None if kind is None else Kind(kind),
         d.get("key"),
     )
+
+
+def tomb_from_dict(d: Mapping[str, Any]) -> Tombstone:
+    """The :class:`Tombstone` of its wire form (``publish.tomb_to_dict``),
+    its fields' types checked; :class:`LogFormatError` for a malformed one.
+    O(1)."""
+    try:
+        return _tomb(d)
+    except (_Invalid, KeyError, ValueError) as exc:
+        raise LogFormatError(f"malformed tombstone: {exc}") from None
 
 
 def _retracted(rec: LogRecord, index: int) -> list[str]:

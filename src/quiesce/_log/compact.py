@@ -92,10 +92,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         check = cls(dst)
         try:
             again = Buffer(log=check)
-            if (again.version, list(again._head.entries()), again._head.tombs) != (
+            if (again.version, list(again.head().entries()), again.head().tombs) != (
                 scratch.version,
-                list(scratch._head.entries()),
-                scratch._head.tombs,
+                list(scratch.head().entries()),
+                scratch.head().tombs,
             ):  # pragma: no cover - a bug, not an input error
                 raise LogFormatError(f"{dst} does not recover the state of {src}")
         finally:
@@ -105,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if os.path.exists(leftover):
                 os.unlink(leftover)
         return _fail(str(exc))
-    head = scratch._head
+    head = scratch.head()
     sys.stdout.write(
         f"{dst}: {kind} log compacted from {len(scratch.log)} records of {src}: "
         f"head version {scratch.version}, {len(head.live)} live entries, "

@@ -49,10 +49,10 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from .._core.buffer import Buffer
-from .._core.checkpoint import describe_checkpoint, replay_log
+from .._core.checkpoint import describe_checkpoint
 from .._core.errors import LogFormatError
 from .._core.records import LogRecord, Tombstone
-from .._core.replay import replay
+from .._core.replication import Replication
 from ._file_locks import _held_fd
 from ._format import OPS, encode_json, log_path, sniff
 from .jsonl import stream_jsonl
@@ -189,26 +189,23 @@ def _recover(records: Iterable[LogRecord]) -> tuple[Buffer, int]:
     buffer's in-memory log after each, so memory is the state (live
     entries, tombstones, staged removals) plus one chunk, not the log."""
     buf = Buffer()
+    repl = Replication(buf)
     count = 0
     chunk: list[LogRecord] = []
     for rec in records:
         chunk.append(rec)
         if len(chunk) == _CHUNK:
-            count = _replay_chunk(buf, chunk, count)
+            count = _replay_chunk(repl, chunk, count)
             chunk = []
-    count = _replay_chunk(buf, chunk, count)
+    count = _replay_chunk(repl, chunk, count)
     return buf, count
 
 
-def _replay_chunk(buf: Buffer, chunk: list[LogRecord], count: int) -> int:
-    if count == 0:
-        replay_log(buf, chunk)  # a compacted log starts from its checkpoint
-    elif chunk:
-        replay(buf, chunk)
-    records = buf._records
-    records.trim(len(records), 0)
+def _replay_chunk(repl: Replication, chunk: list[LogRecord], count: int) -> int:
+    # a compacted log starts from its checkpoint (apply_records on a fresh buffer)
+    repl.apply_records(chunk, strict=True)
+    repl.forget_held_records()
     return count + len(chunk)
-
 
 def _row(r: LogRecord) -> list[str]:
     return [

@@ -64,6 +64,7 @@ from typing import Any
 import anyio
 
 from quiesce import Entry, Kind, RuntimeBuffer, open_buffer
+from quiesce.testing import Observer
 
 from .lib import Config as BenchConfig
 from .lib import Goal, SectionResult, plot, section
@@ -144,25 +145,23 @@ class QuiesceImpl(Impl):
 
     def _instrument(self, buf: RuntimeBuffer) -> None:
         # Wake-ups between the unpin that makes a removal due and the batch
-        # that applies it: the core signals "due" (first signal since the
-        # last application), the scheduler counts its wake-ups.
-        first_signal: list[int] = []
-        signal_due = buf._signal_due
-        apply_due = buf.apply_due
+        # that applies it: the core reports the first due signal since the
+        # last application and each applied batch (an Observer, O(1) per
+        # call), the scheduler counts its wake-ups.
+        delays = self.wake_delays
 
-        def signal() -> None:
-            if buf._due_since is None:
-                first_signal[:] = [buf.wakeups]
-            signal_due()
+        class WakeDelays(Observer):
+            first_signal: int | None = None
 
-        def apply() -> tuple[str, ...]:
-            removed = apply_due()
-            if removed and first_signal:
-                self.wake_delays.append(buf.wakeups - first_signal.pop())
-            return removed
+            def due(self) -> None:
+                self.first_signal = buf.wakeups
 
-        buf._signal_due = signal  # type: ignore[method-assign]
-        buf.apply_due = apply  # type: ignore[method-assign]
+            def applied(self, removed: tuple[str, ...]) -> None:
+                if self.first_signal is not None:
+                    delays.append(buf.wakeups - self.first_signal)
+                    self.first_signal = None
+
+        buf.observe(WakeDelays())
 
     def pin(self) -> Any:
         assert self.buf is not None
@@ -190,7 +189,7 @@ class QuiesceImpl(Impl):
 
     def backlog(self) -> int:
         assert self.buf is not None
-        return len(self.buf._staged_ids)
+        return self.buf.stats().deferred
 
     def extra(self) -> dict[str, Any]:
         assert self.buf is not None

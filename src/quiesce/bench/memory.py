@@ -42,8 +42,7 @@ def bench_memory(cfg: Config) -> SectionResult:
         # append queues ids for the markable index, folded in by the next
         # write that asks it: fold here, so the index counts as the buffer's
         # own memory, not as the first reader's mark's.
-        with buf._write_lock:
-            buf._markable()
+        buf.settle()
         return buf
 
     buffer_bytes, buf = _traced(build)

@@ -90,7 +90,9 @@ Modules (every public name is importable from ``quiesce.testing`` itself):
 :mod:`.events` (the history's data and the anomaly names), :mod:`.recorder`
 (:class:`Recorder`), :mod:`.checker` (:func:`check_history`),
 :mod:`.shared` (:func:`check_shared_history` and the members' reports),
-:mod:`.fixtures` (:func:`preloaded`).
+:mod:`.fixtures` (:func:`preloaded`). :class:`Observer` is the core's
+observation hook (``Buffer.observe``), re-exported for benchmarks and test
+tools that watch a buffer's internal moments without patching it.
 
 It imports no event loop and no test framework; users may record and
 check their own workloads::
@@ -103,6 +105,7 @@ check their own workloads::
 
 from __future__ import annotations
 
+from .._core.observe import Observer as Observer
 from .checker import check_history as check_history
 from .events import Anomaly as Anomaly
 from .events import AnomalyKind as AnomalyKind
@@ -124,6 +127,7 @@ __all__ = [
     "History",
     "MemberPin",
     "MemberReport",
+    "Observer",
     "OpEvent",
     "Publication",
     "Read",

@@ -11,12 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .._core.buffer import Buffer
-from .._core.draft import Draft
 from .._core.entry import Entry
 from .._core.log import LogSink
-from .._core.records import (
-    Mark,
-)
+from .._core.preload import preload
 
 __all__ = ["preloaded"]
 
@@ -26,7 +23,7 @@ def preloaded(entries: Sequence[Entry], *, marked: int = 0, log: LogSink | None 
     order, the first ``marked`` of them marked stale (reason ``"bench:
     seeded"``).
 
-    Bulk-loaded through the core's draft in O(n log n): building a 1e6-entry
+    Bulk-loaded by :func:`quiesce._core.preload.preload` in O(n log n): building a 1e6-entry
     buffer by ``append`` would cost seconds and a log nobody reads. No log
     record is written for the load itself (so the log does not replay to
     this state): use it where only the operations *after* it matter, as the
@@ -35,11 +32,5 @@ def preloaded(entries: Sequence[Entry], *, marked: int = 0, log: LogSink | None 
     distinct and ``entries`` must cite only entries listed before them.
     """
     buf = Buffer(log=log)
-    draft = Draft(buf.head())
-    for e in entries:
-        draft.add(e, None, 1)
-    for e in entries[:marked]:
-        draft.marks[e.id] = Mark(e.id, "bench: seeded", None, 1)
-    buf._head = draft.finish(1)
-    buf._unmarked = {e.id for e in entries[marked:]}  # the mark fast path's index
+    preload(buf, entries, marked=marked)
     return buf

@@ -22,6 +22,7 @@ from typing import Any
 
 from .._core.buffer import Buffer, Snapshot
 from .._core.entry import Entry
+from .._core.pins import reader_of
 from .._core.plan import EditPlan
 from .._core.records import (
     EditReport,
@@ -329,7 +330,7 @@ class RecordedSnapshot:
         # reader certainly overlapped, never one it merely raced with.
         seq = next(rec._seq)
         self._snap.__enter__()
-        pinned = self._snap._version
+        pinned = reader_of(self._snap)[1]
         assert pinned is not None
         with rec._lock:
             ev = SnapshotEvent(len(rec._snapshots), task_name(current_task()), seq, pinned)
