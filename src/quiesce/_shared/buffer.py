@@ -20,18 +20,21 @@ from typing import Any
 import anyio
 import anyio.abc
 
+from .._core import errors as _errors
 from .._core.checkpoint import DEFAULT_CHECKPOINT_EVERY
-from .._core.entry import Entry
-from .._core.errors import InvalidArgument, InvalidType, LogWriteError
+from .._core.entry import Entry, Kind
+from .._core.errors import DuplicateEntry, InvalidArgument, InvalidType, LogWriteError
 from .._core.plan import EditPlan
 from .._core.policy import Policy
 from .._core.records import EditReport, Escalation, EscalationKind, Mark, Override, PruneReport
+from .._core.stream import StreamWriter
 from .._log.postgres import WriterFenced
 from .._runtime import check_seconds
 from .codec import _error_from_dict, _result_from_dict
 from .member import _REPLICA, _SEQUENCER, LeaseLost, SharedWriteTimeout, _logger
 from .serve import _Serving
 from .sql import _ENQUEUE, _LEAVE, _RELEASE_LEASE
+from .stream import SharedStreamWriter, check_header
 
 __all__ = ["SharedBuffer", "open_shared_buffer"]
 
@@ -120,6 +123,48 @@ class SharedBuffer(_Serving):
                 f"this member lost the writer lease before {lost} of its records were "
                 f"durable: those writes are not in the log"
             )
+
+    def open_stream(
+        self,
+        id: str,
+        kind: Kind,
+        *,
+        refs: Iterable[str] = (),
+        turn: int | None = None,
+        key: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> StreamWriter:
+        """:meth:`Buffer.open_stream` for a shared member (sync): returns a
+        :class:`~quiesce._shared.stream.SharedStreamWriter` whose text the
+        member forwards to the sequencer, coalesced (at most one request per
+        stream per 20 ms), in every member alike (the sequencer's own
+        streams too, so a failover treats them all the same). The entry
+        appears at the sequencer once the open is applied and in the other
+        members within the replica lag; every member sees whole prefixes.
+
+        Checked at once against this member's head: the entry's fields and
+        kind (as ``Buffer.open_stream``), a used id (:class:`DuplicateEntry`,
+        also for a stream of this member still open), unknown refs
+        (:class:`DanglingReference`); a race another member won is refused
+        by the sequencer (:meth:`SharedStreamWriter.wait_closed` raises it).
+        O(refs)."""
+        header = check_header(self.local.head(), id, kind, refs, turn, key, meta)
+        mine = self._writers.get(header.id)
+        if mine is not None and not mine.closed:
+            raise DuplicateEntry(f"entry {header.id!r} is already open as a stream")
+        if self._tg is None or self._closing:
+            raise _errors.BufferClosed("the shared buffer is not open")
+        w = SharedStreamWriter(header, self._send_stream, lambda: self.local.version)
+        self._writers = {i: x for i, x in self._writers.items() if not x.closed}
+        self._writers[header.id] = w
+        self._tg.start_soon(w.run)
+        return w
+
+    async def _send_stream(self, op: str, args: dict[str, Any]) -> Any:
+        """A stream request of this member's (stream.py), as any write."""
+        if op == "stream_open":
+            args = {**args, "member": self.member_id}
+        return await self._write(op, args, None)
 
     async def quiesce(self) -> None:
         """Apply every due removal now (sequencer); a checkpoint on a replica."""

@@ -57,7 +57,17 @@ _DECIDING = {
     "prune": ("prune",),
     "edit": ("edit",),
     "escalate": ("escalate",),
+    # a stream's (stream.py): a write has no record of its own (its text goes
+    # to the log per flush); it is idempotent by its offset instead
+    "stream_open": ("stream_open",),
+    "stream_write": (),
+    "stream_close": ("stream_close", "stream_abort"),
+    "stream_abort": ("stream_abort",),
 }
+#: the operations whose result is the version they published
+_VERSION_RESULT = frozenset(
+    {"append", "stream_open", "stream_write", "stream_close", "stream_abort"}
+)
 
 
 def _op_from_dict(d: dict[str, Any]) -> Op:
@@ -103,7 +113,7 @@ def _escalation_to_dict(e: Escalation | None) -> dict[str, Any] | None:
 
 
 def _result_to_dict(op: str, value: Any) -> dict[str, Any]:
-    if op == "append":
+    if op in _VERSION_RESULT:
         return {"version": value}
     if op == "mark_stale":
         return {"mark": list(value)}
@@ -131,7 +141,7 @@ def _result_to_dict(op: str, value: Any) -> dict[str, Any]:
 
 
 def _result_from_dict(op: str, d: dict[str, Any], plan: EditPlan | None) -> Any:
-    if op == "append":
+    if op in _VERSION_RESULT:
         return int(d["version"])
     if op == "mark_stale":
         i, reason, turn, version = d["mark"]
@@ -191,6 +201,8 @@ def _derive_result(
     versions = [r.version for r in records if r.version is not None]
     version = max(versions) if versions else version_before(deciding.seq)
     removed = {t["id"] for r in records if r.op == "remove" for t in r.detail.get("tombstones", ())}
+    if op.startswith("stream_"):
+        return {"version": deciding.version if deciding.version is not None else version}
     if op == "append":
         if deciding.op == "refuse":
             tomb = det["tombstone"]

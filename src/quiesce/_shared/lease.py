@@ -29,7 +29,15 @@ from .._core.records import EscalationKind
 from .._runtime import RuntimeBuffer
 from .follow import _Following
 from .member import _REPLICA, _SEQUENCER
-from .sql import _END_EXPIRED_HOLDER, _FLOOR, _HOLDERS, _RENEW_LEASE, _TAKE_LEASE, _UPSERT_MEMBER
+from .sql import (
+    _END_EXPIRED_HOLDER,
+    _FLOOR,
+    _HOLDERS,
+    _LIVE_MEMBERS,
+    _RENEW_LEASE,
+    _TAKE_LEASE,
+    _UPSERT_MEMBER,
+)
 
 
 class _Leases(_Following):
@@ -126,6 +134,9 @@ class _Leases(_Following):
             # floor 0 until the members' horizons are read
             repl.attach(sink, epoch=epoch, checkpoint_every=self._checkpoint_every, grace_floor=0)
             self._role = _SEQUENCER
+            # streams the log leaves open were fed by the old sequencer (or
+            # through it): no one writes them any more (stream.py)
+            self._abort_streams("stream interrupted: the sequencer failed over mid-stream")
         await self._refresh_floor()
         self._wake_pump.set()
         return True
@@ -196,6 +207,21 @@ class _Leases(_Following):
         assert self._repl is not None
         self._repl.set_grace_floor(self._floor)  # signals a removal due now
         await self._escalate_holders(buf)
+        await self._abort_orphan_streams()
+
+    async def _abort_orphan_streams(self) -> None:
+        """Abort the forwarded streams whose member left or lost its member
+        lease (it will not write them any more): the text applied stays,
+        marked stale. One query, only while another member's stream is open."""
+        owners = {s[0] for s in self._streams_served.values()} - {self.member_id}
+        if not owners:
+            return
+        rows = await self._ctl_run(_LIVE_MEMBERS, {"b": self._buffer_id})
+        gone = owners - {str(r[0]) for r in rows}
+        if gone and self._role == _SEQUENCER:
+            self._abort_streams(
+                "stream interrupted: its member left or lost its lease mid-stream", gone
+            )
 
     async def _escalate_holders(self, buf: RuntimeBuffer) -> None:
         """A removal held back longer than ``max_pin_age`` by another member's

@@ -39,6 +39,7 @@ from .._log.postgres import PostgresLog
 from .._runtime import RuntimeBuffer, check_seconds, open_buffer
 from .codec import _DERIVED_FROM, REQUEST_KEY, _stamped
 from .sql import _OPEN_REQUESTS, _Control
+from .stream import SharedStreamWriter
 
 _logger = logging.getLogger("quiesce.shared")
 
@@ -144,6 +145,11 @@ class _Member:
         #: request_id -> the records its application appended (stamped with
         #: it), for the requests this member's local log holds, newest last
         self._stamped: dict[str, list[LogRecord]] = {}
+        #: stream id -> [owner member, writer, characters applied]: the
+        #: streams this member serves as sequencer (serve.py, stream.py)
+        self._streams_served: dict[str, list[Any]] = {}
+        #: this member's own open streams, by id (buffer.py: open_stream)
+        self._writers: dict[str, SharedStreamWriter] = {}
         self._waiting: dict[str, tuple[str, EditPlan | None]] = {}
         self._answers: dict[str, tuple[str, int]] = {}
         self._answered = anyio.Event()
@@ -342,6 +348,7 @@ class _Member:
             repl = Replication(buf)
             repl.set_grace_floor(-1)  # a replica never applies a removal itself
             self._stamped = {}
+            self._streams_served = {}
             await self._db(self._load_local, repl)
             task_status.started((buf, repl))
             await stop.wait()
@@ -427,6 +434,20 @@ class _Member:
             return record
 
         return stamp
+
+    def _abort_streams(self, why: str, owners: set[str] | None = None) -> None:
+        """Abort the open streams of the local buffer (``owners``: only the
+        forwarded ones of those members), with ``why``; the text applied
+        stays, marked stale. O(open streams)."""
+        for stream_id, w in self.local.streams().items():
+            served = self._streams_served.get(stream_id)
+            if owners is not None and (served is None or served[0] not in owners):
+                continue
+            try:
+                w.abort(why)
+            except QuiesceError:
+                pass  # finished meanwhile
+            self._streams_served.pop(stream_id, None)
 
     def _signal_applied(self) -> None:
         event, self._applied = self._applied, anyio.Event()

@@ -21,8 +21,8 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from .._core.entry import Entry
-from .._core.errors import InvalidArgument, LogWriteError, QuiesceError
+from .._core.entry import Entry, Kind
+from .._core.errors import InvalidArgument, LogWriteError, QuiesceError, StreamClosed
 from .._core.records import EscalationKind
 from .._log.postgres import PostgresLog, WriterFenced
 from .._runtime import RuntimeBuffer
@@ -57,7 +57,54 @@ class _Serving(_Leases):
             return buf.edit(_plan_from_dict(args["plan"]))
         if op == "escalate":
             return buf.escalate(EscalationKind(args["kind"]), args["detail"], data=args["data"])
+        if op == "stream_open":
+            h = args["entry"]
+            w = buf.open_stream(
+                h["id"],
+                Kind(h["kind"]),
+                refs=h["refs"],
+                turn=h["turn"],
+                key=h["key"],
+                meta=h["meta"],
+            )
+            owner = str(args.get("member", self.member_id))
+            self._streams_served[w.id] = [owner, w, 0]
+            return buf.version
+        if op in ("stream_write", "stream_close", "stream_abort"):
+            return self._apply_stream(op, args)
         raise InvalidArgument(f"unknown operation {op!r}")
+
+    def _apply_stream(self, op: str, args: dict[str, Any]) -> int:
+        """Apply a forwarded stream request at exactly its offset (stream.py):
+        a write applied already (its text ends at or before what the stream
+        holds) is answered again, not applied twice; a gap is refused.
+        Returns the version published (the head if none)."""
+        buf = self.local
+        stream_id, offset, text = args["id"], args["offset"], args["text"]
+        served = self._streams_served.get(stream_id)
+        if served is None or served[1].closed:
+            raise StreamClosed(
+                f"stream {stream_id!r} is not open on the sequencer (finished, or aborted "
+                f"by a failover or its member's lease loss)"
+            )
+        _owner, w, size = served
+        if type(offset) is not int or type(text) is not str:
+            raise InvalidArgument(f"stream {stream_id!r}: a malformed {op} request")
+        if op == "stream_write" and offset + len(text) <= size:
+            return buf.version  # applied already (the answer was lost)
+        if offset != size:
+            raise InvalidArgument(
+                f"stream {stream_id!r}: text at offset {offset}, but it holds {size} characters"
+            )
+        version = w.write(text) if text else buf.version
+        served[2] = size + len(text)
+        if op == "stream_close":
+            version = w.close(content=args.get("content"))
+        elif op == "stream_abort":
+            version = w.abort(args["reason"])
+        if w.closed:
+            del self._streams_served[stream_id]
+        return version
 
     def _open_sink(self) -> PostgresLog:
         sink = PostgresLog(
@@ -141,7 +188,7 @@ class _Serving(_Leases):
         assert repl is not None
         # the fast paths append compact records: stamped at the block's end,
         # under the write lock (no other writer's record among them)
-        exclusive = op in ("append", "mark_stale")
+        exclusive = op in ("append", "mark_stale") or op.startswith("stream_")
         with repl.serving(self._stamp_for(request_id), exclusive=exclusive):
             try:
                 value = self._apply_locally(op, args)

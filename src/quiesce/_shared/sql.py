@@ -87,6 +87,9 @@ WHERE buffer_id = %(b)s AND member_id <> %(m)s AND lease_until > now()
 _LEAVE = "DELETE FROM quiesce_member WHERE buffer_id = %(b)s AND member_id = %(m)s"
 
 
+_LIVE_MEMBERS = """
+SELECT member_id FROM quiesce_member WHERE buffer_id = %(b)s AND lease_until > now()
+"""
 _FLOOR = """
 SELECT min(horizon), count(*) FROM quiesce_member
 WHERE buffer_id = %(b)s AND member_id <> %(m)s AND lease_until > now()
