@@ -45,6 +45,7 @@ CORE_TYPE_CHECKING_CIRCLES: list[set[str]] = [
         "_core.pins",
         "_core.publish",
         "_core.replay",
+        "_core.stream",
         "_core.verify",
     },
 ]

@@ -189,7 +189,7 @@ async def test_rows_read_before_the_result_committed_are_not_applied_again(
         # what the derivation gives is the report the caller got
         prune_args = json.loads(rows[1][3])
         stamped = a._stamped[rows[1][0]]
-        from quiesce._shared import _derive_result, _result_to_dict
+        from quiesce._shared.codec import _derive_result, _result_to_dict
 
         derived = _derive_result("prune", prune_args, stamped, a._version_before)
         assert derived == _result_to_dict("prune", report)
@@ -217,7 +217,7 @@ async def test_derived_results_equal_the_reports_callers_got(
         ReadmissionRefused,
         open_shared_buffer,
     )
-    from quiesce._shared import _derive_result
+    from quiesce._shared.codec import _derive_result
 
     fast = {"lease": 3.0, "poll": 0.2, "timeout": 5.0}
     async with (

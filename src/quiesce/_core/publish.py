@@ -82,6 +82,16 @@ class Publisher(Grace):
     #: ones) before it is appended: a shared buffer's stamp (replication.py)
     _record_hook: Callable[[LogRecord], LogRecord] | None = None
 
+    _streams: dict[str, Any]  #: the open streams (stream.py)
+
+    def _log_streams(self) -> None:
+        """Log the open streams' text since their last records (stream.py)."""
+        raise NotImplementedError
+
+    def _unlogged_text(self) -> bool:
+        """Whether an open stream has text no record holds (stream.py)."""
+        raise NotImplementedError
+
     if TYPE_CHECKING:  # provided by .buffer.Buffer
 
         def _markable(self) -> set[str]: ...
@@ -436,6 +446,8 @@ class Publisher(Grace):
         guard = self._write_lock
         if type(guard) is WriteGuard:  # a policy callback runs: refused if in this thread
             guard.refuse_owner("flush()")
+        if self._streams:  # stream.py: the text since each stream's last record
+            self._log_streams()
         if self._checkpoints_ok and (
             checkpoint or (self._checkpoint_every and len(self._records) >= self._checkpoint_due)
         ):
@@ -472,8 +484,12 @@ class Publisher(Grace):
 
     @property
     def pending_records(self) -> int:
-        """Records not yet durable in the sink."""
-        return 0 if self._sink is None else len(self._records) - self._synced
+        """Records not yet durable in the sink (an open stream's text that
+        no record holds yet counts as one: the next flush logs it)."""
+        if self._sink is None:
+            return 0
+        n = len(self._records) - self._synced
+        return n + 1 if not n and self._streams and self._unlogged_text() else n
 
     # -- escalations -------------------------------------------------------
 
@@ -581,6 +597,10 @@ def count_record(buf: Publisher, record: LogRecord) -> None:
     for r in detail.get("refusals", ()):
         buf._refusals[Refusal(r)] += 1
     op = record.op
+    if op in ("stream_text", "stream_close", "stream_abort"):
+        # versions a stream's writes published with no record of their own
+        # (stream.py): what bounds a checkpoint's version (claims.py)
+        counts["stream_writes"] += detail.get("writes", 0)
     if op == "remove":
         counts["removed"] += len(detail.get("tombstones", ()))
     elif op == "refuse" and record.outcome == Refusal.READMISSION.value:

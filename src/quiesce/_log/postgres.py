@@ -91,6 +91,7 @@ from .._core.errors import InvalidArgument, InvalidType, LogFormatError, LogWrit
 from .._core.log import check_read
 from .._core.records import FORMAT, LogRecord
 from ._format import encode_batch
+from ._stored import already_stored
 from .sqlite import _decode_rows, stream_pages
 
 try:
@@ -836,31 +837,19 @@ class PostgresLog:
         self, conn: psycopg.Connection[Any], records: Sequence[LogRecord], texts: Sequence[str]
     ) -> int:
         """How many leading records of the batch are stored already (a COMMIT
-        whose reply was lost). They must be the same records, compared whole:
-        the stored text against ``texts``, the batch's own encoding (which is
-        deterministic); anything else — a gap, or another record at the same
-        seq — is a divergence and raises ``ValueError``. O(skipped records)."""
-        first = records[0].seq
-        if first > self._next_seq:
-            raise ValueError(
-                f"batch starts at seq {first} but the log holds {self._next_seq} records"
-            )
-        skip = min(self._next_seq - first, len(texts))
-        if skip:
+        whose reply was lost): :func:`already_stored`; another record at a
+        stored seq is :class:`LogDiverged`."""
+
+        def read(start: int, stop: int) -> list[str]:
             try:
-                rows = conn.execute(
-                    _SELECT_RANGE, (self._buffer_id, first, first + skip)
-                ).fetchall()
+                rows = conn.execute(_SELECT_RANGE, (self._buffer_id, start, stop)).fetchall()
             except psycopg.Error as exc:
                 self._broken = True
                 raise LogWriteError(f"{self.where}: {_server_message(exc)}") from None
             self._rows_read += len(rows)
-            if [row[1] for row in rows] != list(texts[:skip]):
-                raise LogDiverged(
-                    f"records {first}..{first + skip - 1} are stored with different contents: "
-                    f"the log and the buffer diverged"
-                )
-        return skip
+            return [row[1] for row in rows]
+
+        return already_stored(records[0].seq, self._next_seq, texts, read, LogDiverged)
 
 
 def quote_channel(channel: str) -> sql.Composable:

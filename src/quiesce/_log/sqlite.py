@@ -137,6 +137,7 @@ from ._sqlite_schema import (
     _refused_if_damaged,
     record_crc,
 )
+from ._stored import already_stored
 from ._wal import _check_wal
 
 __all__ = ["SQLITE_FORMAT", "SQLiteLog", "read_sqlite", "record_crc", "stream_sqlite"]
@@ -546,28 +547,17 @@ class SQLiteLog:
         self, conn: sqlite3.Connection, records: Sequence[LogRecord], texts: Sequence[str]
     ) -> int:
         """How many leading records of the batch are stored already (a COMMIT
-        that reported failure but reached the disk). They must be the same
-        records, compared whole (their stored text against ``texts``, the
-        batch's own encoding, which is deterministic); anything else is a gap
-        or a divergence and raises ``ValueError``."""
-        first = records[0].seq
-        if first > self._next_seq:
-            raise ValueError(
-                f"batch starts at seq {first} but the log holds {self._next_seq} records"
-            )
-        skip = min(self._next_seq - first, len(texts))
-        if skip:
+        that reported failure but reached the disk): :func:`already_stored`."""
+
+        def read(start: int, stop: int) -> list[str]:
             with _refused_if_damaged(self._path):
                 rows = conn.execute(
                     "SELECT seq, record FROM quiesce_log WHERE seq >= ? AND seq < ? ORDER BY seq",
-                    (first, first + skip),
+                    (start, stop),
                 ).fetchall()
-            if [row[1] for row in rows] != list(texts[:skip]):
-                raise ValueError(
-                    f"records {first}..{first + skip - 1} are stored with different contents: "
-                    f"the log and the buffer diverged"
-                )
-        return skip
+            return [row[1] for row in rows]
+
+        return already_stored(records[0].seq, self._next_seq, texts, read)
 
 
 def _identity(rec: LogRecord) -> tuple[object, ...]:
