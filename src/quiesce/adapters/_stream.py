@@ -120,7 +120,7 @@ def hidden(e: Entry) -> bool:
     meta = e.meta
     if meta.get("block") in _SIGNED_BLOCKS or meta.get("type") == "reasoning":
         return "api" in meta
-    return bool(getattr(e, "streaming", False)) and not e.body
+    return e.streaming and not e.body
 
 
 def renderable(entries: tuple[Entry, ...]) -> tuple[Entry, ...]:
