@@ -105,6 +105,32 @@ class AnthropicStream:
     # -- events ---------------------------------------------------------------
 
     def handle(self, index: int, event: object) -> None:
+        if type(event) is not dict:
+            # The fast path: a text delta of an SDK event for an open text
+            # block (most events of a stream), read from the objects' fields.
+            values = getattr(event, "__dict__", None)
+            if type(values) is dict and values.get("type") == "content_block_delta":
+                delta = getattr(values.get("delta"), "__dict__", None)
+                n = values.get("index")
+                blocks = self.blocks
+                if (
+                    type(delta) is dict
+                    and delta.get("type") == "text_delta"
+                    and type(n) is int
+                    and 0 <= n < len(blocks)
+                ):
+                    b = blocks[n]
+                    text = delta.get("text")
+                    if (
+                        b.kind == "text"
+                        and not b.stopped
+                        and b.writer is not None
+                        and type(text) is str
+                    ):
+                        b.text.append(text)
+                        if text:
+                            b.writer.write(text)
+                        return
         kind = field(event, "type")
         if not isinstance(kind, str):
             raise malformed(

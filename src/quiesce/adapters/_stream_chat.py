@@ -27,12 +27,27 @@ from typing import Any
 from .._core.entry import Entry, Kind
 from .._core.errors import QuiesceError
 from ._common import Keys, remember_rendered
-from ._stream import Sink, drive, drop_none, field, malformed, plain_event, stream_key
+from ._stream import Sink, drive, drop_none, malformed, plain_event, stream_key
 
 API = "openai"
 
 #: The delta fields streamed into the message's entry, in its body's order.
 TEXT_FIELDS = ("content", "refusal", "reasoning_content")
+_TEXT_SET = frozenset(TEXT_FIELDS)
+_PLAIN = (str, int, float, bool)
+
+
+def _fields(obj: object) -> dict[str, Any] | None:
+    """A dict as it is; an SDK (pydantic) object as its fields' values plus
+    its extra fields — read from ``__dict__``, no dump and no attribute
+    lookup per field; ``None`` for anything else."""
+    if type(obj) is dict:
+        return obj
+    values = getattr(obj, "__dict__", None)
+    if type(values) is not dict:
+        return None
+    extra = getattr(obj, "__pydantic_extra__", None)
+    return {**values, **extra} if extra else values
 
 
 def merge_delta(acc: dict[str, Any], delta: Mapping[str, Any]) -> dict[str, Any]:
@@ -132,57 +147,46 @@ class ChatStream:
     # -- events ---------------------------------------------------------------
 
     def handle(self, index: int, chunk: object) -> None:
+        c = _fields(chunk)
+        if c is None:
+            raise malformed(
+                index,
+                f"must be a ChatCompletionChunk or its dict, not {type(chunk).__name__}",
+                type_error=True,
+            )
         if self.base is None:
-            self.base = field(chunk, "id") or "chat"
-        choices = field(chunk, "choices")
-        if choices is None:
-            if type(chunk) is not dict and not hasattr(chunk, "choices"):
-                raise malformed(
-                    index,
-                    f"must be a ChatCompletionChunk or its dict, not {type(chunk).__name__}",
-                    type_error=True,
-                )
+            self.base = c.get("id") or "chat"
+        choices = c.get("choices")
+        if not choices:
             return
         for choice in choices:
-            n = field(choice, "index")
+            ch = _fields(choice)
+            n = None if ch is None else ch.get("index")
             if n != 0:
                 raise malformed(index, f"choice index {n!r}: append_stream reads one choice (n=1)")
-            delta = field(choice, "delta")
+            assert ch is not None
+            delta = ch.get("delta")
             if delta is not None:
                 self._delta(index, delta)
 
     def _delta(self, index: int, delta: object) -> None:
-        if type(delta) is dict:
-            rest = {k: v for k, v in delta.items() if v is not None}
-            texts = [(f, rest.pop(f)) for f in TEXT_FIELDS if f in rest]
-            calls = rest.pop("tool_calls", None)
-            rest = drop_none(rest)
-        else:
-            texts = []
-            for f in TEXT_FIELDS:
-                value = getattr(delta, f, None)
-                if value is not None:
-                    texts.append((f, value))
-            calls = getattr(delta, "tool_calls", None)
-            rest = {}
-            role = getattr(delta, "role", None)
-            if role is not None:
-                rest["role"] = role
-            fc = getattr(delta, "function_call", None)
-            if fc is not None:
-                rest["function_call"] = plain_event(fc)
-            extra = getattr(delta, "__pydantic_extra__", None)
-            if extra:
-                for f in TEXT_FIELDS:
-                    if f in extra and extra[f] is not None:
-                        texts.append((f, extra[f]))
-                rest.update(
-                    {
-                        k: plain_event(v)
-                        for k, v in extra.items()
-                        if v is not None and k not in TEXT_FIELDS
-                    }
-                )
+        values = _fields(delta)
+        if values is None:
+            raise malformed(index, "delta must be a dict or an SDK object", type_error=True)
+        texts: list[tuple[str, Any]] = []
+        calls: Any = None
+        rest: dict[str, Any] = {}
+        for k, v in values.items():
+            if v is None:
+                continue
+            if k in _TEXT_SET:
+                texts.append((k, v))
+            elif k == "tool_calls":
+                calls = v
+            else:
+                rest[k] = v if type(v) in _PLAIN else plain_event(v)
+        if len(texts) > 1:
+            texts.sort(key=lambda t: TEXT_FIELDS.index(t[0]))
         if rest:
             try:
                 merge_delta(self.acc, rest)
