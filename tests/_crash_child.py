@@ -4,8 +4,9 @@ Usage: ``python _crash_child.py KIND PATH SEED [OPS_PER_FLUSH]``
 
 Opens (or recovers) ``Buffer(log=SQLiteLog(PATH))`` or ``JsonlLog``, then runs
 the seeded random workload forever: appends, marks, prunes (removals commit
-durably), edits, pins that defer removals, and a ``flush()`` every few
-operations. Whenever nothing is pending — every change so far is durable —
+durably), edits, pins that defer removals, streams opened, written, closed
+and aborted (so kills land with streams in flight), and a ``flush()`` every
+few operations. Whenever nothing is pending — every change so far is durable —
 and the log grew since the last report, it prints one JSON line
 ``{"log": n, "digest": ...}``: the log length and the digest of
 ``state(buf)``. The parent trusts only complete lines; each
@@ -18,7 +19,7 @@ import json
 import random
 import sys
 
-from _workload import Workload, digest, random_op, state
+from _workload import STREAM_OP_NAMES, Workload, digest, random_op, state
 from quiesce import Buffer, JsonlLog, LogWriteError, SQLiteLog
 
 
@@ -30,7 +31,7 @@ def main() -> None:
     sink = SQLiteLog(path) if kind == "sqlite" else JsonlLog(path)
     buf = Buffer(log=sink, checkpoint_every=every)
     rng = random.Random(seed)
-    work = Workload(buf, prefix=f"p{seed}-")
+    work = Workload(buf, prefix=f"p{seed}-", streams=True)
     out = sys.stdout
     out.write(json.dumps({"ready": len(buf.log)}) + "\n")
     out.flush()
@@ -39,7 +40,7 @@ def main() -> None:
     while True:
         i += 1
         try:
-            work.run(random_op(rng))
+            work.run(random_op(rng, STREAM_OP_NAMES))
             if i % per_flush == 0:
                 buf.flush(checkpoint=bool(every) and i % (3 * per_flush) == 0)
         except LogWriteError as exc:  # pragma: no cover - would fail the parent's checks

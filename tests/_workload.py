@@ -28,6 +28,7 @@ from quiesce import (
     QuiesceError,
     Rewrite,
     Snapshot,
+    StreamWriter,
     Summarize,
 )
 
@@ -54,22 +55,28 @@ BODIES = (
     "rationale: the dump is noise",
 )
 OP_NAMES = ("append", "append", "append", "mark", "prune", "edit", "pin", "unpin", "flush", "due")
+#: OP_NAMES and the operations of open entries (issue 24): a workload made
+#: with ``streams=True`` draws from these (``random_op(rng, STREAM_OP_NAMES)``)
+STREAM_OP_NAMES = (*OP_NAMES, "open", "write", "write", "write", "close", "abort")
+STREAM_KINDS = (Kind.REASONING, Kind.REASONING, Kind.TOOL_OUTPUT, Kind.SUMMARY)
 
 Op = tuple[int, ...]
 
 
-def random_op(rng: random.Random) -> Op:
+def random_op(rng: random.Random, names: tuple[str, ...] = OP_NAMES) -> Op:
     """One operation: (name index, four small ints)."""
-    return (rng.randrange(len(OP_NAMES)), *(rng.randrange(16) for _ in range(4)))
+    return (rng.randrange(len(names)), *(rng.randrange(16) for _ in range(4)))
 
 
 class Workload:
     """Applies operations to ``buf``; refusals and bad requests are expected
     and ignored (they are logged by the buffer). ``LogWriteError`` propagates."""
 
-    def __init__(self, buf: Buffer, prefix: str = "e") -> None:
+    def __init__(self, buf: Buffer, prefix: str = "e", *, streams: bool = False) -> None:
         self.buf = buf
         self.prefix = prefix
+        self.names = STREAM_OP_NAMES if streams else OP_NAMES
+        self.writers: list[StreamWriter] = []
         head = buf.head()
         self.ids: list[str] = [e.id for e in head.entries()] + sorted(head.tombs.by_id)
         self.snaps: list[Snapshot] = []
@@ -85,7 +92,7 @@ class Workload:
         return new
 
     def run(self, op: Op) -> None:
-        name = OP_NAMES[op[0] % len(OP_NAMES)]
+        name = self.names[op[0] % len(self.names)]
         a, b, c, d = op[1:5]
         buf = self.buf
         try:
@@ -120,6 +127,24 @@ class Workload:
                 buf.flush()
             elif name == "due":
                 buf.apply_due()
+            elif name == "open":
+                refs = (self._id(b),) if b % 3 == 0 and self.ids else ()
+                w = buf.open_stream(
+                    self._new_id(),
+                    STREAM_KINDS[a % len(STREAM_KINDS)],
+                    refs=refs,
+                    turn=self.n if d % 3 else None,
+                    meta={"step": self.n} if d % 5 == 0 else None,
+                )
+                self.writers.append(w)
+            elif name == "write" and self.writers:
+                text = BODIES[c % len(BODIES)][: d + 1] + ("\u00e9" if b % 4 == 0 else " ")
+                self.writers[a % len(self.writers)].write(text)
+            elif name == "close" and self.writers:
+                content = {"type": "text", "n": c} if c % 2 else None
+                self.writers.pop(a % len(self.writers)).close(content=content)
+            elif name == "abort" and self.writers:
+                self.writers.pop(a % len(self.writers)).abort(f"interrupted {b}")
         except LogWriteError:
             raise
         except QuiesceError:

@@ -1,5 +1,6 @@
-"""Crash safety: a child process appending, marking, pruning, editing and
-flushing is killed with SIGKILL at random moments; every change it had made
+"""Crash safety: a child process appending, marking, pruning, editing,
+streaming (open entries written, closed and aborted) and flushing is killed
+with SIGKILL at random moments; every change it had made
 durable (flushed, or a published removal) is recovered, and the recovered
 buffer satisfies every invariant.
 
@@ -68,9 +69,10 @@ def _open(kind: str, path: Path) -> SQLiteLog | JsonlLog:
     return SQLiteLog(path) if kind == "sqlite" else JsonlLog(path)
 
 
-def _check_recovery(kind: str, path: Path, reports: list[dict[str, Any]]) -> int:
+def _check_recovery(kind: str, path: Path, reports: list[dict[str, Any]]) -> tuple[int, int]:
     """Recover ``path`` and check the promise of the last report. Returns the
-    recovered log length."""
+    recovered log length and the streams in flight that recoveries of this
+    log aborted."""
     sink = _open(kind, path)
     try:
         buf = Buffer(log=sink)
@@ -89,10 +91,18 @@ def _check_recovery(kind: str, path: Path, reports: list[dict[str, Any]]) -> int
             prefix = Buffer()
             replay(prefix, records[: last["log"]])
             assert digest(state(prefix)) == last["digest"], "recovered state differs"
+        # A stream in flight at the kill comes back as its durable prefix,
+        # aborted (recovery finished it): none is left open.
+        assert buf.streams() == {}
+        # (the log's recovery aborts, this one's pending and earlier ones')
+        in_flight = sum(
+            r.op == "stream_abort" and "the log ends before its close" in (r.reason or "")
+            for r in records
+        )
         # The recovered buffer keeps working: due removals apply durably.
         buf.apply_due()
         buf._check()
-        return len(records)
+        return len(records), in_flight
     finally:
         sink.close()
 
@@ -102,14 +112,18 @@ def _crash_loop(kind: str, tmp_path: Path, kills: int, seed: int, every: int = 0
     path = tmp_path / f"log-0.{kind}"
     paths = []
     lengths = []
+    in_flight = 0
     for k in range(kills):
         if k % 6 == 0:  # a fresh file now and then, so logs stay small
             path = tmp_path / f"log-{k}.{kind}"
             paths.append(path)
         delay = rng.choice([0.0, rng.uniform(0, 0.01), rng.uniform(0, 0.1), rng.uniform(0, 0.1)])
         reports = _run_and_kill(kind, path, seed * 1000 + k, delay, every)
-        lengths.append(_check_recovery(kind, path, reports))
+        length, aborted = _check_recovery(kind, path, reports)
+        lengths.append(length)
+        in_flight += aborted
     assert max(lengths) > 0, "no child ever made anything durable"
+    assert in_flight > 0, "no kill landed while a stream was in flight"
     if every:
         # some file got a checkpoint (one whose kills all came early may not)
         written = []

@@ -31,6 +31,7 @@ from quiesce import (
     Entry,
     EntryPruned,
     InvalidArgument,
+    InvalidType,
     JsonlLog,
     Kind,
     Move,
@@ -44,6 +45,8 @@ from quiesce import (
     Snapshot,
     SQLiteLog,
     Status,
+    StreamClosed,
+    StreamWriter,
     Summarize,
     UnknownEntry,
     default_negative_classifier,
@@ -678,3 +681,176 @@ TestBufferMachine = BufferMachine.TestCase
 @pytest.mark.slow
 class TestBufferMachineSoak(BufferMachine.TestCase):  # type: ignore[misc,valid-type]
     settings = _settings(600)
+
+
+# ---------------------------------------------------------------------------
+# Open entries (issue 24): open, write, close, abort, with marks, refused
+# prunes and pinned readers, against a plain model of each stream's text.
+
+#: chunks a stream is written with: ASCII, non-ASCII, empty (publishes nothing)
+CHUNKS = ("a", "tok ", "é", "🙂 ", "", "do not ")
+STREAM_KINDS = (Kind.REASONING, Kind.TOOL_OUTPUT, Kind.SUMMARY)
+
+
+class StreamMachine(RuleBasedStateMachine):
+    """Each rule's effect is predicted by the model: the text of every
+    stream, whether it is open, its mark, the head version. Invariants: the
+    head equals the model; a pinned reader's bodies never change and stay
+    prefixes of the stream's text; ``_check()`` passes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.buf = self.make_buffer()
+        self.version = 0
+        self.texts: dict[str, str] = {}
+        self.open: dict[str, StreamWriter] = {}
+        self.finished: dict[str, StreamWriter] = {}
+        self.marks: dict[str, str] = {}
+        self.pins: list[tuple[Snapshot, int, dict[str, tuple[str, bool]]]] = []
+        self.fresh = 0
+
+    def make_buffer(self) -> Buffer:
+        return Buffer()
+
+    def picture(self) -> dict[str, tuple[str, bool]]:
+        return {i: (t, i in self.open) for i, t in self.texts.items()}
+
+    @rule(kind=st.sampled_from(STREAM_KINDS), cite=st.booleans())
+    def open_stream(self, kind: Kind, cite: bool) -> None:
+        self.fresh += 1
+        eid = f"s{self.fresh}"
+        refs = (next(iter(self.texts)),) if cite and self.texts else ()
+        w = self.buf.open_stream(eid, kind, refs=refs, turn=self.fresh)
+        self.version += 1
+        assert self.buf.version == self.version
+        self.open[eid] = w
+        self.texts[eid] = ""
+
+    @precondition(lambda self: bool(self.texts))
+    @rule(data=st.data())
+    def open_a_used_id(self, data: st.DataObject) -> None:
+        eid = data.draw(st.sampled_from(sorted(self.texts)))
+        with pytest.raises(DuplicateEntry):
+            self.buf.open_stream(eid, Kind.REASONING)
+        assert self.buf.version == self.version
+
+    @precondition(lambda self: bool(self.open or self.finished))
+    @rule(data=st.data(), chunk=st.sampled_from(CHUNKS))
+    def write(self, data: st.DataObject, chunk: str) -> None:
+        writers = {**self.open, **self.finished}
+        eid = data.draw(st.sampled_from(sorted(writers)))
+        w = writers[eid]
+        if eid not in self.open:
+            with pytest.raises(StreamClosed, match=rf"^stream '{eid}' is (closed|aborted): "):
+                w.write(chunk)
+        else:
+            v = w.write(chunk)
+            if chunk:
+                self.version += 1
+                self.texts[eid] += chunk
+            assert v == self.version
+        assert self.buf.version == self.version
+
+    @precondition(lambda self: bool(self.open))
+    @rule(data=st.data(), bad=st.sampled_from([b"x", 3, None, "x\ud800"]))
+    def write_bad_input(self, data: st.DataObject, bad: object) -> None:
+        w = self.open[data.draw(st.sampled_from(sorted(self.open)))]
+        with pytest.raises(InvalidType if type(bad) is not str else InvalidArgument):
+            w.write(bad)  # type: ignore[arg-type]
+        assert self.buf.version == self.version
+
+    @precondition(lambda self: bool(self.open or self.finished))
+    @rule(data=st.data(), content=st.booleans(), abort=st.booleans())
+    def finish(self, data: st.DataObject, content: bool, abort: bool) -> None:
+        writers = {**self.open, **self.finished}
+        eid = data.draw(st.sampled_from(sorted(writers)))
+        w = writers[eid]
+        if eid not in self.open:
+            with pytest.raises(
+                StreamClosed, match=rf"^stream '{eid}' is (closed|aborted) already$"
+            ):
+                w.abort("again") if abort else w.close()
+            return
+        if abort:
+            v = w.abort(f"cut {eid}")
+            self.marks.setdefault(eid, f"cut {eid}")
+        else:
+            v = w.close(content={"type": "text"} if content else None)
+        self.version += 1
+        assert v == self.version == self.buf.version
+        self.finished[eid] = self.open.pop(eid)
+
+    @precondition(lambda self: bool(self.texts))
+    @rule(data=st.data())
+    def mark(self, data: st.DataObject) -> None:
+        eid = data.draw(st.sampled_from(sorted(self.texts)))
+        got = self.buf.mark_stale(eid, "judged")
+        if eid not in self.marks:
+            self.version += 1
+            self.marks[eid] = "judged"
+        assert got.reason == self.marks[eid]
+
+    @precondition(lambda self: bool(self.open))
+    @rule(data=st.data())
+    def prune_an_open_stream(self, data: st.DataObject) -> None:
+        eid = data.draw(st.sampled_from(sorted(self.open)))
+        out = self.buf.prune([eid], reason="tidy")[eid]
+        assert (out.status, out.refusal) == (Status.UNCHANGED, Refusal.CONFLICT)
+        report = self.buf.edit(EditPlan([Rewrite(eid, "other")], reason="tidy"))
+        assert report.refusals == (Refusal.CONFLICT,)
+        assert self.buf.version == self.version
+
+    @precondition(lambda self: len(self.pins) < 4)
+    @rule()
+    def pin(self) -> None:
+        snap = self.buf.snapshot()
+        snap.__enter__()
+        self.pins.append((snap, self.version, self.picture()))
+
+    @precondition(lambda self: bool(self.pins))
+    @rule(data=st.data())
+    def unpin(self, data: st.DataObject) -> None:
+        snap, _, _ = self.pins.pop(data.draw(st.integers(0, len(self.pins) - 1)))
+        snap.__exit__(None, None, None)
+
+    @invariant()
+    def head_matches_model(self) -> None:
+        buf = self.buf
+        buf._check()
+        assert buf.version == self.version
+        head = buf.head()
+        assert [e.id for e in head.entries()] == list(self.texts)
+        assert {e.id: (e.body, e.streaming) for e in head.entries()} == self.picture()
+        assert {i: m.reason for i, m in head.marks.items()} == self.marks
+        assert set(buf.streams()) == set(self.open)
+
+    @invariant()
+    def pinned_prefixes_hold(self) -> None:
+        for snap, version, seen in self.pins:
+            assert snap.version == version
+            got = {e.id: (e.body, e.streaming) for e in snap}
+            assert got == seen
+            for i, (body, _) in got.items():
+                assert self.texts[i].startswith(body)  # prefixes only grow
+
+    def teardown(self) -> None:
+        for snap, _, _ in self.pins:
+            snap.__exit__(None, None, None)
+        self.pins.clear()
+        # Recovery from the in-memory log: finished streams come back as
+        # they are; open ones as what their records hold (here: nothing,
+        # no flush logs text without a sink), aborted and marked.
+        if self.buf.sink is None:
+            again = Buffer(log=ListSink(self.buf.log))
+            again._check()
+            with again.snapshot() as snap:
+                for i, text in self.texts.items():
+                    e = snap[i]
+                    assert not e.streaming
+                    assert e.body == ("" if i in self.open else text)
+                    assert snap.is_stale(i) == (i in self.marks or i in self.open)
+        self.buf._check(expect_no_pins=True)
+
+
+StreamMachine.TestCase.settings = _settings(40)
+TestStreamMachine = StreamMachine.TestCase

@@ -50,7 +50,7 @@ from quiesce import Buffer, Entry, JsonlLog, Kind, SQLiteLog
 from quiesce._core.checkpoint import compacted_records
 from quiesce._core.errors import LogRecordDropped  # not exported by quiesce
 from quiesce._log._format import encode_record
-from test_stateful import BufferMachine
+from test_stateful import BufferMachine, StreamMachine
 
 #: test settings: tombstones spill once 2 are durable, 4 durable records stay in memory
 SMALL_SPILL = 2
@@ -414,3 +414,83 @@ class TestJsonlLogMachineSoak(_JsonlMachine.TestCase):  # type: ignore[misc,vali
 @pytest.mark.slow
 class TestRetentionMachineSoak(_RetentionMachine.TestCase):  # type: ignore[misc,valid-type]
     settings = _settings(250)
+
+
+# ---------------------------------------------------------------------------
+# Open entries over a durable log (issue 24)
+
+
+class _StreamLogMachine(StreamMachine):
+    """:class:`test_stateful.StreamMachine` over a real SQLite or JSONL file
+    with a checkpoint every few records. Extra rules: ``flush()`` (the model
+    notes each open stream's text as logged), ``flush(checkpoint=True)``,
+    and a reopen (after a flush, and sometimes more text no flush logs):
+    finished streams come back as they were, each open one as its logged
+    prefix, aborted and marked (unless marked before), and the recovered
+    log passes ``verify()``."""
+
+    suffix = "db"
+
+    def make_buffer(self) -> Buffer:
+        self.tmp = tempfile.TemporaryDirectory()
+        self.path = Path(self.tmp.name) / f"log.{self.suffix}"
+        self.logged: dict[str, str] = {}
+        return Buffer(log=self.open_sink(), checkpoint_every=5)
+
+    def open_sink(self) -> SQLiteLog | JsonlLog:
+        return SQLiteLog(self.path) if self.suffix == "db" else JsonlLog(self.path)
+
+    @rule()
+    def flush(self) -> None:
+        self.buf.flush()
+        self.logged = {i: self.texts[i] for i in self.open}
+
+    @rule()
+    def checkpoint(self) -> None:
+        self.buf.flush(checkpoint=True)
+        self.logged = {i: self.texts[i] for i in self.open}
+
+    @rule(crash=st.booleans())
+    def reopen(self, crash: bool) -> None:
+        """Reopen the file; with ``crash``, the open streams first get text
+        that no flush logs (lost, as a crash loses it)."""
+        for snap, _, _ in self.pins:
+            snap.__exit__(None, None, None)
+        self.pins.clear()
+        self.flush()
+        if crash:
+            for w in self.open.values():
+                w.write("lost")
+        sink = self.buf.sink
+        assert sink is not None
+        sink.close()  # type: ignore[attr-defined]
+        self.buf = Buffer(log=self.open_sink(), checkpoint_every=5)
+        for i in list(self.open):
+            self.texts[i] = self.logged[i]
+            self.marks.setdefault(
+                i,
+                "stream interrupted: the log ends before its close "
+                f"(recovered its durable prefix of {len(self.texts[i])} characters)",
+            )
+            del self.open[i]  # its writer wrote into the buffer before the reopen
+        self.version = self.buf.version
+        self.logged = {}
+        self.buf.flush()
+        assert self.buf.verify() >= 0
+
+    def teardown(self) -> None:
+        super().teardown()
+        sink = self.buf.sink
+        if sink is not None:
+            sink.close()  # type: ignore[attr-defined]
+        self.tmp.cleanup()
+
+
+class _StreamJsonlMachine(_StreamLogMachine):
+    suffix = "jsonl"
+
+
+_StreamLogMachine.TestCase.settings = _settings(15)
+_StreamJsonlMachine.TestCase.settings = _settings(15)
+TestStreamSQLiteLogMachine = _StreamLogMachine.TestCase
+TestStreamJsonlLogMachine = _StreamJsonlMachine.TestCase

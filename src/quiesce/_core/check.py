@@ -155,6 +155,19 @@ def check_buffer(buf: Buffer, expect_no_pins: bool, since: int | None = None) ->
     for gid, seq in buf._intents.items():
         assert gid in gids, f"group {gid} keeps an intent but is no longer staged"
         assert materialize(records, seq).op == "tombstone", f"intent {seq} is not an intent"
+    # Open entries (stream.py): exactly the live streaming entries have an
+    # open writer, each naming all of its writer's text; a finished entry is
+    # a plain Entry.
+    streams = buf._streams
+    for i, slot in live.items():
+        e = slot.entry
+        if e.streaming:
+            w = streams.get(i)
+            assert w is not None and not w.closed, f"open entry {i!r} has no open writer"
+            assert e._chars == w._text.size, f"open entry {i!r} is not its stream's head"  # type: ignore[attr-defined]
+            assert 0 <= w._logged <= w._text.size, f"stream {i!r} logged past its text"
+    for i in streams:
+        assert i in live and live[i].entry.streaming, f"stream {i!r} is open but not live"
     # (1), (5), (7) pins: every pinned reader is registered in the set of the
     # version it holds; no active reader predates a removal it saw unmarked.
     # Pins take no lock, so this may run while other threads pin and unpin
