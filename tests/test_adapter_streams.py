@@ -35,7 +35,6 @@ from quiesce import (
     InvalidArgument,
     InvalidType,
     Kind,
-    LogFormatError,
     SQLiteLog,
     open_buffer,
 )
@@ -657,11 +656,6 @@ class TestBuffers:
 
     @pytest.mark.anyio
     @pytest.mark.parametrize("api", sorted(APIS))
-    @pytest.mark.xfail(
-        raises=LogFormatError,
-        strict=True,
-        reason="the log's stream records (stream_open...) come with the core's durable part",
-    )
     async def test_durable_stream_recovers(self, api: str, tmp_path: Path) -> None:
         adapter, _, _, oracle, as_list = APIS[api]
         events = events_for(api)

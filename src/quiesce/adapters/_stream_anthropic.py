@@ -127,9 +127,8 @@ class AnthropicStream:
                         and b.writer is not None
                         and type(text) is str
                     ):
-                        b.text.append(text)
                         if text:
-                            b.writer.write(text)
+                            b.writer.write(text)  # its text is the block's from now on
                         return
         kind = field(event, "type")
         if not isinstance(kind, str):
@@ -239,7 +238,7 @@ class AnthropicStream:
                 raise malformed(index, "delta.signature must be a str", type_error=True)
             if b.signed:
                 raise malformed(index, f"a second signature for block {n}")
-            block = {**b.start, "thinking": "".join(b.text), "signature": sig}
+            block = {**b.start, "thinking": _joined(b), "signature": sig}
             b.signed = True
             self.final_blocks[n] = block
             if b.writer is not None:
@@ -253,7 +252,7 @@ class AnthropicStream:
         b = self.blocks[n]
         b.stopped = True
         if b.kind == "text":
-            block = {**b.start, "text": "".join(b.text)}
+            block = {**b.start, "text": _joined(b)}
             if b.citations:
                 block["citations"] = b.citations
             self.final_blocks[n] = block
@@ -264,7 +263,7 @@ class AnthropicStream:
                 self._whole(index, n, block)
         elif b.kind == "thinking":
             if not b.signed:
-                self.final_blocks[n] = {**b.start, "thinking": "".join(b.text)}
+                self.final_blocks[n] = {**b.start, "thinking": _joined(b)}
                 if b.writer is not None:
                     w = self.sink.writers.pop(b.writer.id)
                     w.abort("stream interrupted: the thinking block ended without a signature")
@@ -349,6 +348,13 @@ class AnthropicStream:
     def entry_ids(self) -> list[str]:
         """The message's entries, in block order."""
         return [b.eid for b in self.blocks if b.eid is not None]
+
+
+def _joined(b: _Block) -> str:
+    """The block's text: its open entry's once it has one (every delta after
+    the first goes only there), else the pieces that arrived (all empty but
+    perhaps the start's)."""
+    return b.writer.text if b.writer is not None else "".join(b.text)  # type: ignore[no-any-return]
 
 
 def _foreign(index: int, value: object, what: str) -> str:
