@@ -354,7 +354,7 @@ def _joined(b: _Block) -> str:
     """The block's text: its open entry's once it has one (every delta after
     the first goes only there), else the pieces that arrived (all empty but
     perhaps the start's)."""
-    return b.writer.text if b.writer is not None else "".join(b.text)  # type: ignore[no-any-return]
+    return b.writer.text if b.writer is not None else "".join(b.text)
 
 
 def _foreign(index: int, value: object, what: str) -> str:
