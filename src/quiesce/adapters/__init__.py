@@ -32,7 +32,15 @@ functions:
   :data:`NOTE_LIMIT` characters (``note_names=``, ``note_limit=``), at the
   end of the window, so a removal leaves the prefix before it unchanged
   (prompt caches keep it); a version rendered again is one ``json.loads``;
-* ``validate(messages)`` — check that shape.
+* ``validate(messages)`` — check that shape;
+* ``await append_stream(buf, events, ...)`` — the SDK's raw stream (an
+  async or sync iterable of its event objects or their dicts) into open
+  entries as it arrives: text, refusal, reasoning and thinking deltas
+  written into open entries, each tool call appended when complete,
+  thinking and reasoning rendered only in their final, signed form; returns
+  the final message the SDK's own accumulator builds. An interrupted stream
+  keeps the text that arrived, marked stale; an error event is
+  :class:`StreamFailed` (:mod:`quiesce.adapters._stream`).
 
 ``readmit=`` decides what happens when a loop sends content again that the
 buffer pruned (a re-run of a pruned tool call): ``"record"`` (default)
@@ -66,6 +74,7 @@ from ._common import PLACEHOLDER_IDS as PLACEHOLDER_IDS
 from ._common import RESERVED as RESERVED
 from ._common import Readmission as Readmission
 from ._common import SyncReport as SyncReport
+from ._stream import StreamFailed as StreamFailed
 
 __all__ = [
     "NOTE_LIMIT",
@@ -75,6 +84,7 @@ __all__ = [
     "PLACEHOLDER_IDS",
     "RESERVED",
     "Readmission",
+    "StreamFailed",
     "SyncReport",
     "anthropic",
     "openai",

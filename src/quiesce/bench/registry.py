@@ -76,6 +76,7 @@ SECTION_MODULES: list[str] = [
     "quiesce.bench.sync_render",
     "quiesce.bench.otel",
     "quiesce.bench.frameworks",
+    "quiesce.bench.streaming",
 ]
 
 
