@@ -12,6 +12,9 @@ import pytest
 
 from quiesce.__main__ import main as cli
 from quiesce.demo import app as _demo
+from quiesce.demo.checker import FAILURES, Checker
+from quiesce.demo.stories import replay_seeds
+from quiesce.demo.worlds import NaiveWorld
 
 FAST = ["--tick", "0", "--turns", "40", "--plain"]
 
@@ -39,7 +42,7 @@ def test_quiesce_zero_naive_nonzero(tmp_path: Path, backend: str) -> None:
     rc, text, data = run(tmp_path, "--backend", backend, "--seed", "3")
     assert rc == 0
     assert data["ok"] is True and data["backend"] == backend
-    assert set(data["counts"]["quiesce"]) == set(_demo.FAILURES)
+    assert set(data["counts"]["quiesce"]) == set(FAILURES)
     assert all(n == 0 for n in data["counts"]["quiesce"].values()), data["counts"]
     assert all(n > 0 for n in data["counts"]["naive"].values()), data["counts"]
     assert [s["safe"] for s in data["seeds"]] == [True] * 5
@@ -82,7 +85,7 @@ def test_too_few_turns_is_a_usage_error() -> None:
 
 def test_seed_stories_replayed_on_the_core() -> None:
     """Part 1: each of the five stories is refused or made safe."""
-    stories = _demo.replay_seeds()
+    stories = replay_seeds()
     assert [s["story"] for s in stories] == [
         "dangling justification",
         "summary drift",
@@ -98,8 +101,8 @@ def test_checker_is_the_same_for_both() -> None:
     whatever the buffer: fed a naive list by hand, it sees them."""
     from quiesce import Entry, Kind
 
-    world = _demo.NaiveWorld()
-    checker = _demo.Checker()
+    world = NaiveWorld()
+    checker = Checker()
     world.append(Entry("t", Kind.REASONING, "X is read-only"))
     checker.after_step(world.head(), 1)
     with world.view() as view:
