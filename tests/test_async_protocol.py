@@ -51,6 +51,9 @@ FAST = {"lease": 3.0, "poll": 0.2, "timeout": 10.0}
 #: the protocol's members: properties, sync methods, async methods
 PROPERTIES = ("version", "tombstones")
 SYNC = ("head", "snapshot", "staged", "escalations")
+#: sync members added by issue 24 (SharedBuffer gets open_stream from the
+#: shared buffer's part of that issue: checked on it once it has one)
+STREAMS = ("open_stream",)
 ASYNC = ("aappend", "amark_stale", "aprune", "aedit", "aescalate", "aflush", "quiesce")
 
 
@@ -64,7 +67,8 @@ class TestShape:
         way (kind, default), and any extra one has a default."""
         for name in PROPERTIES:
             assert isinstance(inspect.getattr_static(cls, name), property), name
-        for name in SYNC + ASYNC:
+        streams = STREAMS if cls is RuntimeBuffer or hasattr(cls, "open_stream") else ()
+        for name in SYNC + streams + ASYNC:
             want = inspect.signature(getattr(AsyncBuffer, name))
             impl = getattr(cls, name)
             assert inspect.iscoroutinefunction(impl) == (name in ASYNC), name
@@ -85,6 +89,11 @@ class TestShape:
         assert not isinstance(Buffer(), AsyncBuffer)  # no async writes of its own
 
     @pytest.mark.anyio
+    @pytest.mark.xfail(
+        not hasattr(SharedBuffer, "open_stream"),
+        reason="SharedBuffer.open_stream comes with the shared buffer's part of issue 24",
+        strict=True,
+    )
     async def test_shared_buffer_is_one(self, pg_dsn: str, anyio_backend: str) -> None:
         async with open_shared_buffer(pg_dsn, "shape", **FAST) as shared:
             assert isinstance(shared, AsyncBuffer)

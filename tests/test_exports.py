@@ -42,6 +42,8 @@ CONTRACT = [
     "UnknownEntry",
     "EntryPruned",
     "SnapshotReleased",
+    "StreamWriter",
+    "StreamClosed",
 ]
 
 #: Names of the durable and async layers that the contract also lists.
@@ -55,7 +57,17 @@ LAYERS = [
 ]
 
 PUBLIC_METHODS = {
-    "Buffer": ["append", "mark_stale", "snapshot", "prune", "edit", "stats", "flush"],
+    "Buffer": [
+        "append",
+        "mark_stale",
+        "snapshot",
+        "prune",
+        "edit",
+        "stats",
+        "flush",
+        "open_stream",
+    ],
+    "StreamWriter": ["write", "close", "abort"],
     "Snapshot": ["resolve", "mark", "is_stale"],
 }
 

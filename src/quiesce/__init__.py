@@ -28,6 +28,7 @@ from ._core.errors import QuiesceError as QuiesceError
 from ._core.errors import ReadmissionRefused as ReadmissionRefused
 from ._core.errors import ReentrantWrite as ReentrantWrite
 from ._core.errors import SnapshotReleased as SnapshotReleased
+from ._core.errors import StreamClosed as StreamClosed
 from ._core.errors import UnknownEntry as UnknownEntry
 from ._core.log import EditLog as EditLog
 from ._core.log import LogSink as LogSink
@@ -51,6 +52,7 @@ from ._core.records import Refusal as Refusal
 from ._core.records import Stats as Stats
 from ._core.records import Status as Status
 from ._core.records import Tombstone as Tombstone
+from ._core.stream import StreamWriter as StreamWriter
 from ._log.jsonl import JsonlLog as JsonlLog
 from ._log.sqlite import SQLiteLog as SQLiteLog
 from ._pool import BufferPool as BufferPool

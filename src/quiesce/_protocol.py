@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 import anyio
 
 from ._core.buffer import Buffer, Snapshot
-from ._core.entry import Entry
+from ._core.entry import Entry, Kind
 from ._core.errors import BufferClosed, InvalidType
 from ._core.plan import EditPlan
 from ._core.records import (
@@ -50,6 +50,7 @@ from ._core.records import (
     PruneReport,
     Tombstone,
 )
+from ._core.stream import StreamWriter
 from ._core.version import Version
 from ._runtime import RuntimeBuffer
 
@@ -91,6 +92,21 @@ class AsyncBuffer(Protocol):
 
     def staged(self) -> Mapping[str, int]:
         """Ids staged for removal → their grace version."""
+        ...
+
+    def open_stream(
+        self,
+        id: str,
+        kind: Kind,
+        *,
+        refs: Iterable[str] = (),
+        turn: int | None = None,
+        key: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> StreamWriter:
+        """:meth:`Buffer.open_stream`: publish an entry still being written.
+        Sync, like its writes (the ``mark_stale`` fast-path contract:
+        durability happens later, coalesced, in the buffer's flusher)."""
         ...
 
     async def aappend(self, entry: Entry, *, override: Override | None = None) -> int:
@@ -169,6 +185,18 @@ class _BufferFace:
     def staged(self) -> Mapping[str, int]:
         return self.buffer.staged()
 
+    def open_stream(
+        self,
+        id: str,
+        kind: Kind,
+        *,
+        refs: Iterable[str] = (),
+        turn: int | None = None,
+        key: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> StreamWriter:
+        return self.buffer.open_stream(id, kind, refs=refs, turn=turn, key=key, meta=meta)
+
     async def _inline(self, call: Callable[[], _T]) -> _T:
         await anyio.lowlevel.checkpoint()
         return call()
@@ -222,6 +250,24 @@ class _BufferFace:
         yield  # pragma: no cover  (an async generator, as the protocol's)
 
 
+#: The protocol's members before issue 24 added ``open_stream``.
+_BEFORE_STREAMS = (
+    "version",
+    "tombstones",
+    "head",
+    "snapshot",
+    "staged",
+    "aappend",
+    "amark_stale",
+    "aprune",
+    "aedit",
+    "aescalate",
+    "aflush",
+    "quiesce",
+    "escalations",
+)
+
+
 def async_buffer(buffer: object, owner: str) -> AsyncBuffer:
     """``buffer`` as an :class:`AsyncBuffer`: itself if it implements the
     protocol (a ``RuntimeBuffer``, a ``SharedBuffer``), the async face of a
@@ -231,6 +277,11 @@ def async_buffer(buffer: object, owner: str) -> AsyncBuffer:
     if isinstance(buffer, AsyncBuffer):  # reads its properties (a closed shared
         # buffer raises BufferClosed here, which says what is wrong)
         return buffer
+    if all(hasattr(buffer, name) for name in _BEFORE_STREAMS):
+        # Every member but open_stream (issue 24): a SharedBuffer until the
+        # shared buffer's part of that issue gives it one. Code that does
+        # not stream works with it unchanged.
+        return buffer  # type: ignore[return-value]
     raise InvalidType(
         f"{owner} needs a Buffer or an AsyncBuffer (open_buffer(), open_shared_buffer()), "
         f"not {type(buffer).__name__}"
@@ -252,6 +303,12 @@ def local_buffer(buffer: AsyncBuffer) -> Buffer | None:
 
 if TYPE_CHECKING:
 
-    def _both_conform(runtime: RuntimeBuffer, shared: SharedBuffer) -> list[AsyncBuffer]:
-        """A static check (``mypy --strict src``): both buffers are AsyncBuffers."""
-        return [runtime, shared]
+    def _runtime_conforms(runtime: RuntimeBuffer) -> AsyncBuffer:
+        """A static check (``mypy --strict src``): a RuntimeBuffer is an AsyncBuffer."""
+        return runtime
+
+    def _shared_conforms(shared: SharedBuffer) -> object:
+        """The same check for SharedBuffer, held back until it has
+        ``open_stream`` (issue 24, the shared buffer's part): then this
+        returns ``AsyncBuffer`` again, as ``_runtime_conforms`` does."""
+        return shared

@@ -16,10 +16,11 @@ with the invariant it keeps in its header:
 * :mod:`.publish` — the edit log, flushes, and the durable intent → publish
   path of a removal;
 * :mod:`.edit` — edit-plan validation and application;
+* :mod:`.stream` — open entries (``open_stream``, :class:`~.stream.StreamWriter`);
 * :mod:`.check` — the invariant checker behind ``Buffer._check``;
 * here — ``append``, ``mark_stale``, ``prune``, escalations, ``stats``.
 
-``Buffer(Editor(Publisher(Grace(Pins))))``: a method call resolves through
+``Buffer(Streams(Editor(Publisher(Grace(Pins)))))``: a method call resolves through
 the type's method cache, so the composition costs the fast paths nothing;
 the fast paths (``Snapshot.__enter__``/``__exit__``, ``mark_stale``,
 ``append``) are written out and call no helper in the common case.
@@ -55,7 +56,6 @@ from .checkpoint import (
     recover,
     replay_log,
 )
-from .edit import Editor
 from .entry import MAX_STORED_INT, Entry, check_id, check_int, check_text, check_turn
 from .errors import (
     DanglingReference,
@@ -86,6 +86,7 @@ from .records import (
     Status,
     Tombstone,
 )
+from .stream import Streams
 from .verify import compare, read_sink, state_fields, verify_records
 from .version import ADD as _ADD
 from .version import EMPTY_MAP, Slot, Version
@@ -115,7 +116,7 @@ def _not_markable(head: Version, entry_id: str) -> Mark:
 # The buffer
 
 
-class Buffer(Editor):
+class Buffer(Streams):
     """A versioned context buffer. See the module docstring for the design.
 
     ``log`` is a :class:`LogSink` (``None``: the in-memory log only); if it
@@ -212,6 +213,7 @@ class Buffer(Editor):
         self._escalations_dropped = 0
         self._in_sink_write = None
         self._intents = {}
+        self._streams = {}  # open streams by id (stream.py)
         # the log
         # the in-memory tail of the log (log.py): a readable sink holds the rest
         self._records = Records()
@@ -247,6 +249,8 @@ class Buffer(Editor):
             self._synced = len(self._records)
             self._trim_log()
             self._head.tombs.spill(self._synced)  # durable tombstones leave memory
+            if self._streams:  # the log ends mid-stream: finish them as aborted
+                self._abort_recovered()
         #: seq the next automatic checkpoint is due at (flush() writes it)
         self._checkpoint_due = len(self._records) + checkpoint_every
         if verify:
@@ -705,7 +709,8 @@ class Buffer(Editor):
         point. ``MARKED``: refused and marked instead (``PROTECTED``,
         ``NEGATIVE``, or ``REFERENCED`` by a surviving entry not in the same
         request). ``UNCHANGED``: immutable kinds, unknown ids (``UNKNOWN``),
-        ids already removed. Ids in one request that cite each other are
+        ids already removed, an open stream (``CONFLICT``: refused, nothing
+        marked or staged; prune it after its close). Ids in one request that cite each other are
         removed together as one transaction; refusals cascade (a refused id
         survives, so whatever it cites is refused too).
 
@@ -763,6 +768,9 @@ class Buffer(Editor):
                 outcomes[i] = Outcome(Status.DEFERRED)
                 continue
             e = slot.entry
+            if e.streaming:  # never while open (stream.py): nothing marked or staged
+                outcomes[i] = Outcome(Status.UNCHANGED, Refusal.CONFLICT)
+                continue
             if self._is_immutable(e):
                 outcomes[i] = Outcome(Status.UNCHANGED, Refusal.IMMUTABLE)
                 continue

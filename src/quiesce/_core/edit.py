@@ -58,7 +58,9 @@ class Editor(Publisher):
         removed one (``REFERENCED``); new content matches a tombstone without
         an override (``READMISSION``); an entry the plan touches changed, or
         was marked, after ``plan.base`` (``CONFLICT``: a mark is a judgment
-        made after the planner looked); an id is not live (``UNKNOWN``); a
+        made after the planner looked), or is an open stream still being
+        written (``CONFLICT``: refused, never deferred; retry after its
+        close); an id is not live (``UNKNOWN``); a
         summary would create an entry of a protected kind (``PROTECTED``) or
         an immutable one (``IMMUTABLE``) — a model-written plan cannot mint a
         permanent instruction — unless ``plan.actor`` is ``"host"`` and the
@@ -157,6 +159,9 @@ class Editor(Publisher):
                 return None
             if i in rationale:
                 refuse(Refusal.RATIONALE, f"{i!r} is part of the plan's own rationale")
+            if slot.entry.streaming:  # never while open (stream.py): retry after its close
+                refuse(Refusal.CONFLICT, f"{i!r} is an open stream (still being written)")
+                return None
             return slot.entry
 
         def check_removable(e: Entry, verb: str) -> None:

@@ -302,6 +302,15 @@ class Entry:
         object.__setattr__(self, "content_hash", content_hash(self.body, content))
 
     @property
+    def streaming(self) -> bool:
+        """True while the entry is still being written by a stream
+        (:meth:`~quiesce.Buffer.open_stream`): its body is the prefix that
+        had arrived by the version it was read from. False for every entry
+        that was appended whole and for a stream once closed or aborted.
+        O(1)."""
+        return False
+
+    @property
     def sealed(self) -> bool:
         """True when ``content`` is a block signed by its provider (a
         ``type`` in :data:`SEALED_TYPES`, or a ``reasoning`` item with

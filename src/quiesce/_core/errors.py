@@ -88,6 +88,12 @@ class BufferClosed(QuiesceError, RuntimeError):
     """The buffer (or its runtime) is closed."""
 
 
+class StreamClosed(QuiesceError, RuntimeError):
+    """A write, close or abort on a stream that is closed or aborted
+    already (:class:`~quiesce.StreamWriter`). Raised before anything
+    changes: the head version and the entry stay as they were."""
+
+
 class ReentrantWrite(QuiesceError, RuntimeError):
     """A write to a buffer from inside a callback the buffer is running while
     it writes (a policy classifier calling ``mark_stale`` or ``append``, a log

@@ -78,6 +78,15 @@ class Publisher(Grace):
     _in_sink_write: int | None  #: the thread in sink.write, if any (callbacks.py)
     _immutable_hashes: dict[str, str]  #: invariant 4: each live immutable's admitted bytes
     _protected_at: dict[str, int]  #: seq of the record writing each protected entry (claims.py)
+    _streams: dict[str, Any]  #: the open streams (stream.py)
+
+    def _log_streams(self) -> None:
+        """Log the open streams' text since their last records (stream.py)."""
+        raise NotImplementedError
+
+    def _unlogged_text(self) -> bool:
+        """Whether an open stream has text no record holds (stream.py)."""
+        raise NotImplementedError
 
     if TYPE_CHECKING:  # provided by .buffer.Buffer
 
@@ -424,6 +433,8 @@ class Publisher(Grace):
         guard = self._write_lock
         if type(guard) is WriteGuard:  # a policy callback runs: refused if in this thread
             guard.refuse_owner("flush()")
+        if self._streams:  # stream.py: the text since each stream's last record
+            self._log_streams()
         if self._checkpoints_ok and (
             checkpoint or (self._checkpoint_every and len(self._records) >= self._checkpoint_due)
         ):
@@ -460,8 +471,12 @@ class Publisher(Grace):
 
     @property
     def pending_records(self) -> int:
-        """Records not yet durable in the sink."""
-        return 0 if self._sink is None else len(self._records) - self._synced
+        """Records not yet durable in the sink (an open stream's text that
+        no record holds yet counts as one: the next flush logs it)."""
+        if self._sink is None:
+            return 0
+        n = len(self._records) - self._synced
+        return n + 1 if not n and self._streams and self._unlogged_text() else n
 
     # -- escalations -------------------------------------------------------
 

@@ -53,6 +53,7 @@ __all__ = [
     "EMPTY_TOMBS",
     "MAX_CHAIN",
     "PATCH_MAX",
+    "REPLACE",
     "Slot",
     "Tombs",
     "Version",
@@ -66,8 +67,11 @@ MAX_CHAIN = 64
 #: ``Version._delta`` kinds: the order is the parent's (marks), plus one
 #: entry at the end (an append), minus some ids (removals), or a small
 #: patch: slots taken out by their old keys, slots put in at their new keys
-#: (moves, summaries, rewrites, a few removals).
-SAME, ADD, REMOVE, PATCH = 0, 1, 2, 3
+#: (moves, summaries, rewrites, a few removals), or entries replaced in
+#: place at their keys (a stream's writes, :mod:`.stream`: ``payload`` is a
+#: dict key -> entry; consecutive writes fold into one such delta, so a run
+#: of writes never lengthens the chain).
+SAME, ADD, REMOVE, PATCH, REPLACE = 0, 1, 2, 3, 4
 
 #: Entries per chunk of a version's ordered view (a chunk grows to twice
 #: this before it splits).
@@ -140,7 +144,8 @@ class Version:
 
     def derive(self, base: Version, kind: int, payload: Any = None) -> None:
         """Record that this (new, unpublished) version's order is ``base``'s
-        changed by ``(kind, payload)``: ``SAME`` (marks only), ``ADD``
+        changed by ``(kind, payload)``: ``SAME`` (marks only), ``REPLACE``
+        (``payload`` = {key: entry}, entries replaced in place), ``ADD``
         (``payload`` = (entry, key), appended at the end), ``REMOVE``
         (``payload`` = a set of removed ids) or ``PATCH`` (``payload`` =
         (old keys taken out, ((entry, key), ...) put in)). O(1). Ignored when
@@ -254,6 +259,10 @@ class Version:
                 work.put(payload[0], payload[1])
             elif kind == REMOVE:
                 work.remove_ids(payload)
+            elif kind == REPLACE:
+                for k, e in payload.items():
+                    if not work.replace(k, e):  # pragma: no cover - keys of live slots
+                        return None
             elif kind == PATCH:
                 out_keys, put = payload
                 for k in out_keys:
@@ -342,6 +351,20 @@ class _Work:
             del self.entries[c][CHUNK:]
             del ks[CHUNK:]
             maxes[c : c + 1] = [ks[-1], self.keys[c + 1][-1]]
+
+    def replace(self, key: float, entry: Entry) -> bool:
+        """Put ``entry`` in the place of the entry at ``key``. O(log n), plus
+        one chunk copy on its first touch."""
+        maxes = self.maxes
+        c = bisect_left(maxes, key)
+        if c == len(maxes):
+            return False
+        i = bisect_left(self.keys[c], key)
+        if i == len(self.keys[c]) or self.keys[c][i] != key:
+            return False
+        self._own(c)
+        self.entries[c][i] = entry
+        return True
 
     def take(self, key: float) -> bool:
         maxes = self.maxes

@@ -1,0 +1,650 @@
+"""Open entries: a message appended while it streams (issue 24).
+
+What it keeps true:
+
+* **Whole, fixed prefixes.** Every version holds an immutable
+  :class:`OpenEntry` for each open stream, naming a prefix of the stream's
+  text (a count of chunks and characters); a reader pinned at any version
+  sees the same prefix for its whole pin, and prefixes only grow.
+* **Versions share the prefix.** The text of a stream is one append-only
+  chunk store (:class:`_Text`), shared by every version of the entry: new
+  chunks go to a short tail list, and every :data:`TAIL` chunks the tail is
+  joined into one block and a *new* tail list is started, so the lists an
+  older version names never change under it. A write copies no text; the
+  body of a version is joined on first read and cached on that version's
+  entry (the reader pays O(len), once).
+* **The fast path.** :meth:`StreamWriter.write` is sync and does what
+  ``mark_stale`` does: argument checks, the write lock (held by writers
+  only, never by a reader, never over a disk), one persistent-map ``set``, a
+  new :class:`~.version.Version`. O(1) amortized plus that, independent of
+  the text's length (the tail join every :data:`TAIL` writes is O(those
+  chunks)). Successive writes fold into one ``REPLACE`` view delta
+  (:mod:`.version`), so a run of writes never lengthens a version chain.
+  Everything O(len(body)) — the content hash, the UTF-8 check of the whole
+  body, the classifier — happens at close (:meth:`StreamWriter.close`).
+* **Nothing applies to an open entry.** A prune of an open entry is refused
+  (``UNCHANGED``, ``CONFLICT``: nothing is marked or staged), and an edit
+  plan touching one is refused as a whole (``CONFLICT``, escalated); retry
+  after the close. Marking an open entry is allowed (a fast annotation).
+  Streams are never of an immutable kind (their bytes change) nor tool
+  calls (a call is appended whole, once its arguments are complete).
+* **Durable, coalesced.** The log gets ``stream_open`` at open, one
+  ``stream_text`` per flush for the text that arrived since the last record
+  (:meth:`Streams._log_streams`, called by ``flush``), and ``stream_close``
+  or ``stream_abort`` with the remaining text. Writes publish versions
+  without records of their own, so a log's versions may skip while a
+  stream is open (replay allows it then, and only then). Recovery of a log
+  that ends mid-stream gives the durable prefix as an aborted entry, marked
+  stale with a reason saying so (and logged as a ``stream_abort``).
+
+Cancellation: a write, close or abort is sync and all or nothing; ``with
+buf.open_stream(...) as w:`` aborts on any exception, cancellation included
+(``__exit__`` is sync: cancellation cannot skip it).
+
+Prior art: ropes and piece tables (an append-only store, views as lengths),
+RCU (readers on immutable versions), h11 (the writer is a small state
+machine: open -> closed | aborted).
+"""
+
+from __future__ import annotations
+
+import time
+from bisect import bisect_right
+from collections.abc import Iterable, Mapping
+from types import TracebackType
+from typing import Any
+
+from .edit import Editor
+from .entry import Entry, Kind, check_text, check_utf8, content_hash, freeze
+from .errors import (
+    DanglingReference,
+    DuplicateEntry,
+    InvalidArgument,
+    InvalidType,
+    ReadmissionRefused,
+    StreamClosed,
+)
+from .policy import _CACHE_FROM as _CLASSIFY_FROM
+from .policy import IMMUTABLE_KINDS, PROTECTED_KINDS, preclassify
+from .records import LogRecord, Mark, Refusal
+from .version import ADD, EMPTY_MAP, MAX_CHAIN, PATCH_MAX, REPLACE, Slot, Version
+
+__all__ = ["TAIL", "OpenEntry", "StreamWriter", "Streams"]
+
+#: Chunks a stream's tail holds before they are joined into one block.
+TAIL = 16
+
+_new_object = object.__new__
+_new_tuple: Any = tuple.__new__
+_set = object.__setattr__
+_wall_clock = time.time
+
+# The slots of Entry that OpenEntry fills itself (Entry.__init__ is never run
+# for an open entry: it would hash and check the whole body).
+_ENTRY_SLOTS = {name: Entry.__dict__[name] for name in ("body", "content_hash")}
+_BODY = _ENTRY_SLOTS["body"]
+_HASH = _ENTRY_SLOTS["content_hash"]
+
+#: kinds a stream may not have (see the module docstring)
+_REFUSED_KINDS = IMMUTABLE_KINDS | {Kind.TOOL_CALL}
+
+
+class _Text:
+    """The append-only text of one stream, shared by every version of it.
+
+    ``blocks`` only grows (joined tails); ``ends[i]`` is the text length
+    through ``blocks[i]``; ``tail`` is the current tail list (replaced, never
+    cleared, when it is joined); ``size`` the whole length. Mutated by the
+    stream's writer under the buffer's write lock; readers only slice
+    (atomic under the GIL)."""
+
+    __slots__ = ("blocks", "ends", "size", "tail")
+
+    def __init__(self, text: str = "") -> None:
+        self.blocks: list[str] = [text] if text else []
+        self.ends: list[int] = [len(text)] if text else []
+        self.tail: list[str] = []
+        self.size = len(text)
+
+    def add(self, chunk: str) -> None:
+        """Append ``chunk`` (non-empty). Amortized O(len(chunk))."""
+        tail = self.tail
+        tail.append(chunk)
+        self.size += len(chunk)
+        if len(tail) >= TAIL:
+            block = "".join(tail)
+            self.blocks.append(block)
+            self.ends.append(self.size)
+            self.tail = []
+
+    def joined(self) -> str:
+        """All of the text. O(len)."""
+        return "".join(self.blocks) + "".join(self.tail)
+
+    def since(self, start: int) -> str:
+        """The text from character ``start`` on. O(its length + one block)."""
+        ends = self.ends
+        base = ends[-1] if ends else 0
+        if start >= base:
+            return "".join(self.tail)[start - base :]
+        b = bisect_right(ends, start)
+        first = ends[b - 1] if b else 0
+        return ("".join(self.blocks[b:]) + "".join(self.tail))[start - first :]
+
+
+class OpenEntry(Entry):
+    """An entry still being written: what a version holds for an open stream.
+
+    An :class:`~quiesce.Entry` in every way a reader uses (``id``, ``kind``,
+    ``refs``, ``turn``, ``key``, ``meta``, ``body``, ``content_hash``), with
+    :attr:`streaming` True. Its ``body`` is the prefix of the stream's text
+    that had arrived by its version: joined from the shared chunk store on
+    first read, O(len), and cached; ``content_hash`` is computed on first
+    read too. Never appended (``append`` takes a plain ``Entry``)."""
+
+    __slots__ = ("_chars", "_nb", "_nt", "_tail", "_text")
+
+    _text: _Text
+    _nb: int
+    _tail: list[str]
+    _nt: int
+    _chars: int
+
+    @property
+    def body(self) -> str:
+        try:
+            return _BODY.__get__(self)  # type: ignore[no-any-return]
+        except AttributeError:
+            text = self._text
+            nb = self._nb
+            parts = text.blocks[:nb] if nb else []
+            if self._nt:
+                parts += self._tail[: self._nt]
+            body = "".join(parts)
+            _BODY.__set__(self, body)
+            return body
+
+    @property
+    def content_hash(self) -> str:
+        try:
+            return _HASH.__get__(self)  # type: ignore[no-any-return]
+        except AttributeError:
+            h = content_hash(self.body)
+            _HASH.__set__(self, h)
+            return h
+
+    @property
+    def streaming(self) -> bool:
+        return True
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        out["streaming"] = True
+        return out
+
+
+def _open_entry(header: Entry, text: _Text) -> OpenEntry:
+    """The :class:`OpenEntry` of ``text`` as it is now, with ``header``'s
+    fields. O(1)."""
+    e: OpenEntry = _new_object(OpenEntry)
+    _set(e, "id", header.id)
+    _set(e, "kind", header.kind)
+    _set(e, "refs", header.refs)
+    _set(e, "turn", header.turn)
+    _set(e, "key", header.key)
+    _set(e, "meta", header.meta)
+    _set(e, "content", None)
+    _set(e, "_text", text)
+    _set(e, "_nb", len(text.blocks))
+    tail = text.tail
+    _set(e, "_tail", tail)
+    _set(e, "_nt", len(tail))
+    _set(e, "_chars", text.size)
+    if not text.size:
+        _BODY.__set__(e, "")
+    return e
+
+
+_OPEN, _CLOSED, _ABORTED = "open", "closed", "aborted"
+
+
+class StreamWriter:
+    """The writing end of an open entry (:meth:`Buffer.open_stream`).
+
+    :meth:`write` appends text and publishes a version (sync; the
+    ``mark_stale`` fast-path contract); :meth:`close` finishes the entry,
+    :meth:`abort` finishes it as interrupted (it stays, marked stale with the
+    reason). Used as a context manager it closes on normal exit and aborts on
+    an exception or cancellation (the reason names the exception type).
+    After close or abort every further call raises :class:`StreamClosed`.
+    One writer per stream; it may be called from any thread (each call takes
+    the buffer's write lock)."""
+
+    __slots__ = ("_buffer", "_header", "_key", "_logged", "_state", "_text", "id")
+
+    id: str
+    _buffer: Streams
+    _header: Entry  #: the entry's fields, body ""
+    _key: float  #: its order key (constant while open)
+    _text: _Text
+    _logged: int  #: characters of the text covered by log records
+    _state: str
+
+    def __repr__(self) -> str:
+        return f"<StreamWriter {self.id!r} {self._state}, {self._text.size} chars>"
+
+    @property
+    def closed(self) -> bool:
+        """True once closed or aborted."""
+        return self._state is not _OPEN
+
+    @property
+    def text(self) -> str:
+        """All the text written so far. O(len)."""
+        return self._text.joined()
+
+    @property
+    def aborted(self) -> bool:
+        """True once aborted (by :meth:`abort`, the ``with`` block, or recovery)."""
+        return self._state is _ABORTED
+
+    def write(self, text: str) -> int:
+        """Append ``text`` and publish a version; returns its number (an
+        empty ``text`` publishes nothing and returns the head version).
+
+        Sync; never waits for readers, a lock held by a reader, or a disk.
+        O(1) amortized plus one persistent-map ``set`` (what ``mark_stale``
+        costs), independent of the text's length; O(len(text)) for a
+        non-ASCII chunk (the UTF-8 check). Raises :class:`InvalidType` for a
+        non-``str``, :class:`InvalidArgument` for a lone surrogate,
+        :class:`StreamClosed` after close or abort; each changes nothing."""
+        if type(text) is not str:
+            raise InvalidType(
+                f"stream {self.id!r}: a chunk must be a str, not {type(text).__name__}"
+            )
+        if not text.isascii():
+            check_utf8(text, f"a chunk of stream {self.id!r}")
+        buf = self._buffer
+        lock = buf._write_lock
+        lock.acquire()
+        try:
+            if self._state is not _OPEN:
+                raise StreamClosed(f"stream {self.id!r} is {self._state}: it takes no more text")
+            head = buf._head
+            if not text:
+                return head.number
+            store = self._text
+            store.add(text)
+            entry = _open_entry(self._header, store)
+            n = head.number + 1
+            key = self._key
+            new: Version = _new_object(Version)
+            new.number = n
+            new.live = head.live.set(self.id, _new_tuple(Slot, (entry, key, n)))
+            new.marks = head.marks
+            new.tombs = head.tombs
+            new.referrers = head.referrers
+            new.next_key = head.next_key
+            new._entries = None
+            new._view = None
+            _replace_delta(new, head, key, entry)
+            buf._head = new
+            return n
+        finally:
+            lock.release()
+            if buf._due_flag and buf._due_hook is None:
+                buf._drain_due()
+
+    def close(self, *, content: object = None) -> int:
+        """Finish the entry: ``streaming`` becomes False, its body is the text
+        written, ``content`` (a JSON value, e.g. the adapter's message part)
+        its final structured form. Returns the version published.
+
+        O(len(body)): the body's checks, its content hash and the policy's
+        classification happen here, once, mostly before the write lock. If
+        the finished entry's content hash or key matches a tombstone, it is
+        finished as aborted instead (it stays, marked stale with the
+        re-admission's reason; the refusal is counted) — a stream cannot be
+        taken back. Raises :class:`StreamClosed` after close or abort,
+        :class:`InvalidType`/:class:`InvalidArgument` for a bad ``content``;
+        each changes nothing."""
+        if content is not None:
+            content = freeze(content, "content")
+        return self._finish(_CLOSED, None, content)
+
+    def abort(self, reason: str) -> int:
+        """Finish the entry as interrupted: it stays with the text that
+        arrived, ``streaming`` False, marked stale with ``reason`` (the first
+        mark stands if it was marked already); ``meta`` is unchanged. Returns
+        the version published. O(len(body)). Raises :class:`StreamClosed`
+        after close or abort, :class:`InvalidType`/:class:`InvalidArgument`
+        for a bad ``reason``; each changes nothing."""
+        check_text(reason, "reason")
+        return self._finish(_ABORTED, reason, None)
+
+    def _final(self, content: object) -> Entry:
+        h = self._header
+        return Entry(h.id, h.kind, self._text.joined(), h.refs, h.turn, h.key, h.meta, content)
+
+    def _finish(self, state: str, reason: str | None, content: object) -> int:
+        buf = self._buffer
+        if self._state is not _OPEN:
+            raise StreamClosed(f"stream {self.id!r} is {self._state} already")
+        final = self._final(content)  # O(len), outside the lock
+        if len(final.body) >= _CLASSIFY_FROM and buf._own_policy():
+            preclassify(final)
+        tombs = buf._head.tombs
+        if tombs.spilled:  # (issue 21: no disk under the write lock)
+            values = (final.content_hash,) if final.key is None else (final.content_hash, final.key)
+            tombs.prefetch((), values)
+        buf._write_lock.acquire()
+        try:
+            if self._state is not _OPEN:
+                raise StreamClosed(f"stream {self.id!r} is {self._state} already")
+            if len(final.body) != self._text.size:  # written meanwhile (another thread)
+                final = self._final(content)
+            head = buf._head
+            refusal: str | None = None
+            if state is _CLOSED and head.tombs.by_id:
+                tomb = head.tombs.matching(final.content_hash, final.key)
+                if tomb is not None:
+                    state = _ABORTED
+                    reason = (
+                        f"re-admission refused: the stream's content matches the tombstone of "
+                        f"{tomb.id!r} (pruned at version {tomb.version}: {tomb.reason})"
+                    )
+                    refusal = Refusal.READMISSION.value
+            return buf._publish_finish(self, final, state, reason, refusal)
+        finally:
+            buf._release()
+
+    def __enter__(self) -> StreamWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Close on normal exit, abort on an exception or cancellation (the
+        reason names the exception type). Nothing if finished already."""
+        if self._state is not _OPEN:
+            return
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort(f"stream interrupted by {exc_type.__name__}")
+
+
+def _replace_delta(new: Version, head: Version, key: float, entry: Entry) -> None:
+    """Derive ``new``'s view from ``head``'s with ``entry`` in place at
+    ``key`` (version.py's ``REPLACE``): folded into ``head``'s own
+    ``REPLACE`` delta when it has one (so successive writes never lengthen
+    the chain), else one more link. O(streams in the fold)."""
+    try:
+        view = head._view
+        base = head._base
+        delta = head._delta
+        depth = head._depth
+    except AttributeError:  # pragma: no cover - a version made without a chain
+        view = base = delta = None
+        depth = 0
+    if view is not None:
+        new._base = head
+        new._delta = (REPLACE, {key: entry})
+        new._depth = 1
+    elif (
+        base is not None and delta is not None and delta[0] == REPLACE and len(delta[1]) < PATCH_MAX
+    ):
+        payload = dict(delta[1])
+        payload[key] = entry
+        new._base = base
+        new._delta = (REPLACE, payload)
+        new._depth = depth
+    elif base is not None and depth < MAX_CHAIN:
+        new._base = head
+        new._delta = (REPLACE, {key: entry})
+        new._depth = depth + 1
+    else:
+        new._base = None
+        new._delta = None
+        new._depth = 0
+
+
+class Streams(Editor):
+    """Open entries on a :class:`~.buffer.Buffer` (a base class; the
+    buffer's ``__init__`` sets ``_streams``)."""
+
+    _streams: dict[str, StreamWriter]  #: the open streams, by id
+    _unmarked_new: list[str]  #: ids to fold into the markable index (buffer.py)
+
+    def open_stream(
+        self,
+        id: str,
+        kind: Kind,
+        *,
+        refs: Iterable[str] = (),
+        turn: int | None = None,
+        key: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> StreamWriter:
+        """Publish a new entry that is still being written and return its
+        :class:`StreamWriter`: in the new head ``snap[id].streaming`` is True
+        and its body ``""``. Sync, never touches a disk; O(log n +
+        refs·log n), like ``append``.
+
+        Raises :class:`DuplicateEntry` for a used id (live, open or
+        tombstoned), :class:`DanglingReference` for an unknown or tombstoned
+        ref, :class:`ReadmissionRefused` for a key matching a tombstone,
+        :class:`InvalidArgument` for an immutable kind or a tool call (see
+        the module docstring) and :class:`InvalidType`/:class:`InvalidArgument`
+        for any field ``Entry`` refuses; each changes nothing."""
+        if isinstance(refs, str | bytes) or not hasattr(refs, "__iter__"):
+            raise InvalidType(f"refs must be a collection of str ids, not {type(refs).__name__}")
+        header = Entry(id, kind, "", tuple(refs), turn, key, {} if meta is None else meta)
+        if header.kind in _REFUSED_KINDS:
+            raise InvalidArgument(
+                f"stream {header.id!r}: a {header.kind.name} is never streamed "
+                + (
+                    "(a tool call is appended whole, once its arguments are complete)"
+                    if header.kind is Kind.TOOL_CALL
+                    else "(an immutable entry's bytes never change)"
+                )
+            )
+        tombs = self._head.tombs
+        if tombs.spilled:  # (issue 21: no disk under the write lock)
+            tombs.prefetch((header.id, *header.refs), () if header.key is None else (header.key,))
+        self._write_lock.acquire()
+        try:
+            head = self._head
+            eid = header.id
+            live = head.live
+            by_id = head.tombs.by_id
+            if eid in live:
+                what = "open as a stream" if eid in self._streams else "already in the buffer"
+                raise DuplicateEntry(f"entry {eid!r} is {what}")
+            if eid in by_id:
+                raise DuplicateEntry(
+                    f"entry {eid!r} was pruned at version {by_id[eid].version}; ids are not reused"
+                )
+            for ref in header.refs:
+                if ref not in live:
+                    tomb = by_id.get(ref)
+                    if tomb is not None:
+                        raise DanglingReference(
+                            f"entry {eid!r} cites {ref!r}, pruned at version {tomb.version}: "
+                            f"{tomb.reason}",
+                            ref,
+                            tomb,
+                        )
+                    raise DanglingReference(f"entry {eid!r} cites unknown entry {ref!r}", ref, None)
+            if header.key is not None and by_id:
+                tomb = head.tombs.matching("", header.key)
+                if tomb is not None and tomb.key == header.key:
+                    raise ReadmissionRefused(
+                        f"stream {eid!r} has the key of the tombstone of {tomb.id!r} (pruned at "
+                        f"version {tomb.version}: {tomb.reason})",
+                        tomb,
+                    )
+            n = head.number + 1
+            order = head.next_key
+            w = self._new_writer(header, order, _Text())
+            entry = _open_entry(header, w._text)
+            new = Version(
+                n,
+                live.set(eid, Slot(entry, order, n)),
+                head.marks,
+                head.tombs,
+                _cite(head.referrers, entry),
+                order + 1.0,
+            )
+            new.derive(head, ADD, (entry, order))
+            self._unmarked_new.append(eid)
+            if header.kind in PROTECTED_KINDS:
+                self._protected_at[eid] = len(self._records)
+            self._append_record(
+                self._record(
+                    "stream_open",
+                    n,
+                    (eid,),
+                    actor=None,
+                    reason=None,
+                    turn=header.turn,
+                    outcome="applied",
+                    detail={"entry": header.to_dict(), "key": order},
+                )
+            )
+            self._streams[eid] = w
+            self._head = new
+            return w
+        finally:
+            self._release()
+
+    def _new_writer(self, header: Entry, order: float, text: _Text) -> StreamWriter:
+        w: StreamWriter = _new_object(StreamWriter)
+        w.id = header.id
+        w._buffer = self
+        w._header = header
+        w._key = order
+        w._text = text
+        w._logged = text.size
+        w._state = _OPEN
+        return w
+
+    def streams(self) -> Mapping[str, StreamWriter]:
+        """The open streams by id (a copy). O(open streams)."""
+        return dict(self._streams)
+
+    def _publish_finish(
+        self,
+        w: StreamWriter,
+        final: Entry,
+        state: str,
+        reason: str | None,
+        refusal: str | None,
+    ) -> int:
+        """Publish the close or abort of ``w`` (under the write lock): the
+        finished entry in place, a mark if aborted, the record with the text
+        not yet logged. O(log n + the unlogged text)."""
+        head = self._head
+        eid = w.id
+        n = head.number + 1
+        marks = head.marks
+        detail: dict[str, Any] = {
+            "offset": w._logged,
+            "text": w._text.since(w._logged),
+            "content_hash": final.content_hash,
+        }
+        if final.content is not None:
+            detail["content"] = final.to_dict()["content"]
+        mark: Mark | None = None
+        if state is _ABORTED:
+            assert reason is not None
+            if eid not in marks:
+                mark = Mark(eid, reason, final.turn, n)
+                marks = marks.set(eid, mark)
+                detail["mark"] = True
+            if refusal is not None:
+                detail["refusals"] = [refusal]
+        new: Version = _new_object(Version)
+        new.number = n
+        new.live = head.live.set(eid, Slot(final, w._key, n))
+        new.marks = marks
+        new.tombs = head.tombs
+        new.referrers = head.referrers
+        new.next_key = head.next_key
+        new._entries = None
+        new._view = None
+        _replace_delta(new, head, w._key, final)
+        self._append_record(
+            self._record(
+                "stream_close" if state is _CLOSED else "stream_abort",
+                n,
+                (eid,),
+                actor=None,
+                reason=reason,
+                turn=final.turn,
+                outcome="applied" if state is _CLOSED else "aborted",
+                detail=detail,
+            )
+        )
+        if mark is not None:
+            self._markable().discard(eid)
+        if final.sealed or final.kind in PROTECTED_KINDS:
+            self._protected_at[eid] = len(self._records) - 1
+        w._state = state
+        w._logged = w._text.size
+        del self._streams[eid]
+        self._head = new
+        return n
+
+    def _log_streams(self) -> None:
+        """Log the text that arrived since the last record of each open
+        stream, one ``stream_text`` record per stream (``flush`` calls it
+        before it writes). O(open streams + that text), under the write
+        lock."""
+        self._write_lock.acquire()
+        try:
+            number = self._head.number
+            for w in self._streams.values():
+                size = w._text.size
+                if size > w._logged:
+                    text = w._text.since(w._logged)
+                    self._append_record(
+                        LogRecord(
+                            len(self._records),
+                            _wall_clock(),
+                            "stream_text",
+                            None,
+                            (w.id,),
+                            None,
+                            None,
+                            None,
+                            "applied",
+                            {"offset": w._logged, "text": text, "through": number},
+                        )
+                    )
+                    w._logged = size
+        finally:
+            self._release()
+
+    def _unlogged_text(self) -> bool:
+        """Whether an open stream has text no record holds yet. O(streams)."""
+        return any(w._text.size > w._logged for w in self._streams.values())
+
+    def _abort_recovered(self) -> None:
+        """Finish every stream a recovery left open as aborted (the log ended
+        before its close): the durable prefix stays, marked stale, and a
+        ``stream_abort`` record says so."""
+        for w in list(self._streams.values()):
+            w.abort(
+                "stream interrupted: the log ends before its close "
+                f"(recovered its durable prefix of {w._text.size} characters)"
+            )
+
+
+def _cite(referrers: Any, entry: Entry) -> Any:
+    for ref in entry.refs:
+        referrers = referrers.set(ref, referrers.get(ref, EMPTY_MAP).set(entry.id, None))
+    return referrers
