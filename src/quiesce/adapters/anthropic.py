@@ -58,6 +58,8 @@ from typing import Any, cast
 from .._core.buffer import Buffer, Snapshot
 from .._core.entry import SEALED_TYPES, Entry, Kind, canonical_json
 from .._core.version import Version
+from .._protocol import AsyncBuffer
+from . import _stream_anthropic
 from ._common import (
     NOTE_LIMIT,
     NOTE_NAMES,
@@ -92,11 +94,13 @@ from ._common import (
     to_plain,
     tool_name,
 )
+from ._stream import renderable
 
 __all__ = [
     "ROLES",
     "SyncReport",
     "append_messages",
+    "append_stream",
     "render",
     "sync_messages",
     "to_entries",
@@ -390,6 +394,59 @@ def sync_messages(
     )
 
 
+
+async def append_stream(
+    buf: Buffer | AsyncBuffer,
+    events: object,
+    *,
+    readmit: ReadmitPolicy = "record",
+    turn: int | None = None,
+    actor: str | None = None,
+    assistant_kind: Kind = Kind.REASONING,
+) -> Message:
+    """Stream an Anthropic Messages response into ``buf`` as it arrives;
+    return the final message.
+
+    ``events`` is the SDK's raw stream — an async or sync iterable of
+    ``RawMessageStreamEvent`` objects or their dicts (``client.messages.
+    create(..., stream=True)``). Each text block is an open entry written
+    per ``text_delta`` and closed at its stop; a thinking block is an open
+    entry that is never rendered until its ``signature_delta`` seals it; a
+    ``tool_use`` is appended when its input JSON is complete (its
+    ``content_block_stop``); other blocks are appended whole. Returns
+    ``{"role": "assistant", "content": [blocks]}`` as the SDK's
+    ``accumulate_event`` builds it, ``None`` fields left out — what
+    ``messages.append`` takes.
+
+    The entries are ``append_messages``'s of that message (kinds, refs to
+    the signed blocks, bodies, content, meta; tool-use ids verbatim), except
+    that the message key the other blocks' ids are made of is a stream key
+    ``#stream.<message id>.<n>`` instead of a content key: ``render`` equals
+    a whole append's, and ``sync_messages`` of a history ending with the
+    returned message recognises it.
+
+    While it runs every snapshot renders a valid request: no partial tool
+    use, no unsigned thinking. Cancellation, an exception from the iterator,
+    an ``error`` event (:class:`~quiesce.adapters.StreamFailed`) or a
+    malformed event (``"event 7: ..."``: an index with no open block, a
+    delta of the wrong kind, an unknown type) aborts every open entry — the
+    text stays, marked stale ``stream interrupted: ...``; an aborted
+    thinking block is never rendered — and propagates. Options as
+    :func:`append_messages`. Per text delta: O(1) amortized plus one
+    ``write``.
+    """
+    return await _stream_anthropic.append_stream(
+        buf,
+        events,
+        readmit=readmit,
+        turn=turn,
+        actor=actor,
+        assistant_kind=assistant_kind,
+        block_text=_block_text,
+        is_server_result=_is_server_result,
+    )
+
+
 # -- render -------------------------------------------------------------------
 
 
@@ -507,7 +564,7 @@ def _render(
     note_names: int,
     note_limit: int,
 ) -> dict[str, Any]:
-    entries = snap.entries()
+    entries = renderable(snap.entries())
     marks = snap.marks if annotate_stale else {}
     tombstones = snap.tombstones
     results = outputs_by_call(entries)

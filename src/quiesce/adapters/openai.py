@@ -53,6 +53,8 @@ from typing import Any
 from .._core.buffer import Buffer, Snapshot
 from .._core.entry import Entry, Kind
 from .._core.version import Version
+from .._protocol import AsyncBuffer
+from . import _stream_chat
 from ._common import (
     NOTE_LIMIT,
     NOTE_NAMES,
@@ -87,11 +89,13 @@ from ._common import (
     sync_history,
     tool_name,
 )
+from ._stream import renderable
 
 __all__ = [
     "ROLES",
     "SyncReport",
     "append_messages",
+    "append_stream",
     "render",
     "sync_messages",
     "to_entries",
@@ -334,6 +338,61 @@ def sync_messages(
     return sync_history(buf, messages, tail, api=API, readmit=readmit, turn=turn, actor=actor)
 
 
+
+async def append_stream(
+    buf: Buffer | AsyncBuffer,
+    chunks: object,
+    *,
+    readmit: ReadmitPolicy = "record",
+    turn: int | None = None,
+    actor: str | None = None,
+    assistant_kind: Kind = Kind.REASONING,
+) -> Message:
+    """Stream a Chat Completions response into ``buf`` as it arrives; return
+    the final message.
+
+    ``chunks`` is the SDK's raw stream — an async or sync iterable of
+    ``ChatCompletionChunk`` objects or their dicts (``client.chat.completions.
+    create(..., stream=True)``). Text, refusal and ``reasoning_content``
+    deltas are written into one open entry (``buf.open_stream``: readers see
+    the text grow, a whole prefix per snapshot); each tool call is appended
+    when its arguments are complete (a delta for the next call, or the end),
+    never before; the entry is closed with the message at the end. Returns
+    what the SDK's ``ChatCompletionStreamState().get_final_completion().
+    choices[0].message`` dumps to with its ``None`` fields left out (a tool
+    call's ``index`` included), which ``messages.append`` can take as is.
+
+    The entries are ``append_messages``'s of that message (kinds, refs,
+    bodies, content, meta; tool-call ids verbatim), except that the text
+    entry's id and message key are a stream key ``#stream.<chunk id>.<n>``
+    (the content key ``append_messages`` uses is not known until the end):
+    ``render`` equals a whole append's, and ``sync_messages`` of a history
+    ending with the returned message recognises it (nothing appended).
+
+    While it runs every snapshot renders a valid request. Cancellation, an
+    exception from the iterator or a malformed chunk (``InvalidArgument``/
+    ``InvalidType`` naming it: ``"event 7: ..."``; a second choice, a delta
+    for a complete call, a non-str text) aborts the open entry — it stays
+    with the text that arrived, marked stale ``stream interrupted: ...`` —
+    appends no incomplete call, and propagates. ``readmit``, ``turn``,
+    ``actor`` and ``assistant_kind`` are ``append_messages``'s. ``buf``: a
+    :class:`~quiesce.Buffer` or an :class:`~quiesce.AsyncBuffer` with
+    ``open_stream``. Per chunk: O(1) amortized plus one ``write``; a
+    checkpoint at the start and the end (a sync iterable is read without
+    yielding in between).
+    """
+    return await _stream_chat.append_stream(
+        buf,
+        chunks,
+        readmit=readmit,
+        turn=turn,
+        actor=actor,
+        assistant_kind=assistant_kind,
+        call=_call,
+        read=_read,
+    )
+
+
 # -- render -------------------------------------------------------------------
 
 
@@ -406,7 +465,7 @@ def _render(
     note_names: int,
     note_limit: int,
 ) -> list[Message]:
-    entries = snap.entries()
+    entries = renderable(snap.entries())
     marks = snap.marks if annotate_stale else {}
     tombstones = snap.tombstones
     results = outputs_by_call(entries)

@@ -56,6 +56,8 @@ from typing import Any
 from .._core.buffer import Buffer, Snapshot
 from .._core.entry import Entry, Kind
 from .._core.version import Version
+from .._protocol import AsyncBuffer
+from . import _stream_responses
 from ._common import (
     NOTE_LIMIT,
     NOTE_NAMES,
@@ -91,11 +93,13 @@ from ._common import (
     sync_history,
     tool_name,
 )
+from ._stream import renderable
 
 __all__ = [
     "ROLES",
     "SyncReport",
     "append_messages",
+    "append_stream",
     "render",
     "sync_messages",
     "to_entries",
@@ -359,6 +363,55 @@ def sync_messages(
     )
 
 
+
+async def append_stream(
+    buf: Buffer | AsyncBuffer,
+    events: object,
+    *,
+    readmit: ReadmitPolicy = "record",
+    turn: int | None = None,
+    actor: str | None = None,
+    assistant_kind: Kind = Kind.REASONING,
+) -> list[Item]:
+    """Stream a Responses API response into ``buf`` as it arrives; return its
+    output items.
+
+    ``events`` is the SDK's raw stream — an async or sync iterable of its
+    stream event objects (``ResponseTextDeltaEvent``…) or their dicts
+    (``client.responses.create(..., stream=True)``). A ``message`` item is an
+    open entry written per ``output_text``/``refusal`` delta; a
+    ``reasoning`` item is an open entry written per summary or reasoning
+    delta and never rendered until ``response.output_item.done`` closes it
+    with its final form (``encrypted_content`` seals it); a
+    ``function_call`` and every other item are appended at their
+    ``response.output_item.done``. Returns the response's output items as
+    the SDK's ``ResponseStreamState`` completes them, ``None`` fields left
+    out — what ``items += ...`` takes.
+
+    The entries are exactly ``append_messages``'s of those items (item ids,
+    call ids, kinds, refs to the turn's reasoning, bodies, content, meta):
+    ``sync_messages`` of them afterwards appends nothing and ``render``
+    equals a whole append's.
+
+    While it runs every snapshot renders a valid input list. Cancellation, an
+    exception from the iterator, ``error``/``response.failed``/
+    ``response.incomplete`` (:class:`~quiesce.adapters.StreamFailed`) or a
+    malformed event (``"event 7: ..."``) aborts every open entry — the text
+    stays, marked stale ``stream interrupted: ...``; an aborted reasoning
+    item is never rendered — and propagates. Options as
+    :func:`append_messages`. Per delta: O(1) amortized plus one ``write``.
+    """
+    return await _stream_responses.append_stream(
+        buf,
+        events,
+        readmit=readmit,
+        turn=turn,
+        actor=actor,
+        assistant_kind=assistant_kind,
+        read=_read,
+    )
+
+
 # -- render -------------------------------------------------------------------
 
 
@@ -444,7 +497,7 @@ def _render(
     note_names: int,
     note_limit: int,
 ) -> list[Item]:
-    entries = snap.entries()
+    entries = renderable(snap.entries())
     marks = snap.marks if annotate_stale else {}
     tombstones = snap.tombstones
     results = outputs_by_call(entries)

@@ -1,0 +1,345 @@
+"""Chat Completions chunks (``ChatCompletionChunk`` or their dicts) into open
+entries: the body of :func:`quiesce.adapters.openai.append_stream`.
+
+What it keeps true (see :mod:`quiesce.adapters._stream` for what every
+stream keeps): the message it returns is the SDK's —
+``ChatCompletionStreamState().get_final_completion().choices[0].message``
+dumped with its ``None`` fields left out, a tool call's ``index`` included —
+because it accumulates as the SDK's ``accumulate_delta`` does (strings
+concatenated, lists of dicts merged by their ``index``, ``index`` and
+``type`` replaced); the text fields that make an entry's body (``content``,
+``refusal``, ``reasoning_content``) go straight into the message's open
+entry, one ``write`` per delta, in the order they arrive (the body is
+``append_messages``'s when they arrive in that order, as models send them).
+
+A tool call is complete when a delta for another call arrives or the stream
+ends; it is appended then (a ``TOOL_CALL`` with its id, ``key`` and meta as
+``append_messages`` makes them), never before. A delta for a call already
+complete, a second choice (``n > 1``), a tool call without an int
+``index``, or text that is not a str is a malformed event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .._core.entry import Entry, Kind
+from .._core.errors import QuiesceError
+from ._common import Keys, remember_rendered
+from ._stream import Sink, drive, drop_none, field, malformed, plain_event, stream_key
+
+API = "openai"
+
+#: The delta fields streamed into the message's entry, in its body's order.
+TEXT_FIELDS = ("content", "refusal", "reasoning_content")
+
+
+def merge_delta(acc: dict[str, Any], delta: Mapping[str, Any]) -> dict[str, Any]:
+    """The SDK's ``accumulate_delta`` (``openai/lib/streaming/_deltas.py``)
+    on plain dicts without ``None`` values: strings concatenate, numbers
+    add, dicts merge, lists of dicts merge by ``index``, other lists extend;
+    ``index`` and ``type`` are replaced. Mutates and returns ``acc``."""
+    for key, value in delta.items():
+        if key not in acc or acc[key] is None:
+            if _indexed(value):
+                acc[key] = []
+            else:
+                acc[key] = _copy(value)
+                continue
+        have = acc[key]
+        if key in ("index", "type"):
+            acc[key] = value
+        elif (isinstance(have, str) and isinstance(value, str)) or (
+            isinstance(have, int | float) and isinstance(value, int | float)
+        ):
+            acc[key] = have + value  # type: ignore[operator]
+        elif isinstance(have, dict) and isinstance(value, dict):
+            merge_delta(have, value)
+        elif isinstance(have, list) and isinstance(value, list):
+            if all(isinstance(x, str | int | float) for x in have) and (
+                have or not _indexed(value)
+            ):
+                have.extend(value)
+                continue
+            for item in value:
+                if not isinstance(item, dict) or type(item.get("index")) is not int:
+                    raise TypeError(f"a list delta entry needs an int index: {item!r}")
+                n = item["index"]
+                if n < len(have):
+                    merge_delta(have[n], item)
+                else:
+                    have.insert(n, _copy(item))
+    return acc
+
+
+def _indexed(value: object) -> bool:
+    return isinstance(value, list) and any(isinstance(x, dict) and "index" in x for x in value)
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return value
+
+
+def _tool_call_delta(tc: object) -> dict[str, Any]:
+    """A tool-call delta as a plain dict without ``None`` fields (attribute
+    reads for SDK objects: no dump per delta)."""
+    if type(tc) is dict:
+        return drop_none(tc)  # type: ignore[no-any-return]
+    out: dict[str, Any] = {}
+    for name in ("index", "id", "type"):
+        value = getattr(tc, name, None)
+        if value is not None:
+            out[name] = value
+    fn = getattr(tc, "function", None)
+    if fn is not None:
+        f: dict[str, Any] = {}
+        for name in ("name", "arguments"):
+            value = getattr(fn, name, None)
+            if value is not None:
+                f[name] = value
+        out["function"] = f
+    extra = getattr(tc, "__pydantic_extra__", None)
+    if extra:
+        out.update(drop_none(plain_event(extra)))
+    return out
+
+
+class ChatStream:
+    """One Chat Completions stream: the accumulated message and its entries."""
+
+    def __init__(self, sink: Sink, assistant_kind: Kind, call: Any, read: Any) -> None:
+        self.sink = sink
+        self.kind = assistant_kind
+        self.call = call
+        self.read = read
+        self.acc: dict[str, Any] = {}
+        self.texts: dict[str, list[str]] = {}
+        self.calls: list[dict[str, Any]] = []
+        self.current: int | None = None
+        self.done: set[int] = set()
+        self.call_ids: list[str] = []
+        self.key: str | None = None
+        self.base: object = None
+        self.writer: Any = None
+        self.last_field: str | None = None
+        self.final: dict[str, Any] | None = None
+
+    # -- events ---------------------------------------------------------------
+
+    def handle(self, index: int, chunk: object) -> None:
+        if self.base is None:
+            self.base = field(chunk, "id") or "chat"
+        choices = field(chunk, "choices")
+        if choices is None:
+            if type(chunk) is not dict and not hasattr(chunk, "choices"):
+                raise malformed(
+                    index,
+                    f"must be a ChatCompletionChunk or its dict, not {type(chunk).__name__}",
+                    type_error=True,
+                )
+            return
+        for choice in choices:
+            n = field(choice, "index")
+            if n != 0:
+                raise malformed(index, f"choice index {n!r}: append_stream reads one choice (n=1)")
+            delta = field(choice, "delta")
+            if delta is not None:
+                self._delta(index, delta)
+
+    def _delta(self, index: int, delta: object) -> None:
+        if type(delta) is dict:
+            rest = {k: v for k, v in delta.items() if v is not None}
+            texts = [(f, rest.pop(f)) for f in TEXT_FIELDS if f in rest]
+            calls = rest.pop("tool_calls", None)
+            rest = drop_none(rest)
+        else:
+            texts = []
+            for f in TEXT_FIELDS:
+                value = getattr(delta, f, None)
+                if value is not None:
+                    texts.append((f, value))
+            calls = getattr(delta, "tool_calls", None)
+            rest = {}
+            role = getattr(delta, "role", None)
+            if role is not None:
+                rest["role"] = role
+            fc = getattr(delta, "function_call", None)
+            if fc is not None:
+                rest["function_call"] = plain_event(fc)
+            extra = getattr(delta, "__pydantic_extra__", None)
+            if extra:
+                for f in TEXT_FIELDS:
+                    if f in extra and extra[f] is not None:
+                        texts.append((f, extra[f]))
+                rest.update(
+                    {
+                        k: plain_event(v)
+                        for k, v in extra.items()
+                        if v is not None and k not in TEXT_FIELDS
+                    }
+                )
+        if rest:
+            try:
+                merge_delta(self.acc, rest)
+            except TypeError as exc:
+                raise malformed(index, str(exc), type_error=True) from None
+        for name, text in texts:
+            if type(text) is not str:
+                raise malformed(
+                    index, f"delta.{name} must be a str, not {type(text).__name__}", type_error=True
+                )
+            parts = self.texts.get(name)
+            if parts is None:
+                parts = self.texts[name] = []
+            parts.append(text)
+            if text:
+                self._write(name, text)
+        if calls:
+            for tc in calls:
+                self._call_delta(index, _tool_call_delta(tc))
+
+    def _write(self, name: str, text: str) -> None:
+        w = self.writer
+        if w is None:
+            key = self._key()
+            meta = {"api": API, "role": self._role(), "msg": key, "after": None}
+            w = self.writer = self.sink.open(key, self.kind, meta)
+        elif name != self.last_field and w.text:
+            text = "\n" + text
+        self.last_field = name
+        w.write(text)
+
+    def _call_delta(self, index: int, d: dict[str, Any]) -> None:
+        n = d.get("index")
+        if type(n) is not int or n < 0:
+            raise malformed(index, f"tool_calls[].index must be an int >= 0, not {n!r}")
+        if n in self.done:
+            raise malformed(index, f"tool_calls[{n}] continues after it was complete")
+        if self.current is not None and n != self.current:
+            self._complete(index, self.current)
+        self.current = n
+        try:
+            merge_delta({"calls": self.calls}, {"calls": [d]})
+        except TypeError as exc:
+            raise malformed(index, str(exc), type_error=True) from None
+
+    def _complete(self, index: int, n: int) -> None:
+        """Tool call ``n`` has all its arguments: append it."""
+        self.done.add(n)
+        if n >= len(self.calls):
+            return
+        raw = self.calls[n]
+        try:
+            call_id, name, arguments = self.call(0, n, raw, set(self.call_ids))
+        except QuiesceError as exc:
+            raise _at(index, exc) from None
+        self.call_ids.append(call_id)
+        key = self._key()
+        env = {k: v for k, v in self._message().items() if k != "tool_calls"}
+        meta = {
+            "api": API,
+            "role": "assistant",
+            "msg": key,
+            "after": None,
+            "tool": name,
+            "arguments": arguments,
+            "env": env,
+        }
+        call_key = f"{name} {arguments}"
+        try:
+            e = Entry(call_id, Kind.TOOL_CALL, call_key, (), self.sink.turn, call_key, meta, raw)
+        except QuiesceError as exc:
+            raise _at(index, exc) from None
+        self.sink.add(index, e)
+
+    def finish(self, count: int) -> None:
+        if self.current is not None and self.current not in self.done:
+            self._complete(count, self.current)
+        final = self.final = self._message()
+        if self.writer is not None:
+            content = {k: v for k, v in final.items() if k != "tool_calls"}
+            self.sink.close(self.writer.id, content)
+        elif not self.calls:
+            self._whole(count, final)
+
+    def _whole(self, index: int, final: dict[str, Any]) -> None:
+        """A message with no text and no call (``content`` ``""`` or none):
+        appended whole, as ``append_messages`` reads it."""
+        head = self.sink.head()
+        try:
+            reads = self.read(
+                [final],
+                head=head,
+                keys=Keys(head),
+                calls=(),
+                turn=self.sink.turn,
+                user_kind=Kind.INSTRUCTION,
+                assistant_kind=self.kind,
+            )
+        except QuiesceError as exc:
+            raise _at(index, exc) from None
+        self.sink.pending.extend(reads)
+
+    # -- the message ----------------------------------------------------------
+
+    def _role(self) -> str:
+        role = self.acc.get("role")
+        return role if isinstance(role, str) and role else "assistant"
+
+    def _key(self) -> str:
+        if self.key is None:
+            self.key = stream_key(self.sink.head(), self.base, self.sink.taken)
+        return self.key
+
+    def _message(self) -> dict[str, Any]:
+        out: dict[str, Any] = _copy(self.acc)
+        for name, parts in self.texts.items():
+            have = out.get(name)
+            text = "".join(parts)
+            out[name] = have + text if isinstance(have, str) else text
+        if self.calls:
+            out["tool_calls"] = _copy(self.calls)
+        return out
+
+    def ids(self) -> list[str]:
+        """The entries of the message, in window order."""
+        out = [self.writer.id] if self.writer is not None else []
+        return out + [i for i in self.sink.appended]
+
+
+def _at(index: int, exc: QuiesceError) -> QuiesceError:
+    """An adapter's validation error, renamed to the event it came from."""
+    text = str(exc)
+    if text.startswith("message 0: "):
+        text = text[len("message 0: ") :]
+    return malformed(index, text, type_error=isinstance(exc, TypeError))
+
+
+async def append_stream(
+    buf: object,
+    chunks: object,
+    *,
+    readmit: Any = "record",
+    turn: int | None = None,
+    actor: str | None = None,
+    assistant_kind: Kind = Kind.REASONING,
+    call: Any,
+    read: Any,
+) -> dict[str, Any]:
+    """See :func:`quiesce.adapters.openai.append_stream` (``call`` and
+    ``read`` are that adapter's tool-call and message readers)."""
+    from ._common import check_kind
+
+    check_kind(assistant_kind, "assistant_kind")
+    sink = Sink(buf, api=API, readmit=readmit, turn=turn, actor=actor)
+    stream = ChatStream(sink, assistant_kind, call, read)
+    await drive(chunks, sink, stream.handle, stream.finish)
+    final = stream.final
+    assert final is not None
+    remember_rendered(API, final, stream.ids())
+    return drop_none(final)  # type: ignore[no-any-return]
