@@ -20,6 +20,7 @@ and trio.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
@@ -69,11 +70,17 @@ class Reader:
         self.text_of = text_of
         self.check = check
         self.seen: list[str] = []
-        self.send, self.receive = anyio.create_memory_object_stream[None](1000)
+        self.send, self.receive = anyio.create_memory_object_stream[None](math.inf)
+        self.acked, self.acks = anyio.create_memory_object_stream[None](math.inf)
         self.pins = 0
 
     def tick(self) -> None:
         self.send.send_nowait(None)
+
+    async def look(self) -> None:
+        """Signal and wait until the reader has pinned and checked."""
+        self.tick()
+        await self.acks.receive()
 
     async def run(self) -> None:
         held: tuple[Snapshot, str | None] | None = None
@@ -92,6 +99,7 @@ class Reader:
                 if text is not None and (not self.seen or self.seen[-1] != text):
                     self.seen.append(text)
                 held = (snap, text)
+                self.acked.send_nowait(None)
         if snap_cm is not None:
             snap_cm.__exit__(None, None, None)
 
@@ -545,3 +553,137 @@ class TestPydanticAI:
                     "pydantic-ai: stream interrupted ("
                 )
                 pa_check(snap)
+
+
+# ---------------------------------------------------------------------------
+# The OpenAI Agents SDK: Runner.run_streamed's raw response events (asyncio only)
+
+
+def ag_step(output: list[Any]) -> Any:
+    """A ``ScriptedModel`` step streaming ``output`` as the SDK's own
+    Responses events, every text delta cut into words (the SDK's helper
+    emits one delta per part), renumbered."""
+    from agents.testing import ModelStep
+    from agents.testing.model import _stream_events_for_step
+
+    events: list[Any] = []
+    for ev in _stream_events_for_step(ModelStep(output=output), preserve_raw_usage=False):
+        if ev.type == "response.output_text.delta":
+            events += [ev.model_copy(update={"delta": w}) for w in re.split(r"(?<= )", ev.delta)]
+        else:
+            events.append(ev)
+    events = [ev.model_copy(update={"sequence_number": n}) for n, ev in enumerate(events)]
+    return ModelStep.stream(events, output=output)
+
+
+def ag_model() -> Any:
+    from agents.testing import ScriptedModel, assistant_message, function_call
+
+    return ScriptedModel(
+        [
+            ag_step([function_call("lookup", {"q": "disk"}, call_id="c1")]),
+            ag_step([assistant_message(ANSWER, item_id="msg_2")]),
+        ]
+    )
+
+
+def ag_agent(buf: RuntimeBuffer | None) -> tuple[Any, Any]:
+    from agents import Agent, RunConfig, function_tool
+
+    from quiesce.integrations.openai_agents import quiesce_input_filter
+
+    @function_tool
+    def lookup(q: str) -> str:
+        """Look something up."""
+        return f"{q}: nominal"
+
+    config = RunConfig(tracing_disabled=True)
+    if buf is not None:
+        config = RunConfig(tracing_disabled=True, call_model_input_filter=quiesce_input_filter(buf))
+    return Agent(name="sre", model=ag_model(), tools=[lookup]), config
+
+
+def ag_check(snap: Snapshot) -> None:
+    """A rendered Responses input: every function_call answered."""
+    from quiesce.adapters import responses
+
+    items = responses.render(snap)
+    calls = {i["call_id"] for i in items if i.get("type") == "function_call"}
+    answered = {i["call_id"] for i in items if i.get("type") == "function_call_output"}
+    assert calls <= answered, items
+
+
+def ag_text(snap: Snapshot) -> str | None:
+    open_ = streaming_entries(snap)
+    return open_[0].body if open_ else None
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+class TestAgentsSDK:
+    """(asyncio only: the Agents SDK's runner.)"""
+
+    async def test_reader_sees_the_answer_grow(self) -> None:
+        """``feed_stream`` over ``Runner.run_streamed``: the answer grows in
+        the buffer, each pin renders a valid input, the final output equals
+        a run without quiesce, and the input filter's sync appends nothing
+        twice."""
+        from agents import Runner
+
+        from quiesce.integrations.openai_agents import feed_stream
+
+        agent, config = ag_agent(None)
+        control = Runner.run_streamed(agent, "check the disk", run_config=config)
+        async for _ev in control.stream_events():
+            pass
+        async with open_buffer() as buf:
+            agent, config = ag_agent(buf)
+            reader = Reader(buf, ag_text, ag_check)
+            run = Runner.run_streamed(agent, "check the disk", run_config=config)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(reader.run)
+                outputs = await feed_stream(buf, run, on_event=lambda _ev: reader.look())
+                reader.send.close()
+            assert run.final_output == control.final_output == ANSWER
+            assert [[i["type"] for i in out] for out in outputs] == [["function_call"], ["message"]]
+            reader.assert_grew_to(ANSWER)
+            with buf.snapshot() as snap:
+                assert not streaming_entries(snap)
+                assert snap["msg_2"].body == ANSWER
+                assert [e.id for e in snap if e.kind is Kind.TOOL_CALL] == ["c1"]
+                ag_check(snap)
+            from quiesce.adapters import responses
+
+            report = responses.sync_messages(buf, run.to_input_list())
+            assert report.appended == ()
+
+    async def test_cancelled_mid_answer(self) -> None:
+        """Cancelled mid-answer: the message's text so far stays, marked
+        interrupted; the window renders a valid input."""
+        from agents import Runner
+
+        from quiesce.integrations.openai_agents import feed_stream
+
+        async with open_buffer() as buf:
+            agent, config = ag_agent(buf)
+            run = Runner.run_streamed(agent, "check the disk", run_config=config)
+            deltas = 0
+
+            async def on_event(ev: Any) -> None:
+                nonlocal deltas
+                if getattr(getattr(ev, "data", None), "type", "") == "response.output_text.delta":
+                    deltas += 1
+                    if deltas == 4:
+                        scope.cancel()
+                await anyio.lowlevel.checkpoint()  # where a consumer's own await would be
+
+            with anyio.CancelScope() as scope:
+                await feed_stream(buf, run, on_event=on_event)
+            assert scope.cancelled_caught
+            run.cancel()
+            with buf.snapshot() as snap:
+                e = snap["msg_2"]
+                assert not e.streaming and ANSWER.startswith(e.body) and e.body.count(" ") == 4
+                mark = snap.mark("msg_2")
+                assert mark is not None and "interrupted" in mark.reason
+                ag_check(snap)
