@@ -82,7 +82,7 @@ class TestOpen:
         with pytest.raises(
             InvalidArgument,
             match=r"^stream 'a': a CONSTRAINT is never streamed "
-            r"\(an immutable entry's bytes never change\)$",
+            r"\(a protected entry is appended whole\)$",
         ):
             buf.open_stream("a", Kind.CONSTRAINT)
         with pytest.raises(

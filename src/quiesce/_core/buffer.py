@@ -287,8 +287,10 @@ class Buffer(Streams):
             # the state as of now, by reference (a Version never changes) and
             # small copies: O(live ids); the comparison below reads the sink
             # for spilled tombstones, so it runs after the lock is released
-            same = len(self._records) == total
+            # (an open stream's text that no record holds is not in the replay)
+            same = len(self._records) == total and not self._unlogged_text()
             mine = SimpleNamespace(
+                _streams=dict(self._streams),
                 _head=self._head,
                 _staged=list(self._staged),
                 _applying=dict(self._applying),
@@ -884,6 +886,8 @@ class Buffer(Streams):
         lock = self._write_lock
         lock.acquire()
         try:
+            if self._streams:  # logged in this hold: no write uncounted (claims.py)
+                self._log_streams_locked()
             state = checkpoint_state(self)
         finally:
             lock.release()
@@ -893,6 +897,8 @@ class Buffer(Streams):
             if state["records"] == len(self._records):
                 rec = checkpoint_record(state, digest, time.time())
             else:  # the log grew meanwhile: this state is not the head's
+                if self._streams:
+                    self._log_streams_locked()
                 rec = build_checkpoint(self, time.time())
             self._records.append(rec)
             self._checkpoint_due = rec.seq + 1 + self._checkpoint_every

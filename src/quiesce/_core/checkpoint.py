@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from .check import check_buffer
 from .claims import check_claims
 from .draft import Draft
-from .entry import Entry, Kind, check_int
+from .entry import Entry, Kind, check_body, check_int
 from .errors import LogFormatError
 from .grace import Group
 from .log import ReadableSink, Records, check_read
@@ -52,6 +52,7 @@ from .publish import tomb_to_dict
 from .records import LogRecord, Mark, Refusal, Tombstone
 from .replay import _tomb as tomb_from_dict
 from .replay import replay
+from .stream import durable_dict, reopen, stream_header
 from .version import Tombs, Version
 
 if TYPE_CHECKING:
@@ -134,7 +135,8 @@ def checkpoint_state(buf: Buffer, *, listed: bool = False) -> dict[str, Any]:
         "records": len(buf._records),
         "version": head.number,
         "next_key": head.next_key,
-        "live": [[s.entry.to_dict(), s.key, s.changed] for s in slots],
+        # an open stream: its logged prefix (stream.py), as a replay gives it
+        "live": [[durable_dict(buf, s.entry), s.key, s.changed] for s in slots],
         "marks": sorted([m.id, m.reason, m.turn, m.version] for m in head.marks.values()),
         **tomb_state,
         "groups": [
@@ -309,7 +311,12 @@ def _restore(buf: Buffer, rec: LogRecord, state: dict[str, Any]) -> None:
     """Make ``buf`` (fresh) hold ``state``, with the log ending at ``rec``."""
     draft = Draft(Version.empty())
     for entry_d, key, changed in state["live"]:
-        draft.add(Entry.from_dict(entry_d), float(key), int(changed))
+        if entry_d.get("streaming") is True:  # an open stream's logged prefix
+            header = stream_header(entry_d)
+            entry: Entry = reopen(buf, header, float(key), check_body(entry_d["body"]))
+        else:
+            entry = Entry.from_dict(entry_d)
+        draft.add(entry, float(key), int(changed))
     draft.next_key = float(state["next_key"])
     for i, reason, turn, version in state["marks"]:
         draft.marks[i] = Mark(i, reason, turn, version)
@@ -352,6 +359,7 @@ def _reset(buf: Buffer) -> None:
     buf._records.dropped = 0
     buf._records.reader = reader
     buf._head = Version.empty()
+    buf._streams = {}
     buf._immutable_hashes = {}
     buf._protected_at = {}
     buf._counts = Counter()

@@ -584,6 +584,10 @@ def count_record(buf: Publisher, record: LogRecord) -> None:
     for r in detail.get("refusals", ()):
         buf._refusals[Refusal(r)] += 1
     op = record.op
+    if op in ("stream_text", "stream_close", "stream_abort"):
+        # versions a stream's writes published with no record of their own
+        # (stream.py): what bounds a checkpoint's version (claims.py)
+        counts["stream_writes"] += detail.get("writes", 0)
     if op == "remove":
         counts["removed"] += len(detail.get("tombstones", ()))
     elif op == "refuse" and record.outcome == Refusal.READMISSION.value:

@@ -51,6 +51,7 @@ from .ledger import guarded, note_written
 from .policy import IMMUTABLE_KINDS, PROTECTED_KINDS
 from .publish import count_record as _count
 from .records import FORMAT, LogRecord, Mark, Tombstone
+from .stream import reopen, reopen_entry, replay_finish, replay_text, stream_header
 from .version import Slot
 
 if TYPE_CHECKING:
@@ -187,11 +188,16 @@ def _check_markable(draft: _Draft, i: object, immutable: frozenset[Kind]) -> Non
     _require(i not in draft.marks, f"{i!r} is marked again")
 
 
-def _publishes(v: int | None, number: int) -> int:
-    """The version a record that changes the head publishes: the next one."""
+def _publishes(v: int | None, number: int, streaming: bool = False) -> int:
+    """The version a record that changes the head publishes: the next one;
+    while a stream is open (``streaming``), any later one (its writes
+    published the versions between, their text logged coalesced)."""
     _require(v is not None, "it changes the head but publishes no version")
     assert v is not None
-    _require(v == number + 1, f"it publishes version {v} after {number}")
+    if streaming:
+        _require(v > number, f"it publishes version {v} after {number}")
+    else:
+        _require(v == number + 1, f"it publishes version {v} after {number}")
     return v
 
 
@@ -213,6 +219,7 @@ def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
     groups: dict[int, _Group] = {g.gid: g for _, _, g in buf._staged}
     keys = _Keys(draft)
     batch_at: int | None = None  # the version of the append record just read
+    streams = buf._streams  # the open streams (stream.py), as the records leave them
     for index, rec in enumerate(records, len(buf._records)):
         if rec.format > FORMAT:
             raise LogFormatError(
@@ -227,7 +234,7 @@ def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
                 if det.get("batch") is True and batch_at is not None and v == batch_at:
                     pass  # the rest of a batch (Buffer.extend): the same version
                 else:
-                    v = _publishes(v, number)
+                    v = _publishes(v, number, bool(streams))
                 entry = Entry.from_dict(det["entry"])
                 key = _order_key(det["key"])
                 _check_new(draft, entry)
@@ -238,7 +245,7 @@ def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
                 if guarded(entry):
                     buf._protected_at[entry.id] = rec.seq  # claims.py: its record
             elif op == "mark":
-                v = _publishes(v, number)
+                v = _publishes(v, number, bool(streams))
                 _require(len(rec.ids) == 1, f"a mark names {len(rec.ids)} ids, not one")
                 i = rec.ids[0]
                 _check_markable(draft, i, IMMUTABLE_KINDS)
@@ -248,7 +255,7 @@ def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
                     _require(v is None, "a refused edit publishes a version")
                 else:
                     changes = op == "edit" or bool(det.get("marks"))
-                    n = _publishes(v, number) if changes else number
+                    n = _publishes(v, number, bool(streams)) if changes else number
                     _require(changes or v is None, "it publishes a version but changes nothing")
                     for new in _list(det.get("rewrites", []), "rewrites"):
                         entry = Entry.from_dict(new)
@@ -324,7 +331,7 @@ def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
                 gids = list(_list(det.get("gids", []), "gids"))
                 _require(all(type(g) is int for g in gids), "a group id is not an int")
                 if tombs:
-                    n = _publishes(v, number)
+                    n = _publishes(v, number, bool(streams))
                 else:
                     _require(v is None, "a removal of nothing publishes a version")
                 located = len(draft.tombs)
@@ -352,6 +359,45 @@ def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
                         raise _Invalid(f"{t.id!r} is removed while {next(iter(cited))!r} cites it")
                 for gid in gids:
                     groups.pop(gid, None)
+            elif op == "stream_open":
+                v = _publishes(v, number, bool(streams))
+                header = stream_header(det["entry"])
+                _require(det["entry"].get("body", "") == "", "a stream opens with a body")
+                key = _order_key(det["key"])
+                _check_new(draft, header)
+                keys.take(key, header.id)
+                draft.add(reopen(buf, header, key, ""), key, v)
+            elif op == "stream_text":
+                _require(v is None, "a stream_text record publishes a version")
+                _require(len(rec.ids) == 1, f"it names {len(rec.ids)} ids, not one")
+                w = streams.get(rec.ids[0])
+                _require(w is not None, f"{rec.ids[0]!r} is not an open stream")
+                assert w is not None
+                through = det["through"]
+                _require(
+                    type(through) is int and through >= draft.live[w.id].changed,
+                    f"its text is through version {through!r}",
+                )
+                replay_text(w, det["offset"], det["text"], det.get("writes", 0))
+                number = max(number, through)
+                draft.replace(reopen_entry(w), through)
+            elif op in ("stream_close", "stream_abort"):
+                v = _publishes(v, number, bool(streams))
+                _require(len(rec.ids) == 1, f"it names {len(rec.ids)} ids, not one")
+                w = streams.pop(rec.ids[0], None)
+                _require(w is not None, f"{rec.ids[0]!r} is not an open stream")
+                assert w is not None
+                aborted = op == "stream_abort"
+                final = replay_finish(w, det, aborted)
+                draft.replace(final, v)
+                if aborted and det.get("mark"):
+                    _check_markable(draft, w.id, IMMUTABLE_KINDS)
+                    _require(type(rec.reason) is str and rec.reason, "an abort without a reason")
+                    draft.marks[w.id] = Mark(w.id, rec.reason or "", rec.turn, v)
+                else:
+                    _require(not aborted or w.id in draft.marks, f"aborted {w.id!r} is unmarked")
+                if guarded(final):
+                    buf._protected_at[w.id] = rec.seq  # claims.py: its close carries it
             elif op in ("refuse", "escalate", "tombstone", "checkpoint"):
                 _require(v is None, f"a {op} record publishes a version")  # checkpoint.py
             else:

@@ -26,8 +26,11 @@ What it keeps true:
   (``UNCHANGED``, ``CONFLICT``: nothing is marked or staged), and an edit
   plan touching one is refused as a whole (``CONFLICT``, escalated); retry
   after the close. Marking an open entry is allowed (a fast annotation).
-  Streams are never of an immutable kind (their bytes change) nor tool
-  calls (a call is appended whole, once its arguments are complete).
+  Streams are never of a protected kind (appended whole: a protected
+  entry's bytes are checked against the one record that wrote them) nor
+  tool calls (a call is appended whole, once its arguments are complete).
+  A stream closed with sealed content (a signed thinking block) has its
+  close record carry the whole entry, for the same check.
 * **Durable, coalesced.** The log gets ``stream_open`` at open, one
   ``stream_text`` per flush for the text that arrived since the last record
   (:meth:`Streams._log_streams`, called by ``flush``), and ``stream_close``
@@ -65,7 +68,7 @@ from .errors import (
     StreamClosed,
 )
 from .policy import _CACHE_FROM as _CLASSIFY_FROM
-from .policy import IMMUTABLE_KINDS, PROTECTED_KINDS, preclassify
+from .policy import PROTECTED_KINDS, preclassify
 from .records import LogRecord, Mark, Refusal
 from .version import ADD, EMPTY_MAP, MAX_CHAIN, PATCH_MAX, REPLACE, Slot, Version
 
@@ -86,7 +89,7 @@ _BODY = _ENTRY_SLOTS["body"]
 _HASH = _ENTRY_SLOTS["content_hash"]
 
 #: kinds a stream may not have (see the module docstring)
-_REFUSED_KINDS = IMMUTABLE_KINDS | {Kind.TOOL_CALL}
+_REFUSED_KINDS = PROTECTED_KINDS | {Kind.TOOL_CALL}
 
 
 class _Text:
@@ -220,7 +223,7 @@ class StreamWriter:
     One writer per stream; it may be called from any thread (each call takes
     the buffer's write lock)."""
 
-    __slots__ = ("_buffer", "_header", "_key", "_logged", "_state", "_text", "id")
+    __slots__ = ("_buffer", "_header", "_key", "_logged", "_state", "_text", "_writes", "id")
 
     id: str
     _buffer: Streams
@@ -228,6 +231,7 @@ class StreamWriter:
     _key: float  #: its order key (constant while open)
     _text: _Text
     _logged: int  #: characters of the text covered by log records
+    _writes: int  #: versions its writes published since its last record
     _state: str
 
     def __repr__(self) -> str:
@@ -275,6 +279,7 @@ class StreamWriter:
                 return head.number
             store = self._text
             store.add(text)
+            self._writes += 1
             entry = _open_entry(self._header, store)
             n = head.number + 1
             key = self._key
@@ -449,7 +454,7 @@ class Streams(Editor):
                 + (
                     "(a tool call is appended whole, once its arguments are complete)"
                     if header.kind is Kind.TOOL_CALL
-                    else "(an immutable entry's bytes never change)"
+                    else "(a protected entry is appended whole)"
                 )
             )
         tombs = self._head.tombs
@@ -501,8 +506,6 @@ class Streams(Editor):
             )
             new.derive(head, ADD, (entry, order))
             self._unmarked_new.append(eid)
-            if header.kind in PROTECTED_KINDS:
-                self._protected_at[eid] = len(self._records)
             self._append_record(
                 self._record(
                     "stream_open",
@@ -529,6 +532,7 @@ class Streams(Editor):
         w._key = order
         w._text = text
         w._logged = text.size
+        w._writes = 0
         w._state = _OPEN
         return w
 
@@ -555,9 +559,14 @@ class Streams(Editor):
             "offset": w._logged,
             "text": w._text.since(w._logged),
             "content_hash": final.content_hash,
+            "writes": w._writes,
         }
         if final.content is not None:
             detail["content"] = final.to_dict()["content"]
+        if final.sealed:
+            # recovery checks a sealed entry byte for byte against the record
+            # that wrote it (claims.py): this one carries it whole
+            detail["entry"] = final.to_dict()
         mark: Mark | None = None
         if state is _ABORTED:
             assert reason is not None
@@ -591,7 +600,7 @@ class Streams(Editor):
         )
         if mark is not None:
             self._markable().discard(eid)
-        if final.sealed or final.kind in PROTECTED_KINDS:
+        if final.sealed:
             self._protected_at[eid] = len(self._records) - 1
         w._state = state
         w._logged = w._text.size
@@ -606,28 +615,43 @@ class Streams(Editor):
         lock."""
         self._write_lock.acquire()
         try:
-            number = self._head.number
-            for w in self._streams.values():
-                size = w._text.size
-                if size > w._logged:
-                    text = w._text.since(w._logged)
-                    self._append_record(
-                        LogRecord(
-                            len(self._records),
-                            _wall_clock(),
-                            "stream_text",
-                            None,
-                            (w.id,),
-                            None,
-                            None,
-                            None,
-                            "applied",
-                            {"offset": w._logged, "text": text, "through": number},
-                        )
-                    )
-                    w._logged = size
+            self._log_streams_locked()
         finally:
             self._release()
+
+    def _log_streams_locked(self) -> None:
+        """:meth:`_log_streams`, under the write lock already held (a
+        checkpoint logs them in the same hold: its state then has no write
+        that no record counts)."""
+        live = self._head.live
+        for w in self._streams.values():
+            size = w._text.size
+            if size > w._logged:
+                # the version of its last write: replay gives the entry
+                # that version as its last change, as the live slot has
+                through = live[w.id].changed
+                text = w._text.since(w._logged)
+                self._append_record(
+                    LogRecord(
+                        len(self._records),
+                        _wall_clock(),
+                        "stream_text",
+                        None,
+                        (w.id,),
+                        None,
+                        None,
+                        None,
+                        "applied",
+                        {
+                            "offset": w._logged,
+                            "text": text,
+                            "through": through,
+                            "writes": w._writes,
+                        },
+                    )
+                )
+                w._logged = size
+                w._writes = 0
 
     def _unlogged_text(self) -> bool:
         """Whether an open stream has text no record holds yet. O(streams)."""
@@ -648,3 +672,79 @@ def _cite(referrers: Any, entry: Entry) -> Any:
     for ref in entry.refs:
         referrers = referrers.set(ref, referrers.get(ref, EMPTY_MAP).set(entry.id, None))
     return referrers
+
+
+# ---------------------------------------------------------------------------
+# Durable forms: checkpoints and replay (checkpoint.py, replay.py, verify.py)
+
+
+def durable_dict(buf: Any, entry: Entry) -> dict[str, Any]:
+    """The JSON form of a live entry as the log holds it: for an open
+    entry, its header with the *logged* prefix as body and ``"streaming":
+    true`` (what a checkpoint keeps, and what a replay of the log gives);
+    any other entry's :meth:`Entry.to_dict`. O(len(body))."""
+    if not entry.streaming:
+        return entry.to_dict()
+    streams: dict[str, StreamWriter] = getattr(buf, "_streams", {})
+    w = streams.get(entry.id)
+    if w is None:  # pragma: no cover - every open entry has its writer
+        return entry.to_dict()
+    out = w._header.to_dict()
+    out["body"] = w._text.joined()[: w._logged]
+    out["streaming"] = True
+    return out
+
+
+def reopen(buf: Streams, header: Entry, key: float, text: str) -> OpenEntry:
+    """Register an open stream rebuilt from a log (a checkpoint's open
+    entry, or a ``stream_open`` record) holding ``text``, all of it logged;
+    returns its entry. O(len(text))."""
+    w = buf._new_writer(header, key, _Text(text))
+    buf._streams[header.id] = w
+    return _open_entry(header, w._text)
+
+
+def reopen_entry(w: StreamWriter) -> OpenEntry:
+    """The open entry of ``w``'s text as it is now. O(1)."""
+    return _open_entry(w._header, w._text)
+
+
+def replay_text(w: StreamWriter, offset: object, text: object, writes: object) -> None:
+    """Add a logged piece of text to a replayed stream, checking that it
+    continues the text logged before and that the count of writes it
+    covers is a count (raises ``ValueError`` else)."""
+    if type(writes) is not int or writes < 0:
+        raise ValueError(f"it covers {writes!r} writes")
+    if type(offset) is not int or offset != w._logged:
+        raise ValueError(f"its text starts at {offset!r}, not at {w._logged} (the logged length)")
+    if type(text) is not str:
+        raise ValueError(f"its text is a {type(text).__name__}, not a str")
+    check_utf8(text, "its text")
+    if text:
+        w._text.add(text)
+    w._logged = w._text.size
+
+
+def replay_finish(w: StreamWriter, det: Mapping[str, Any], aborted: bool) -> Entry:
+    """The finished entry a ``stream_close``/``stream_abort`` record gives,
+    checked against the hash (and, for a guarded entry, the whole entry)
+    it carries; marks the writer finished. Raises ``ValueError`` for a
+    record that disagrees."""
+    replay_text(w, det["offset"], det["text"], det.get("writes", 0))
+    final = w._final(det.get("content"))
+    if final.content_hash != det["content_hash"]:
+        raise ValueError(f"the finished entry's hash is {final.content_hash}, not the record's")
+    whole = det.get("entry")
+    if whole is not None and Entry.from_dict(whole).to_dict() != final.to_dict():
+        raise ValueError("the entry it carries is not the one its stream wrote")
+    w._state = _ABORTED if aborted else _CLOSED
+    return final
+
+
+def stream_header(d: Mapping[str, Any]) -> Entry:
+    """The header of a stream from its logged dict (body ignored), checked
+    as ``open_stream`` checks it (``ValueError`` for a kind never streamed)."""
+    header = Entry.from_dict({**d, "body": ""})
+    if header.kind in _REFUSED_KINDS:
+        raise ValueError(f"a {header.kind.name} is never streamed")
+    return header

@@ -42,6 +42,7 @@ from .errors import LogFormatError
 from .log import check_read
 from .records import LogRecord
 from .replay import replay
+from .stream import durable_dict
 
 if TYPE_CHECKING:
     from .buffer import Buffer
@@ -92,7 +93,7 @@ def state_fields(buf: Any) -> dict[str, Any]:
         "version": head.number,
         "next_key": head.next_key,
         "live": [
-            (s.entry.id, s.entry.to_dict(), s.key, s.changed)
+            (s.entry.id, durable_dict(buf, s.entry), s.key, s.changed)
             for s in sorted(head.live.values(), key=lambda s: s.key)
         ],
         "marks": sorted(tuple(m) for m in head.marks.values()),

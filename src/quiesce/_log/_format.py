@@ -114,6 +114,10 @@ OPS = (
     "refuse",
     "escalate",
     "checkpoint",
+    "stream_open",
+    "stream_text",
+    "stream_close",
+    "stream_abort",
 )
 
 _FIELDS = frozenset(LogRecord._fields)
