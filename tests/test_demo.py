@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,25 @@ def test_quiesce_zero_naive_nonzero(tmp_path: Path, backend: str) -> None:
     assert data["quiesce"]["escalations_by_kind"].get("REFUSED_EDIT", 0) >= 3
     assert "OK: quiesce 0 failures" in text
     assert "Report: the same workload, the same checker" in text
+
+
+def test_the_answers_stream(tmp_path: Path) -> None:
+    """The assistant's answers stream into both buffers: on the naive list a
+    verifier reads text that is extended under it; on quiesce every pin keeps
+    its prefix (zero), and the streams are durable (the reopened log matches)."""
+    rc, text, data = run(tmp_path, "--seed", "3")
+    assert rc == 0
+    q = data["quiesce"]
+    assert q["streamed_answers"] >= 5 and q["stream_writes"] == 5 * q["streamed_answers"]
+    assert data["counts"]["quiesce"]["text changed mid-read"] == 0
+    assert data["counts"]["naive"]["text changed mid-read"] > 0
+    changed = data["details"]["naive"]["text_changed"]
+    assert any(
+        re.match(r"^t\d+ verifier: read answer-\d+ as \d+ words, it held \d+", t) for t in changed
+    )
+    assert data["details"]["quiesce"]["text_changed"] == []
+    assert data["log"]["recovery_matches"] is True
+    assert "streaming: " in text and "answers streamed in" in text
 
 
 def test_deterministic_across_runs_and_backends(tmp_path: Path) -> None:

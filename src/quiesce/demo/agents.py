@@ -6,7 +6,8 @@ seeded by ``seed`` and the agent's name, and every wait is a
 :meth:`~.conductor.Conductor.until`, so the same seed gives the same events
 and decisions on asyncio and trio. The model makes the seeds' three mistakes
 (a summary that drops a negative result, a paraphrased constraint, a
-dropped one) only at the :class:`Script`'s turns.
+dropped one) only at the :class:`Script`'s turns. The assistant's answers
+stream in a chunk per turn, so readers hold views while text arrives.
 """
 
 from __future__ import annotations
@@ -172,7 +173,12 @@ class Agents:
         "replanner": 4,
         "subagent": 5,
         "pruner": 6,
+        "assistant": 7,
     }
+
+    #: turns one streamed answer takes (one chunk per turn), and its chunk size
+    STREAM_TURNS: ClassVar[int] = 5
+    STREAM_WORDS: ClassVar[int] = 4
 
     def __init__(
         self, world: World, conductor: Conductor, checker: Checker, seed: int, turns: int
@@ -190,6 +196,7 @@ class Agents:
             latency=2,
         )
         self.facts: list[str] = []
+        self.answers = 0  #: answers the assistant streamed
 
     def rng(self, name: str) -> random.Random:
         return random.Random(f"{self.seed}:{name}")
@@ -210,6 +217,7 @@ class Agents:
             ("replanner", s.replan, self.replanner),
             ("subagent", s.subagent, self.subagent),
             ("pruner", s.prune_every * 2, self.pruner),
+            ("assistant", 2, self.assistant),
         ]
 
     # -- planner: plan steps, facts, and stale marks (the sync fast path) ----
@@ -318,7 +326,10 @@ class Agents:
                     None,
                 )
                 turn = await self.wait("verifier", turn + 3)  # the model call
+                changed = len(self.checker.text_changed)
                 self.checker.end_read("verifier", turn, seen, view)
+                if len(self.checker.text_changed) > changed:
+                    self.event("verifier", self.checker.text_changed[-1].split(": ", 1)[1])
                 if fact is not None:
                     n += 1
                     body = f"the write is safe: {fact.body} (cites {fact.id})"
@@ -378,6 +389,24 @@ class Agents:
             )
         )
 
+    # -- the assistant: its answers stream in, a chunk per turn --------------
+
+    async def assistant(self) -> None:
+        """Streams one answer after another into the world, a few words a
+        turn (the model's output as it arrives); each is whole before the
+        run ends."""
+        rng = self.rng("assistant")
+        turn = self.conductor.turn
+        while turn + self.STREAM_TURNS <= self.turns:
+            self.answers += 1
+            aid = f"answer-{self.answers}"
+            self.world.open_text(aid, turn)
+            for k in range(self.STREAM_TURNS):
+                self.world.write_text(aid, ("" if k == 0 else " ") + _text(rng, self.STREAM_WORDS))
+                turn = await self.wait("assistant", turn + 1)
+            self.world.close_text(aid)
+            turn = await self.wait("assistant", turn + 1)
+
     # -- the model-driven pruner ----------------------------------------------
 
     async def pruner(self) -> None:
@@ -407,4 +436,3 @@ def _tool_output(seed: int, key: str) -> str:
     if key.startswith("kubectl describe"):
         return "Name: web-0 Status: Running " + _text(rng, 150)
     return _text(rng, rng.randint(20, 60))
-

@@ -24,6 +24,10 @@ list on the naive side — across simulated model calls. The pruner's model
 also makes the three mistakes the seeds describe, at scripted turns: it
 summarizes away a negative result, paraphrases a user constraint, and later
 drops the paraphrase. A supervisor consumes ``buf.escalations()``.
+An assistant's answers stream in a few words a turn: an open entry on
+quiesce (``buf.open_stream``; each write a version, a pinned reader keeps its
+prefix), the last message's text extended in place on the naive list, where
+a reader that holds the list sees the text change under it.
 
 Determinism. Agents run in lockstep turns under a small conductor: in each
 turn, every agent due that turn runs one step, in a fixed order, until it
@@ -33,11 +37,11 @@ events, the same agent decisions and the same counts on asyncio and on trio.
 After every step the conductor lets quiesce's barrier apply what is due
 (``await buf.quiesce()``: the turn boundary is the barrier, as in seed 000).
 
-One :class:`~.checker.Checker` observes both buffers the same way — the views readers
-hold, and the head after every step — and counts torn reads, dangling
-justifications, lost prohibitions, prune/re-admit cycles and paraphrased
-constraints. quiesce must show zero of each; the exit status is 1 if it does
-not.
+One :class:`~.checker.Checker` observes both buffers the same way — the
+views readers hold, and the head after every step — and counts torn reads,
+dangling justifications, lost prohibitions, prune/re-admit cycles,
+paraphrased constraints and text changed mid-read. quiesce must show zero of
+each; the exit status is 1 if it does not.
 
 The parts, by job: :mod:`.stories` (part 1), :mod:`.conductor` (the
 lockstep turns), :mod:`.worlds` (the two buffers), :mod:`.checker`,
@@ -235,6 +239,8 @@ async def _demo(cfg: argparse.Namespace, out: TextIO, log_path: str) -> Outcome:
         "peak_pins": qworld.peak_pins,
         "peak_deferred": qworld.peak_deferred,
         "log_records": stats.log_records,
+        "streamed_answers": qa.answers,
+        "stream_writes": qworld.stream_writes,
     }
     naive_info = {
         "mutations": naive.mutations,
@@ -256,6 +262,7 @@ def _details(checker: Checker, agents: Agents) -> dict[str, Any]:
         "readmitted_tokens": checker.readmitted_tokens,
         "prohibited_retries": agents.after.prohibited_retries,
         "verifier_halts": agents.after.verifier_halts,
+        "text_changed": checker.text_changed[:20],
     }
 
 
@@ -292,6 +299,10 @@ def _report(out: TextIO, o: Outcome, cfg: argparse.Namespace) -> None:
         f"{q['escalations_received']} received by the supervisor; "
         f"{q['conflict_replans']} re-plan(s) after a CONFLICT\n"
     )
+    w(
+        f"    streaming: {q['streamed_answers']} answers streamed in {q['stream_writes']} writes; "
+        "every reader's pin kept the prefix it pinned\n"
+    )
     if o.log["kind"] == "sqlite":
         ok = "matches" if o.log["recovery_matches"] else "DOES NOT MATCH"
         w(
@@ -314,6 +325,14 @@ def _report(out: TextIO, o: Outcome, cfg: argparse.Namespace) -> None:
         f"{nd['prohibited_retries']}x; {len(nd['readmitted'])} pruned tool call(s) re-run "
         f"({nd['readmitted_tokens']} tokens)\n"
     )
+    changed = o.counts["naive"]["text changed mid-read"]
+    if changed:
+        seen = nd["text_changed"]
+        example = next((t for t in seen if " verifier: " in t), seen[0])
+        w(
+            f"    streaming: the answer's text was extended in place under {changed} read(s), "
+            f"e.g. {example}\n"
+        )
     q_total = sum(o.counts["quiesce"].values())
     n_total = sum(o.counts["naive"].values())
     verdict = "OK" if q_total == 0 and all(s["safe"] for s in o.seeds) else "FAILED"

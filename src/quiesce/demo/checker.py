@@ -13,7 +13,11 @@ from quiesce import Entry, Policy
 
 from .worlds import View
 
-__all__ = ["FAILURES", "Checker"]
+__all__ = ["FAILURES", "Checker", "Seen"]
+
+#: What a reader saw at the start of a read: content hash and text by id,
+#: and whether a reference in its view dangled already.
+Seen = tuple[dict[str, str], bool, dict[str, str]]
 
 FAILURES = (
     "torn reads",
@@ -21,6 +25,7 @@ FAILURES = (
     "lost prohibitions",
     "prune/re-admit cycles",
     "paraphrased constraints",
+    "text changed mid-read",
 )
 
 
@@ -35,12 +40,15 @@ class Checker:
     * prune/re-admit cycle — content (by hash or key) that was removed came
       back into the window (a call and its result coming back count once);
     * paraphrased constraint — a constraint or instruction is no longer in
-      the window verbatim.
+      the window verbatim;
+    * text changed mid-read — during one read, the text of a message the
+      reader had read (a streaming answer) changed under it.
     """
 
     def __init__(self, policy: Policy | None = None) -> None:
         self.policy = Policy() if policy is None else policy
         self.torn: list[str] = []
+        self.text_changed: list[str] = []
         self.dangling: dict[tuple[str, str], int] = {}
         self.lost: dict[str, int] = {}
         self.readmitted: list[tuple[str, int]] = []
@@ -62,16 +70,26 @@ class Checker:
         ids = {e.id for e in entries}
         return any(r not in ids for e in entries for r in e.refs)
 
-    def begin_read(self, who: str, turn: int, view: View) -> tuple[dict[str, str], bool]:
-        """Start of a read that spans a model call: what the reader sees now."""
-        return self._fingerprint(view), self._dangling_in(view)
+    def begin_read(self, who: str, turn: int, view: View) -> Seen:
+        """Start of a read that spans a model call: what the reader sees now
+        (O(n): the content hashes and the texts, by reference)."""
+        bodies = {e.id: e.body for e in view.entries()}
+        return self._fingerprint(view), self._dangling_in(view), bodies
 
-    def end_read(self, who: str, turn: int, seen: tuple[dict[str, str], bool], view: View) -> bool:
+    def end_read(self, who: str, turn: int, seen: Seen, view: View) -> bool:
         """End of the read: was it torn? (An entry it had read vanished or
-        changed under it, or a reference in its view began to dangle.)"""
-        before, dangled = seen
+        changed under it, or a reference in its view began to dangle.) A
+        text that changed under it is also counted on its own."""
+        before, dangled, bodies = seen
         now = self._fingerprint(view)
         changed = [i for i, h in before.items() if now.get(i) != h]
+        for i in changed:
+            got = view.get(i)
+            if got is not None and got.body != bodies[i]:
+                self.text_changed.append(
+                    f"t{turn} {who}: read {i} as {len(bodies[i].split())} words, "
+                    f"it held {len(got.body.split())} by the end of the read"
+                )
         if changed or (self._dangling_in(view) and not dangled):
             self.torn.append(f"t{turn} {who}: {len(changed)} entries vanished or changed mid-read")
             return True
@@ -122,4 +140,5 @@ class Checker:
             "lost prohibitions": len(self.lost),
             "prune/re-admit cycles": len(self.readmitted),
             "paraphrased constraints": len(self.paraphrased),
+            "text changed mid-read": len(self.text_changed),
         }

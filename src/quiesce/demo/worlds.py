@@ -5,7 +5,10 @@ What it keeps true: agents and the checker reach a buffer only through a
 a pinned snapshot (the same version for the whole read, unpinned on exit,
 also on cancellation) and every change goes through the public API; on the
 naive side a view is the live list itself and every change is applied in
-place, unchecked and unrecorded — which is what the checker catches.
+place, unchecked and unrecorded — which is what the checker catches. A
+model's streamed answer is an open entry on quiesce (each write a new
+version; a pinned reader keeps its prefix) and, on the naive side, the last
+message's text extended in place.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from quiesce import (
     EditReport,
     Entry,
     EntryPruned,
+    Kind,
     Mark,
     ProtectedEntry,
     Prune,
@@ -28,6 +32,7 @@ from quiesce import (
     Rewrite,
     RuntimeBuffer,
     Snapshot,
+    StreamWriter,
     Summarize,
     Tombstone,
     run_pruner,
@@ -133,6 +138,12 @@ class World(Protocol):
 
     async def prune_round(self, model: Thinker) -> str: ...
 
+    def open_text(self, entry_id: str, turn: int) -> None: ...
+
+    def write_text(self, entry_id: str, text: str) -> None: ...
+
+    def close_text(self, entry_id: str) -> None: ...
+
     async def settle(self) -> None: ...
 
     def head(self) -> Sequence[Entry]: ...
@@ -150,7 +161,10 @@ class QuiesceWorld:
         self.conflict_replans = 0
         self.peak_pins = 0
         self.peak_deferred = 0
+        self.stream_writes = 0
         self._seen_log = 0
+        self._writers: dict[str, StreamWriter] = {}
+        self._streamed = False  #: a stream changed in this step (see settle)
 
     @contextlib.contextmanager
     def view(self) -> Iterator[View]:
@@ -170,6 +184,22 @@ class QuiesceWorld:
         with contextlib.suppress(EntryPruned, ProtectedEntry):
             self.buf.mark_stale(entry_id, reason, turn=turn)
 
+    def open_text(self, entry_id: str, turn: int) -> None:
+        """A model's answer starts streaming: an open entry (sync)."""
+        self._writers[entry_id] = self.buf.open_stream(entry_id, Kind.REASONING, turn=turn)
+        self._streamed = True
+
+    def write_text(self, entry_id: str, text: str) -> None:
+        """More of it arrived: one sync write, a new version; a reader's pin
+        keeps the prefix it pinned."""
+        self._writers[entry_id].write(text)
+        self.stream_writes += 1
+        self._streamed = True
+
+    def close_text(self, entry_id: str) -> None:
+        self._writers.pop(entry_id).close()
+        self._streamed = True
+
     async def prune_round(self, model: Thinker) -> str:
         calls = model.calls
         report = await run_pruner(self.buf, _SnapshotPruner(model), max_retries=2)
@@ -178,6 +208,12 @@ class QuiesceWorld:
 
     async def settle(self) -> None:
         await self.buf.quiesce()
+        if self._streamed:
+            # A stream's text is logged coalesced per flush: flushing at the
+            # step that wrote it makes the log's records the same on every
+            # run (and shows a step's text durable before the next step).
+            self._streamed = False
+            await self.buf.aflush()
         # Removals re-checked at their grace point: tell what was kept, and why.
         log = self.buf.log
         for record in log[self._seen_log :]:
@@ -247,6 +283,21 @@ class NaiveWorld:
 
     def mark(self, entry_id: str, reason: str, turn: int) -> None:
         return None  # a plain list has nowhere to put a mark
+
+    def open_text(self, entry_id: str, turn: int) -> None:
+        """A model's answer starts streaming: an empty message at the end."""
+        self.append(Entry(entry_id, Kind.REASONING, "", turn=turn))
+
+    def write_text(self, entry_id: str, text: str) -> None:
+        """More of it arrived: the message's text is extended in place (as a
+        chat list does with a streamed message), under every reader."""
+        i = self._index(entry_id)
+        if i is not None:  # deleted meanwhile: the rest of the answer is lost
+            self.items[i] = self.items[i].replace(body=self.items[i].body + text)
+            self.mutations += 1
+
+    def close_text(self, entry_id: str) -> None:
+        return None
 
     def _index(self, entry_id: str) -> int | None:
         for i, e in enumerate(self.items):
