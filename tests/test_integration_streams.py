@@ -188,6 +188,18 @@ class TestMessageStream:
             report = await ms.finish(Unit("m1", Kind.REASONING, "whole", None))
             assert report.held == (0,) and len(buf.head().live) == 1
 
+    async def test_a_buffer_that_cannot_stream(self) -> None:
+        """A buffer without ``open_stream`` is refused at construction."""
+        from quiesce import InvalidType
+
+        class NoStreams:
+            pass
+
+        with pytest.raises(
+            InvalidType, match=r"^t: a NoStreams cannot stream \(it has no open_stream\)$"
+        ):
+            MessageStream(NoStreams(), framework="t", entry_id="m1")  # type: ignore[arg-type]
+
 
 # ---------------------------------------------------------------------------
 # LangGraph: stream_mode="messages" (asyncio only: LangGraph)

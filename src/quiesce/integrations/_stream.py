@@ -39,7 +39,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from .._core.entry import Kind
-from .._core.errors import DuplicateEntry, UnknownEntry
+from .._core.errors import DuplicateEntry, InvalidType, UnknownEntry
 from ..adapters._common import ReadmitPolicy, SyncReport
 from . import _store
 
@@ -99,7 +99,9 @@ class MessageStream:
     buffer's async write path, no disk on the loop). Cancelled inside
     :meth:`finish`, the entry is already closed (closing is sync) and the
     calls are appended whole or not at all; a later sync of the history
-    appends what is missing.
+    appends what is missing. A buffer without ``open_stream`` (a shared
+    buffer before it streams) is an :class:`~quiesce.InvalidType` here, at
+    construction, before anything is written.
     """
 
     __slots__ = ("_buffer", "_framework", "_kind", "_turn", "_writer", "id", "state")
@@ -113,6 +115,10 @@ class MessageStream:
         kind: Kind = Kind.REASONING,
         turn: int | None = None,
     ) -> None:
+        if not callable(getattr(buffer, "open_stream", None)):
+            raise InvalidType(
+                f"{framework}: a {type(buffer).__name__} cannot stream (it has no open_stream)"
+            )
         self._buffer = buffer
         self._framework = framework
         self._kind = kind
