@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,9 @@ import pytest
 
 from quiesce.__main__ import main as cli
 from quiesce.demo import app as _demo
+from quiesce.demo.checker import FAILURES, Checker
+from quiesce.demo.stories import replay_seeds
+from quiesce.demo.worlds import NaiveWorld
 
 FAST = ["--tick", "0", "--turns", "40", "--plain"]
 
@@ -39,7 +43,7 @@ def test_quiesce_zero_naive_nonzero(tmp_path: Path, backend: str) -> None:
     rc, text, data = run(tmp_path, "--backend", backend, "--seed", "3")
     assert rc == 0
     assert data["ok"] is True and data["backend"] == backend
-    assert set(data["counts"]["quiesce"]) == set(_demo.FAILURES)
+    assert set(data["counts"]["quiesce"]) == set(FAILURES)
     assert all(n == 0 for n in data["counts"]["quiesce"].values()), data["counts"]
     assert all(n > 0 for n in data["counts"]["naive"].values()), data["counts"]
     assert [s["safe"] for s in data["seeds"]] == [True] * 5
@@ -48,6 +52,25 @@ def test_quiesce_zero_naive_nonzero(tmp_path: Path, backend: str) -> None:
     assert data["quiesce"]["escalations_by_kind"].get("REFUSED_EDIT", 0) >= 3
     assert "OK: quiesce 0 failures" in text
     assert "Report: the same workload, the same checker" in text
+
+
+def test_the_answers_stream(tmp_path: Path) -> None:
+    """The assistant's answers stream into both buffers: on the naive list a
+    verifier reads text that is extended under it; on quiesce every pin keeps
+    its prefix (zero), and the streams are durable (the reopened log matches)."""
+    rc, text, data = run(tmp_path, "--seed", "3")
+    assert rc == 0
+    q = data["quiesce"]
+    assert q["streamed_answers"] >= 5 and q["stream_writes"] == 5 * q["streamed_answers"]
+    assert data["counts"]["quiesce"]["text changed mid-read"] == 0
+    assert data["counts"]["naive"]["text changed mid-read"] > 0
+    changed = data["details"]["naive"]["text_changed"]
+    assert any(
+        re.match(r"^t\d+ verifier: read answer-\d+ as \d+ words, it held \d+", t) for t in changed
+    )
+    assert data["details"]["quiesce"]["text_changed"] == []
+    assert data["log"]["recovery_matches"] is True
+    assert "streaming: " in text and "answers streamed in" in text
 
 
 def test_deterministic_across_runs_and_backends(tmp_path: Path) -> None:
@@ -82,7 +105,7 @@ def test_too_few_turns_is_a_usage_error() -> None:
 
 def test_seed_stories_replayed_on_the_core() -> None:
     """Part 1: each of the five stories is refused or made safe."""
-    stories = _demo.replay_seeds()
+    stories = replay_seeds()
     assert [s["story"] for s in stories] == [
         "dangling justification",
         "summary drift",
@@ -98,8 +121,8 @@ def test_checker_is_the_same_for_both() -> None:
     whatever the buffer: fed a naive list by hand, it sees them."""
     from quiesce import Entry, Kind
 
-    world = _demo.NaiveWorld()
-    checker = _demo.Checker()
+    world = NaiveWorld()
+    checker = Checker()
     world.append(Entry("t", Kind.REASONING, "X is read-only"))
     checker.after_step(world.head(), 1)
     with world.view() as view:

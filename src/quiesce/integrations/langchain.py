@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import json
 import weakref
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Collection, Sequence
 from typing import Any
 
 import anyio
@@ -54,7 +54,7 @@ from .._pool import BufferPool
 from .._protocol import AsyncBuffer, async_buffer, local_buffer
 from ..adapters._common import ReadmitPolicy, SyncReport, fingerprint
 from ..pruner import Pruner
-from . import _store
+from . import _store, _stream
 from ._conversation import Target
 from ._glue import missing_extra, prune_round, sync_buffer
 
@@ -87,6 +87,7 @@ __all__ = [
     "QuiesceMiddleware",
     "async_sync_messages",
     "render_messages",
+    "stream_messages",
     "sync_messages",
     "to_units",
 ]
@@ -558,3 +559,89 @@ def _same(a: Sequence[object], b: Sequence[object]) -> bool:
 
 def _is_live_call(snap: Snapshot, call_id: str) -> bool:
     return any(e.kind is Kind.TOOL_CALL and e.meta.get("call_id") == call_id for e in snap)
+
+
+# -- streaming (LangGraph ``stream_mode="messages"``) ---------------------------
+
+
+async def stream_messages(
+    buffer: Buffer | AsyncBuffer,
+    stream: AsyncIterable[Any],
+    *,
+    nodes: Collection[str] | None = ("model",),
+    readmit: ReadmitPolicy = "record",
+) -> AsyncIterator[Any]:
+    """Feed an agent's answers into ``buffer`` while they stream; yield every
+    item of ``stream`` unchanged.
+
+    ``stream`` is LangGraph's ``agent.astream(..., stream_mode="messages")``
+    (items ``(message_chunk, metadata)``; with several modes, ``("messages",
+    (chunk, metadata))`` items are read and the others passed through).
+    Each ``AIMessageChunk`` of a node in ``nodes`` (``None``: any node;
+    default ``create_agent``'s model node) is written into an open entry
+    under the message's id before the item is yielded, so a reader pinning a
+    snapshot sees the answer grow (:mod:`quiesce.integrations._stream`).
+    When the message ends (its ``chunk_position="last"`` chunk, a chunk of
+    another message, or the end of the stream) the entry is closed with the
+    merged message's ``message_to_dict`` dump and its tool calls are
+    appended: the entry is the one :class:`QuiesceMiddleware`'s next sync
+    finds held by id, so nothing is appended twice. A partial tool call is
+    never a call, and a thinking block is never written into the open entry.
+
+    Cut short — the run raises, the task is cancelled, or the consumer stops
+    iterating (``aclose``) — the open entry is aborted: the text that arrived
+    stays, marked stale with the reason, and nothing of it renders as a call.
+    The frameworks' loop is asyncio's (LangGraph runs on asyncio only).
+    O(1) amortized per chunk plus the final merge, O(message).
+    """
+    from langchain_core.messages import AIMessageChunk, message_chunk_to_message
+
+    face = async_buffer(buffer, "langchain.stream_messages")
+    current: _stream.MessageStream | None = None
+    chunks: list[AIMessageChunk] = []
+
+    async def finish() -> None:
+        nonlocal current
+        assert current is not None
+        merged = chunks[0] if len(chunks) == 1 else chunks[0] + chunks[1:]
+        done, current = current, None
+        chunks.clear()
+        final = message_chunk_to_message(merged)
+        await done.finish(_unit(0, final), readmit=readmit)
+
+    try:
+        async for item in stream:
+            payload = item[1] if _is_mode_item(item) else item
+            chunk, meta = payload if _is_pair(payload) else (None, None)
+            ours = nodes is None or (isinstance(meta, dict) and meta.get("langgraph_node") in nodes)
+            streams = isinstance(chunk, AIMessageChunk) and isinstance(chunk.id, str) and chunk.id
+            if streams and ours:
+                assert isinstance(chunk, AIMessageChunk) and isinstance(chunk.id, str)
+                if current is not None and current.id != chunk.id:
+                    await finish()
+                if current is None:
+                    current = _stream.MessageStream(face, framework=FRAMEWORK, entry_id=chunk.id)
+                chunks.append(chunk)
+                current.write(str(chunk.text))
+                if chunk.chunk_position == "last":
+                    await finish()
+            yield item
+        if current is not None:
+            await finish()
+    except GeneratorExit:
+        if current is not None:
+            current.interrupt(_stream.interrupted_reason(FRAMEWORK, None))
+        raise
+    except BaseException as exc:
+        if current is not None:
+            current.interrupt(_stream.interrupted_reason(FRAMEWORK, exc))
+        raise
+
+
+def _is_mode_item(item: object) -> bool:
+    """A ``(mode, payload)`` item of a multi-mode stream carrying messages."""
+    return isinstance(item, tuple) and len(item) == 2 and item[0] == "messages"
+
+
+def _is_pair(payload: object) -> bool:
+    return isinstance(payload, tuple) and len(payload) == 2

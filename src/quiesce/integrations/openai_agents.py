@@ -44,7 +44,8 @@ runner is asyncio-only, so an agent run using them is.
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable, Iterator
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, cast
 
@@ -58,9 +59,9 @@ from .._core.errors import InvalidArgument, InvalidType, ProtectedEntry
 from .._core.plan import EditPlan, Prune
 from .._core.records import Override
 from .._pool import BufferPool
-from .._protocol import AsyncBuffer, local_buffer
+from .._protocol import AsyncBuffer, async_buffer, local_buffer
 from ..adapters import responses
-from ..adapters._common import aread_and_admit, fingerprint
+from ..adapters._common import ReadmitPolicy, aread_and_admit, fingerprint
 from ..pruner import Pruner
 from ._conversation import Target
 from ._glue import missing_extra, prune_round
@@ -72,7 +73,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise missing_extra("the OpenAI Agents SDK", "openai-agents") from exc
 
-__all__ = ["QuiesceSession", "quiesce_input_filter"]
+__all__ = ["QuiesceSession", "feed_stream", "quiesce_input_filter"]
 
 ACTOR = "host:openai-agents"
 
@@ -323,3 +324,74 @@ def quiesce_input_filter(
         )
 
     return call_model_input_filter
+
+
+# -- streaming (``Runner.run_streamed``'s raw response events) ------------------
+
+
+async def feed_stream(
+    buffer: Buffer | AsyncBuffer,
+    result: Any,
+    *,
+    on_event: Callable[[Any], object] | None = None,
+    readmit: ReadmitPolicy = "record",
+) -> list[list[dict[str, Any]]]:
+    """Consume ``result.stream_events()`` of ``Runner.run_streamed(...)``,
+    feeding every model response into ``buffer`` as it streams; returns each
+    response's output items.
+
+    The raw response events (``RawResponsesStreamEvent.data``: the Responses
+    API's own stream events) of each response go through
+    :func:`quiesce.adapters.responses.append_stream`: a message's text is an
+    open entry (the item's id) written per delta, a reasoning item is never
+    rendered until closed with its final form, a function call is appended
+    only once its arguments are complete — so a reader pinning a snapshot
+    sees the answer grow and every snapshot renders a valid input list.
+    ``on_event(event)`` is called with every stream event, in order (awaited
+    if it returns an awaitable), each raw one after the buffer has it.
+
+    Use it with :func:`quiesce_input_filter` (its sync finds the streamed
+    items held by id: nothing is appended twice), not with
+    :class:`QuiesceSession`, whose ``add_items`` appends a run's items itself.
+    Cut short — cancelled, an error event, ``on_event`` raising — the open
+    entries are aborted (the text that arrived stays, marked stale with the
+    reason) and the exception propagates. asyncio only, as the SDK's runner.
+    O(1) amortized per event plus the adapter's cost per item.
+    """
+    face = async_buffer(buffer, "openai_agents.feed_stream")
+    events = result.stream_events().__aiter__()
+    outputs: list[list[dict[str, Any]]] = []
+
+    async def deliver(event: Any) -> None:
+        if on_event is not None:
+            got = on_event(event)
+            if inspect.isawaitable(got):
+                await got
+
+    async def one_response(first: Any) -> AsyncIterator[Any]:
+        """The raw events of one response, each delivered once handled."""
+        data = first.data
+        while True:
+            yield data
+            await deliver(first)  # the adapter asked for the next: it has this one
+            if getattr(data, "type", None) in _ENDS:
+                return
+            nxt = await anext(events, None)
+            while nxt is not None and getattr(nxt, "type", None) != "raw_response_event":
+                await deliver(nxt)
+                nxt = await anext(events, None)
+            if nxt is None:
+                return  # the run ended mid-response: the adapter says what is missing
+            first, data = nxt, nxt.data
+
+    async for event in events:
+        if getattr(event, "type", None) == "raw_response_event":
+            items = await responses.append_stream(face, one_response(event), readmit=readmit)
+            outputs.append(items)
+        else:
+            await deliver(event)
+    return outputs
+
+
+#: The events after which a response's stream has nothing more.
+_ENDS = frozenset({"response.completed", "response.failed", "response.incomplete", "error"})

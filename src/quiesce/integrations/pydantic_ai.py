@@ -47,7 +47,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import weakref
-from collections.abc import Sequence
+from collections.abc import AsyncIterable, Sequence
 from typing import Any
 
 from .._core.buffer import Buffer, Snapshot
@@ -57,19 +57,24 @@ from .._pool import BufferPool
 from .._protocol import AsyncBuffer, async_buffer
 from ..adapters._common import NOTE_PREFIX, ReadmitPolicy, SyncReport, fingerprint
 from ..pruner import Pruner
-from . import _store
+from . import _store, _stream
 from ._conversation import Target
 from ._glue import missing_extra, prune_round
 
 try:
+    from pydantic_ai.capabilities import AbstractCapability
     from pydantic_ai.messages import (
+        AgentStreamEvent,
         ModelMessage,
         ModelMessagesTypeAdapter,
         ModelRequest,
         ModelResponse,
+        PartDeltaEvent,
+        PartStartEvent,
         RetryPromptPart,
         SystemPromptPart,
         TextPart,
+        TextPartDelta,
         ToolCallPart,
         ToolReturnPart,
         UserPromptPart,
@@ -78,7 +83,13 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise missing_extra("pydantic-ai", "pydantic-ai") from exc
 
-__all__ = ["QuiesceHistoryProcessor", "render_messages", "sync_messages", "to_units"]
+__all__ = [
+    "QuiesceHistoryProcessor",
+    "QuiesceStream",
+    "render_messages",
+    "sync_messages",
+    "to_units",
+]
 
 FRAMEWORK = "pydantic-ai"
 #: The metadata key older versions stamped a rendered message's entry id under
@@ -552,3 +563,120 @@ def _conversation_of(ctx: object) -> str | None:
 
 def _first_key(messages: Sequence[ModelMessage]) -> str | None:
     return fingerprint(_held_dump(messages[0])) if messages else None
+
+
+# -- streaming (every run's model responses, as they arrive) --------------------
+
+
+@dataclasses.dataclass(init=False)
+class QuiesceStream(AbstractCapability[Any]):
+    """A capability that feeds each model response into ``buffer`` while it
+    streams: ``Agent(..., capabilities=[QuiesceStream(buf),
+    ProcessHistory(QuiesceHistoryProcessor(buf))])``.
+
+    It wraps the run's event stream (pydantic-ai applies the wrapper however
+    the run is driven: ``run``, ``run_stream_events``, ``iter`` and a node's
+    ``stream``), so every ``TextPart``'s start and deltas are written into an
+    open entry before the event reaches the consumer: a reader pinning a
+    snapshot sees the answer grow (:mod:`quiesce.integrations._stream`).
+    Once the response is complete and stamped (when the run's next event
+    stream, its tools step's, starts) the entry is closed with the
+    response's dump — the very content
+    :class:`QuiesceHistoryProcessor` matches it by at the next request, so it
+    is never appended twice — and its ``ToolCallPart``\\ s are appended as
+    calls. Thinking, a partial tool call and every other part are never
+    written into the open entry: they exist only in the closed message's dump
+    (with their signatures). The text written is the processor's body of the
+    response (its ``TextPart``\\ s joined by newlines).
+
+    Cut short — cancelled, an error, the consumer stopped reading — the open
+    entry is aborted: the text that arrived stays, marked stale with the
+    reason. (pydantic-ai may still keep its partial response in the run's
+    history; the processor reads that as a message of its own.)
+
+    One capability per buffer; runs may share it (streams are keyed by the
+    run's id and step). asyncio only, as pydantic-ai. O(1) amortized per
+    event, O(response) at its end.
+    """
+
+    buffer: Buffer | AsyncBuffer
+    readmit: ReadmitPolicy
+
+    def __init__(self, buffer: Buffer | AsyncBuffer, *, readmit: ReadmitPolicy = "record") -> None:
+        self.buffer = buffer
+        self.readmit = readmit
+        self._face = async_buffer(buffer, "QuiesceStream")
+        self._streams: dict[tuple[str | None, int], _stream.MessageStream] = {}
+        #: per run: the last step whose response was finished
+        self._finished: dict[str | None, int] = {}
+
+    @classmethod
+    def get_serialization_name(cls) -> str | None:
+        return None  # holds a buffer: not spec-serializable
+
+    def _stream_of(self, ctx: RunContext[Any]) -> _stream.MessageStream:
+        key = (ctx.run_id, ctx.run_step)
+        found = self._streams.get(key)
+        if found is None or found.done:
+            # another attempt at the same step gets the id with a prime
+            entry_id = _stream.fresh_id(self._face, f"#pa:{ctx.run_id or 'run'}.{ctx.run_step}")
+            found = _stream.MessageStream(self._face, framework=FRAMEWORK, entry_id=entry_id)
+            self._streams[key] = found
+        return found
+
+    async def wrap_run_event_stream(
+        self, ctx: RunContext[Any], *, stream: AsyncIterable[AgentStreamEvent]
+    ) -> AsyncIterable[AgentStreamEvent]:
+        """Every event of ``stream`` unchanged, the text ones written first.
+
+        A stream that follows a model response (the tools step's) first
+        finishes that response: by then pydantic-ai has stamped it with its
+        run, conversation and model ids, so its dump is the one the history
+        processor will be handed."""
+        await self._settle(ctx)
+        current: _stream.MessageStream | None = None
+        texts: set[int] = set()
+        try:
+            async for event in stream:
+                if isinstance(event, PartStartEvent) and isinstance(event.part, TextPart):
+                    current = self._stream_of(ctx)
+                    if texts:
+                        current.write("\n")
+                    texts.add(event.index)
+                    current.write(event.part.content)
+                elif (
+                    isinstance(event, PartDeltaEvent)
+                    and isinstance(event.delta, TextPartDelta)
+                    and event.index in texts
+                    and current is not None
+                ):
+                    current.write(event.delta.content_delta)
+                yield event
+        except GeneratorExit:
+            if current is not None:
+                current.interrupt(_stream.interrupted_reason(FRAMEWORK, None))
+            raise
+        except BaseException as exc:
+            if current is not None:
+                current.interrupt(_stream.interrupted_reason(FRAMEWORK, exc))
+            raise
+        finally:
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                await aclose()  # as pydantic-ai's own wrapper does
+
+    async def _settle(self, ctx: RunContext[Any]) -> None:
+        """Finish the run's latest model response if it is the last message
+        and not finished yet: close its streamed entry (or append it whole if
+        no text streamed) and append its calls. O(response)."""
+        last = ctx.messages[-1] if ctx.messages else None
+        if not isinstance(last, ModelResponse):
+            return
+        if self._finished.get(ctx.run_id) == ctx.run_step:
+            return
+        self._finished[ctx.run_id] = ctx.run_step
+        found = self._streams.pop((ctx.run_id, ctx.run_step), None)
+        if found is None:
+            found = self._stream_of(ctx)
+            self._streams.pop((ctx.run_id, ctx.run_step), None)
+        await found.finish(_unit(0, last), readmit=self.readmit)
