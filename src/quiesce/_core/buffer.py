@@ -50,7 +50,7 @@ from .checkpoint import (
     build_checkpoint,
     check_checkpoint_every,
     checkpoint_digest,
-    checkpoint_record,
+    checkpoint_records,
     checkpoint_state,
     recover,
     replay_log,
@@ -867,12 +867,12 @@ class Buffer(Editor):
         )
 
     def _append_checkpoint(self) -> None:
-        """Append a checkpoint record of the current state (flush() calls
-        it). The state is built under the write lock (O(live + staged +
-        tombstone index)); its checksum, most of the cost, is computed
-        outside it, and the record appended if nothing was appended
-        meanwhile (else built again, all under the lock). Writers wait for
-        the state only."""
+        """Append a checkpoint record of the current state, right after its
+        anchor (checkpoint.py; flush() calls it). The state is built under
+        the write lock (O(live + staged + tombstone index)); its checksum,
+        most of the cost, is computed outside it, and the two records
+        appended if nothing was appended meanwhile (else built again, all
+        under the lock). Writers wait for the state only."""
         lock = self._write_lock
         lock.acquire()
         try:
@@ -882,10 +882,11 @@ class Buffer(Editor):
         digest = checkpoint_digest(state)
         lock.acquire()
         try:
-            if state["records"] == len(self._records):
-                rec = checkpoint_record(state, digest, time.time())
+            if state["records"] == len(self._records) + 1:
+                anchor, rec = checkpoint_records(state, digest, time.time())
             else:  # the log grew meanwhile: this state is not the head's
-                rec = build_checkpoint(self, time.time())
+                anchor, rec = build_checkpoint(self, time.time())
+            self._records.append(anchor)
             self._records.append(rec)
             self._checkpoint_due = rec.seq + 1 + self._checkpoint_every
         finally:

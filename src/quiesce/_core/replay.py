@@ -352,7 +352,7 @@ def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
                         raise _Invalid(f"{t.id!r} is removed while {next(iter(cited))!r} cites it")
                 for gid in gids:
                     groups.pop(gid, None)
-            elif op in ("refuse", "escalate", "tombstone", "checkpoint"):
+            elif op in ("refuse", "escalate", "tombstone", "checkpoint", "anchor"):
                 _require(v is None, f"a {op} record publishes a version")  # checkpoint.py
             else:
                 raise _Invalid(f"unknown op {op!r}")

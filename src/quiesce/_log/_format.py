@@ -114,6 +114,7 @@ OPS = (
     "refuse",
     "escalate",
     "checkpoint",
+    "anchor",
 )
 
 _FIELDS = frozenset(LogRecord._fields)
