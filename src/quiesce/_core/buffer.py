@@ -73,7 +73,7 @@ from .pins import _NOT_ENTERED, Snapshot, _missing, _new_object
 from .policy import _CACHE_FROM as _CLASSIFY_FROM
 from .policy import IMMUTABLE_KINDS as _IMMUTABLE
 from .policy import PROTECTED_KINDS as _PROTECTED
-from .policy import Policy, preclassify, sealed_conflicts
+from .policy import Policy, preclassify, sealed_conflicts, sealed_lookups
 from .publish import cascade, tomb_to_dict
 from .records import (
     LogRecord,
@@ -371,9 +371,10 @@ class Buffer(Editor):
         # before the lock too: the spilled tombstones the checks below verify
         # are read back now, never under the write lock (issue 21)
         tombs = self._head.tombs
+        held = None
         if tombs.spilled:
             values = (entry.content_hash,) if entry.key is None else (entry.content_hash, entry.key)
-            tombs.prefetch((entry.id, *entry.refs), values)
+            held = tombs.prefetch((entry.id, *entry.refs), values)
         self._write_lock.acquire()
         try:
             head = self._head
@@ -462,6 +463,8 @@ class Buffer(Editor):
             return n
         finally:
             self._write_lock.release()  # _release(), written out
+            if held is not None:
+                held.release()  # its lookups ran
             if self._due_flag and self._due_hook is None:
                 self._drain_due()
 
@@ -727,12 +730,19 @@ class Buffer(Editor):
         check_turn(turn)
         if self._sink is not None and self.pending_records:
             self.flush()  # a failing disk refuses before anything changes
-        self._head.tombs.prefetch(id_list)  # (issue 21: no disk under the write lock)
+        head = self._head
+        # (issue 21: no disk under the write lock) the ids, and the results of
+        # the tool calls citing signed reasoning among them (policy.py)
+        held = None
+        if head.tombs.spilled:
+            held = head.tombs.prefetch([*id_list, *sealed_lookups(head, id_list)])
         self._write_lock.acquire()
         try:
             outcomes, candidates, staged = self._prune_locked(id_list, reason, actor, turn)
         finally:
             self._release()
+            if held is not None:
+                held.release()
         if staged and self.has_due():
             # Outside the write lock: a durable removal never makes a
             # concurrent mark wait for the disk.

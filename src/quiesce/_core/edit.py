@@ -26,9 +26,10 @@ from .grace import Group
 from .ledger import note_written
 from .plan import EditPlan, Move, Prune, Rewrite, Summarize
 from .policy import IMMUTABLE_KINDS as _IMMUTABLE
-from .policy import PROTECTED_KINDS, sealed_conflicts
+from .policy import PROTECTED_KINDS, sealed_conflicts, sealed_lookups
 from .publish import Publisher
 from .records import EditReport, Escalation, EscalationKind, Mark, Refusal
+from .tombs import Prefetched
 from .version import Slot, Version
 
 __all__ = ["HOST_ACTOR", "WHY_KEPT", "Editor"]
@@ -99,13 +100,14 @@ class Editor(Publisher):
             raise InvalidType(f"edit takes an EditPlan, not {type(plan).__name__}")
         if self._sink is not None and self.pending_records:
             self.flush()  # a failing disk refuses before anything changes
-        if self._head.tombs.spilled:
-            _prefetch(self._head, plan)
+        held = _prefetch(self._head, plan) if self._head.tombs.spilled else None
         self._write_lock.acquire()
         try:
             report = self._edit_locked(plan)
         finally:
             self._release()
+            if held is not None:
+                held.release()
         if not report.deferred:
             return report
         if self.has_due():
@@ -669,12 +671,13 @@ def _place_renumbering(
     return placed
 
 
-def _prefetch(head: Version, plan: EditPlan) -> None:
+def _prefetch(head: Version, plan: EditPlan) -> Prefetched:
     """Read back, before the write lock, the spilled tombstones the plan's
-    checks will verify (its ids and refs, its new contents; issue 21: no
-    disk under the write lock). A rewrite of an entry that is not live
-    prefetches nothing for its content (the plan is refused ``UNKNOWN``
-    anyway). O(ops + refs) lookups."""
+    checks will verify (its ids and refs, its new contents, the results of
+    tool calls citing signed reasoning it removes; issue 21: no disk under
+    the write lock), held until released. A rewrite of an entry that is
+    not live prefetches nothing for its content (the plan is refused
+    ``UNKNOWN`` anyway). O(ops + refs) lookups."""
     ids: list[str] = []
     values: list[str] = []
     for op in plan.ops:
@@ -704,4 +707,5 @@ def _prefetch(head: Version, plan: EditPlan) -> None:
                 ids.append(op.before)
         elif isinstance(op, Prune):
             ids.append(op.id)
-    head.tombs.prefetch(ids, values)
+    ids.extend(sealed_lookups(head, ids))
+    return head.tombs.prefetch(ids, values)
