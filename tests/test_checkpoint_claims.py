@@ -95,10 +95,9 @@ def _checkpoints(path: Path) -> list[tuple[int, dict[str, Any]]]:
     return [(seq, json.loads(text)) for seq, text in rows]
 
 
-def _rewrite(path: Path, seq: int, obj: dict[str, Any]) -> None:
-    """Replace checkpoint ``seq`` behind quiesce's back with ``obj``, its
-    checksum and row CRC recomputed: only its claims can tell."""
-    obj["detail"]["sha256"] = _digest(obj["detail"]["state"])
+def _update(path: Path, seq: int, obj: dict[str, Any]) -> None:
+    """Replace record ``seq`` of a SQLite log behind quiesce's back with
+    ``obj``, its row CRC recomputed."""
     text = encode_json(obj)
     conn = sqlite3.connect(path, isolation_level=None)
     (trigger,) = conn.execute(
@@ -113,11 +112,34 @@ def _rewrite(path: Path, seq: int, obj: dict[str, Any]) -> None:
     conn.close()
 
 
-def _lie(path: Path, change: Callable[[dict[str, Any]], None]) -> int:
-    """Apply ``change`` to the newest checkpoint's state; returns its seq."""
+def _rewrite(path: Path, seq: int, obj: dict[str, Any], *, anchor: bool = True) -> None:
+    """Replace checkpoint ``seq`` behind quiesce's back with ``obj``, its
+    checksum and row CRC recomputed; with ``anchor`` (the attacker who
+    writes two records) the anchor before it is rewritten to announce it
+    too, so only its claims can tell; without, the anchor is left as the
+    engine wrote it."""
+    obj["detail"]["sha256"] = _digest(obj["detail"]["state"])
+    _update(path, seq, obj)
+    if anchor and seq > 0:  # a compacted log's base (seq 0) has no anchor
+        conn = sqlite3.connect(path)
+        try:
+            (text,) = conn.execute(
+                "SELECT record FROM quiesce_log WHERE seq = ?", (seq - 1,)
+            ).fetchone()
+        finally:
+            conn.close()
+        before = json.loads(text)
+        assert before["op"] == "anchor"
+        before["detail"]["sha256"] = obj["detail"]["sha256"]
+        _update(path, seq - 1, before)
+
+
+def _lie(path: Path, change: Callable[[dict[str, Any]], None], *, anchor: bool = True) -> int:
+    """Apply ``change`` to the newest checkpoint's state (and, with
+    ``anchor``, to its anchor's checksum); returns its seq."""
     seq, obj = _checkpoints(path)[-1]
     change(obj["detail"]["state"])
-    _rewrite(path, seq, obj)
+    _rewrite(path, seq, obj, anchor=anchor)
     return seq
 
 

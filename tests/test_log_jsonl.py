@@ -494,3 +494,34 @@ class TestRecordEncoding:
         )
         assert line == expected
         assert encode_record(decode_record(json.loads(line), "x")) == line
+
+
+class TestReadsDoNotWaitOnWrites:
+    def test_read_range_answers_while_a_write_holds_the_file(self, tmp_path: Path) -> None:
+        """Regression (issue 21, no disk wait under the write lock): a read
+        back (a spilled tombstone, a checkpoint's records) took the lock a
+        write holds through its ``pwrite`` and ``fsync``, so it waited for
+        a stuck disk. Now it takes only the batch index's lock: with a
+        writer holding the file, committed records are still read."""
+        log = JsonlLog(tmp_path / "log.jsonl")
+        buf = Buffer(log=log, checkpoint_every=0)
+        for i in range(10):
+            buf.append(Entry(f"e{i}", Kind.REASONING, f"step {i}"))
+        buf.flush()
+        got: list[list[int]] = []
+        log._lock.acquire()  # what write() holds while its fsync is stuck
+        try:
+            reader = threading.Thread(
+                target=lambda: got.append([r.seq for r in log.read_range(2, 6)]),
+                daemon=True,
+            )
+            reader.start()
+            reader.join(30)
+            answered = not reader.is_alive()
+        finally:
+            log._lock.release()
+        reader.join(30)
+        assert answered, "read_range waited for the writer"
+        assert got == [[2, 3, 4, 5]]
+        assert log.checkpoints() == (10, [])
+        log.close()

@@ -92,8 +92,8 @@ def _full_replay(dsn: str, buffer_id: str = "b") -> Buffer:
 
 
 def _history(dsn: str, buffer_id: str = "b", n: int = 20) -> Buffer:
-    """Two checkpoints with records after each: 0..n-1 appends, ckpt, mark,
-    ckpt, mark, prune (intent, tombstone, remove)."""
+    """Two checkpoints with records after each: 0..n-1 appends, anchor,
+    ckpt, mark, anchor, ckpt, mark, prune (intent, tombstone, remove)."""
     log = PostgresLog(dsn, buffer_id)
     buf = Buffer(log=log, checkpoint_every=0)
     for i in range(n):
@@ -127,13 +127,13 @@ class TestWritten:
                 buf.flush()
         buf.flush()
         auto = _checkpoint_rows(pg_dsn)
-        assert auto == [12, 25]  # the flushes after records 12 and 25 were due
+        assert auto == [13, 27]  # the flushes after records 12 and 25 were due (anchor first)
         commits = log.commits
         buf.mark_stale("e0", "old")
         buf.flush(checkpoint=True)
         assert log.commits == commits + 1  # the mark and its checkpoint: one transaction
-        assert _checkpoint_rows(pg_dsn) == [12, 25, 28]
-        assert log.checkpoints() == (29, [12, 25, 28])
+        assert _checkpoint_rows(pg_dsn) == [13, 27, 31]
+        assert log.checkpoints() == (32, [13, 27, 31])
         log.close()
 
     def test_default_checkpoint_every_applies(self, pg_dsn: str) -> None:
@@ -143,7 +143,7 @@ class TestWritten:
         for i in range(10_001):
             buf.append(Entry(f"e{i}", Kind.REASONING, "s"))
         buf.flush()
-        assert _checkpoint_rows(pg_dsn) == [10_001]
+        assert _checkpoint_rows(pg_dsn) == [10_002]  # after its anchor, 10,001
         log.close()
 
     def test_the_index_is_used(self, pg_dsn: str) -> None:
@@ -173,7 +173,7 @@ class TestWritten:
         with _raw(pg_dsn) as conn:
             conn.execute("DROP INDEX quiesce_log_checkpoints")
         with PostgresLog(pg_dsn, "b") as log:
-            assert log.checkpoints() == (27, [20, 22])
+            assert log.checkpoints() == (29, [21, 24])
         with _raw(pg_dsn) as conn:
             row = conn.execute("SELECT to_regclass('quiesce_log_checkpoints')").fetchone()
         assert row is not None and row[0] is not None
@@ -185,17 +185,17 @@ class TestWritten:
         _history(pg_dsn)
         with _raw(pg_dsn) as conn:
             conn.execute(
-                "INSERT INTO quiesce_log VALUES ('b', 27, 0, %s, 'mark', 99, '{}')", (FORMAT + 1,)
+                "INSERT INTO quiesce_log VALUES ('b', 29, 0, %s, 'mark', 99, '{}')", (FORMAT + 1,)
             )
         with pytest.raises(LogFormatError, match=f"holds records of format {FORMAT + 1}"):
             PostgresLog(pg_dsn, "b")
-        assert len(_ops(pg_dsn)) == 28
+        assert len(_ops(pg_dsn)) == 30
 
 
 class TestRecovery:
     def test_recovery_reads_only_the_newest_checkpoint_and_the_tail(self, pg_dsn: str) -> None:
-        """2,000 records, a checkpoint, 10 more: reopening fetches 11 log rows
-        (the checkpoint and the tail) instead of 2,011; the state equals a
+        """2,000 records, a checkpoint, 10 more: reopening fetches 12 log rows
+        (the checkpoint's anchor, the checkpoint and the tail) instead of 2,012; the state equals a
         full replay; older records stay readable through buf.log, lazily."""
         log = PostgresLog(pg_dsn, "b")
         buf = Buffer(log=log, checkpoint_every=0)
@@ -210,11 +210,11 @@ class TestRecovery:
 
         log = PostgresLog(pg_dsn, "b")
         again = Buffer(log=log)
-        assert log.rows_read == 11
-        assert again._records.first == 2000  # started at the checkpoint
+        assert log.rows_read == 12
+        assert again._records.first == 2001  # started at the checkpoint
         assert again.log.in_memory <= 11
         assert again.log[5].ids == ("e5",)  # an old record, fetched on demand
-        assert log.rows_read == 12
+        assert log.rows_read == 13
         again._check(expect_no_pins=True)
         assert state(again) == want
         log.close()
@@ -222,7 +222,7 @@ class TestRecovery:
         # the same log without the checkpoint's help: every row
         plain = PostgresLog(pg_dsn, "b")
         plain.load()
-        assert plain.rows_read == 2011
+        assert plain.rows_read == 2012
         plain.close()
 
     def test_rows_before_the_checkpoint_are_not_read(self, pg_dsn: str) -> None:
@@ -324,8 +324,8 @@ class TestRecovery:
 
     def test_two_buffers_keep_their_own_checkpoints(self, pg_dsn: str) -> None:
         a, b = _history(pg_dsn, "a", 5), _history(pg_dsn, "b", 9)
-        assert _checkpoint_rows(pg_dsn, "a") == [5, 7]
-        assert _checkpoint_rows(pg_dsn, "b") == [9, 11]
+        assert _checkpoint_rows(pg_dsn, "a") == [6, 9]
+        assert _checkpoint_rows(pg_dsn, "b") == [10, 13]
         for bid, buf in (("a", a), ("b", b)):
             with PostgresLog(pg_dsn, bid) as log:
                 assert log.checkpoints() == (len(buf.log), _checkpoint_rows(pg_dsn, bid))

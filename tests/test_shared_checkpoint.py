@@ -63,8 +63,9 @@ def _checkpoints(dsn: str) -> list[tuple[int, int]]:
 
 @pytest.mark.anyio
 async def test_members_start_from_the_newest_checkpoint(pg_dsn: str, anyio_backend: str) -> None:
-    """Sequencer and replica joining a 2,011-record log each read the
-    checkpoint and the 10 records after it (not 2,011 rows); the sequencer
+    """Sequencer and replica joining a 2,012-record log each read the
+    checkpoint's anchor, the checkpoint and the 10 records after it (not
+    2,012 rows); the sequencer
     then writes checkpoints itself, which the replica replays as no-ops; the
     next sequencer starts from the newest of them."""
     want = _view(_long_log(pg_dsn))
@@ -74,7 +75,7 @@ async def test_members_start_from_the_newest_checkpoint(pg_dsn: str, anyio_backe
     ):
         assert (a.role, b.role) == ("sequencer", "replica")
         for m in (a, b):
-            assert m.local._records.first == 2000
+            assert m.local._records.first == 2001  # after the checkpoint's anchor
             assert m._sink is not None and m._sink.rows_read <= 11 + 5
             assert _view(m) == want
             m._check()
@@ -82,8 +83,8 @@ async def test_members_start_from_the_newest_checkpoint(pg_dsn: str, anyio_backe
             await a.append(Entry(f"n{i}", Kind.REASONING, f"new {i}"))
         await a.flush()
         written = _checkpoints(pg_dsn)
-        assert written[0][0] == 2000 and len(written) >= 2
-        assert {e for s, e in written if s > 2000} == {a.epoch}
+        assert written[0][0] == 2001 and len(written) >= 2
+        assert {e for s, e in written if s > 2001} == {a.epoch}
         await b.wait_applied(a.version)
         assert _view(b) == _view(a)
         b._check()
@@ -105,13 +106,13 @@ async def test_a_damaged_checkpoint_is_skipped_by_a_joining_member(
     want = _view(_long_log(pg_dsn, 50))
     with psycopg.connect(pg_dsn, autocommit=True) as conn, conn.transaction():
         (text,) = conn.execute(  # type: ignore[misc]
-            "SELECT record FROM quiesce_log WHERE buffer_id = 'b' AND seq = 50"
+            "SELECT record FROM quiesce_log WHERE buffer_id = 'b' AND seq = 51"
         ).fetchone()
         obj = json.loads(text)
         obj["detail"]["sha256"] = "0" * 64
         conn.execute("ALTER TABLE quiesce_log DISABLE TRIGGER quiesce_log_no_change")
         conn.execute(
-            "UPDATE quiesce_log SET record = %s WHERE buffer_id = 'b' AND seq = 50",
+            "UPDATE quiesce_log SET record = %s WHERE buffer_id = 'b' AND seq = 51",
             (json.dumps(obj),),
         )
         conn.execute("ALTER TABLE quiesce_log ENABLE TRIGGER quiesce_log_no_change")
@@ -123,7 +124,7 @@ async def test_a_damaged_checkpoint_is_skipped_by_a_joining_member(
             with anyio.fail_after(5):
                 await a.flush()
     messages = [r.getMessage() for r in caplog.records if r.name == "quiesce.checkpoint"]
-    assert messages and "checkpoint 50 fails its checksum" in messages[0]
+    assert messages and "checkpoint 51 fails its checksum" in messages[0]
     assert messages[0].endswith("falling back to a full replay")
     with PostgresLog(pg_dsn, "b") as log:
         full = Buffer()
@@ -149,7 +150,7 @@ async def test_flush_checkpoint_and_the_cadence_setting(pg_dsn: str, anyio_backe
         await a.flush()
         assert _checkpoints(pg_dsn) == []
         await a.flush(checkpoint=True)
-        assert _checkpoints(pg_dsn) == [(30, a.epoch)]
+        assert _checkpoints(pg_dsn) == [(31, a.epoch)]  # after its anchor, 30
     for bad, error in (("5", InvalidType), (-1, InvalidArgument), (2.5, InvalidType)):
         with pytest.raises(error, match="checkpoint_every"):
             async with open_shared_buffer(pg_dsn, "b", checkpoint_every=bad, **FAST):

@@ -635,7 +635,7 @@ class BufferMachine(RuleBasedStateMachine):
         # state (built as flush(checkpoint=True) builds it): recovery starts
         # from the checkpoint and rebuilds the same state.
         with buf._write_lock:
-            records = [*buf.log, build_checkpoint(buf, 0.0)]
+            records = [*buf.log, *build_checkpoint(buf, 0.0)]
         with tempfile.TemporaryDirectory() as tmp:
             for cls, name in ((SQLiteLog, "log.db"), (JsonlLog, "log.jsonl")):
                 sink = cls(os.path.join(tmp, name))

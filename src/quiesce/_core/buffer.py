@@ -51,7 +51,7 @@ from .checkpoint import (
     build_checkpoint,
     check_checkpoint_every,
     checkpoint_digest,
-    checkpoint_record,
+    checkpoint_records,
     checkpoint_state,
     recover,
     replay_log,
@@ -74,7 +74,7 @@ from .pins import _NOT_ENTERED, Snapshot, _missing, _new_object
 from .policy import _CACHE_FROM as _CLASSIFY_FROM
 from .policy import IMMUTABLE_KINDS as _IMMUTABLE
 from .policy import PROTECTED_KINDS as _PROTECTED
-from .policy import Policy, preclassify, sealed_conflicts
+from .policy import Policy, preclassify, sealed_conflicts, sealed_lookups
 from .publish import cascade, tomb_to_dict
 from .records import (
     LogRecord,
@@ -378,9 +378,10 @@ class Buffer(Streams):
         # before the lock too: the spilled tombstones the checks below verify
         # are read back now, never under the write lock (issue 21)
         tombs = self._head.tombs
+        held = None
         if tombs.spilled:
             values = (entry.content_hash,) if entry.key is None else (entry.content_hash, entry.key)
-            tombs.prefetch((entry.id, *entry.refs), values)
+            held = tombs.prefetch((entry.id, *entry.refs), values)
         self._write_lock.acquire()
         try:
             head = self._head
@@ -469,6 +470,8 @@ class Buffer(Streams):
             return n
         finally:
             self._write_lock.release()  # _release(), written out
+            if held is not None:
+                held.release()  # its lookups ran
             if self._due_flag and self._due_hook is None:
                 self._drain_due()
 
@@ -735,12 +738,19 @@ class Buffer(Streams):
         check_turn(turn)
         if self._sink is not None and self.pending_records:
             self.flush()  # a failing disk refuses before anything changes
-        self._head.tombs.prefetch(id_list)  # (issue 21: no disk under the write lock)
+        head = self._head
+        # (issue 21: no disk under the write lock) the ids, and the results of
+        # the tool calls citing signed reasoning among them (policy.py)
+        held = None
+        if head.tombs.spilled:
+            held = head.tombs.prefetch([*id_list, *sealed_lookups(head, id_list)])
         self._write_lock.acquire()
         try:
             outcomes, candidates, staged = self._prune_locked(id_list, reason, actor, turn)
         finally:
             self._release()
+            if held is not None:
+                held.release()
         if staged and self.has_due():
             # Outside the write lock: a durable removal never makes a
             # concurrent mark wait for the disk.
@@ -878,12 +888,12 @@ class Buffer(Streams):
         )
 
     def _append_checkpoint(self) -> None:
-        """Append a checkpoint record of the current state (flush() calls
-        it). The state is built under the write lock (O(live + staged +
-        tombstone index)); its checksum, most of the cost, is computed
-        outside it, and the record appended if nothing was appended
-        meanwhile (else built again, all under the lock). Writers wait for
-        the state only."""
+        """Append a checkpoint record of the current state, right after its
+        anchor (checkpoint.py; flush() calls it). The state is built under
+        the write lock (O(live + staged + tombstone index)); its checksum,
+        most of the cost, is computed outside it, and the two records
+        appended if nothing was appended meanwhile (else built again, all
+        under the lock). Writers wait for the state only."""
         lock = self._write_lock
         lock.acquire()
         try:
@@ -895,12 +905,13 @@ class Buffer(Streams):
         digest = checkpoint_digest(state)
         lock.acquire()
         try:
-            if state["records"] == len(self._records):
-                rec = checkpoint_record(state, digest, time.time())
+            if state["records"] == len(self._records) + 1:
+                anchor, rec = checkpoint_records(state, digest, time.time())
             else:  # the log grew meanwhile: this state is not the head's
                 if self._streams:
                     self._log_streams_locked()
-                rec = build_checkpoint(self, time.time())
+                anchor, rec = build_checkpoint(self, time.time())
+            self._records.append(anchor)
             self._records.append(rec)
             self._checkpoint_due = rec.seq + 1 + self._checkpoint_every
         finally:

@@ -13,9 +13,23 @@ re-admission winners by content hash and key. It publishes no version
 and changes no state when replayed: nothing is ever deleted from the log, a
 checkpoint is one more record.
 
+Every checkpoint the engine writes comes right after its **anchor** (op
+``"anchor"``, seq ``s - 1``, issue 21): a record that changes nothing and
+carries the checkpoint's SHA-256, written by the same call, in the same
+batch. A checkpoint is only used if the record before it is its anchor:
+whoever rewrites a checkpoint record (or writes one of their own at the end
+of the log) without also writing the record before it is caught at load by
+one record read, whatever field they changed — a dropped protected entry,
+negative result, mark or queued removal, a lying counter or order key. The
+anchor is the checkpoint's claim made *before* the checkpoint existed; a
+checkpoint's own checksum is no such claim (anyone can recompute it). What
+an attacker who writes the anchor too can fake is what
+:mod:`.claims` cannot see (see there); only a full replay
+(:mod:`.verify`, which also checks every anchor) proves a log.
+
 Recovery (:func:`recover`) starts from the newest checkpoint whose checksum
-holds, restores its state and replays only the records after it. A
-checkpoint that fails its checksum, or disagrees with the records after it
+and anchor hold, restores its state and replays only the records after it. A
+checkpoint that fails its checksum or its anchor, or disagrees with the records after it
 (the tail does not replay onto it, or the result fails the invariant
 checker), is skipped with a warning on the ``logging`` logger
 ``"quiesce.checkpoint"``, and the one before it is tried; with none left,
@@ -59,13 +73,15 @@ if TYPE_CHECKING:
     from .buffer import Buffer
 
 __all__ = [
+    "ANCHOR_OP",
     "CHECKPOINT_OP",
     "DEFAULT_CHECKPOINT_EVERY",
     "CheckpointSink",
     "build_checkpoint",
+    "check_anchor",
     "check_checkpoint_every",
     "checkpoint_digest",
-    "checkpoint_record",
+    "checkpoint_records",
     "checkpoint_state",
     "compacted_records",
     "describe_checkpoint",
@@ -76,6 +92,10 @@ __all__ = [
 
 #: The op of a checkpoint record.
 CHECKPOINT_OP = "checkpoint"
+
+#: The op of a checkpoint's anchor: the record right before it, carrying
+#: its SHA-256 (changes nothing when replayed).
+ANCHOR_OP = "anchor"
 
 #: Records between automatic checkpoints (``Buffer(checkpoint_every=...)``;
 #: 0 turns them off). A checkpoint costs O(live + tombstones) to build and
@@ -119,8 +139,10 @@ def checkpoint_state(buf: Buffer, *, listed: bool = False) -> dict[str, Any]:
     indexes and where each run of tombstones is (``tomb_index``,
     :meth:`Tombs.export`: a few bytes per tombstone, none read); otherwise,
     or with ``listed``, it lists every tombstone (``tombstones``, in writing
-    order, with the ``by_hash`` / ``by_key`` winners). O(live + staged +
-    index slots), or O(tombstones) when listed."""
+    order, with the ``by_hash`` / ``by_key`` winners). ``records`` is the
+    checkpoint's own seq: one past the anchor that goes first, at
+    ``len(buf._records)``. O(live + staged + index slots), or
+    O(tombstones) when listed."""
     head = buf._head
     tombs = head.tombs
     slots = sorted(head.live.values(), key=lambda s: s.key)
@@ -132,7 +154,7 @@ def checkpoint_state(buf: Buffer, *, listed: bool = False) -> dict[str, Any]:
     groups.extend(buf._applying.values())
     groups.sort(key=lambda g: g.gid)
     return {
-        "records": len(buf._records),
+        "records": len(buf._records) + 1,  # the anchor goes first
         "version": head.number,
         "next_key": head.next_key,
         # an open stream: its logged prefix (stream.py), as a replay gives it
@@ -171,22 +193,32 @@ def _listed_tombs(tombs: Tombs) -> dict[str, Any]:
     }
 
 
-def build_checkpoint(buf: Buffer, at: float) -> LogRecord:
-    """A checkpoint record for the current state, seq ``len(buf._records)``
-    (call under the write lock, then append it)."""
-    return _record(checkpoint_state(buf), at)
+def build_checkpoint(buf: Buffer, at: float) -> tuple[LogRecord, LogRecord]:
+    """The anchor and checkpoint records for the current state, seqs
+    ``len(buf._records)`` and the next (call under the write lock, then
+    append both, in order, in one batch)."""
+    state = checkpoint_state(buf)
+    return checkpoint_records(state, _digest(state), at)
 
 
-def checkpoint_record(state: dict[str, Any], digest: str, at: float) -> LogRecord:
-    """The checkpoint record of a ``state`` built earlier, with its
-    :func:`checkpoint_digest` (computed outside the write lock); append it
-    only if the log has not grown since (``state["records"]``)."""
-    return _record(state, at, digest)
+def checkpoint_records(
+    state: dict[str, Any], digest: str, at: float
+) -> tuple[LogRecord, LogRecord]:
+    """The anchor and checkpoint records of a ``state`` built earlier, with
+    its :func:`checkpoint_digest` (computed outside the write lock); append
+    them only if the log has not grown since (``state["records"] - 1``
+    records held)."""
+    seq = state["records"]
+    anchor = LogRecord(
+        seq - 1, at, ANCHOR_OP, None, (), None, None, None, "applied", {"sha256": digest}
+    )
+    return anchor, _record(state, at, digest)
 
 
 def checkpoint_digest(state: dict[str, Any]) -> str:
-    """The SHA-256 a checkpoint of ``state`` carries (over its canonical
-    JSON). O(state); needs no lock: a state holds only values built for it."""
+    """The SHA-256 a checkpoint of ``state`` (and its anchor) carries, over
+    its canonical JSON. O(state); needs no lock: a state holds only values
+    built for it."""
     return _digest(state)
 
 
@@ -205,6 +237,18 @@ def _record(state: dict[str, Any], at: float, digest: str | None = None) -> LogR
         "applied",
         {"sha256": _digest(state) if digest is None else digest, "state": state},
     )
+
+
+def check_anchor(anchor: LogRecord | None, rec: LogRecord) -> None:
+    """Raise :class:`LogFormatError` unless ``anchor`` (the record before
+    checkpoint ``rec``; None: there is none) is its anchor: op
+    :data:`ANCHOR_OP` carrying the checkpoint's SHA-256. O(1)."""
+    if anchor is None or anchor.op != ANCHOR_OP:
+        raise LogFormatError(f"checkpoint {rec.seq} has no anchor record before it")
+    if anchor.detail.get("sha256") != rec.detail.get("sha256"):
+        raise LogFormatError(
+            f"checkpoint {rec.seq} is not the one its anchor (record {anchor.seq}) announced"
+        )
 
 
 def verify_checkpoint(rec: LogRecord) -> dict[str, Any]:
@@ -375,8 +419,12 @@ def _reset(buf: Buffer) -> None:
 def _try(buf: Buffer, sink: ReadableSink, seq: int, total: int) -> None:
     """Recover ``buf`` from checkpoint ``seq`` and the tail; raises
     LogFormatError or AssertionError if the checkpoint cannot be used."""
-    rec = check_read(sink.read_range(seq, seq + 1), seq, seq + 1)[0]
+    start = max(seq - 1, 0)
+    got = check_read(sink.read_range(start, seq + 1), start, seq + 1)
+    rec = got[-1]
     state = verify_checkpoint(rec)
+    if not _is_compacted_base(rec):  # a compacted log's base has no record before it
+        check_anchor(got[0] if seq else None, rec)  # the claim made before it was written
     check_claims(state, seq, sink.read_range)  # claims.py: before anything is applied
     try:
         _restore(buf, rec, state)

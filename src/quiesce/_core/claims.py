@@ -28,12 +28,18 @@ protected or sealed live entry and O(log records) reads (a bisection on
 versions) per host retraction the checkpoint relies on: a few records,
 whatever the log's length.
 
-What it cannot catch: a lie that is consistent within the checkpoint and
-leaves no trace in the records it reads — a protected entry dropped
-together with its ledger line (and its immutable-table line), a dropped
-mark or staged removal of an ordinary entry, rewritten counters other than
-``removed``, the order of the window (an entry's order key: a ``Move`` may
-change any key, so only a replay knows which is right). Only a full replay
+These checks are the second layer: recovery first requires the
+checkpoint's anchor (checkpoint.py), which catches any change to a
+checkpoint by whoever did not also write the record before it. What the
+claims still catch is a lie told by someone who wrote both.
+
+What it cannot catch (from someone who wrote the anchor too): a lie that
+is consistent within the checkpoint and leaves no trace in the records it
+reads — a protected entry dropped together with its ledger line (and its
+immutable-table line), a dropped mark or staged removal of an ordinary
+entry, rewritten counters other than ``removed``, the order of the window
+(an entry's order key: a ``Move`` may change any key, so only a replay
+knows which is right). Only a full replay
 sees those: :func:`.verify.verify_records` (``quiesce verify``,
 ``Buffer.verify()``, ``verify=True`` on open).
 

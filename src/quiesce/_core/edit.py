@@ -16,7 +16,7 @@ import contextlib
 import dataclasses
 import math
 from bisect import bisect_left, insort
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .draft import Draft
@@ -26,9 +26,10 @@ from .grace import Group
 from .ledger import note_written
 from .plan import EditPlan, Move, Prune, Rewrite, Summarize
 from .policy import IMMUTABLE_KINDS as _IMMUTABLE
-from .policy import PROTECTED_KINDS, sealed_conflicts
+from .policy import PROTECTED_KINDS, sealed_conflicts, sealed_lookups
 from .publish import Publisher
 from .records import EditReport, Escalation, EscalationKind, Mark, Refusal
+from .tombs import Prefetched
 from .version import Slot, Version
 
 __all__ = ["HOST_ACTOR", "WHY_KEPT", "Editor"]
@@ -101,13 +102,14 @@ class Editor(Publisher):
             raise InvalidType(f"edit takes an EditPlan, not {type(plan).__name__}")
         if self._sink is not None and self.pending_records:
             self.flush()  # a failing disk refuses before anything changes
-        if self._head.tombs.spilled:
-            _prefetch(self._head, plan)
+        held = _prefetch(self._head, plan) if self._head.tombs.spilled else None
         self._write_lock.acquire()
         try:
             report = self._edit_locked(plan)
         finally:
             self._release()
+            if held is not None:
+                held.release()
         if not report.deferred:
             return report
         if self.has_due():
@@ -516,7 +518,19 @@ def _placement_refusals(
       before an item that cites the turn's reasoning (it would split
       reasoning from the items it precedes).
 
-    O(n + moves · n) for the window order: only plans with moves pay it."""
+    One move and no summary (the common plan): O(refs + citers), from the
+    order keys — the moved entry lands right before its target, so any
+    other entry precedes it exactly when its key is below the target's.
+    Otherwise O(n + moves · n) for the window order."""
+    live = head.live
+    if not summaries and len(moves) == 1 and moves[0].before != moves[0].id:
+        mv = moves[0]
+        target = None if mv.before is None else live[mv.before].key
+
+        def before_moved(i: str) -> bool:  # i (not the moved one) precedes it
+            return target is None or live[i].key < target
+
+        return _order_refusals(head, mv, before_moved, mv.before)
     order = head.ordered_ids()
     for op, covered in summaries:
         cover = set(covered)
@@ -526,34 +540,50 @@ def _placement_refusals(
         order.remove(mv.id)
         order.insert(len(order) if mv.before is None else order.index(mv.before), mv.id)
     pos = {i: n for n, i in enumerate(order)}
-    live = head.live
     out: list[tuple[Refusal, str]] = []
     for mv in moves:
-        e = live[mv.id].entry
         at = pos[mv.id]
-        if e.kind is Kind.TOOL_OUTPUT:
-            for ref in e.refs:
-                slot = live.get(ref)
-                if slot is not None and slot.entry.kind is Kind.TOOL_CALL and pos[ref] > at:
-                    why = f"moving {mv.id!r} would put it before its call {ref!r}"
-                    out.append((Refusal.REFERENCED, why))
-        elif e.kind is Kind.TOOL_CALL:
-            for c in head.cited_by(mv.id):
-                if live[c].entry.kind is Kind.TOOL_OUTPUT and pos.get(c, at + 1) < at:
-                    why = f"moving {mv.id!r} would put it after its result {c!r}"
-                    out.append((Refusal.REFERENCED, why))
-        if at + 1 < len(order):
-            nxt = live.get(order[at + 1])
-            if nxt is not None and any(
-                (s := live.get(r)) is not None and anchors_turn(s.entry) for r in nxt.entry.refs
-            ):
-                out.append(
-                    (
-                        Refusal.IMMUTABLE,
-                        f"moving {mv.id!r} before {nxt.entry.id!r} would split the reasoning "
-                        "of that turn from its items",
-                    )
+
+        def precedes(i: str, at: int = at) -> bool:
+            return pos.get(i, at + 1) < at
+
+        nxt = order[at + 1] if at + 1 < len(order) else None
+        out.extend(_order_refusals(head, mv, precedes, nxt))
+    return out
+
+
+def _order_refusals(
+    head: Version, mv: Move, precedes: Callable[[str], bool], following: str | None
+) -> list[tuple[Refusal, str]]:
+    """:func:`_placement_refusals` for one move, given whether an entry
+    precedes the moved one in the new order and the id right after it.
+    O(refs + citers)."""
+    live = head.live
+    out: list[tuple[Refusal, str]] = []
+    e = live[mv.id].entry
+    if e.kind is Kind.TOOL_OUTPUT:
+        for ref in e.refs:
+            slot = live.get(ref)
+            if slot is not None and slot.entry.kind is Kind.TOOL_CALL and not precedes(ref):
+                why = f"moving {mv.id!r} would put it before its call {ref!r}"
+                out.append((Refusal.REFERENCED, why))
+    elif e.kind is Kind.TOOL_CALL:
+        for c in head.cited_by(mv.id):
+            if live[c].entry.kind is Kind.TOOL_OUTPUT and precedes(c):
+                why = f"moving {mv.id!r} would put it after its result {c!r}"
+                out.append((Refusal.REFERENCED, why))
+    if following is not None:
+        nxt = live.get(following)
+        if nxt is not None and any(
+            (s := live.get(r)) is not None and anchors_turn(s.entry) for r in nxt.entry.refs
+        ):
+            out.append(
+                (
+                    Refusal.IMMUTABLE,
+                    f"moving {mv.id!r} before {nxt.entry.id!r} would split the reasoning "
+                    "of that turn from its items",
                 )
+            )
     return out
 
 
@@ -674,12 +704,13 @@ def _place_renumbering(
     return placed
 
 
-def _prefetch(head: Version, plan: EditPlan) -> None:
+def _prefetch(head: Version, plan: EditPlan) -> Prefetched:
     """Read back, before the write lock, the spilled tombstones the plan's
-    checks will verify (its ids and refs, its new contents; issue 21: no
-    disk under the write lock). A rewrite of an entry that is not live
-    prefetches nothing for its content (the plan is refused ``UNKNOWN``
-    anyway). O(ops + refs) lookups."""
+    checks will verify (its ids and refs, its new contents, the results of
+    tool calls citing signed reasoning it removes; issue 21: no disk under
+    the write lock), held until released. A rewrite of an entry that is
+    not live prefetches nothing for its content (the plan is refused
+    ``UNKNOWN`` anyway). O(ops + refs) lookups."""
     ids: list[str] = []
     values: list[str] = []
     for op in plan.ops:
@@ -709,4 +740,5 @@ def _prefetch(head: Version, plan: EditPlan) -> None:
                 ids.append(op.before)
         elif isinstance(op, Prune):
             ids.append(op.id)
-    head.tombs.prefetch(ids, values)
+    ids.extend(sealed_lookups(head, ids))
+    return head.tombs.prefetch(ids, values)

@@ -16,7 +16,7 @@ and ``edit``.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -33,6 +33,7 @@ __all__ = [
     "default_negative_classifier",
     "preclassify",
     "sealed_conflicts",
+    "sealed_lookups",
 ]
 
 #: kind → (protected, immutable). Protected: never removed or paraphrased.
@@ -167,6 +168,25 @@ class Policy:
         if self.negative(entry):
             return "negative"
         return None
+
+
+def sealed_lookups(head: Version, removing: Iterable[str]) -> list[str]:
+    """The tombstone ids :func:`sealed_conflicts` may look up for removing
+    ``removing``: the results (``result_id``) of the tool calls citing a
+    live sealed entry among them — for a caller to read back before the
+    write lock (issue 21). From memory, O(removing · citers); empty when
+    nothing in ``removing`` is sealed."""
+    live = head.live
+    out: list[str] = []
+    for i in removing:
+        slot = live.get(i)
+        if slot is None or not slot.entry.sealed:
+            continue
+        for c in head.cited_by(i):
+            call = live.get(c)
+            if call is not None and call.entry.kind is Kind.TOOL_CALL:
+                out.append(result_id(c))
+    return out
 
 
 def sealed_conflicts(head: Version, removing: Collection[str]) -> dict[str, str]:

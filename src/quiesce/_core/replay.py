@@ -408,7 +408,7 @@ def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
                     _require(not aborted or w.id in draft.marks, f"aborted {w.id!r} is unmarked")
                 if guarded(final):
                     buf._protected_at[w.id] = rec.seq  # claims.py: its close carries it
-            elif op in ("refuse", "escalate", "tombstone", "checkpoint"):
+            elif op in ("refuse", "escalate", "tombstone", "checkpoint", "anchor"):
                 _require(v is None, f"a {op} record publishes a version")  # checkpoint.py
             else:
                 raise _Invalid(f"unknown op {op!r}")

@@ -46,6 +46,7 @@ import hashlib
 import itertools
 import os
 import sys
+import threading
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
@@ -357,6 +358,8 @@ class TombStore:
         "_cache",
         "_cols",
         "_hasher",
+        "_held",
+        "_held_lock",
         "_key",
         "_located",
         "_mix",
@@ -392,6 +395,9 @@ class TombStore:
         self._cache: tuple[int, list[Any]] = (-1, [])
         #: spilled tombstones read back ahead of a write (prefetch): position -> dict
         self._resolved: dict[int, dict[str, Any]] = {}
+        #: positions a prefetch holds until its lookups ran (never evicted), by count
+        self._held: dict[int, int] = {}
+        self._held_lock = threading.Lock()  # guards _held and the _resolved swap
 
     def _h(self, s: str) -> int:
         """The store's keyed 64-bit hash of ``s`` (:func:`_keyed`)."""
@@ -987,25 +993,74 @@ class TombStore:
                     out.extend(p for p in index.candidates(hk, n) if p < base)
         return out
 
-    def prefetch(self, ids: Iterable[str], values: Iterable[str]) -> None:
+    def prefetch(self, ids: Iterable[str], values: Iterable[str]) -> Prefetched:
         """Read back, *before* the owner's write lock is taken, every spilled
         tombstone a lookup of these ids, content hashes or keys would read
         (issue 21: the re-admission guard and ``mark_stale`` read the sink
         under the write lock). The lookups under the lock then find them in
-        memory. At most :data:`_RESOLVED_MOST` are kept (a later prefetch
-        replaces them). A read that fails is left to the lookup (which
-        raises). O(candidates) reads, none when nothing matches a tag."""
+        memory. The positions stay *held* — never evicted by another
+        thread's prefetch — until the returned :class:`Prefetched` is
+        released (after the lookups ran); past :data:`_RESOLVED_MOST` kept,
+        a prefetch evicts every position nobody holds. A read that fails is
+        left to the lookup (which raises). O(candidates) reads, none when
+        nothing matches a tag. Thread-safe: a small lock guards the holds
+        and the swap of the resolved table, never a read."""
         want = self.candidates(ids, values)
         if not want:
-            return
-        resolved = dict(self._resolved) if len(self._resolved) < _RESOLVED_MOST else {}
+            return _NOTHING_HELD
+        with self._held_lock:
+            held = self._held
+            for p in want:
+                held[p] = held.get(p, 0) + 1
+            known = self._resolved
+        got: dict[int, dict[str, Any]] = {}
         for p in want:
-            if p not in resolved:
+            if p not in known:
                 try:
-                    resolved[p] = self._raw(p)
+                    got[p] = self._raw(p)
                 except QuiesceError:
                     pass
-        self._resolved = resolved  # one store: a reader sees the old dict or the new
+        with self._held_lock:
+            resolved = self._resolved
+            if len(resolved) + len(got) > _RESOLVED_MOST:
+                held = self._held
+                resolved = {p: d for p, d in resolved.items() if p in held}
+            else:
+                resolved = dict(resolved)
+            resolved.update(got)
+            self._resolved = resolved  # one store: a reader sees the old dict or the new
+        return Prefetched(self, want)
+
+    def release(self, positions: Iterable[int]) -> None:
+        """Stop holding ``positions`` (one hold each, see :meth:`prefetch`)."""
+        with self._held_lock:
+            held = self._held
+            for p in positions:
+                left = held.get(p, 0) - 1
+                if left > 0:
+                    held[p] = left
+                else:
+                    held.pop(p, None)
+
+
+class Prefetched:
+    """The positions one :meth:`TombStore.prefetch` holds in memory until
+    :meth:`release` (idempotent; call it after the write lock is left, also
+    on error)."""
+
+    __slots__ = ("_positions", "_store")
+
+    def __init__(self, store: TombStore | None, positions: list[int]) -> None:
+        self._store = store
+        self._positions = positions
+
+    def release(self) -> None:
+        store, self._store = self._store, None
+        if store is not None:
+            store.release(self._positions)
+
+
+_NOTHING_HELD = Prefetched(None, [])
 
 
 class Tombs(Mapping[str, Tombstone]):
@@ -1137,15 +1192,17 @@ class Tombs(Mapping[str, Tombstone]):
         store = self._store
         return store is not None and store._cols.base > 0
 
-    def prefetch(self, ids: Iterable[str], values: Iterable[str] = ()) -> None:
+    def prefetch(self, ids: Iterable[str], values: Iterable[str] = ()) -> Prefetched:
         """Read back the spilled tombstones that lookups of these ids and
         content hashes or keys (``values``) will verify, so that those
         lookups, made later under the owner's write lock, find them in
         memory (see :meth:`TombStore.prefetch`). Call it *outside* the write
-        lock. Nothing is read for a store with nothing spilled."""
+        lock, and release the result once the lookups ran. Nothing is read
+        for a store with nothing spilled."""
         store = self._store
         if store is not None and store._cols.base:
-            store.prefetch(ids, values)
+            return store.prefetch(ids, values)
+        return _NOTHING_HELD
 
     def check_index(self) -> None:
         """Raise :class:`LogFormatError` unless every tombstone is found

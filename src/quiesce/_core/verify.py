@@ -8,10 +8,11 @@ records ``0 .. s - 1`` built, field by field — version, next order key,
 live entries (bytes, keys, versions), marks, tombstones (and which is the
 newest of each content hash and key), staged removal groups, the
 immutable-bytes table, the protected-entry ledger, the counters — and
-stops at the first disagreement, naming the checkpoint's seq, the field
-and the first differing item. A checkpoint that passes is exactly what a
-full replay gives: recovering from it loses and alters nothing. What a
-full replay of the records builds is, by definition, the log's state; an
+whether the record before it is its anchor (checkpoint.py: recovery uses
+no checkpoint without one), and stops at the first disagreement, naming
+the checkpoint's seq, the field and the first differing item. A checkpoint
+that passes is exactly what a full replay gives: recovering from it loses
+and alters nothing. What a full replay of the records builds is, by definition, the log's state; an
 impossible record fails the replay (``LogFormatError``) as it fails
 ``Buffer(log=...)``.
 
@@ -37,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .checkpoint import CHECKPOINT_OP, _restore, replay_log, verify_checkpoint
+from .checkpoint import CHECKPOINT_OP, _restore, check_anchor, replay_log, verify_checkpoint
 from .errors import LogFormatError
 from .log import check_read
 from .records import LogRecord
@@ -197,6 +198,7 @@ def verify_records(
     total = 0
     checked = 0
     started = False
+    before: LogRecord | None = None  # the record before ``rec``: a checkpoint's anchor
 
     def flush() -> None:
         nonlocal started
@@ -225,11 +227,16 @@ def verify_records(
             claimed = _claimed(rec, read, new)
             if isinstance(claimed, Disagreement):
                 return VerifyResult(total, checked, claimed)
+            try:
+                check_anchor(before, rec)  # recovery would not use it
+            except LogFormatError as exc:
+                return VerifyResult(total, checked, Disagreement(rec.seq, "anchor", str(exc)))
             found = compare(claimed, state_fields(scratch), rec.seq)
             if found is not None:
                 return VerifyResult(total, checked, found)
             checked += 1
         pending.append(rec)
+        before = rec
         if len(pending) >= CHUNK:
             flush()
     flush()

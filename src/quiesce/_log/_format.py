@@ -118,6 +118,7 @@ OPS = (
     "stream_text",
     "stream_close",
     "stream_abort",
+    "anchor",
 )
 
 _FIELDS = frozenset(LogRecord._fields)

@@ -416,7 +416,12 @@ class JsonlLog:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self._fd = -1
         self._path = log_path(path, "JsonlLog")
+        #: serialises writers (held through pwrite and fsync)
         self._lock = threading.Lock()
+        #: guards the descriptor and the batch index (issue 21): readers take
+        #: only this one, which a writer holds just to publish a committed
+        #: batch, never across its fsync, so a read never waits on a write
+        self._index_lock = threading.Lock()
         self._commits = 0
         kind = sniff(self._path) if os.path.exists(self._path) else "empty"
         if kind == "sqlite":
@@ -470,10 +475,11 @@ class JsonlLog:
         streaming read from the batch holding ``start``. O(log batches + the
         bytes read). Every record read is decoded and its ``seq`` checked: a
         missing or damaged one raises :class:`LogFormatError`, never another
-        record."""
+        record. Never waits on a write's ``fsync``: it takes only the index
+        lock, and reads committed bytes only (below the index's end)."""
         if start >= stop:
             return []
-        with self._lock:
+        with self._index_lock:
             if self._fd < 0:
                 # Closed: read read-only (a buffer's log stays readable after
                 # its sink is closed): the open's checks (O(file size) in C),
@@ -510,7 +516,7 @@ class JsonlLog:
         records, ascending (the ``CheckpointSink`` method, see
         ``quiesce._core.checkpoint``), noted while opening and writing. O(1)
         plus the copy."""
-        with self._lock:
+        with self._index_lock:
             self._check_open()
             return self._next_seq, list(self._checkpoints)
 
@@ -543,7 +549,8 @@ class JsonlLog:
                     f"records"
                 )
             if self._read_only:
-                self._reopen_writable()
+                with self._index_lock:
+                    self._reopen_writable()
             fd = self._fd
             if self._dirty:
                 # Durably gone before new bytes go where it was: a torn tail
@@ -563,18 +570,19 @@ class JsonlLog:
                 except OSError:
                     pass  # the next write truncates first; recovery ignores it anyway
                 raise
-            self._starts.append(records[0].seq)
-            self._offsets.append(self._size)
-            self._size += len(data)
-            self._next_seq = expected
-            self._commits += 1
-            self._checkpoints.extend(r.seq for r in records if r.op == "checkpoint")
+            with self._index_lock:  # committed: publish the batch to readers
+                self._starts.append(records[0].seq)
+                self._offsets.append(self._size)
+                self._size += len(data)
+                self._next_seq = expected
+                self._commits += 1
+                self._checkpoints.extend(r.seq for r in records if r.op == "checkpoint")
         if failure is not None:
             raise failure
 
     def close(self) -> None:
         """Release the file and its lock. Idempotent; ``write`` after it raises."""
-        with self._lock:
+        with self._lock, self._index_lock:
             fd, self._fd = self._fd, -1
             if fd >= 0:
                 os.close(fd)
