@@ -63,6 +63,7 @@ message objects are the ones synced last time is one pass of identity checks.
 
 from __future__ import annotations
 
+import operator
 import weakref
 from collections.abc import Callable, Container, Generator, Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -98,6 +99,7 @@ __all__ = [
     "apply_changes",
     "async_sync_history",
     "async_sync_units",
+    "equal",
     "notes",
     "paired",
     "rendered",
@@ -158,6 +160,42 @@ class Slot:
     @property
     def call_ids(self) -> set[str]:
         return {c.call_id for c in self.calls}
+
+
+_PYDANTIC_EQ: dict[type, bool] = {}
+
+
+def _plain_model(t: type) -> bool:
+    """``t`` is a pydantic model class whose ``==`` is pydantic's own (it
+    compares the type, ``__dict__``, private and extra values). O(mro), cached."""
+    fast = _PYDANTIC_EQ.get(t)
+    if fast is None:
+        base = next(
+            (c for c in t.__mro__ if c.__name__ == "BaseModel" and c.__module__ == "pydantic.main"),
+            None,
+        )
+        fast = _PYDANTIC_EQ[t] = base is not None and t.__eq__ is base.__eq__
+    return fast
+
+
+def equal(a: object, b: object) -> bool:
+    """``a == b``, at C speed for two pydantic models of one plain class
+    (what every framework's messages are): their field dicts, private and
+    extra values compared directly, which is exactly what pydantic's own
+    ``__eq__`` decides when the dicts are equal; anything else (a different
+    dict, another class) falls back to ``==``. A checkpointer hands back a
+    copy of every message each turn, so this runs once per message per
+    turn: O(size of the message), no Python frame per field."""
+    t = type(a)
+    if (
+        t is type(b)
+        and _plain_model(t)
+        and a.__dict__ == b.__dict__
+        and getattr(a, "__pydantic_private__", None) == getattr(b, "__pydantic_private__", None)
+        and getattr(a, "__pydantic_extra__", None) == getattr(b, "__pydantic_extra__", None)
+    ):
+        return True
+    return a == b
 
 
 def _held(snap: Snapshot, entry_id: str) -> Entry | Tombstone | None:
@@ -379,6 +417,11 @@ class SyncState:
         #: paired output up to a settled point (see :func:`paired`)
         self.kept = 0
         self.pair_memo: tuple[int, list[Any]] = (0, [])
+        #: syncs (and renders recorded with :meth:`rendered_as`) so far, and
+        #: how many leading messages of the last sync's history are the
+        #: previous history's objects or equal copies of them, in place
+        self.generation = 0
+        self.prefix = 0
 
     def forget(self) -> None:
         """Forget what was synced (after a sync whose appends were cut short):
@@ -393,6 +436,8 @@ class SyncState:
         pass of identity checks. O(len(items))."""
         old = self.seen
         n = len(old)
+        self.generation += 1
+        self.prefix = 0
         self.seen = [
             old[i] if i < n and old[i].obj is obj else Seen(obj, unit, None)
             for i, (obj, unit) in enumerate(items)
@@ -532,6 +577,49 @@ async def async_sync_history(
         return done
 
 
+_DICT = operator.attrgetter("__dict__")
+_PRIVATE = operator.attrgetter("__pydantic_private__")
+_EXTRA = operator.attrgetter("__pydantic_extra__")
+
+
+def _equal_prefix(
+    seen: list[Seen],
+    messages: Sequence[object],
+    k: int,
+    n: int,
+) -> int:
+    """``k``, or ``n`` when every message in ``messages[k:n]`` is an equal
+    copy (:func:`equal`) of the one synced at its position last time — the
+    common turn with a checkpointer, which hands back a new copy of every
+    message. The copies then take the old objects' places (``seen[i].obj``,
+    which is also the object synced under the message's id).
+    All or nothing: any difference (a changed,
+    moved or dropped message, another class) leaves ``k``, and the caller
+    compares message by message. O(n) with no Python frame per message:
+    the types, field dicts, private and extra values are compared as lists,
+    in C."""
+    if k >= n:
+        return k
+    olds = [s.obj for s in seen[k:n]]
+    news = list(messages[k:n])
+    types = list(map(type, news))
+    if types != list(map(type, olds)) or not all(map(_plain_model, set(types))):
+        return k
+    try:
+        same = (
+            list(map(_DICT, news)) == list(map(_DICT, olds))
+            and list(map(_PRIVATE, news)) == list(map(_PRIVATE, olds))
+            and list(map(_EXTRA, news)) == list(map(_EXTRA, olds))
+        )
+    except AttributeError:  # a model built without pydantic's __init__
+        return k
+    if not same:
+        return k
+    for s, m in zip(seen[k:n], news, strict=True):
+        s.obj = m
+    return n
+
+
 def _sync_history(
     buf: Buffer | AsyncBuffer,
     messages: Sequence[object],
@@ -548,26 +636,36 @@ def _sync_history(
     k, n = 0, min(len(seen), len(messages))
     while k < n and messages[k] is seen[k].obj:
         k += 1
+    state.generation += 1
+    k = _equal_prefix(seen, messages, k, n)
+    state.prefix = k
     head = buf.head()
     held: list[int] = []
     tombstoned: list[int] = []
-    for i in range(k):
-        unit = seen[i].unit
-        if unit is not None:
-            (tombstoned if unit in head.tombs.by_id else held).append(i)
+    taken: set[str] = set()
+    if k:
+        units = [s.unit for s in seen[:k]]
+        tombs_by_id = head.tombs.by_id
+        if not tombs_by_id:
+            held = [i for i, u in enumerate(units) if u is not None]
+        else:  # one C-level look-up per live unit, the tombstones only for the rest
+            live_map = head.live
+            gone = [i for i, u in enumerate(units) if u is not None and u not in live_map]
+            tombstoned = [i for i in gone if units[i] in tombs_by_id]
+            dead = set(tombstoned)
+            held = [i for i, u in enumerate(units) if u is not None and i not in dead]
     if k == len(seen) == len(messages):
         report = SyncReport((), tuple(held), tuple(tombstoned), (), (), head.number)
         return report, Changes()
     pairs: list[tuple[int, object, Unit | None]] = []
     objects = state.objects
     fresh: list[Seen | None] = []
-    taken: set[str] = set()
     live, tombs = head.live, head.tombs.by_id
     for i in range(k, len(messages)):
         m = messages[i]
         mid = ident(m) if ident is not None else None
         prev = objects.get(mid) if mid is not None else None
-        if prev is not None and (prev.obj is m or prev.obj == m):
+        if prev is not None and (prev.obj is m or equal(prev.obj, m)):
             # Equal to the object synced under this id before: unchanged.
             uid = prev.unit
             assert uid is not None
