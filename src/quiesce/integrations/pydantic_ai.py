@@ -411,6 +411,11 @@ class QuiesceHistoryProcessor:
         self._firsts: weakref.WeakKeyDictionary[_store.SyncState, tuple[object, str]] = (
             weakref.WeakKeyDictionary()
         )
+        #: per buffer: (version, length) of the last call that returned the
+        #: run's own list unchanged (see _still_idle)
+        self._idle: weakref.WeakKeyDictionary[_store.SyncState, tuple[int, int]] = (
+            weakref.WeakKeyDictionary()
+        )
         #: entry id -> (its dump, the message built from it), per buffer
         self._loaded: weakref.WeakKeyDictionary[object, dict[str, tuple[Any, ModelMessage]]] = (
             weakref.WeakKeyDictionary()
@@ -538,7 +543,8 @@ class QuiesceHistoryProcessor:
         face = async_buffer(buffer, "QuiesceHistoryProcessor")
         state = _store.state_of(face, FRAMEWORK)
         self._check_extends(face, state, messages, conversation, first)
-        _, changes = await _store.async_sync_history(
+        before = face.version
+        report, changes = await _store.async_sync_history(
             face,
             _checked(messages),
             self._reader(face, state),
@@ -548,7 +554,11 @@ class QuiesceHistoryProcessor:
         )
         if changes:
             await _store.aapply_changes(face, changes)
+        synced = face.version
         await prune_round(face, self.pruner)
+        if self._still_idle(face, state, messages, before, synced, report, bool(changes)):
+            self._idle[state] = (face.version, len(messages))
+            return messages  # idle, as last time: the run's own list
         given: dict[str, ModelMessage] = {}
         if len(state.seen) == len(messages):
             for m, seen in zip(messages, state.seen, strict=True):
@@ -565,8 +575,55 @@ class QuiesceHistoryProcessor:
         if len(rendered) == len(messages) and all(
             a is b for a, b in zip(rendered, messages, strict=True)
         ):
+            self._idle[state] = (face.version, len(messages))
             return messages  # idle: the run's own list
+        self._idle.pop(state, None)
         return rendered
+
+    def _still_idle(
+        self,
+        buffer: AsyncBuffer,
+        state: _store.SyncState,
+        messages: Sequence[ModelMessage],
+        before: int,
+        synced: int,
+        report: SyncReport,
+        changed: bool,
+    ) -> bool:
+        """Whether the window is still exactly ``messages`` without rendering
+        it: the last call returned the run's own list (idle) at the version
+        the buffer had when this call began (nobody wrote since), this run's
+        history starts with those very objects (the sync's identity prefix),
+        the sync appended each later message as a new entry and changed
+        nothing else, the pruning round wrote nothing, nothing is marked or
+        pruned, and the new messages pair as they are (every call shown
+        answered, no result without its call). Then the render would give
+        back ``messages`` object for object, so a turn over a long history
+        costs O(new messages) here instead of O(n) rebuilding. O(new)."""
+        memo = self._idle.get(state)
+        if memo is None or changed:
+            return False
+        version, n = memo
+        if before != version or buffer.version != synced or state.prefix < n:
+            return False
+        if n == 0 or len(messages) < n:
+            return False
+        if report.appended != tuple(range(n, len(messages))):
+            return False
+        head = buffer.head()
+        if head.marks or head.tombs.by_id:
+            return False
+        tail = messages[n:]
+        if any(_has_quiesce_parts(m) for m in tail):
+            return False
+        start = n - 1
+        while start > 0 and not isinstance(messages[start], ModelResponse):
+            start -= 1
+        window = list(messages[start:])
+        paired = _paired(window)
+        return len(paired) == len(window) and all(
+            a is b for a, b in zip(paired, window, strict=True)
+        )
 
 
 def _has_quiesce_parts(m: object) -> bool:
