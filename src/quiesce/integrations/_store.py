@@ -103,6 +103,7 @@ __all__ = [
     "notes",
     "paired",
     "rendered",
+    "same_objects",
     "state_of",
     "sync_history",
     "sync_units",
@@ -176,6 +177,12 @@ def _plain_model(t: type) -> bool:
         )
         fast = _PYDANTIC_EQ[t] = base is not None and t.__eq__ is base.__eq__
     return fast
+
+
+def same_objects(a: Sequence[object], b: Sequence[object]) -> bool:
+    """``a`` and ``b`` hold the very same objects, in order: O(n) identity
+    checks at C speed (no Python frame per element)."""
+    return len(a) == len(b) and all(map(operator.is_, a, b))
 
 
 def equal(a: object, b: object) -> bool:
@@ -288,8 +295,9 @@ def sync_units(
     Raises :class:`InvalidArgument` (nothing appended) if two new units share
     an id or an entry cannot be built.
     """
+    version = buf.version
     reads = _reads(buf, units, framework=framework, new_ids=new_ids)
-    return admit(
+    report = admit(
         buf,
         reads,
         api=f"integrations.{framework}",
@@ -298,6 +306,8 @@ def sync_units(
         sync=True,
         actor=actor,
     )
+    _extend_index(buf, framework, version, reads, report)
+    return report
 
 
 async def async_sync_units(
@@ -315,8 +325,9 @@ async def async_sync_units(
     matching against a local snapshot, then the adapters'
     :func:`~quiesce.adapters._common.aadmit` (its atomicity and cancellation
     notes hold). Always a checkpoint; never touches a disk on the loop."""
+    version = buf.version
     reads = _reads(buf, units, framework=framework, new_ids=new_ids)
-    return await aadmit(
+    report = await aadmit(
         buf,
         reads,
         api=f"integrations.{framework}",
@@ -325,6 +336,34 @@ async def async_sync_units(
         sync=True,
         actor=actor,
     )
+    _extend_index(buf, framework, version, reads, report)
+    return report
+
+
+def _extend_index(
+    buf: Buffer | AsyncBuffer, framework: str, version: int, reads: list[Read], report: SyncReport
+) -> None:
+    """Keep the content-hash index of ``framework``'s sync state current
+    after an admission of ``reads`` that began at ``version``: when the
+    buffer moved by exactly the one version of this batch (no other writer
+    came between) and nothing was re-admitted, the new messages' hashes are
+    added (O(new)); else the index is dropped and the next sync by content
+    rebuilds it (O(n)). So a context that adds one message at a time pays
+    O(1) look-ups per message, not a scan of the buffer."""
+    state = state_of(buf, framework)
+    index = state.index
+    if index is None or index[0] != version:
+        return
+    appended = [e for r in reads for e in r.entries if r.index in set(report.appended)]
+    if not appended:
+        return
+    state.index = None
+    if buf.version != version + 1 or report.readmitted or local_buffer_of(buf) is None:
+        return
+    for e in appended:
+        if e.content is not None and e.meta.get("unit") == e.id:
+            index[1].setdefault(e.content_hash, []).append(e.id)
+    state.index = (buf.version, index[1], index[2])
 
 
 def _reads(
@@ -333,10 +372,18 @@ def _reads(
     """The units matched against a snapshot of ``buf`` and read into entries
     (the first half of :func:`sync_units`). O(u log n + n) for u units."""
     reads: list[Read] = []
+    state = state_of(buf, framework)
     with buf.snapshot() as snap:
-        call_entry = _Calls(snap, state_of(buf, framework).calls)
+        call_entry = _Calls(snap, state.calls)
         by_content = any(u.id is None for u in units)
-        live_by_hash, tombs_by_hash = _primaries(snap) if by_content else ({}, {})
+        live_by_hash: dict[str, list[str]]
+        tombs_by_hash: dict[str, list[str]]
+        if not by_content:
+            live_by_hash, tombs_by_hash = {}, {}
+        else:
+            if state.index is None or state.index[0] != snap.version:
+                state.index = (snap.version, *_primaries(snap))
+            live_by_hash, tombs_by_hash = _Index(state.index[1]), _Index(state.index[2])
         seen: set[str] = set()
         for position, unit in enumerate(units):
             if unit.id is None:
@@ -445,6 +492,11 @@ class SyncState:
 
 
 _STATES: weakref.WeakKeyDictionary[object, dict[str, SyncState]] = weakref.WeakKeyDictionary()
+
+
+def local_buffer_of(buf: Buffer | AsyncBuffer) -> Buffer | None:
+    """The in-process buffer of ``buf`` (itself, or behind an async face)."""
+    return buf if isinstance(buf, Buffer) else local_buffer(buf)
 
 
 def state_of(buf: Buffer | AsyncBuffer, framework: str) -> SyncState:
@@ -1052,7 +1104,7 @@ def rendered(
     entries = list(snap)
     prev = state.last_entries
     units = state.last_units
-    if len(prev) <= len(entries) and all(a is b for a, b in zip(prev, entries, strict=False)):
+    if len(prev) <= len(entries) and all(map(operator.is_, prev, entries)):  # C-level
         tail = entries[len(prev) :]
         if not any(e.meta.get("unit") in units and e.meta.get("unit") != e.id for e in tail):
             slots = window_of(tail, state, keep=False, framework=framework)

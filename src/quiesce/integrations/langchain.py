@@ -595,7 +595,7 @@ def _as_given(
 
 
 def _same(a: Sequence[object], b: Sequence[object]) -> bool:
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+    return _store.same_objects(a, b)
 
 
 def _is_live_call(snap: Snapshot, call_id: str) -> bool:

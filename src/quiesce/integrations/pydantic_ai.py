@@ -572,9 +572,7 @@ class QuiesceHistoryProcessor:
             if unit is not None and given.get(unit) is not m:
                 self._remember(m, unit)
         state.rendered_as([(m, units.get(id(m))) for m in rendered])
-        if len(rendered) == len(messages) and all(
-            a is b for a, b in zip(rendered, messages, strict=True)
-        ):
+        if _store.same_objects(rendered, messages):
             self._idle[state] = (face.version, len(messages))
             return messages  # idle: the run's own list
         self._idle.pop(state, None)
@@ -621,9 +619,7 @@ class QuiesceHistoryProcessor:
             start -= 1
         window = list(messages[start:])
         paired = _paired(window)
-        return len(paired) == len(window) and all(
-            a is b for a, b in zip(paired, window, strict=True)
-        )
+        return _store.same_objects(paired, window)
 
 
 def _has_quiesce_parts(m: object) -> bool:
