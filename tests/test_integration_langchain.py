@@ -28,7 +28,7 @@ from langchain_core.messages import (
 from langgraph.checkpoint.memory import InMemorySaver
 
 from _scenario import PruneCall, Scenario
-from quiesce import InvalidArgument, SQLiteLog, open_buffer
+from quiesce import Buffer, InvalidArgument, SQLiteLog, open_buffer
 from quiesce.integrations.langchain import QuiesceMiddleware, sync_messages
 
 THINKING = [
@@ -357,3 +357,25 @@ def test_readmit_refuse_keeps_the_head() -> None:
     record = next(r for r in buf.log if r.op == "append" and r.ids == ("a2/c2",))
     assert record.outcome == "overridden" and record.reason is not None
     assert record.reason.startswith("re-admitted by quiesce.integrations.langchain (readmit=")
+
+
+@pytest.mark.anyio
+async def test_a_checkpointed_message_changed_between_turns_reaches_the_model() -> None:
+    """Turn after turn the checkpointer hands back equal copies (matched
+    without comparing each one again); a message changed in the saved state
+    between turns (same id, new content) is not hidden by what the last
+    turns found: the sync rewrites it and the model receives the new text."""
+    model = RecordingModel(responses=[AIMessage(f"answer {i}") for i in range(4)])
+    saver = InMemorySaver()
+    agent: Any = create_agent(
+        model=model, tools=[], middleware=[QuiesceMiddleware(Buffer())], checkpointer=saver
+    )
+    config: Any = {"configurable": {"thread_id": "t"}}
+    first = AIMessage("a first draft", id="draft")
+    await agent.ainvoke({"messages": [HumanMessage("hi", id="u0"), first]}, config)
+    await agent.ainvoke({"messages": [HumanMessage("again", id="u1")]}, config)
+    assert "a first draft" in [m.text for m in model.requests[-1]]
+    agent.update_state(config, {"messages": [AIMessage("the final answer", id="draft")]})
+    await agent.ainvoke({"messages": [HumanMessage("and now?", id="u2")]}, config)
+    texts = [m.text for m in model.requests[-1]]
+    assert "the final answer" in texts and "a first draft" not in texts

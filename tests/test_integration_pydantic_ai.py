@@ -32,7 +32,14 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from _scenario import Scenario
-from quiesce import Buffer, InvalidArgument, SQLiteLog, open_buffer
+from quiesce import (
+    Buffer,
+    BufferPool,
+    ConversationMismatch,
+    InvalidArgument,
+    SQLiteLog,
+    open_buffer,
+)
 from quiesce.integrations.pydantic_ai import QuiesceHistoryProcessor, sync_messages
 
 THINKING = ThinkingPart(
@@ -229,3 +236,67 @@ def test_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delitem(sys.modules, "quiesce.integrations.pydantic_ai", raising=False)
     with pytest.raises(ImportError, match=r'pip install "quiesce\[pydantic-ai\]"'):
         importlib.import_module("quiesce.integrations.pydantic_ai")
+
+
+class TestRunWithoutHistory:
+    """A run with no ``message_history`` on a buffer that holds a conversation
+    is another conversation: refused before the model is called, never read
+    as a request to prune what the buffer holds."""
+
+    @staticmethod
+    def _agent(script: Script, processor: QuiesceHistoryProcessor | None) -> Agent[None, str]:
+        caps = [ProcessHistory(processor)] if processor is not None else []
+        return Agent(FunctionModel(script), capabilities=caps)
+
+    @pytest.mark.anyio
+    async def test_control_sees_only_the_new_prompt(self) -> None:
+        """Without quiesce (the control), the second run's model sees only its prompt."""
+        script = Script([ModelResponse(parts=[TextPart("noted")]) for _ in range(2)])
+        agent = self._agent(script, None)
+        await agent.run("I am Alice; never delete /data", conversation_id="c1")
+        await agent.run("hello again", conversation_id="c1")
+        texts = [p.content for m in script.requests[1] for p in m.parts if hasattr(p, "content")]
+        assert texts == ["hello again"]
+
+    @pytest.mark.anyio
+    async def test_single_buffer_raises_and_changes_nothing(self) -> None:
+        """With quiesce: ``ConversationMismatch`` naming both histories, the
+        model not called, the buffer's version, entries and tombstones
+        unchanged (today's main pruned every unprotected entry instead)."""
+        script = Script([ModelResponse(parts=[TextPart("noted")]) for _ in range(2)])
+        async with open_buffer() as buf:
+            agent = self._agent(script, QuiesceHistoryProcessor(buf))
+            await agent.run("I am Alice; never delete /data", conversation_id="c1")
+            version = buf.version
+            with buf.snapshot() as snap:
+                before = [e.id for e in snap]
+            with pytest.raises(
+                ConversationMismatch,
+                match=r"^QuiesceHistoryProcessor: this buffer holds conversation 'c1', a history "
+                r"starting with '#first:[0-9a-f]{16}'; this run's history starts with "
+                r"'#first:[0-9a-f]{16}' and does not extend it \(a run without message_history",
+            ) as caught:
+                await agent.run("hello again", conversation_id="c1")
+            assert caught.value.bound != caught.value.seen
+            assert len(script.requests) == 1  # the model was not called
+            assert buf.version == version and not buf.tombstones
+            with buf.snapshot() as snap:
+                assert [e.id for e in snap] == before
+
+    @pytest.mark.anyio
+    async def test_pool_buffer_of_the_same_id_refuses_too(self) -> None:
+        """With a pool, the buffer of the same ``conversation_id`` refuses the
+        same way; a run that continues the history still works after it."""
+        script = Script([ModelResponse(parts=[TextPart("noted")]) for _ in range(2)])
+        async with BufferPool() as pool:
+            agent = self._agent(script, QuiesceHistoryProcessor(pool))
+            r1 = await agent.run("I am Alice", conversation_id="c1")
+            with pytest.raises(ConversationMismatch):
+                await agent.run("hello again", conversation_id="c1")
+            r2 = await agent.run("still me", message_history=r1.all_messages())
+            assert r2.output == "noted"
+            buf = await pool.get("c1")
+            assert not buf.tombstones
+            with buf.snapshot() as snap:
+                bodies = [e.body for e in snap]
+            assert bodies[0] == "I am Alice" and "still me" in bodies

@@ -63,6 +63,7 @@ message objects are the ones synced last time is one pass of identity checks.
 
 from __future__ import annotations
 
+import operator
 import weakref
 from collections.abc import Callable, Container, Generator, Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -98,9 +99,11 @@ __all__ = [
     "apply_changes",
     "async_sync_history",
     "async_sync_units",
+    "equal",
     "notes",
     "paired",
     "rendered",
+    "same_objects",
     "state_of",
     "sync_history",
     "sync_units",
@@ -158,6 +161,48 @@ class Slot:
     @property
     def call_ids(self) -> set[str]:
         return {c.call_id for c in self.calls}
+
+
+_PYDANTIC_EQ: dict[type, bool] = {}
+
+
+def _plain_model(t: type) -> bool:
+    """``t`` is a pydantic model class whose ``==`` is pydantic's own (it
+    compares the type, ``__dict__``, private and extra values). O(mro), cached."""
+    fast = _PYDANTIC_EQ.get(t)
+    if fast is None:
+        base = next(
+            (c for c in t.__mro__ if c.__name__ == "BaseModel" and c.__module__ == "pydantic.main"),
+            None,
+        )
+        fast = _PYDANTIC_EQ[t] = base is not None and t.__eq__ is base.__eq__
+    return fast
+
+
+def same_objects(a: Sequence[object], b: Sequence[object]) -> bool:
+    """``a`` and ``b`` hold the very same objects, in order: O(n) identity
+    checks at C speed (no Python frame per element)."""
+    return len(a) == len(b) and all(map(operator.is_, a, b))
+
+
+def equal(a: object, b: object) -> bool:
+    """``a == b``, at C speed for two pydantic models of one plain class
+    (what every framework's messages are): their field dicts, private and
+    extra values compared directly, which is exactly what pydantic's own
+    ``__eq__`` decides when the dicts are equal; anything else (a different
+    dict, another class) falls back to ``==``. A checkpointer hands back a
+    copy of every message each turn, so this runs once per message per
+    turn: O(size of the message), no Python frame per field."""
+    t = type(a)
+    if (
+        t is type(b)
+        and _plain_model(t)
+        and a.__dict__ == b.__dict__
+        and getattr(a, "__pydantic_private__", None) == getattr(b, "__pydantic_private__", None)
+        and getattr(a, "__pydantic_extra__", None) == getattr(b, "__pydantic_extra__", None)
+    ):
+        return True
+    return a == b
 
 
 def _held(snap: Snapshot, entry_id: str) -> Entry | Tombstone | None:
@@ -250,8 +295,9 @@ def sync_units(
     Raises :class:`InvalidArgument` (nothing appended) if two new units share
     an id or an entry cannot be built.
     """
+    version = buf.version
     reads = _reads(buf, units, framework=framework, new_ids=new_ids)
-    return admit(
+    report = admit(
         buf,
         reads,
         api=f"integrations.{framework}",
@@ -260,6 +306,8 @@ def sync_units(
         sync=True,
         actor=actor,
     )
+    _extend_index(buf, framework, version, reads, report)
+    return report
 
 
 async def async_sync_units(
@@ -277,8 +325,9 @@ async def async_sync_units(
     matching against a local snapshot, then the adapters'
     :func:`~quiesce.adapters._common.aadmit` (its atomicity and cancellation
     notes hold). Always a checkpoint; never touches a disk on the loop."""
+    version = buf.version
     reads = _reads(buf, units, framework=framework, new_ids=new_ids)
-    return await aadmit(
+    report = await aadmit(
         buf,
         reads,
         api=f"integrations.{framework}",
@@ -287,6 +336,34 @@ async def async_sync_units(
         sync=True,
         actor=actor,
     )
+    _extend_index(buf, framework, version, reads, report)
+    return report
+
+
+def _extend_index(
+    buf: Buffer | AsyncBuffer, framework: str, version: int, reads: list[Read], report: SyncReport
+) -> None:
+    """Keep the content-hash index of ``framework``'s sync state current
+    after an admission of ``reads`` that began at ``version``: when the
+    buffer moved by exactly the one version of this batch (no other writer
+    came between) and nothing was re-admitted, the new messages' hashes are
+    added (O(new)); else the index is dropped and the next sync by content
+    rebuilds it (O(n)). So a context that adds one message at a time pays
+    O(1) look-ups per message, not a scan of the buffer."""
+    state = state_of(buf, framework)
+    index = state.index
+    if index is None or index[0] != version:
+        return
+    appended = [e for r in reads for e in r.entries if r.index in set(report.appended)]
+    if not appended:
+        return
+    state.index = None
+    if buf.version != version + 1 or report.readmitted or local_buffer_of(buf) is None:
+        return
+    for e in appended:
+        if e.content is not None and e.meta.get("unit") == e.id:
+            index[1].setdefault(e.content_hash, []).append(e.id)
+    state.index = (buf.version, index[1], index[2])
 
 
 def _reads(
@@ -295,10 +372,18 @@ def _reads(
     """The units matched against a snapshot of ``buf`` and read into entries
     (the first half of :func:`sync_units`). O(u log n + n) for u units."""
     reads: list[Read] = []
+    state = state_of(buf, framework)
     with buf.snapshot() as snap:
-        call_entry = _Calls(snap, state_of(buf, framework).calls)
+        call_entry = _Calls(snap, state.calls)
         by_content = any(u.id is None for u in units)
-        live_by_hash, tombs_by_hash = _primaries(snap) if by_content else ({}, {})
+        live_by_hash: dict[str, list[str]]
+        tombs_by_hash: dict[str, list[str]]
+        if not by_content:
+            live_by_hash, tombs_by_hash = {}, {}
+        else:
+            if state.index is None or state.index[0] != snap.version:
+                state.index = (snap.version, *_primaries(snap))
+            live_by_hash, tombs_by_hash = _Index(state.index[1]), _Index(state.index[2])
         seen: set[str] = set()
         for position, unit in enumerate(units):
             if unit.id is None:
@@ -379,6 +464,11 @@ class SyncState:
         #: paired output up to a settled point (see :func:`paired`)
         self.kept = 0
         self.pair_memo: tuple[int, list[Any]] = (0, [])
+        #: syncs (and renders recorded with :meth:`rendered_as`) so far, and
+        #: how many leading messages of the last sync's history are the
+        #: previous history's objects or equal copies of them, in place
+        self.generation = 0
+        self.prefix = 0
 
     def forget(self) -> None:
         """Forget what was synced (after a sync whose appends were cut short):
@@ -393,6 +483,8 @@ class SyncState:
         pass of identity checks. O(len(items))."""
         old = self.seen
         n = len(old)
+        self.generation += 1
+        self.prefix = 0
         self.seen = [
             old[i] if i < n and old[i].obj is obj else Seen(obj, unit, None)
             for i, (obj, unit) in enumerate(items)
@@ -400,6 +492,11 @@ class SyncState:
 
 
 _STATES: weakref.WeakKeyDictionary[object, dict[str, SyncState]] = weakref.WeakKeyDictionary()
+
+
+def local_buffer_of(buf: Buffer | AsyncBuffer) -> Buffer | None:
+    """The in-process buffer of ``buf`` (itself, or behind an async face)."""
+    return buf if isinstance(buf, Buffer) else local_buffer(buf)
 
 
 def state_of(buf: Buffer | AsyncBuffer, framework: str) -> SyncState:
@@ -532,6 +629,49 @@ async def async_sync_history(
         return done
 
 
+_DICT = operator.attrgetter("__dict__")
+_PRIVATE = operator.attrgetter("__pydantic_private__")
+_EXTRA = operator.attrgetter("__pydantic_extra__")
+
+
+def _equal_prefix(
+    seen: list[Seen],
+    messages: Sequence[object],
+    k: int,
+    n: int,
+) -> int:
+    """``k``, or ``n`` when every message in ``messages[k:n]`` is an equal
+    copy (:func:`equal`) of the one synced at its position last time — the
+    common turn with a checkpointer, which hands back a new copy of every
+    message. The copies then take the old objects' places (``seen[i].obj``,
+    which is also the object synced under the message's id).
+    All or nothing: any difference (a changed,
+    moved or dropped message, another class) leaves ``k``, and the caller
+    compares message by message. O(n) with no Python frame per message:
+    the types, field dicts, private and extra values are compared as lists,
+    in C."""
+    if k >= n:
+        return k
+    olds = [s.obj for s in seen[k:n]]
+    news = list(messages[k:n])
+    types = list(map(type, news))
+    if types != list(map(type, olds)) or not all(map(_plain_model, set(types))):
+        return k
+    try:
+        same = (
+            list(map(_DICT, news)) == list(map(_DICT, olds))
+            and list(map(_PRIVATE, news)) == list(map(_PRIVATE, olds))
+            and list(map(_EXTRA, news)) == list(map(_EXTRA, olds))
+        )
+    except AttributeError:  # a model built without pydantic's __init__
+        return k
+    if not same:
+        return k
+    for s, m in zip(seen[k:n], news, strict=True):
+        s.obj = m
+    return n
+
+
 def _sync_history(
     buf: Buffer | AsyncBuffer,
     messages: Sequence[object],
@@ -548,26 +688,36 @@ def _sync_history(
     k, n = 0, min(len(seen), len(messages))
     while k < n and messages[k] is seen[k].obj:
         k += 1
+    state.generation += 1
+    k = _equal_prefix(seen, messages, k, n)
+    state.prefix = k
     head = buf.head()
     held: list[int] = []
     tombstoned: list[int] = []
-    for i in range(k):
-        unit = seen[i].unit
-        if unit is not None:
-            (tombstoned if unit in head.tombs.by_id else held).append(i)
+    taken: set[str] = set()
+    if k:
+        units = [s.unit for s in seen[:k]]
+        tombs_by_id = head.tombs.by_id
+        if not tombs_by_id:
+            held = [i for i, u in enumerate(units) if u is not None]
+        else:  # one C-level look-up per live unit, the tombstones only for the rest
+            live_map = head.live
+            gone = [i for i, u in enumerate(units) if u is not None and u not in live_map]
+            tombstoned = [i for i in gone if units[i] in tombs_by_id]
+            dead = set(tombstoned)
+            held = [i for i, u in enumerate(units) if u is not None and i not in dead]
     if k == len(seen) == len(messages):
         report = SyncReport((), tuple(held), tuple(tombstoned), (), (), head.number)
         return report, Changes()
     pairs: list[tuple[int, object, Unit | None]] = []
     objects = state.objects
     fresh: list[Seen | None] = []
-    taken: set[str] = set()
     live, tombs = head.live, head.tombs.by_id
     for i in range(k, len(messages)):
         m = messages[i]
         mid = ident(m) if ident is not None else None
         prev = objects.get(mid) if mid is not None else None
-        if prev is not None and (prev.obj is m or prev.obj == m):
+        if prev is not None and (prev.obj is m or equal(prev.obj, m)):
             # Equal to the object synced under this id before: unchanged.
             uid = prev.unit
             assert uid is not None
@@ -954,7 +1104,7 @@ def rendered(
     entries = list(snap)
     prev = state.last_entries
     units = state.last_units
-    if len(prev) <= len(entries) and all(a is b for a, b in zip(prev, entries, strict=False)):
+    if len(prev) <= len(entries) and all(map(operator.is_, prev, entries)):  # C-level
         tail = entries[len(prev) :]
         if not any(e.meta.get("unit") in units and e.meta.get("unit") != e.id for e in tail):
             slots = window_of(tail, state, keep=False, framework=framework)

@@ -365,11 +365,10 @@ class QuiesceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self.pool = self._target.pool
         self.pruner = pruner
         self.destructive = bool(destructive)
-        #: per buffer (its sync state): the rendered messages last found equal
-        #: to LangChain's own (see :func:`_as_given`)
-        self._given: weakref.WeakKeyDictionary[
-            _store.SyncState, dict[int, tuple[BaseMessage, BaseMessage]]
-        ] = weakref.WeakKeyDictionary()
+        #: per buffer (its sync state): what :func:`_as_given` found last
+        self._given: weakref.WeakKeyDictionary[_store.SyncState, _Given] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def _state_update(
         self, buffer: AsyncBuffer, messages: Sequence[AnyMessage]
@@ -427,8 +426,8 @@ class QuiesceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         state = _store.state_of(buffer, FRAMEWORK)
         memo = self._given.get(state)
         if memo is None:
-            memo = self._given[state] = {}
-        messages = _as_given(messages, request.messages, memo)
+            memo = self._given[state] = _Given()
+        messages = _as_given(messages, request.messages, memo, state)
         if note is None and _same(messages, request.messages):
             return request  # idle: the model gets what LangChain built
         return request.override(
@@ -522,39 +521,82 @@ def _conversation_of(runtime: object, messages: Sequence[object]) -> tuple[str |
     return (str(thread) if thread is not None else None), first
 
 
+class _Given:
+    """What :func:`_as_given` found last time, per buffer: the rendered
+    objects, for each the index of LangChain's message with its id (``-1``:
+    none) and whether the two were equal, and the sync generation it was
+    made at (see :class:`~quiesce.integrations._store.SyncState`)."""
+
+    __slots__ = ("equal", "generation", "ids", "match", "rendered")
+
+    def __init__(self) -> None:
+        self.generation = -1
+        self.rendered: list[BaseMessage] = []
+        self.ids: list[str | None] = []
+        self.match: list[int] = []
+        self.equal: list[bool] = []
+
+
 def _as_given(
     rendered: list[BaseMessage],
     given: Sequence[object],
-    memo: dict[int, tuple[BaseMessage, BaseMessage]] | None = None,
+    memo: _Given | None = None,
+    state: _store.SyncState | None = None,
 ) -> list[BaseMessage]:
     """``rendered`` with each message that equals the one LangChain gave
     (same id, ``==``) replaced by that very object: the model gets the
-    framework's own objects wherever quiesce changed nothing. O(n).
+    framework's own objects wherever quiesce changed nothing.
 
-    ``memo`` (kept between calls) holds the pairs found equal last time: the
-    same rendered object and the same given object again are not compared
-    again (the render cache and LangGraph's state hand back the same objects
-    turn after turn), so a turn compares only its new messages."""
-    by_id = {m.id: m for m in given if isinstance(m, BaseMessage) and m.id}
+    ``memo`` (kept between calls) carries the last call's findings over when
+    exactly one sync ran since (``state``'s generation): a rendered object
+    that is the one rendered at its place last time, whose match was among
+    the first ``state.prefix`` messages (the ones the sync found to be the
+    same objects or equal copies, at the same places), keeps its verdict —
+    equal to last time's message, so equal to the copy — and takes the copy
+    from its place. Only the rest (a turn's new messages) is compared. O(n)
+    list operations, O(new) comparisons; without a valid memo O(n)
+    comparisons."""
     out: list[BaseMessage] = []
-    equal: dict[int, tuple[BaseMessage, BaseMessage]] = {}
-    for m in rendered:
-        original = by_id.get(m.id) if m.id else None
-        if original is not None:
-            hit = memo.get(id(m)) if memo is not None else None
-            if (hit is not None and hit[0] is m and hit[1] is original) or original == m:
-                equal[id(m)] = (m, original)
-                out.append(original)
-                continue
-        out.append(m)
-    if memo is not None:
-        memo.clear()
-        memo.update(equal)
+    ids: list[str | None] = []
+    match: list[int] = []
+    equal: list[bool] = []
+    q = 0
+    if memo is not None and state is not None and memo.generation == state.generation - 1:
+        last = memo.rendered
+        limit = min(len(last), len(rendered))
+        while q < limit and rendered[q] is last[q]:
+            q += 1
+        p = state.prefix
+        tail = {getattr(g, "id", None) for g in given[p:]}
+        while q and (max(memo.match[:q]) >= p or not tail.isdisjoint(memo.ids[:q])):
+            q //= 2  # the part whose matches all stand in the unchanged prefix
+        ids, match, equal = memo.ids[:q], memo.match[:q], memo.equal[:q]
+        out = [
+            given[j] if e else r  # type: ignore[misc]
+            for r, j, e in zip(rendered[:q], match, equal, strict=True)
+        ]
+    by_id: dict[str, int] | None = None
+    for m in rendered[q:]:
+        j = -1
+        if m.id:
+            if by_id is None:
+                by_id = {
+                    g.id: i for i, g in enumerate(given) if isinstance(g, BaseMessage) and g.id
+                }
+            j = by_id.get(m.id, -1)
+        same = j >= 0 and _store.equal(given[j], m)
+        ids.append(m.id)
+        match.append(j)
+        equal.append(same)
+        out.append(given[j] if same else m)  # type: ignore[arg-type]
+    if memo is not None and state is not None:
+        memo.generation = state.generation
+        memo.rendered, memo.ids, memo.match, memo.equal = rendered, ids, match, equal
     return out
 
 
 def _same(a: Sequence[object], b: Sequence[object]) -> bool:
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+    return _store.same_objects(a, b)
 
 
 def _is_live_call(snap: Snapshot, call_id: str) -> bool:

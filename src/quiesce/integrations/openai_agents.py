@@ -37,6 +37,17 @@ What they keep true, for ``Runner.run(agent, ..., session=..., run_config=...)``
   adapter's rendering of the window: stale items annotated, removals listed
   in a ``system`` item, every call answered.
 
+* The SDK's own context tools are held to the policy. Under the SDK's
+  ``OpenAIResponsesCompactionSession``, ``QuiesceSession`` is the store its
+  replacement hook (``_atomic_replace_items``) writes to: the compaction
+  item is a ``Summarize`` of the items it replaced, refused for protected
+  ones (a user message, a negative result and the call it answers stay; the
+  refusal is escalated), the rest summarized. Before
+  :func:`quiesce_input_filter` (composed in one ``call_model_input_filter``),
+  ``ToolOutputTrimmer``'s previews are rewrites and a filter's dropped items
+  prune requests, both through the policy — on a shared buffer too (the
+  filter diffs its input against the one it synced last).
+
 The session and the filter are anyio code (they run on trio too); the SDK's
 runner is asyncio-only, so an agent run using them is.
 """
@@ -45,6 +56,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, cast
@@ -56,13 +68,15 @@ from .._core.edit import HOST_ACTOR
 from .._core.entry import Kind
 from .._core.entry import thaw as plain
 from .._core.errors import InvalidArgument, InvalidType, ProtectedEntry
-from .._core.plan import EditPlan, Prune
-from .._core.records import Override
+from .._core.plan import EditPlan, Prune, Summarize
+from .._core.records import EscalationKind, Override, Status
+from .._core.version import Version
 from .._pool import BufferPool
 from .._protocol import AsyncBuffer, async_buffer, local_buffer
 from ..adapters import responses
-from ..adapters._common import ReadmitPolicy, aread_and_admit, fingerprint
+from ..adapters._common import Keys, Read, ReadmitPolicy, aadmit, aread_and_admit, fingerprint
 from ..pruner import Pruner
+from . import _store
 from ._conversation import Target
 from ._glue import missing_extra, prune_round
 
@@ -221,6 +235,32 @@ class QuiesceSession:
             )
         return cast(TResponseInputItem, plain(newest.content))
 
+    async def _atomic_replace_items(self, items: list[TResponseInputItem]) -> bool:
+        """Replace the stored history by ``items``: the hook the SDK's
+        ``OpenAIResponsesCompactionSession`` looks up on its underlying
+        session's type (before falling back to ``clear_session`` and
+        ``add_items``). Held to the policy (see :func:`_diff_in`, with the
+        stored items as the history before): items kept are held, the one new
+        item (the compaction item) is a ``Summarize`` of the items it
+        replaced, refused for protected entries — a constraint, a user
+        message, a negative result and the call it answers stay in the
+        window, the rest is summarized, and the refusal is escalated. Items
+        that are gone with no summary are prune requests. Returns ``True``
+        (the replacement is done, as far as the policy allows). Bad items
+        raise :class:`InvalidArgument` / :class:`InvalidType`, nothing
+        changed. Cancellation: each write is applied or not as a whole."""
+        buffer = await self.abuffer()
+        with buffer.snapshot() as snap:
+            staged = buffer.staged()
+            last = [
+                e.id
+                for e in snap
+                if e.meta.get("api") == responses.API and e.id not in staged
+            ]
+        with _named():
+            await _diff_in(buffer, cast(list[dict[str, Any]], items), last, anywhere=True)
+        return True
+
     async def clear_session(self) -> None:
         """Prune every item, as ``host:openai-agents``. Protected items (user
         and system messages) stay: the buffer never removes them."""
@@ -254,16 +294,152 @@ async def _sync_items(buffer: AsyncBuffer, items: list[dict[str, Any]]) -> Any:
     input list) on the loop without log I/O on it: inline on an in-process
     buffer without a durable log (one synchronous step), in a worker thread
     with one (a dropped or rewritten item is an edit that flushes). On a
-    shared buffer the new items are appended through ``aappend``; items the
-    SDK dropped or changed are not diffed there (yet)."""
+    shared buffer, :func:`_sync_shared`: the same diff of dropped items
+    through the buffer's async write paths."""
     local = local_buffer(buffer)
     if local is None:
-        return await _admit_items(buffer, items, sync=True)
+        return await _sync_shared(buffer, items)
     call = functools.partial(responses.sync_messages, local, items, actor=__name__)
     if local.sink is None:
         await anyio.lowlevel.checkpoint()
         return call()
     return await anyio.to_thread.run_sync(call, abandon_on_cancel=False)
+
+
+#: per shared buffer: the entry ids of the input the filter synced last, in
+#: order (weak: it dies with the buffer)
+_LAST_INPUT: weakref.WeakKeyDictionary[object, list[str]] = weakref.WeakKeyDictionary()
+
+
+def _summary_read(reads: list[Read], head: Version, *, anywhere: bool) -> int | None:
+    """The index (in ``reads``) of the one new item that stands for dropped
+    ones, or ``None``. In an input list (``anywhere=False``) it must stand
+    before an item the buffer holds — new items only at the end are
+    appended, not a summary (the rule of the local sync,
+    :func:`quiesce.adapters._common.sync_history`); in a replacement of the
+    whole history (``anywhere=True``: the compaction session's) the one new
+    item is the summary wherever it stands. Never a call or an output."""
+    fresh = [
+        t
+        for t, r in enumerate(reads)
+        if all(e.id not in head.live and e.id not in head.tombs.by_id for e in r.entries)
+    ]
+    if len(fresh) != 1:
+        return None
+    t = fresh[0]
+    if not anywhere and t == len(reads) - 1:
+        return None
+    entries = reads[t].entries
+    if len(entries) != 1 or entries[0].kind in (Kind.TOOL_CALL, Kind.TOOL_OUTPUT):
+        return None
+    return t
+
+
+async def _sync_shared(buffer: AsyncBuffer, items: list[dict[str, Any]]) -> Any:
+    """Sync the SDK's input into a shared buffer, faithfully: :func:`_diff_in`
+    against the input this filter synced last (the first sync of a buffer in
+    this process has none: it only appends). Cancelled midway, the writes
+    made stay and the last input is not recorded (the next call diffs
+    against the one before)."""
+    report, now = await _diff_in(buffer, items, _LAST_INPUT.get(buffer), anywhere=False)
+    _LAST_INPUT[buffer] = now
+    return report
+
+
+async def _diff_in(
+    buffer: AsyncBuffer, items: list[dict[str, Any]], last: list[str] | None, *, anywhere: bool
+) -> tuple[Any, list[str]]:
+    """Bring ``buffer`` to ``items``, the SDK's new history, as a diff
+    against ``last`` (the entry ids of the history before), through the
+    policy and the buffer's async write paths — on any
+    :class:`~quiesce.AsyncBuffer`, so no log I/O runs on the loop:
+
+    * new items are appended (through :func:`~quiesce.adapters._common.aadmit`);
+    * an item of ``last`` whose content changed under its id
+      (``ToolOutputTrimmer``'s preview) is a ``Rewrite``: refused and
+      escalated for protected entries, whose original stays;
+    * items of ``last`` that are gone are a removal request (``aprune``):
+      protected entries stay in the window and the refusal is escalated
+      (``REFUSED_EDIT``), as the local diff does;
+    * one new item standing for gone ones (see :func:`_summary_read`: the
+      compaction item) is a ``Summarize`` of them into it (``aedit``),
+      refused as a whole for protected entries — then tried again over the
+      unprotected ones only, which it replaces while the protected ones
+      stay (the refusal is logged and escalated by the buffer).
+
+    Everything is read against the local head first (bad input appends
+    nothing). Returns the admission's report and the entry ids ``items``
+    were read as. O(n) reading, plus the writes; every write a checkpoint."""
+    head = buffer.head()
+    reads = responses._read(
+        items,
+        turn=None,
+        user_kind=Kind.INSTRUCTION,
+        assistant_kind=Kind.REASONING,
+        head=head,
+        keys=Keys(head, sync=True),
+        calls=(),
+    )
+    now = [e.id for r in reads for e in r.entries]
+    present = set(now)
+    staged = buffer.staged()
+    gone = (
+        [i for i in last if i not in present and i in head.live and i not in staged]
+        if last
+        else []
+    )
+    summary = _summary_read(reads, head, anywhere=anywhere) if gone else None
+    report = await aadmit(
+        buffer,
+        [r for t, r in enumerate(reads) if t != summary],
+        api=responses.API,
+        readmit="record",
+        turn=None,
+        sync=True,
+        actor=__name__,
+        rewritable=set(last or ()),
+    )
+    who = __name__
+    if summary is not None:
+        into = reads[summary].entries[0]
+        reason = f"the history given to {who} replaced these items by one"
+        edit = await buffer.aedit(
+            EditPlan([Summarize(tuple(gone), into=into)], reason=reason, actor=who)
+        )
+        if not edit.applied:
+            with buffer.snapshot() as snap:
+                kept = _store._protected(buffer, snap, gone)
+            rest = [i for i in gone if i not in kept]
+            # the calls (and what else) the kept entries cite stay with them
+            with buffer.snapshot() as snap:
+                todo = list(kept)
+                while todo:
+                    found = snap.resolve(todo.pop())
+                    for ref in getattr(found, "refs", ()):
+                        if ref not in kept:
+                            kept.add(ref)
+                            todo.append(ref)
+            rest = [i for i in gone if i not in kept]
+            if kept and rest:
+                await buffer.aedit(
+                    EditPlan([Summarize(tuple(rest), into=into)], reason=reason, actor=who)
+                )
+    elif gone:
+        pruned = await buffer.aprune(
+            gone, reason=f"removed from the history given to {who}", actor=who
+        )
+        kept_ids = [
+            i for i, o in pruned.items() if o.status not in (Status.PRUNED, Status.DEFERRED)
+        ]
+        if kept_ids:
+            await buffer.aescalate(
+                EscalationKind.REFUSED_EDIT,
+                f"{who}: the history dropped {len(kept_ids)} "
+                f"entr{'y' if len(kept_ids) == 1 else 'ies'} the policy keeps: "
+                + ", ".join(repr(i) for i in kept_ids[:10]),
+                data={"ids": kept_ids[:100], "adapter": responses.API, "request": "sync"},
+            )
+    return report, now
 
 
 def quiesce_input_filter(

@@ -51,14 +51,14 @@ from collections.abc import AsyncIterable, Sequence
 from typing import Any
 
 from .._core.buffer import Buffer, Snapshot
-from .._core.entry import Kind, canonical_json
+from .._core.entry import Kind, canonical_json, thaw
 from .._core.errors import InvalidArgument
-from .._pool import BufferPool
+from .._pool import BufferPool, ConversationMismatch
 from .._protocol import AsyncBuffer, async_buffer
 from ..adapters._common import NOTE_PREFIX, ReadmitPolicy, SyncReport, fingerprint
 from ..pruner import Pruner
 from . import _store, _stream
-from ._conversation import Target
+from ._conversation import Target, anonymous_id
 from ._glue import missing_extra, prune_round
 
 try:
@@ -418,6 +418,15 @@ class QuiesceHistoryProcessor:
         self.pool = self._target.pool
         self.pruner = pruner
         self._built: dict[int, tuple[weakref.ref[ModelMessage], str]] = {}
+        #: per buffer: the first message synced and its key (see _held_first)
+        self._firsts: weakref.WeakKeyDictionary[_store.SyncState, tuple[object, str]] = (
+            weakref.WeakKeyDictionary()
+        )
+        #: per buffer: (version, length) of the last call that returned the
+        #: run's own list unchanged (see _still_idle)
+        self._idle: weakref.WeakKeyDictionary[_store.SyncState, tuple[int, int]] = (
+            weakref.WeakKeyDictionary()
+        )
         #: entry id -> (its dump, the message built from it), per buffer
         self._loaded: weakref.WeakKeyDictionary[object, dict[str, tuple[Any, ModelMessage]]] = (
             weakref.WeakKeyDictionary()
@@ -435,6 +444,72 @@ class QuiesceHistoryProcessor:
             self._built.pop(key, None)
 
         self._built[key] = (weakref.ref(m, forget), unit)
+
+    def _held_first(self, buffer: AsyncBuffer, state: _store.SyncState) -> str | None:
+        """The key of the first message of the history ``buffer`` holds of
+        pydantic-ai (``None``: none): the first message last synced, else
+        (nothing synced in this process: a reopened durable buffer) its
+        first live message. O(1) amortised (cached per synced object)."""
+        obj = next((s.obj for s in state.seen if s.unit is not None and s.obj is not None), None)
+        if obj is None:
+            with buffer.snapshot() as snap:
+                entry = next(
+                    (
+                        e
+                        for e in snap
+                        if e.meta.get("fw") == FRAMEWORK
+                        and e.meta.get("unit") == e.id
+                        and e.content is not None
+                    ),
+                    None,
+                )
+            return None if entry is None else fingerprint(thaw(entry.content))
+        cached = self._firsts.get(state)
+        if cached is not None and cached[0] is obj:
+            return cached[1]
+        if not isinstance(obj, ModelRequest | ModelResponse):
+            return None
+        key = _first_key(_unnoted([obj])[:1])
+        if key is not None:
+            self._firsts[state] = (obj, key)
+        return key
+
+    def _check_extends(
+        self,
+        buffer: AsyncBuffer,
+        state: _store.SyncState,
+        messages: Sequence[object],
+        conversation: str | None,
+        first: str | None,
+    ) -> None:
+        """Raise :class:`~quiesce.ConversationMismatch` when the run's history
+        does not extend the one the buffer holds: its first message differs
+        and none of its messages is one the buffer synced (a run started
+        without ``message_history`` under the same ``conversation_id``, or
+        over a buffer that holds another history). Such a run is another
+        conversation (the rule of :mod:`quiesce.integrations._conversation`),
+        so it is refused before anything is synced — never read as a request
+        to prune everything the buffer holds. A processor placed before
+        quiesce that drops the first messages keeps later ones the buffer
+        holds (the same objects): that is an edit, settled by the sync. O(1)
+        when the first message is the held one; O(n) otherwise."""
+        held = self._held_first(buffer, state)
+        if held is None or first is None or held == first:
+            return
+        synced = {id(s.obj) for s in state.seen if s.unit is not None}
+        if any(id(m) in synced or self._known(m) is not None for m in messages):
+            return
+        name = f"conversation {conversation!r}, " if conversation is not None else ""
+        bound, seen = anonymous_id(held), anonymous_id(first)
+        raise ConversationMismatch(
+            f"QuiesceHistoryProcessor: this buffer holds {name}a history starting with "
+            f"{bound!r}; this run's history starts with {seen!r} and does not extend it "
+            "(a run without message_history is another conversation: pass "
+            "message_history=result.all_messages() to continue, or give a new "
+            "conversation its own buffer)",
+            bound=bound,
+            seen=seen,
+        )
 
     def _reader(self, buffer: AsyncBuffer, state: _store.SyncState) -> Any:
         """``read(index, message)`` for the sync: quiesce's parts stripped
@@ -473,12 +548,14 @@ class QuiesceHistoryProcessor:
     async def __call__(
         self, ctx: RunContext[Any], messages: list[ModelMessage]
     ) -> list[ModelMessage]:
-        buffer = await self._target.buffer(
-            _conversation_of(ctx), _first_key(_unnoted(messages[:2])[:1])
-        )
+        conversation = _conversation_of(ctx)
+        first = _first_key(_unnoted(messages[:2])[:1])
+        buffer = await self._target.buffer(conversation, first)
         face = async_buffer(buffer, "QuiesceHistoryProcessor")
         state = _store.state_of(face, FRAMEWORK)
-        _, changes = await _store.async_sync_history(
+        self._check_extends(face, state, messages, conversation, first)
+        before = face.version
+        report, changes = await _store.async_sync_history(
             face,
             _checked(messages),
             self._reader(face, state),
@@ -488,7 +565,11 @@ class QuiesceHistoryProcessor:
         )
         if changes:
             await _store.aapply_changes(face, changes)
+        synced = face.version
         await prune_round(face, self.pruner)
+        if self._still_idle(face, state, messages, before, synced, report, bool(changes)):
+            self._idle[state] = (face.version, len(messages))
+            return messages  # idle, as last time: the run's own list
         given: dict[str, ModelMessage] = {}
         if len(state.seen) == len(messages):
             for m, seen in zip(messages, state.seen, strict=True):
@@ -502,11 +583,54 @@ class QuiesceHistoryProcessor:
             if unit is not None and given.get(unit) is not m:
                 self._remember(m, unit)
         state.rendered_as([(m, units.get(id(m))) for m in rendered])
-        if len(rendered) == len(messages) and all(
-            a is b for a, b in zip(rendered, messages, strict=True)
-        ):
+        if _store.same_objects(rendered, messages):
+            self._idle[state] = (face.version, len(messages))
             return messages  # idle: the run's own list
+        self._idle.pop(state, None)
         return rendered
+
+    def _still_idle(
+        self,
+        buffer: AsyncBuffer,
+        state: _store.SyncState,
+        messages: Sequence[ModelMessage],
+        before: int,
+        synced: int,
+        report: SyncReport,
+        changed: bool,
+    ) -> bool:
+        """Whether the window is still exactly ``messages`` without rendering
+        it: the last call returned the run's own list (idle) at the version
+        the buffer had when this call began (nobody wrote since), this run's
+        history starts with those very objects (the sync's identity prefix),
+        the sync appended each later message as a new entry and changed
+        nothing else, the pruning round wrote nothing, nothing is marked or
+        pruned, and the new messages pair as they are (every call shown
+        answered, no result without its call). Then the render would give
+        back ``messages`` object for object, so a turn over a long history
+        costs O(new messages) here instead of O(n) rebuilding. O(new)."""
+        memo = self._idle.get(state)
+        if memo is None or changed:
+            return False
+        version, n = memo
+        if before != version or buffer.version != synced or state.prefix < n:
+            return False
+        if n == 0 or len(messages) < n:
+            return False
+        if report.appended != tuple(range(n, len(messages))):
+            return False
+        head = buffer.head()
+        if head.marks or head.tombs.by_id:
+            return False
+        tail = messages[n:]
+        if any(_has_quiesce_parts(m) for m in tail):
+            return False
+        start = n - 1
+        while start > 0 and not isinstance(messages[start], ModelResponse):
+            start -= 1
+        window = list(messages[start:])
+        paired = _paired(window)
+        return _store.same_objects(paired, window)
 
 
 def _has_quiesce_parts(m: object) -> bool:
