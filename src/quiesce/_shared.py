@@ -194,6 +194,13 @@ class SharedStats:
     served: int  #: requests this member applied as sequencer
     failovers: int  #: times this member took the lease from another holder
     local: Stats
+    #: the log's next seq as this member last heard (a NOTIFY or a read)
+    log_seq: int = 0
+
+    @property
+    def lag(self) -> int:
+        """Records of the log this member has heard of and not applied yet."""
+        return max(0, self.log_seq - self.applied_seq)
 
 
 _SEQUENCER = "sequencer"
@@ -746,6 +753,7 @@ class SharedBuffer:
         self.forwarded = 0
         self.served = 0
         self.failovers = 0
+        self._log_seq = 0  # the log's next seq as last heard (NOTIFY payload or a read)
         self.request_channel = ""
         self._listen_conn: Any = None
 
@@ -853,11 +861,12 @@ class SharedBuffer:
     def stats(self) -> SharedStats:
         ctl = self._ctl
         last = ctl.last_contact
+        applied = len(self.local._records)
         return SharedStats(
             member_id=self.member_id,
             role=self._role,
             epoch=self._epoch,
-            applied_seq=len(self.local._records),
+            applied_seq=applied,
             connected=ctl.connected,
             last_contact_age=None if last is None else time.monotonic() - last,
             lease_valid=self._lease_lost is None and time.monotonic() < self._member_valid_until,
@@ -867,6 +876,7 @@ class SharedBuffer:
             served=self.served,
             failovers=self.failovers,
             local=self.local.stats(),
+            log_seq=max(self._log_seq, applied),
         )
 
     def _check(self) -> None:
@@ -1481,8 +1491,11 @@ class SharedBuffer:
                 self._listen_conn = conn
                 return True  # (re)connected: catch up, a NOTIFY may have been missed
             got = False
-            for _note in conn.notifies(timeout=self._poll, stop_after=1):
+            for note in conn.notifies(timeout=self._poll, stop_after=1):
                 got = True
+                sink = self._sink  # the payload is the last seq of the commit
+                if sink is not None and note.channel == sink.channel and note.payload.isdigit():
+                    self._log_seq = max(self._log_seq, int(note.payload) + 1)
             return got
         except (psycopg.Error, LogWriteError):
             conn, self._listen_conn = self._listen_conn, None
@@ -1533,6 +1546,8 @@ class SharedBuffer:
         buf = self.local
         assert sink is not None
         records = await self._db(sink.read_from, len(buf._records))
+        if records:
+            self._log_seq = max(self._log_seq, records[-1].seq + 1)
         if not records or self._role == _SEQUENCER:
             return
         with buf._write_lock:
