@@ -431,6 +431,42 @@ def test_a_raising_processor_never_reaches_the_caller() -> None:
         inst.uninstrument()
 
 
+class _RaisingExporter(InMemorySpanExporter):
+    def export(self, spans: Any) -> Any:
+        raise RuntimeError("exporter broke")
+
+
+@pytest.mark.anyio
+async def test_a_raising_exporter_never_reaches_the_caller(
+    anyio_backend: str, tmp_path: Path
+) -> None:
+    """An exporter that raises on every span (behind the SDK's own
+    processor) changes nothing for the buffer: the prune's report, its
+    removal at the grace point, the flush and the log are what they are
+    without telemetry."""
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(_RaisingExporter()))
+    inst = QuiesceInstrumentor()
+    inst.instrument(tracer_provider=provider)
+    try:
+        async with open_buffer(log=SQLiteLog(tmp_path / "x.db")) as buf:
+            buf.append(Entry("a", Kind.REASONING, "x"))
+            with buf.snapshot():
+                report = await buf.aprune(["a"], reason="r")
+            await buf.quiesce()
+            await buf.aflush()
+            assert report["a"].status.value == "deferred"
+            assert "a" in buf.tombstones
+            version = buf.version
+        buf.sink.close()  # type: ignore[union-attr]
+    finally:
+        inst.uninstrument()
+    again = Buffer(log=SQLiteLog(tmp_path / "x.db"))
+    assert again.version == version
+    assert "a" in again.tombstones
+    again.sink.close()  # type: ignore[union-attr]
+
+
 def test_nothing_is_imported_or_emitted_without_it() -> None:
     code = (
         "import sys, quiesce\n"
