@@ -33,9 +33,11 @@ from quiesce import (
     SQLiteLog,
 )
 from quiesce._core.records import FORMAT
+from quiesce._log import _sqlite_schema as sqlite_schema
 from quiesce._log import inspect as inspect_mod
 from quiesce._log import sqlite as sqlite_mod
-from quiesce._log.sqlite import _check_schema, record_crc
+from quiesce._log._sqlite_schema import _check_schema
+from quiesce._log.sqlite import record_crc
 
 
 def _churn(buf: Buffer, rounds: int, start: int = 0) -> None:
@@ -98,7 +100,7 @@ class TestSQLiteFormatCheck:
         path = tmp_path / "log.db"
         _sqlite_log(path, 3)
         conn = sqlite3.connect(path, isolation_level=None)
-        plan = conn.execute("EXPLAIN QUERY PLAN " + sqlite_mod._NEWEST_FORMAT).fetchall()
+        plan = conn.execute("EXPLAIN QUERY PLAN " + sqlite_schema._NEWEST_FORMAT).fetchall()
         assert "quiesce_log_formats" in str(plan)
         _newer_record_is_refused(path, conn)
 

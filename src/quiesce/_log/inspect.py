@@ -53,9 +53,10 @@ from .._core.checkpoint import describe_checkpoint, replay_log
 from .._core.errors import LogFormatError
 from .._core.records import LogRecord, Tombstone
 from .._core.replay import replay
+from ._file_locks import _held_fd
 from ._format import OPS, encode_json, log_path, sniff
 from .jsonl import stream_jsonl
-from .sqlite import _held_fd, stream_sqlite
+from .sqlite import stream_sqlite
 
 __all__ = ["main", "printable"]
 

@@ -82,10 +82,15 @@ After a crash the file may have a write-ahead log (``<path>-wal``) that no
 checkpoint has folded in yet. SQLite's WAL recovery stops at the first frame
 whose checksum fails and drops the rest silently — right for a torn write,
 wrong for a flipped bit with committed transactions behind it. Opening
-therefore checks the WAL first (:func:`_check_wal`, O(WAL size)): damage
+therefore checks the WAL first (:func:`~._wal._check_wal`, O(WAL size)): damage
 followed by the commit of a later transaction cannot come from a crash and
 is refused; damage in the last transaction is a torn write and that
 transaction is dropped, as a JSONL log drops a torn last batch.
+
+Parts: the tables, triggers and the checks that a file is a quiesce log are
+:mod:`._sqlite_schema`; the WAL verifier is :mod:`._wal`; the registry of
+the files this process holds (and the probe for another writer) is
+:mod:`._file_locks`. This module is the sink and the streaming reads.
 
 Prior art: SQLite's own WAL documentation ("How To Corrupt An SQLite
 Database File", "Write-Ahead Logging"), PostgreSQL's group commit
@@ -99,418 +104,42 @@ import errno
 import math
 import os
 import sqlite3
-import struct
 import threading
-import time
 import urllib.parse
-import zlib
 from collections.abc import Callable, Generator, Iterator, Sequence
 from types import TracebackType
 
 from .._core.errors import InvalidArgument, InvalidType, LogFormatError, LogLocked
 from .._core.log import check_read
-from .._core.records import FORMAT, LogRecord
+from .._core.records import LogRecord
+from ._file_locks import _HELD, _HELD_LOCK, _held_fd, _writer_active
 from ._format import (
-    APPLICATION_ID,
-    SQLITE_MAGIC,
-    check_log_format,
     check_sequence,
     decode_json,
     decode_record,
     encode_batch,
-    install,
     lock_exclusive,
     log_path,
     records_before,
     sniff,
-    temp_name,
 )
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - Windows: no advisory locks
-    fcntl = None  # type: ignore[assignment]
+from ._sqlite_schema import (
+    _CHECKPOINTS,
+    _INSERT,
+    _SELECT,
+    SQLITE_FORMAT,
+    _check_header,
+    _check_pages,
+    _check_schema,
+    _create,
+    _ensure_checkpoint_index,
+    _ensure_format_index,
+    _refused_if_damaged,
+    record_crc,
+)
+from ._wal import _check_wal
 
 __all__ = ["SQLITE_FORMAT", "SQLiteLog", "read_sqlite", "record_crc", "stream_sqlite"]
-
-#: The SQLite file layout a new log gets (``PRAGMA user_version``): 2 adds
-#: the per-record ``crc`` column; 1 (quiesce 0.1.0) is still read and written.
-SQLITE_FORMAT = 2
-
-_CRC_COLUMN = "    crc     INTEGER NOT NULL,\n"
-_SCHEMA = f"""
-PRAGMA application_id = {APPLICATION_ID};
-PRAGMA user_version = {SQLITE_FORMAT};
-CREATE TABLE quiesce_meta (
-    key   TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
-CREATE TABLE quiesce_log (
-    seq     INTEGER PRIMARY KEY,
-    record  TEXT    NOT NULL CHECK (json_valid(record)),
-{_CRC_COLUMN}    format  INTEGER GENERATED ALWAYS AS (json_extract(record, '$.format')) VIRTUAL,
-    time    REAL    GENERATED ALWAYS AS (json_extract(record, '$.time')) VIRTUAL,
-    op      TEXT    GENERATED ALWAYS AS (json_extract(record, '$.op')) VIRTUAL,
-    version INTEGER GENERATED ALWAYS AS (json_extract(record, '$.version')) VIRTUAL,
-    ids     TEXT    GENERATED ALWAYS AS (json_extract(record, '$.ids')) VIRTUAL,
-    actor   TEXT    GENERATED ALWAYS AS (json_extract(record, '$.actor')) VIRTUAL,
-    reason  TEXT    GENERATED ALWAYS AS (json_extract(record, '$.reason')) VIRTUAL,
-    turn    INTEGER GENERATED ALWAYS AS (json_extract(record, '$.turn')) VIRTUAL,
-    outcome TEXT    GENERATED ALWAYS AS (json_extract(record, '$.outcome')) VIRTUAL
-);
-CREATE TRIGGER quiesce_log_no_update BEFORE UPDATE ON quiesce_log
-BEGIN SELECT RAISE(ABORT, 'quiesce_log is append-only: UPDATE refused'); END;
-CREATE TRIGGER quiesce_log_no_delete BEFORE DELETE ON quiesce_log
-BEGIN SELECT RAISE(ABORT, 'quiesce_log is append-only: DELETE refused'); END;
-CREATE TRIGGER quiesce_log_in_order BEFORE INSERT ON quiesce_log
-WHEN NEW.seq IS NOT (SELECT COALESCE(MAX(seq) + 1, 0) FROM quiesce_log)
-BEGIN SELECT RAISE(ABORT, 'quiesce_log is append-only: seq must be the next one'); END;
-CREATE TRIGGER quiesce_meta_no_update BEFORE UPDATE ON quiesce_meta
-BEGIN SELECT RAISE(ABORT, 'quiesce_meta is read-only: UPDATE refused'); END;
-CREATE TRIGGER quiesce_meta_no_delete BEFORE DELETE ON quiesce_meta
-BEGIN SELECT RAISE(ABORT, 'quiesce_meta is read-only: DELETE refused'); END;
-"""
-
-_INSERT = {
-    1: "INSERT INTO quiesce_log (seq, record) VALUES (?, ?)",
-    2: "INSERT INTO quiesce_log (seq, record, crc) VALUES (?, ?, ?)",
-}
-_SELECT = {
-    1: "SELECT seq, record FROM quiesce_log",
-    2: "SELECT seq, record, crc FROM quiesce_log",
-}
-
-#: A partial index of the checkpoint rows (issue 13): recovery finds the
-#: newest checkpoint without scanning the log. Built once, on the first
-#: writable open of a log that lacks it (one pass over older files).
-_CHECKPOINT_INDEX = (
-    "CREATE INDEX IF NOT EXISTS quiesce_log_checkpoints ON quiesce_log (seq) "
-    "WHERE op = 'checkpoint'"
-)
-_CHECKPOINTS = "SELECT seq FROM quiesce_log WHERE op = 'checkpoint' AND seq < ? ORDER BY seq"
-
-
-#: A partial index of the records of a format above 1 (issue 13): the open's
-#: format check ("no record newer than this code reads") is one O(log n)
-#: probe of it instead of a scan of every record. It holds no row while every
-#: record is format 1, so it costs a log nothing to keep. Built once, on the
-#: first writable open of a log that lacks it, after that file's records
-#: passed the check by a scan (so a refused file is never written to).
-_FORMAT_INDEX = (
-    "CREATE INDEX IF NOT EXISTS quiesce_log_formats ON quiesce_log (format) WHERE format > 1"
-)
-_NEWEST_FORMAT = "SELECT MAX(format) FROM quiesce_log WHERE format > 1"
-
-
-def _has_format_index(conn: sqlite3.Connection) -> bool:
-    row = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'quiesce_log_formats'"
-    ).fetchone()
-    return row is not None
-
-
-def _ensure_format_index(conn: sqlite3.Connection) -> None:
-    """Create the format index if missing (a read-only file keeps working
-    without it: its open then scans)."""
-    try:
-        conn.execute(_FORMAT_INDEX)
-    except sqlite3.OperationalError:
-        pass  # read-only or locked: the format check scans
-
-
-def _ensure_checkpoint_index(conn: sqlite3.Connection) -> None:
-    """Create the checkpoint index if missing (a read-only file keeps
-    working without it: the query then scans)."""
-    try:
-        conn.execute(_CHECKPOINT_INDEX)
-    except sqlite3.OperationalError:
-        pass  # read-only or locked: checkpoints() still answers, by a scan
-
-
-#: Generated columns (SQLite 3.31) and the JSON functions are required.
-_MIN_SQLITE = (3, 31, 0)
-
-
-def _check_header(path: str) -> None:
-    """Refuse a non-quiesce or newer-format file from its header bytes alone
-    (before SQLite opens it, so nothing can be written to it)."""
-    held = _held_fd(path)
-    if held is not None:
-        header = os.pread(held, 100, 0)
-    else:
-        with open(path, "rb") as f:
-            header = f.read(100)
-    if not header.startswith(SQLITE_MAGIC):
-        if sniff(path) == "jsonl":
-            raise LogFormatError(f"{path} is a JSONL edit log; open it with JsonlLog")
-        raise LogFormatError(f"{path} is not a quiesce edit log")  # pragma: no cover - sniff raised
-    if len(header) < 100:
-        raise LogFormatError(f"{path} is a truncated SQLite file, not a quiesce edit log")
-    app = int.from_bytes(header[68:72], "big")
-    if app != APPLICATION_ID:
-        raise LogFormatError(
-            f"{path} is a SQLite database but not a quiesce edit log "
-            f"(application_id {app:#x}, expected {APPLICATION_ID:#x})"
-        )
-    _check_layout(path, int.from_bytes(header[60:64], "big"))
-
-
-_WAL_MAGICS = {0x377F0682: "<", 0x377F0683: ">"}  # checksum word order
-
-
-def _wal_sum(data: bytes, order: str, s0: int, s1: int) -> tuple[int, int]:
-    """SQLite's WAL checksum of ``data`` (a multiple of 8 bytes) seeded with
-    ``(s0, s1)``."""
-    for x0, x1 in struct.iter_unpack(order + "II", data):
-        s0 = (s0 + x0 + s1) & 0xFFFFFFFF
-        s1 = (s1 + x1 + s0) & 0xFFFFFFFF
-    return s0, s1
-
-
-def _wal_damage(wal: bytes, page_size: int, order: str) -> int | None:
-    """Where SQLite would stop reading ``wal`` (the index of the first frame
-    that fails its checksum, -1 for the header) if committed transactions
-    follow that point, else ``None``.
-
-    SQLite's WAL recovery keeps the frames up to the first one whose
-    cumulative checksum fails and drops the rest silently: right for a torn
-    write, wrong for a flipped bit with committed transactions behind it.
-    A frame after the damage is checked *locally* (its checksum seeded with
-    its predecessor's stored or recomputed one, its salts the header's). A
-    crash can tear only the transaction being written, so damage followed by
-    the commit frames of another transaction cannot be a torn write (as a
-    JSONL commit line after damage cannot). The damaged frame's own commit
-    mark decides how many commits must follow (one after a damaged commit
-    frame, two otherwise): a flip that clears that mark itself can still pass
-    for a torn last transaction. O(WAL size)."""
-    if len(wal) < 32:
-        return None
-    magic, version, _size, _ckpt, salt1, salt2, c0, c1 = struct.unpack(">8I", wal[:32])
-    header_sum = _wal_sum(wal[:24], order, 0, 0)
-    header_ok = _WAL_MAGICS.get(magic) == order and version == 3007000 and header_sum == (c0, c1)
-    bad: int | None = None if header_ok else -1
-    need = 1  # commit frames after the damage that prove it is not a torn tail
-    found = 0
-    # The stored checksum of the previous frame, and the one computed over
-    # it: they differ only at the damaged frame, and either may be the true
-    # one (the flip hit its data, or its stored checksum).
-    prev_stored, prev_computed = (c0, c1), header_sum
-    frame = 24 + page_size
-    for k, off in enumerate(range(32, len(wal) - frame + 1, frame)):
-        pgno, db_size, s1, s2, f0, f1 = struct.unpack(">6I", wal[off : off + 24])
-        data = wal[off : off + 8] + wal[off + 24 : off + frame]
-        computed = _wal_sum(data, order, *prev_stored)
-        local = (s1, s2) == (salt1, salt2) and pgno > 0
-        if local and computed != (f0, f1):
-            local = prev_computed != prev_stored and _wal_sum(data, order, *prev_computed) == (
-                f0,
-                f1,
-            )
-        if bad is None:
-            if not local:
-                bad, need = k, 1 if db_size else 2
-        elif local and db_size:
-            found += 1
-            if found >= need:
-                return bad
-        prev_stored, prev_computed = (f0, f1), computed
-    return None
-
-
-def _check_wal(path: str) -> None:
-    """Refuse a log whose write-ahead log (``<path>-wal``, present after a
-    crash) is damaged before committed transactions: SQLite would recover a
-    prefix silently. Reads only; O(WAL size)."""
-    try:
-        with open(path + "-wal", "rb") as f:
-            wal = f.read()
-        with open(path, "rb") as f:
-            head = f.read(100)
-    except FileNotFoundError:
-        return
-    page_size = int.from_bytes(head[16:18], "big") if len(head) >= 18 else 0
-    page_size = 65536 if page_size == 1 else page_size
-    if page_size < 512:
-        return  # the database header is refused on its own
-    for order in ("<", ">"):  # both: the magic that says which may be the damage
-        at = _wal_damage(wal, page_size, order)
-        if at is not None:
-            where = "its header" if at < 0 else f"frame {at}"
-            raise LogFormatError(
-                f"{path} is damaged: its write-ahead log fails its checksum at {where} "
-                f"and committed transactions follow (not a torn write)"
-            )
-
-
-#: Files a SQLiteLog of this process holds: (st_dev, st_ino) -> its lock
-#: descriptor. Nothing here opens and closes such a file again: on POSIX,
-#: closing *any* descriptor of a file drops every POSIX lock the process
-#: holds on it, SQLite's included (and another process could then take the
-#: log's WAL for abandoned and delete it). Re-entrant: the cyclic collector
-#: can run a forgotten log's ``__del__`` (which releases its entry) inside
-#: any allocation made while the lock is held, in the same thread.
-_HELD: dict[tuple[int, int], int] = {}
-_HELD_LOCK = threading.RLock()
-
-
-def _held_fd(path: str) -> int | None:
-    """The lock descriptor of this process's SQLiteLog on ``path``, if any."""
-    try:
-        st = os.stat(path)
-    except (OSError, ValueError):
-        return None
-    return _HELD.get((st.st_dev, st.st_ino))
-
-
-def _writer_active(path: str) -> bool:
-    """Whether a ``SQLiteLog`` holds ``path`` open for writing now (its
-    exclusive ``flock`` refuses a shared one). Takes no lock it keeps."""
-    if fcntl is None:  # pragma: no cover - Windows
-        return False
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)  # before any SQLite connection of ours opens the file
-    return False
-
-
-def _check_layout(path: str, layout: object) -> int:
-    """The file layout (``user_version``), if this code reads it."""
-    if type(layout) is not int or layout < 1:
-        raise LogFormatError(f"{path} has no valid quiesce layout version ({layout!r})")
-    check_log_format(path, layout, SQLITE_FORMAT)
-    return layout
-
-
-@contextlib.contextmanager
-def _refused_if_damaged(path: str) -> Iterator[None]:
-    """Every ``sqlite3`` and decoding error of a read as :class:`LogFormatError`.
-    ``MemoryError`` too: ``sqlite3`` raises it for ``SQLITE_NOMEM``, which a
-    damaged schema page produces (found by the atheris harness)."""
-    try:
-        yield
-    except (sqlite3.Error, UnicodeError, OverflowError) as exc:
-        raise LogFormatError(f"{path} is damaged or not a quiesce edit log: {exc}") from exc
-    except MemoryError as exc:
-        raise LogFormatError(
-            f"{path} is damaged or not a quiesce edit log: SQLite ran out of memory reading it"
-        ) from exc
-
-
-def _check_schema(conn: sqlite3.Connection, path: str) -> int:
-    """The same checks as the header, through SQLite (a WAL may hold a newer
-    header), plus the tables and the newest record format. Returns the
-    layout. Call under :func:`_refused_if_damaged`."""
-    app = conn.execute("PRAGMA application_id").fetchone()[0]
-    if app != APPLICATION_ID:
-        raise LogFormatError(f"{path} is a SQLite database but not a quiesce edit log")
-    layout = _check_layout(path, conn.execute("PRAGMA user_version").fetchone()[0])
-    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    if not {"quiesce_log", "quiesce_meta"} <= tables:
-        raise LogFormatError(f"{path} has a quiesce header but no quiesce_log table")
-    # The newest record format: one probe of the format index when the file
-    # has it, O(log n); else a scan of every record, O(n) (a file written
-    # before the index, or a read-only one; _connect then adds the index).
-    if _has_format_index(conn):
-        newest = conn.execute(_NEWEST_FORMAT).fetchone()[0]
-    else:
-        newest = conn.execute("SELECT MAX(format) FROM quiesce_log").fetchone()[0]
-    if newest is not None:
-        if type(newest) is not int:
-            raise LogFormatError(f"{path} holds a record with an invalid format field")
-        check_log_format(path, newest)
-    return layout
-
-
-def _schema_of(layout: int) -> frozenset[tuple[object, ...]]:
-    """The ``sqlite_master`` rows a log of ``layout`` holds, exactly as
-    :func:`_create` (or quiesce 0.1.0, for layout 1) wrote them."""
-    schema = _SCHEMA if layout == SQLITE_FORMAT else _SCHEMA.replace(_CRC_COLUMN, "")
-    conn = sqlite3.connect(":memory:")
-    try:
-        conn.executescript(schema)
-        return frozenset(conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master"))
-    finally:
-        conn.close()
-
-
-_SCHEMAS = {layout: _schema_of(layout) for layout in range(1, SQLITE_FORMAT + 1)}
-
-
-def _checkpoint_index_row() -> frozenset[tuple[object, ...]]:
-    """The ``sqlite_master`` rows of the checkpoint and format indexes
-    (issue 13), which a log may hold beside its schema (added on the first
-    writable open)."""
-    conn = sqlite3.connect(":memory:")
-    try:
-        conn.executescript(_SCHEMA)
-        before = frozenset(conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master"))
-        conn.execute(_CHECKPOINT_INDEX)
-        conn.execute(_FORMAT_INDEX)
-        after = frozenset(conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master"))
-        return after - before
-    finally:
-        conn.close()
-
-
-_CHECKPOINT_INDEX_ROW = _checkpoint_index_row()
-
-
-def _check_pages(conn: sqlite3.Connection, path: str) -> None:
-    """``PRAGMA quick_check`` and the schema, compared with what quiesce
-    writes: a damaged page, cell or table definition is refused, not read
-    around (a flipped cell count could hide the last records; a flipped
-    ``PRIMARY KEY`` in the schema text would make every ``seq`` read as NULL
-    and the log look empty). O(file size). Call under
-    :func:`_refused_if_damaged`."""
-    problems = [r[0] for r in conn.execute("PRAGMA quick_check").fetchmany(3)]
-    if problems != ["ok"]:
-        raise LogFormatError(f"{path} is damaged: {'; '.join(map(str, problems))}")
-    layout = conn.execute("PRAGMA user_version").fetchone()[0]
-    schema = frozenset(conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master"))
-    schema -= _CHECKPOINT_INDEX_ROW  # present or not (checkpoints, format check: issue 13)
-    if schema != _SCHEMAS.get(layout):
-        raise LogFormatError(f"{path} is damaged: its schema is not a quiesce log's")
-
-
-def record_crc(seq: int, text: str) -> int:
-    """The layout-2 checksum of a row: CRC-32 of ``seq``, a newline and the
-    record text (so a row moved to another ``seq`` fails too)."""
-    return zlib.crc32(f"{seq}\n".encode("ascii") + text.encode("utf-8", "surrogatepass"))
-
-
-def _create(path: str) -> None:
-    if sqlite3.sqlite_version_info < _MIN_SQLITE:  # pragma: no cover - Python 3.11 bundles newer
-        raise RuntimeError(
-            f"SQLiteLog needs SQLite {'.'.join(map(str, _MIN_SQLITE))} or newer "
-            f"(generated columns); this Python has {sqlite3.sqlite_version}"
-        )
-    tmp = temp_name(path)
-    conn = sqlite3.connect(tmp, isolation_level=None)
-    try:
-        conn.executescript(_SCHEMA)
-        conn.execute(_FORMAT_INDEX)  # a new log has both indexes from the start
-        conn.execute(_CHECKPOINT_INDEX)
-        conn.executemany(
-            "INSERT INTO quiesce_meta (key, value) VALUES (?, ?)",
-            [
-                ("format", str(FORMAT)),
-                ("created", repr(time.time())),
-                ("writer", "quiesce"),
-            ],
-        )
-        conn.execute("PRAGMA journal_mode = WAL")  # persistent: stored in the file header
-    finally:
-        conn.close()  # the last connection checkpoints the WAL into the file
-    fd = os.open(tmp, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    install(tmp, path)
 
 
 def _decode_rows(rows: Sequence[tuple[object, ...]], path: str, first: int = 0) -> list[LogRecord]:

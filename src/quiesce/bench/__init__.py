@@ -4,15 +4,19 @@ What it keeps true: it measures quiesce only through ``quiesce`` and
 ``quiesce.testing`` (never ``quiesce._core``), so what it times is what a
 user gets. Modules:
 
-* :mod:`.lib` — the method (cases, calibration, round-robin repetitions,
-  ratio goals), the core sections and the registry of sections;
+* :mod:`.harness` — the method (cases, calibration, round-robin
+  repetitions, ratio goals) and the fixtures the sections share;
+* :mod:`.registry` — the sections and the figures each one draws (a section
+  is one module that registers both);
+* :mod:`.report` — running the sections, the table, ``results.json``, the
+  figures; :mod:`.lib` — the names a section module imports;
+* :mod:`.core`, :mod:`.memory` — the sync core's sections;
 * :mod:`.agent` — the agent-loop section (quiesce vs lock- and copy-based
   baselines, asyncio and trio);
 * :mod:`.durability` — the durable logs' section (SQLite and JSONL);
 * :mod:`.stall` — the event-loop stall meter (a heartbeat task), for
   sections that time an integration turn;
-* :mod:`.cli` — the command: runs the suite, prints the goals table, writes
-  ``results.json`` and the plots.
+* :mod:`.cli` — the command: its arguments, the run, where the output goes.
 """
 
 from __future__ import annotations

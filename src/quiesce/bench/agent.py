@@ -58,6 +58,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -65,7 +66,7 @@ import anyio
 from quiesce import Entry, Kind, RuntimeBuffer, open_buffer
 
 from .lib import Config as BenchConfig
-from .lib import Goal, SectionResult, section
+from .lib import Goal, SectionResult, plot, section
 
 OPS = ("pin", "mark", "append", "prune")
 
@@ -771,6 +772,161 @@ def bench_agent_loop(cfg: BenchConfig) -> SectionResult:
     )
     res.notes.append(f"agent loop: deferred backlog, max over all runs: {backlog}")
     return res
+
+
+# -- figures ------------------------------------------------------------------
+
+
+#: colours of the agent-loop implementations; trio bars are hatched
+_AGENT_COLOR = {
+    "quiesce": "tab:blue",
+    "aiorwlock": "tab:orange",
+    "asyncio.Lock": "tab:purple",
+    "dict-copy": "tab:red",
+    "global-quiescence": "tab:brown",
+}
+_AGENT_OPS = ("pin", "mark", "append", "prune")
+
+
+@plot("agent_loop_backlog.png")
+def _plot_agent_backlog(plt: Any, results: dict[str, Any], out: Path, stamp: str) -> list[Path]:
+    """``agent_loop_backlog.png``: the deferred backlog (removals accepted,
+    not yet applied) over one run, quiesce vs the global-quiescence barrier,
+    one panel per backend."""
+    agent = results["sections"].get("agent_loop")
+    if agent is None or "results" not in agent["extra"]:
+        return []
+    rows = agent["extra"]["results"]
+    backends = [
+        b for b in ("asyncio", "trio") if f"quiesce/{b}" in rows or f"global-quiescence/{b}" in rows
+    ]
+    if not backends:
+        return []
+    fig, axes = plt.subplots(1, len(backends), figsize=(5.8 * len(backends), 4.2), squeeze=False)
+    top = max(
+        (b for row in rows.values() for _, b in row["backlog"]["series"]),
+        default=0,
+    )
+    for ax, backend in zip(axes.flat, backends, strict=True):
+        done: list[float] = []
+        for impl, style in (
+            ("global-quiescence", {"linewidth": 1.6}),
+            ("quiesce", {"linewidth": 2.2}),
+        ):
+            row = rows.get(f"{impl}/{backend}")
+            if row is None:
+                continue
+            series = row["backlog"]["series"]
+            ts = [1e3 * t for t, _ in series]
+            label = (
+                f"{impl} (max {row['backlog']['max']} over {row['repeats']} runs)"
+                if impl == "quiesce"
+                else f"{impl} barrier (max {row['backlog']['max']} over {row['repeats']} runs)"
+            )
+            ax.step(
+                ts,
+                [b for _, b in series],
+                where="post",
+                color=_AGENT_COLOR[impl],
+                label=label,
+                **style,
+            )
+            if row["backlog"].get("series_readers_done_s") is not None:
+                done.append(1e3 * row["backlog"]["series_readers_done_s"])
+        if done:
+            readers = agent["extra"]["config"]["readers"]
+            ax.axvspan(
+                0, max(done), color="0.85", alpha=0.5, zorder=0, label=f"{readers} readers overlap"
+            )
+        ax.set_title(f"{backend}")
+        ax.set_xlabel("ms since the load started (one run)")
+        ax.set_ylabel("deferred backlog (removals waiting)")
+        ax.set_ylim(0, max(1.0, 1.15 * top))  # the same scale in every panel
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8, loc="upper right")
+    fig.suptitle(
+        "agent loop: deferred backlog over time — quiesce (per-entry grace points) vs a "
+        f"global-quiescence barrier\n{stamp}",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    path = out / "agent_loop_backlog.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [path]
+
+
+@plot("agent_loop_latency.png")
+def _plot_agent_latency(plt: Any, results: dict[str, Any], out: Path, stamp: str) -> list[Path]:
+    """``agent_loop_latency.png``: p99 latency per operation and
+    implementation (bars, log scale; p50 as ticks), with the 1/100-of-aiorwlock
+    goal drawn; and wall time per implementation."""
+    agent = results["sections"].get("agent_loop")
+    if agent is None or "results" not in agent["extra"]:
+        return []
+    rows: dict[str, Any] = agent["extra"]["results"]
+    keys = list(rows)
+    fig, (ax, ax_wall) = plt.subplots(
+        1, 2, figsize=(13, 5.6), gridspec_kw={"width_ratios": [2.6, 1]}
+    )
+    width = 0.8 / len(keys)
+    for i, key in enumerate(keys):
+        row = rows[key]
+        xs, p99s, p50s = [], [], []
+        for j, op in enumerate(_AGENT_OPS):
+            lat = row["latency_us"][op]
+            if lat["p99"] is None:
+                continue
+            xs.append(j - 0.4 + width * (i + 0.5))
+            p99s.append(max(lat["p99"], 1e-3))
+            p50s.append(max(lat["p50"], 1e-3))
+        hatch = "//" if row["backend"] == "trio" else None
+        color = _AGENT_COLOR.get(row["impl"], "tab:gray")
+        ax.bar(xs, p99s, width, color=color, hatch=hatch, edgecolor="white", label=key)
+        ax.scatter(xs, p50s, marker="_", color="black", s=60, zorder=3)
+    rw = rows.get("aiorwlock/asyncio")
+    if rw is not None:
+        for j, op in enumerate(("pin", "mark")):
+            goal = rw["latency_us"][op]["p99"] / 100
+            ax.hlines(
+                goal,
+                j - 0.45,
+                j + 0.45,
+                colors="tab:orange",
+                linestyles=":",
+                label="goal: 1/100 of aiorwlock's p99" if j == 0 else None,
+            )
+    ax.scatter([], [], marker="_", color="black", s=60, label="p50")
+    ax.set_xticks(range(len(_AGENT_OPS)), ["pin", "mark_stale", "append", "prune"])
+    ax.set_yscale("log")
+    ax.set_ylabel("p99 latency, µs (log; lock waits included)")
+    ax.set_title("p99 latency per operation (bars), p50 (ticks)")
+    ax.grid(True, axis="y", which="both", alpha=0.3)
+    ax.legend(fontsize=7, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.09))
+    walls = [rows[k]["wall_s"] for k in keys]
+    ax_wall.barh(
+        range(len(keys)),
+        [w["min"] for w in walls],
+        xerr=[[0] * len(keys), [w["max"] - w["min"] for w in walls]],
+        color=[_AGENT_COLOR.get(rows[k]["impl"], "tab:gray") for k in keys],
+        hatch=None,
+        capsize=2,
+    )
+    for i, k in enumerate(keys):
+        if rows[k]["backend"] == "trio":
+            ax_wall.patches[i].set_hatch("//")
+    ax_wall.set_yticks(range(len(keys)), keys, fontsize=8)
+    ax_wall.invert_yaxis()
+    ax_wall.set_xscale("log")
+    ax_wall.set_xlabel("wall time, s (min over runs; whisker: to max)")
+    ax_wall.set_title("wall time of the whole load")
+    ax_wall.grid(True, axis="x", which="both", alpha=0.3)
+    fig.suptitle(f"agent loop: quiesce vs lock- and copy-based baselines — {stamp}", fontsize=10)
+    fig.tight_layout()
+    path = out / "agent_loop_latency.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [path]
 
 
 if __name__ == "__main__":

@@ -89,6 +89,7 @@ from .lib import (
     SectionResult,
     format_report,
     measure,
+    plot,
     ratio_goal,
     run_suite,
     section,
@@ -647,3 +648,90 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         args.out.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
         print(f"wrote {args.out}")
     return results
+
+
+# -- figures ------------------------------------------------------------------
+
+
+@plot("durability.png")
+def _plot_durability(plt: Any, results: dict[str, Any], out: Path, stamp: str) -> list[Path]:
+    """``durability.png``: mark_stale in memory vs with a durable sink (no
+    flusher; with one), the cost of one group commit, sustained durable
+    appends per second."""
+    dur = results["sections"].get("durability")
+    if dur is None or not dur["cases"]:
+        return []
+    colors = {"in memory": "tab:gray", "SQLiteLog": "tab:blue", "JsonlLog": "tab:green"}
+    fig, (ax_mark, ax_flush, ax_rate) = plt.subplots(
+        1, 3, figsize=(14, 4.2), gridspec_kw={"width_ratios": [1.5, 1, 1]}
+    )
+
+    def bars(ax: Any, cases: list[dict[str, Any]], x0: float, scale: float) -> None:
+        width = 0.8 / max(1, len(cases))
+        for i, c in enumerate(cases):
+            ax.bar(
+                x0 - 0.4 + width * (i + 0.5),
+                c["median"] * scale,
+                width,
+                yerr=[[(c["median"] - c["min"]) * scale], [(c["max"] - c["median"]) * scale]],
+                color=colors.get(c["impl"], "tab:gray"),
+                capsize=3,
+                label=c["impl"] if x0 == 0 else None,
+            )
+
+    marks = [c for c in dur["cases"] if c["op"] == "mark"]
+    groups = [
+        ("no flusher\n(CPU time)", [c for c in marks if c["param"].get("flusher") == "none"]),
+        (
+            "a flush every 10 ms\n(wall time)",
+            [c for c in marks if c["param"].get("flusher") == "10ms"],
+        ),
+    ]
+    for x, (_, cs) in enumerate(groups):
+        bars(ax_mark, cs, x, 1.0)
+    ax_mark.set_xticks(range(len(groups)), [g for g, _ in groups])
+    ax_mark.set_ylabel("ns per mark_stale (median; bars: min..max)")
+    ax_mark.set_title("mark_stale: in memory vs durable sink")
+    ax_mark.legend(fontsize=8)
+    ax_mark.grid(True, axis="y", alpha=0.3)
+
+    flushes = [c for c in dur["cases"] if c["op"].startswith("flush")]
+    bars(ax_flush, flushes, 0, 1e-6)
+    commit = dur["extra"].get("group_commit", {})
+    for i, c in enumerate(flushes):
+        per = commit.get(c["impl"], {}).get("commits_per_flush", [])
+        width = 0.8 / len(flushes)
+        ax_flush.annotate(
+            f"{c['impl']}\n{' or '.join(map(str, per))} commit(s)\nper flush",
+            (-0.4 + width * (i + 0.5), c["median"] * 0.5e-6),
+            ha="center",
+            va="center",
+            fontsize=8,
+            color="white",
+        )
+    ax_flush.set_xticks([])
+    ax_flush.set_ylabel("ms per flush() (median; bars: min..max)")
+    title = flushes[0]["op"] if flushes else "flush"
+    ax_flush.set_title(f"group commit: {title}")
+    ax_flush.grid(True, axis="y", alpha=0.3)
+
+    sustained = dur["extra"].get("sustained_appends_flush_10ms", {})
+    kinds = [k for k in colors if k in sustained]
+    rates = [sustained[k]["records_per_s"] for k in kinds]
+    ax_rate.bar(
+        range(len(kinds)),
+        [r["median"] for r in rates],
+        yerr=[[r["median"] - r["min"] for r in rates], [r["max"] - r["median"] for r in rates]],
+        color=[colors[k] for k in kinds],
+        capsize=3,
+    )
+    ax_rate.set_xticks(range(len(kinds)), kinds)
+    ax_rate.set_ylabel("records/s, all durable (median; bars: min..max)")
+    ax_rate.set_title("sustained appends, a flush every 10 ms")
+    ax_rate.grid(True, axis="y", alpha=0.3)
+    fig.suptitle(f"durability: in memory vs SQLiteLog vs JsonlLog — {stamp}", fontsize=10)
+    fig.tight_layout()
+    path = out / "durability.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [path]

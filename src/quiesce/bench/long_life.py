@@ -90,6 +90,7 @@ Run alone: ``python -m quiesce.bench.long_life [--quick] [--out FILE.json]``.
 from __future__ import annotations
 
 import gc
+import inspect
 import os
 import random
 import sqlite3
@@ -104,10 +105,11 @@ from array import array
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .. import Buffer, EditPlan, Entry, Kind, Move, Prune, ReaderInfo, SQLiteLog
-from .lib import FULL, QUICK, Config, Goal, SectionResult, _traced, section
+from .lib import FULL, QUICK, Config, Goal, SectionResult, _traced, plot, section
 
 __all__ = ["LongLifeConfig", "bench_long_life", "churn", "crc_colliding_ids", "main"]
 
@@ -338,8 +340,9 @@ def _fmt(x: float, unit: str) -> str:
     return f"{x:g} {unit}"
 
 
-#: the Buffer's default ``checkpoint_every`` (the long log is written with it)
-CHECKPOINT_EVERY = 10_000
+#: the Buffer's default ``checkpoint_every`` (the long log is written with
+#: it), read from ``Buffer``'s own signature so it cannot drift from the core
+CHECKPOINT_EVERY: int = inspect.signature(Buffer).parameters["checkpoint_every"].default
 
 
 class _LoadOnly:
@@ -1276,6 +1279,95 @@ def main(argv: Sequence[str] | None = None) -> int:
         with open(args[args.index("--out") + 1], "w") as f:
             json.dump(res.to_dict(), f, indent=1, default=str)
     return 0
+
+
+# -- figures ------------------------------------------------------------------
+
+
+@plot("long_life.png")
+def _plot_long_life(plt: Any, results: dict[str, Any], out: Path, stamp: str) -> list[Path]:
+    """``long_life.png``: over one long run (the ``long_life`` section's
+    workload), the memory held and the per-op cost against operations done,
+    durable (SQLite log) vs in memory, and recovery time (and the time to
+    read the newest checkpoint and tail) against log length."""
+    sec = results["sections"].get("long_life")
+    curves = sec["extra"].get("curves") if sec is not None else None
+    if not curves or not curves.get("durable"):
+        return []
+    fig, (ax_mem, ax_op, ax_rec) = plt.subplots(1, 3, figsize=(15, 4.4))
+    series = (
+        ("durable (SQLite log)", "durable", "tab:blue"),
+        ("in memory", "in_memory", "tab:red"),
+    )
+    for label, key, color in series:
+        pts = curves.get(key, [])
+        ops = [p["ops"] for p in pts]
+        ax_mem.plot(ops, [p["bytes"] / 1e6 for p in pts], "o-", color=color, ms=3, label=label)
+        ax_op.plot(ops, [p["per_op_us"] for p in pts], "o-", color=color, ms=3, label=label)
+    fresh = curves.get("fresh_bytes")
+    if fresh:
+        ax_mem.axhline(
+            fresh / 1e6, color="black", linestyle="--", linewidth=1, label="fresh buffer, same live"
+        )
+    ax_mem.set_xscale("log")
+    ax_mem.set_xlabel("operations done")
+    ax_mem.set_ylabel("MB held (tracemalloc, after gc)")
+    ax_mem.set_title("memory against operations done")
+    ax_mem.legend(fontsize=8)
+    ax_mem.grid(True, which="both", alpha=0.3)
+    ax_op.set_xscale("log")
+    top = max([p["per_op_us"] for _, key, _ in series for p in curves.get(key, [])], default=1.0)
+    ax_op.set_ylim(0, 1.3 * top)
+    ax_op.set_xlabel("operations done")
+    ax_op.set_ylabel("µs per operation since the previous point")
+    ax_op.set_title("per-op cost (wall time, under tracemalloc)")
+    ax_op.legend(fontsize=8, loc="upper left")
+    ax_op.grid(True, which="both", alpha=0.3)
+    rec = curves.get("recovery", [])
+    recs = [r["records"] for r in rec]
+    ax_rec.plot(
+        recs,
+        [r["recovery_s"] * 1e3 for r in rec],
+        "o-",
+        color="tab:blue",
+        label="recovery: Buffer(log=SQLiteLog(path))",
+    )
+    ax_rec.plot(
+        recs,
+        [r["read_s"] * 1e3 for r in rec],
+        "s--",
+        color="tab:gray",
+        label="read newest checkpoint + tail (read_range)",
+    )
+    for r in rec:
+        ax_rec.annotate(
+            f"tail {r['tail_records']:,}",
+            (r["records"], r["recovery_s"] * 1e3),
+            textcoords="offset points",
+            xytext=(0, 6),
+            ha="center",
+            fontsize=7,
+        )
+    ax_rec.set_xscale("log")
+    ax_rec.xaxis.set_minor_formatter(plt.NullFormatter())
+    top = max([r["recovery_s"] * 1e3 for r in rec], default=1.0)
+    ax_rec.set_ylim(0, 1.45 * top)  # room above the data for the legend
+    ax_rec.set_xlabel("log length, records (tail: records after the newest checkpoint)")
+    ax_rec.set_ylabel("ms (median)")
+    ax_rec.set_title("recovery against log length")
+    ax_rec.legend(fontsize=8, loc="upper left")
+    ax_rec.grid(True, which="both", alpha=0.3)
+    cfg = sec["extra"].get("config", {})
+    fig.suptitle(
+        f"long life: {cfg.get('live', '?'):,} live entries, rounds of {cfg.get('batch', '?')} "
+        f"appends + marks + one prune — {stamp}",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    path = out / "long_life.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [path]
 
 
 if __name__ == "__main__":
