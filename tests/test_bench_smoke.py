@@ -57,6 +57,7 @@ GOALS = {
     "ll_crafted_collisions",
     "otel_mark_stale",
     "otel_pin",
+    "import_quiesce",
     "frameworks_langchain_turn",
     "frameworks_pydantic_ai_turn",
     "frameworks_openai_agents_turn",
