@@ -57,6 +57,7 @@ GOALS = {
     "ll_crafted_collisions",
     "otel_mark_stale",
     "otel_pin",
+    "import_quiesce",
     "frameworks_langchain_turn",
     "frameworks_pydantic_ai_turn",
     "frameworks_openai_agents_turn",
@@ -76,8 +77,19 @@ PLOTS = [
 
 @pytest.fixture(scope="module")
 def bench_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path]:
+    """``quiesce bench --quick`` once for the module. The long_life section,
+    the quick run's longest, runs its real workload at smaller sizes (the
+    tests check the shape of its figures, never their values; the quick
+    sizes themselves run in ``quiesce bench --quick``)."""
+    from dataclasses import replace
+
+    from quiesce.bench import long_life
+
     out = tmp_path_factory.mktemp("bench")
-    rc = quiesce_main(["bench", "--quick", "--quiet", "--out", str(out)])
+    smaller = replace(long_life.QUICK_LL, ops=12_000, ops_short=1_500, big_cycles=50, edit_m=30)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(long_life, "QUICK_LL", smaller)
+        rc = quiesce_main(["bench", "--quick", "--quiet", "--out", str(out)])
     return rc, out
 
 

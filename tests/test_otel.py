@@ -189,6 +189,177 @@ def test_metrics_read_the_buffers_stats(otel: Any) -> None:
     assert mine["quiesce.tombstones"] == [0]
 
 
+def _points(reader: InMemoryMetricReader) -> dict[str, list[tuple[Any, dict[str, Any]]]]:
+    """Every metric's data points as (value or count, attributes), by name."""
+    out: dict[str, list[tuple[Any, dict[str, Any]]]] = {}
+    data = reader.get_metrics_data()
+    for rm in data.resource_metrics if data is not None else ():
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                out.setdefault(m.name, []).extend(
+                    (p.value if hasattr(p, "value") else p.count, dict(p.attributes or {}))
+                    for p in m.data.data_points
+                )
+    return out
+
+
+def test_pin_age_ratio_readmissions_and_flush_latency(otel: Any, tmp_path: Path) -> None:
+    """The oldest pin's age (on the buffer's clock), the tombstone-to-edit
+    ratio, re-admissions refused and overridden, pending records and the
+    flush duration histogram, read back by name for this buffer."""
+    from quiesce import Override, ReadmissionRefused
+
+    _, reader, _ = otel
+    now = [10.0]
+    buf = Buffer(log=SQLiteLog(tmp_path / "m.db"), clock=lambda: now[0])
+    buf.append(Entry("a", Kind.REASONING, "the same words"))
+    buf.prune(["a"], reason="stale")
+    with pytest.raises(ReadmissionRefused):
+        buf.append(Entry("b", Kind.REASONING, "the same words"))
+    buf.append(Entry("c", Kind.REASONING, "the same words"), override=Override("asked", turn=2))
+    store = str(tmp_path / "m.db")
+    with buf.snapshot():
+        now[0] = 12.5
+        before_flush = _points(reader)
+        buf.flush()
+        mine = {
+            k: [(v, a) for v, a in pts if a.get("gen_ai.memory.store.id") == store]
+            for k, pts in _points(reader).items()
+        }
+    assert [v for v, _ in mine["quiesce.readers.oldest_pin_age"]] == [2.5]
+    assert [v for v, _ in mine["quiesce.tombstone_to_edit_ratio"]] == [1.0]
+    assert [v for v, _ in mine["quiesce.tombstones"]] == [1]
+    assert sorted((a["quiesce.outcome"], v) for v, a in mine["quiesce.readmissions"]) == [
+        ("overridden", 1),
+        ("refused", 1),
+    ]
+    pending = [
+        v for v, a in before_flush["quiesce.log.pending"] if a["gen_ai.memory.store.id"] == store
+    ]
+    assert pending and pending[0] > 0
+    assert [v for v, _ in mine["quiesce.log.pending"]] == [0]
+    flushes = [
+        v for v, a in before_flush["quiesce.flush.duration"] if a["gen_ai.memory.store.id"] == store
+    ]
+    assert [v for v, _ in mine["quiesce.flush.duration"]] == [flushes[0] + 1]
+    buf.sink.close()  # type: ignore[union-attr]
+
+
+def test_a_checkpoint_is_a_flush_span_with_its_event(otel: Any, tmp_path: Path) -> None:
+    """``flush(checkpoint=True)`` is a ``quiesce.flush`` span marked as a
+    checkpoint, with one ``quiesce.checkpoint`` event naming the seq of the
+    checkpoint record; a buffer recovered from that log starts from it."""
+    exporter, _, _ = otel
+    buf = Buffer(log=SQLiteLog(tmp_path / "c.db"))
+    for i in range(3):
+        buf.append(Entry(f"e{i}", Kind.REASONING, f"step {i}"))
+    buf.flush(checkpoint=True)
+    buf.sink.close()  # type: ignore[union-attr]
+    (span,) = [
+        s
+        for s in _spans(exporter, "quiesce.flush")
+        if s.attributes and s.attributes["quiesce.checkpoint"] is True
+    ]
+    assert span.attributes is not None
+    assert span.attributes["gen_ai.memory.store.id"] == str(tmp_path / "c.db")
+    (event,) = _events(span, "quiesce.checkpoint")
+    checkpoints = [r.seq for r in buf.log if r.op == "checkpoint"]
+    assert [event["quiesce.seq"]] == checkpoints
+    again = Buffer(log=SQLiteLog(tmp_path / "c.db"))
+    assert [e.id for e in again.head().entries()] == ["e0", "e1", "e2"]
+    assert _spans(exporter, "quiesce.recover")[-1].attributes["quiesce.records"] >= 1  # type: ignore[index]
+    again.sink.close()  # type: ignore[union-attr]
+
+
+@pytest.mark.anyio
+async def test_a_shared_buffers_forwarded_write_lag_and_failover(
+    otel: Any, pg_dsn: str, anyio_backend: str
+) -> None:
+    """Two members of one shared buffer on the tests' PostgreSQL server: a
+    replica's write is a ``quiesce.shared.append`` span marked forwarded; a
+    replica told (a ``NOTIFY`` on the log's channel, as a sequencer's commit
+    sends) of records it has not read reports them as ``quiesce.replica.lag``
+    until it has applied them; when the sequencer leaves, the replica's
+    takeover is a ``quiesce.shared.failover`` span with the new and previous
+    epochs, and ``quiesce.shared.failovers`` counts it."""
+    import psycopg
+
+    from quiesce import open_shared_buffer
+
+    exporter, reader, _ = otel
+    fast = {"lease": 3.0, "poll": 0.2, "timeout": 5.0}
+    started = anyio.Event()
+    leave = anyio.Event()
+    members: dict[str, Any] = {}
+
+    async def sequencer() -> None:
+        async with open_shared_buffer(pg_dsn, "obs", member_id="a", **fast) as a:
+            members["a"] = a
+            started.set()
+            await leave.wait()
+
+    def lag_of(member: str) -> list[Any]:
+        return [
+            v
+            for v, attrs in _points(reader).get("quiesce.replica.lag", [])
+            if attrs["quiesce.member.id"] == member
+        ]
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sequencer)
+        with anyio.fail_after(30):
+            await started.wait()
+        async with open_shared_buffer(pg_dsn, "obs", member_id="b", **fast) as b:
+            a = members["a"]
+            assert (a.role, b.role) == ("sequencer", "replica")
+            await b.append(Entry("x", Kind.REASONING, "x"))
+            (append,) = _spans(exporter, "quiesce.shared.append")
+            assert dict(append.attributes or {}) == {
+                "gen_ai.memory.store.id": "obs",
+                "quiesce.operation": "append",
+                "quiesce.role": "replica",
+                "quiesce.member.id": "b",
+                "quiesce.forwarded": True,
+            }
+            assert lag_of("b") == [0]
+            applied = b.stats().applied_seq
+            with psycopg.connect(pg_dsn, autocommit=True) as conn:
+                conn.execute("SELECT pg_notify(%s, %s)", (a.local.sink.channel, str(applied + 4)))
+            with anyio.fail_after(10):
+                while b.stats().lag != 5:
+                    await anyio.sleep(0.02)
+            assert lag_of("b") == [5]
+            for i in range(5):
+                await a.append(Entry(f"y{i}", Kind.REASONING, f"y{i}"))
+            await a.flush()
+            await b.wait_applied(a.version)
+            with anyio.fail_after(10):
+                while b.stats().lag:
+                    await anyio.sleep(0.02)
+            assert lag_of("b") == [0]
+            assert not _spans(exporter, "quiesce.shared.failover")
+            leave.set()
+            with anyio.fail_after(30):
+                while not _spans(exporter, "quiesce.shared.failover"):
+                    await anyio.sleep(0.02)
+            assert b.role == "sequencer"
+            (failover,) = _spans(exporter, "quiesce.shared.failover")
+            attrs = dict(failover.attributes or {})
+            assert attrs["gen_ai.memory.store.id"] == "obs"
+            assert attrs["quiesce.member.id"] == "b"
+            assert (attrs["quiesce.epoch.previous"], attrs["quiesce.epoch"]) == (1, 2)
+            assert attrs["quiesce.applied_seq"] == b.stats().applied_seq
+            assert failover.start_time is not None and failover.end_time is not None
+            assert failover.start_time <= failover.end_time
+            counts = [
+                (v, a["quiesce.role"])
+                for v, a in _points(reader)["quiesce.shared.failovers"]
+                if a["quiesce.member.id"] == "b"
+            ]
+            assert counts == [(1, "sequencer")]
+            assert [e.id for e in b.head().entries()] == ["x", *(f"y{i}" for i in range(5))]
+
+
 def test_escalations_are_events_and_counted(otel: Any) -> None:
     """An escalation raised outside the core (an adapter's OSCILLATION, the
     reader alarm) is an event on the current span and a count by kind."""
@@ -258,6 +429,42 @@ def test_a_raising_processor_never_reaches_the_caller() -> None:
         buf._check(expect_no_pins=True)
     finally:
         inst.uninstrument()
+
+
+class _RaisingExporter(InMemorySpanExporter):
+    def export(self, spans: Any) -> Any:
+        raise RuntimeError("exporter broke")
+
+
+@pytest.mark.anyio
+async def test_a_raising_exporter_never_reaches_the_caller(
+    anyio_backend: str, tmp_path: Path
+) -> None:
+    """An exporter that raises on every span (behind the SDK's own
+    processor) changes nothing for the buffer: the prune's report, its
+    removal at the grace point, the flush and the log are what they are
+    without telemetry."""
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(_RaisingExporter()))
+    inst = QuiesceInstrumentor()
+    inst.instrument(tracer_provider=provider)
+    try:
+        async with open_buffer(log=SQLiteLog(tmp_path / "x.db")) as buf:
+            buf.append(Entry("a", Kind.REASONING, "x"))
+            with buf.snapshot():
+                report = await buf.aprune(["a"], reason="r")
+            await buf.quiesce()
+            await buf.aflush()
+            assert report["a"].status.value == "deferred"
+            assert "a" in buf.tombstones
+            version = buf.version
+        buf.sink.close()  # type: ignore[union-attr]
+    finally:
+        inst.uninstrument()
+    again = Buffer(log=SQLiteLog(tmp_path / "x.db"))
+    assert again.version == version
+    assert "a" in again.tombstones
+    again.sink.close()  # type: ignore[union-attr]
 
 
 def test_nothing_is_imported_or_emitted_without_it() -> None:

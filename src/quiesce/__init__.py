@@ -53,32 +53,46 @@ from ._core.records import Stats as Stats
 from ._core.records import Status as Status
 from ._core.records import Tombstone as Tombstone
 from ._core.stream import StreamWriter as StreamWriter
-from ._log.jsonl import JsonlLog as JsonlLog
-from ._log.sqlite import SQLiteLog as SQLiteLog
-from ._pool import BufferPool as BufferPool
-from ._pool import ConversationMismatch as ConversationMismatch
-from ._pool import PoolStats as PoolStats
-from ._protocol import AsyncBuffer as AsyncBuffer
-from ._runtime import RuntimeBuffer as RuntimeBuffer
-from ._runtime import open_buffer as open_buffer
-from .pruner import HeuristicPruner as HeuristicPruner
-from .pruner import Pruner as Pruner
-from .pruner import run_pruner as run_pruner
 
 if TYPE_CHECKING:
+    from ._log.jsonl import JsonlLog as JsonlLog
     from ._log.postgres import PostgresLog as PostgresLog
     from ._log.postgres import WriterFenced as WriterFenced
+    from ._log.sqlite import SQLiteLog as SQLiteLog
+    from ._pool import BufferPool as BufferPool
+    from ._pool import ConversationMismatch as ConversationMismatch
+    from ._pool import PoolStats as PoolStats
+    from ._protocol import AsyncBuffer as AsyncBuffer
+    from ._runtime import RuntimeBuffer as RuntimeBuffer
+    from ._runtime import open_buffer as open_buffer
     from ._shared import LeaseLost as LeaseLost
     from ._shared import SharedBuffer as SharedBuffer
     from ._shared import SharedStats as SharedStats
     from ._shared import SharedWriteTimeout as SharedWriteTimeout
     from ._shared import open_shared_buffer as open_shared_buffer
+    from .pruner import HeuristicPruner as HeuristicPruner
+    from .pruner import Pruner as Pruner
+    from .pruner import run_pruner as run_pruner
 
 __version__ = "0.1.0"
 
-#: Names whose modules need an optional extra: imported on first use, so
-#: ``import quiesce`` never needs psycopg (``quiesce[postgres]``).
+#: Names imported on first use (PEP 562), each with its module. ``import
+#: quiesce`` loads the sync core alone: the durable logs (sqlite3, the JSONL
+#: format), the async runtime and pool (anyio), the pruner, and the names that
+#: need an optional extra (psycopg, ``quiesce[postgres]``) load when a program
+#: first reads one of them. ``from quiesce import X`` works for every X here.
 _LAZY = {
+    "JsonlLog": "quiesce._log.jsonl",
+    "SQLiteLog": "quiesce._log.sqlite",
+    "BufferPool": "quiesce._pool",
+    "ConversationMismatch": "quiesce._pool",
+    "PoolStats": "quiesce._pool",
+    "AsyncBuffer": "quiesce._protocol",
+    "RuntimeBuffer": "quiesce._runtime",
+    "open_buffer": "quiesce._runtime",
+    "HeuristicPruner": "quiesce.pruner",
+    "Pruner": "quiesce.pruner",
+    "run_pruner": "quiesce.pruner",
     "PostgresLog": "quiesce._log.postgres",
     "WriterFenced": "quiesce._log.postgres",
     "open_shared_buffer": "quiesce._shared",
@@ -90,6 +104,9 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
+    """The lazy names of :data:`_LAZY`: the first read imports the module and
+    caches the value in this module's globals (later reads never come here).
+    Thread-safe through the import lock; O(1) after the first read."""
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'quiesce' has no attribute {name!r}")

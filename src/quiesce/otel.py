@@ -14,7 +14,8 @@ What it keeps true:
   are: ``prune``, ``edit``, a removal applied at its grace point
   (``apply_due``), ``flush`` (and the checkpoints it writes), recovery (a
   buffer opened on a log), a shared buffer's writes (forwarded by a
-  replica), the reader-age alarm, and each integration's prune round.
+  replica) and its failovers, the reader-age alarm, and each integration's
+  sync and prune round.
 * **Telemetry never reaches the buffer's callers.** Every call into the
   OpenTelemetry API (starting a span, an event, a metric, a processor or
   exporter behind them that raises) is guarded: a failure is counted in
@@ -32,8 +33,11 @@ Names. Spans follow the GenAI memory conventions where they fit:
 or ``buffer_id``, else ``memory:<hex>``) and, for one id,
 ``gen_ai.memory.record.id``; the rest are ``quiesce.*`` spans
 (``quiesce.flush``, ``quiesce.recover``, ``quiesce.shared.<op>``,
-``quiesce.reader_alarm``, ``quiesce.prune_round``) with ``quiesce.*``
-attributes. Span events: ``quiesce.tombstone`` per removal,
+``quiesce.shared.failover``, ``quiesce.reader_alarm``,
+``quiesce.prune_round``) with ``quiesce.*`` attributes. A failover span
+(a member took the writer lease from another holder: the new and previous
+epochs, the records it read to serve) runs from the take to serving.
+Span events: ``quiesce.tombstone`` per removal,
 ``quiesce.refusal`` per refused id or plan, ``quiesce.escalation`` per
 escalation (a ``READER_PINNED`` one names the reader's task and version:
 the reader that holds a removal back). Spans are started as children of the
@@ -47,8 +51,10 @@ time): ``quiesce.readers.pinned``, ``quiesce.readers.oldest_pin_age``,
 ``quiesce.removals.deferred``, ``quiesce.tombstones``,
 ``quiesce.tombstone_to_edit_ratio``, ``quiesce.refusals`` (by
 ``quiesce.refusal``), ``quiesce.readmissions`` (by ``quiesce.outcome``:
-refused, overridden), ``quiesce.log.pending``; a shared member (once it has
-written) adds ``quiesce.shared.failovers`` and ``quiesce.shared.applied_seq``.
+refused, overridden), ``quiesce.log.pending``; every shared member (from
+its start) adds ``quiesce.shared.failovers``, ``quiesce.shared.applied_seq``
+and the gauge ``quiesce.replica.lag`` (log records the member has heard of,
+through a ``NOTIFY`` or a read, and not applied yet: ``SharedStats.lag``).
 A counter, ``quiesce.escalations`` (by kind: oscillations, pinned readers,
 backlog), counts escalations raised outside the core; a histogram,
 ``quiesce.flush.duration`` (seconds), times every flush.
@@ -76,6 +82,7 @@ from typing import Any
 from opentelemetry import metrics, trace
 from opentelemetry.trace import Span, Status, StatusCode
 
+from . import BufferClosed
 from . import __version__ as _VERSION
 
 __all__ = ["QuiesceInstrumentor"]
@@ -101,6 +108,10 @@ _TARGETS: tuple[tuple[str, str | None, str, str], ...] = (
     ("quiesce._shared", "SharedBuffer", "prune", "shared"),
     ("quiesce._shared", "SharedBuffer", "edit", "shared"),
     ("quiesce._shared", "SharedBuffer", "flush", "shared"),
+    # every member is measured from its start (replica lag, failovers), and
+    # a member that takes the writer lease from another holder is a span
+    ("quiesce._shared", "SharedBuffer", "__init__", "shared_init"),
+    ("quiesce._shared", "SharedBuffer", "_try_take_lease", "failover"),
     ("quiesce.integrations._glue", None, "prune_round", "round"),
     # every integration syncs its framework's messages through these (a
     # history as a diff, or new messages alone)
@@ -193,6 +204,7 @@ class QuiesceInstrumentor:
             self._tracer = None
             with self._buffers_lock:
                 self._buffers = weakref.WeakSet()
+                self._shared = weakref.WeakSet()
 
     # -- patching ---------------------------------------------------------------
 
@@ -600,6 +612,54 @@ class QuiesceInstrumentor:
 
         return shared
 
+    def _wrap_shared_init(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        inst = self
+
+        def __init__(sb: Any, *args: Any, **kwargs: Any) -> None:
+            original(sb, *args, **kwargs)
+            with inst._buffers_lock:
+                inst._shared.add(sb)
+
+        return __init__
+
+    def _wrap_failover(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """A member that took the writer lease from another holder (its
+        ``failovers`` count rose) is a ``quiesce.shared.failover`` span from
+        the attempt's start to when it serves: the take, reading the log to
+        its end, attaching the sink. An attempt that finds the lease held (every
+        heartbeat of a replica) or the first take of a new buffer is no span."""
+        inst = self
+
+        async def _try_take_lease(sb: Any, *args: Any, **kwargs: Any) -> Any:
+            before = inst._read(lambda: sb.failovers, None)
+            started = time.time_ns()
+            took = await original(sb, *args, **kwargs)
+            tracer = inst._tracer
+            if took and tracer is not None and before is not None and sb.failovers > before:
+
+                def report() -> None:
+                    stats = sb.stats()
+                    attrs = {
+                        "gen_ai.memory.store.id": sb.buffer_id,
+                        "quiesce.operation": "failover",
+                        "quiesce.member.id": sb.member_id,
+                        "quiesce.role": stats.role,
+                        "quiesce.epoch": stats.epoch,
+                        # a take is epoch + 1 of the holder it replaced
+                        "quiesce.epoch.previous": stats.epoch - 1,
+                        "quiesce.applied_seq": stats.applied_seq,
+                        "quiesce.version": sb.version,
+                    }
+                    span = tracer.start_span(
+                        "quiesce.shared.failover", attributes=_clean(attrs), start_time=started
+                    )
+                    span.end()
+
+                inst._guard(report)
+            return took
+
+        return _try_take_lease
+
     def _wrap_round(self, original: Callable[..., Any]) -> Callable[..., Any]:
         inst = self
 
@@ -711,11 +771,6 @@ class QuiesceInstrumentor:
         )
         gauge("quiesce.log.pending", "{record}", "records not durable yet", lambda s: s.log_pending)
 
-        def lag(s: Any) -> Any:
-            return getattr(s, "lag", None)
-
-        gauge("quiesce.replica.lag", "{version}", "versions a member is behind the log", lag)
-
         def counters(_options: Any) -> Iterable[metrics.Observation]:
             out = []
             for buf in self._live():
@@ -768,17 +823,23 @@ class QuiesceInstrumentor:
             description="escalations raised outside the core, by kind (oscillations included)",
         )
 
-        def shared(name: str, unit: str, desc: str, field: str) -> None:
+        def shared(name: str, unit: str, desc: str, field: str, *, counter: bool = True) -> None:
             def observe(_options: Any) -> Iterable[metrics.Observation]:
                 out = []
                 for buf in self._live_shared():
                     try:
                         s = buf.stats()
+                    except BufferClosed:  # not started yet, or left: nothing to report
+                        continue
+                    except Exception as exc:
+                        self._failed(exc)
+                        continue
+                    try:
                         out.append(
                             metrics.Observation(
                                 getattr(s, field),
                                 {
-                                    "gen_ai.memory.store.id": s.member_id and buf.buffer_id,
+                                    "gen_ai.memory.store.id": buf.buffer_id,
                                     "quiesce.member.id": s.member_id,
                                     "quiesce.role": s.role,
                                 },
@@ -788,7 +849,10 @@ class QuiesceInstrumentor:
                         self._failed(exc)
                 return out
 
-            meter.create_observable_counter(name, [observe], unit=unit, description=desc)
+            if counter:
+                meter.create_observable_counter(name, [observe], unit=unit, description=desc)
+            else:
+                meter.create_observable_gauge(name, [observe], unit=unit, description=desc)
 
         shared(
             "quiesce.shared.failovers", "{failover}", "lease takeovers by this member", "failovers"
@@ -798,6 +862,13 @@ class QuiesceInstrumentor:
             "{record}",
             "log records applied by this member",
             "applied_seq",
+        )
+        shared(
+            "quiesce.replica.lag",
+            "{record}",
+            "log records a member has heard of (NOTIFY or read) and not applied yet",
+            "lag",
+            counter=False,
         )
         self._flush_hist = meter.create_histogram(
             "quiesce.flush.duration", unit="s", description="time of one flush of the log"

@@ -39,8 +39,11 @@ class _Following(_Member):
                 self._listen_conn = conn
                 return True  # (re)connected: catch up, a NOTIFY may have been missed
             got = False
-            for _note in conn.notifies(timeout=self._poll, stop_after=1):
+            for note in conn.notifies(timeout=self._poll, stop_after=1):
                 got = True
+                sink = self._sink  # the payload is the last seq of the commit
+                if sink is not None and note.channel == sink.channel and note.payload.isdigit():
+                    self._log_seq = max(self._log_seq, int(note.payload) + 1)
             return got
         except (psycopg.Error, LogWriteError):
             conn, self._listen_conn = self._listen_conn, None
@@ -60,6 +63,8 @@ class _Following(_Member):
         repl = self._repl
         assert sink is not None and repl is not None
         records = await self._db(sink.read_from, repl.applied)
+        if records:
+            self._log_seq = max(self._log_seq, records[-1].seq + 1)
         if not records or self._role == _SEQUENCER:
             return
         start = repl.applied

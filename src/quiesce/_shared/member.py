@@ -72,6 +72,13 @@ class SharedStats:
     served: int  #: requests this member applied as sequencer
     failovers: int  #: times this member took the lease from another holder
     local: Stats
+    #: the log's next seq as this member last heard (a NOTIFY or a read)
+    log_seq: int = 0
+
+    @property
+    def lag(self) -> int:
+        """Records of the log this member has heard of and not applied yet."""
+        return max(0, self.log_seq - self.applied_seq)
 
 
 _SEQUENCER = "sequencer"
@@ -173,6 +180,7 @@ class _Member:
         self.forwarded = 0
         self.served = 0
         self.failovers = 0
+        self._log_seq = 0  # the log's next seq as last heard (NOTIFY payload or a read)
         self.request_channel = ""
         self._listen_conn: Any = None
 
@@ -274,11 +282,12 @@ class _Member:
     def stats(self) -> SharedStats:
         ctl = self._ctl
         last = ctl.last_contact
+        applied = len(self.local.log)
         return SharedStats(
             member_id=self.member_id,
             role=self._role,
             epoch=self._epoch,
-            applied_seq=len(self.local.log),
+            applied_seq=applied,
             connected=ctl.connected,
             last_contact_age=None if last is None else time.monotonic() - last,
             lease_valid=self._lease_lost is None and time.monotonic() < self._member_valid_until,
@@ -288,6 +297,7 @@ class _Member:
             served=self.served,
             failovers=self.failovers,
             local=self.local.stats(),
+            log_seq=max(self._log_seq, applied),
         )
 
     def check_invariants(self) -> None:

@@ -75,6 +75,7 @@ SECTION_MODULES: list[str] = [
     "quiesce.bench.long_life",
     "quiesce.bench.sync_render",
     "quiesce.bench.otel",
+    "quiesce.bench.startup",
     "quiesce.bench.frameworks",
     "quiesce.bench.streaming",
 ]
