@@ -103,15 +103,15 @@ _TARGETS: tuple[tuple[str, str | None, str, str], ...] = (
     ("quiesce._core.publish", "Publisher", "escalate", "escalate"),
     # the alarm task and check_reader_ages() both go through this one method
     ("quiesce._runtime", "RuntimeBuffer", "_check_reader_ages", "alarm"),
-    ("quiesce._shared", "SharedBuffer", "append", "shared"),
-    ("quiesce._shared", "SharedBuffer", "mark_stale", "shared"),
-    ("quiesce._shared", "SharedBuffer", "prune", "shared"),
-    ("quiesce._shared", "SharedBuffer", "edit", "shared"),
-    ("quiesce._shared", "SharedBuffer", "flush", "shared"),
+    ("quiesce._shared.buffer", "SharedBuffer", "append", "shared"),
+    ("quiesce._shared.buffer", "SharedBuffer", "mark_stale", "shared"),
+    ("quiesce._shared.buffer", "SharedBuffer", "prune", "shared"),
+    ("quiesce._shared.buffer", "SharedBuffer", "edit", "shared"),
+    ("quiesce._shared.buffer", "SharedBuffer", "flush", "shared"),
     # every member is measured from its start (replica lag, failovers), and
     # a member that takes the writer lease from another holder is a span
-    ("quiesce._shared", "SharedBuffer", "__init__", "shared_init"),
-    ("quiesce._shared", "SharedBuffer", "_try_take_lease", "failover"),
+    ("quiesce._shared.member", "_Member", "__init__", "shared_init"),
+    ("quiesce._shared.lease", "_Leases", "_try_take_lease", "failover"),
     ("quiesce.integrations._glue", None, "prune_round", "round"),
     # every integration syncs its framework's messages through these (a
     # history as a diff, or new messages alone)
