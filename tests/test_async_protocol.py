@@ -89,11 +89,6 @@ class TestShape:
         assert not isinstance(Buffer(), AsyncBuffer)  # no async writes of its own
 
     @pytest.mark.anyio
-    @pytest.mark.xfail(
-        not hasattr(SharedBuffer, "open_stream"),
-        reason="SharedBuffer.open_stream comes with the shared buffer's part of issue 24",
-        strict=True,
-    )
     async def test_shared_buffer_is_one(self, pg_dsn: str, anyio_backend: str) -> None:
         async with open_shared_buffer(pg_dsn, "shape", **FAST) as shared:
             assert isinstance(shared, AsyncBuffer)

@@ -250,24 +250,6 @@ class _BufferFace:
         yield  # pragma: no cover  (an async generator, as the protocol's)
 
 
-#: The protocol's members before issue 24 added ``open_stream``.
-_BEFORE_STREAMS = (
-    "version",
-    "tombstones",
-    "head",
-    "snapshot",
-    "staged",
-    "aappend",
-    "amark_stale",
-    "aprune",
-    "aedit",
-    "aescalate",
-    "aflush",
-    "quiesce",
-    "escalations",
-)
-
-
 def async_buffer(buffer: object, owner: str) -> AsyncBuffer:
     """``buffer`` as an :class:`AsyncBuffer`: itself if it implements the
     protocol (a ``RuntimeBuffer``, a ``SharedBuffer``), the async face of a
@@ -277,11 +259,6 @@ def async_buffer(buffer: object, owner: str) -> AsyncBuffer:
     if isinstance(buffer, AsyncBuffer):  # reads its properties (a closed shared
         # buffer raises BufferClosed here, which says what is wrong)
         return buffer
-    if all(hasattr(buffer, name) for name in _BEFORE_STREAMS):
-        # Every member but open_stream (issue 24): a SharedBuffer until the
-        # shared buffer's part of that issue gives it one. Code that does
-        # not stream works with it unchanged.
-        return buffer  # type: ignore[return-value]
     raise InvalidType(
         f"{owner} needs a Buffer or an AsyncBuffer (open_buffer(), open_shared_buffer()), "
         f"not {type(buffer).__name__}"
@@ -307,8 +284,6 @@ if TYPE_CHECKING:
         """A static check (``mypy --strict src``): a RuntimeBuffer is an AsyncBuffer."""
         return runtime
 
-    def _shared_conforms(shared: SharedBuffer) -> object:
-        """The same check for SharedBuffer, held back until it has
-        ``open_stream`` (issue 24, the shared buffer's part): then this
-        returns ``AsyncBuffer`` again, as ``_runtime_conforms`` does."""
+    def _shared_conforms(shared: SharedBuffer) -> AsyncBuffer:
+        """The same check for SharedBuffer."""
         return shared
