@@ -57,7 +57,7 @@ GOAL_N = 1_000
 GOAL_RATIO = 1.1
 GOAL_STALL_MS = 2.0
 TICK = 0.0005
-#: repetition factor for the histories up to the goal size
+#: repetition factor for the histories up to the goal size (full runs)
 SMALL_REPEAT = 4
 
 Turn = Callable[[], None]
@@ -388,8 +388,10 @@ def bench_frameworks(cfg: Config) -> SectionResult:
         with _available(name, res.notes):
             for n in sizes:
                 # turns up to the goal size are cheap: 4x the repetitions
-                # there, so the paired median is stable on a loaded machine
-                reps = repeat * SMALL_REPEAT if n <= GOAL_N else repeat
+                # there in a full run, so the paired median is stable on a
+                # loaded machine (a quick run keeps one count for every case)
+                small = n <= GOAL_N and not cfg.quick
+                reps = repeat * SMALL_REPEAT if small else repeat
                 measured[n] = _measure(make, n, reps, name, cfg.gc)
                 res.cases.extend(measured[n])
         ratios[name] = {
