@@ -1,4 +1,4 @@
-"""The process ``test_crash.py`` kills with SIGKILL.
+"""The process ``log/test_log_crash.py`` kills with SIGKILL.
 
 Usage: ``python _crash_child.py KIND PATH SEED [OPS_PER_FLUSH]``
 

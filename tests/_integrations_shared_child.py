@@ -1,7 +1,7 @@
 """A framework agent in its own process, on one conversation of a shared buffer.
 
 Started with the ``spawn`` method (a fresh interpreter, as on another host)
-by ``tests/test_integrations_shared.py``. It joins the shared buffer
+by ``tests/integrations/test_integrations_shared.py``. It joins the shared buffer
 ``open_shared_buffer(dsn, CONVERSATION)`` and runs one agent on it, on
 asyncio (the frameworks' runners are asyncio-only):
 

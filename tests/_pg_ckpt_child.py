@@ -1,4 +1,4 @@
-"""The process ``test_log_postgres_checkpoint.py`` kills with SIGKILL while it
+"""The process ``log/test_log_postgres_checkpoint.py`` kills with SIGKILL while it
 writes checkpoints to PostgreSQL.
 
 Usage: ``python _pg_ckpt_child.py DSN BUFFER_ID SEED PREFILL``

@@ -1,5 +1,5 @@
 """Hypothesis strategies for the three chat APIs' message shapes (one module,
-used by test_adapter_shapes.py).
+used by adapters/test_adapter_shapes.py).
 
 Each strategy draws a *complete* transcript, as a real agent loop produces it:
 every tool call answered. ``sdk_valid=True`` keeps to shapes the official

@@ -1,6 +1,6 @@
 """Coverage-guided fuzzing of both log formats and of recovery (atheris).
 
-The property (the same as ``test_fuzz_logs.py``): whatever the bytes, opening
+The property (the same as ``log/test_log_fuzz.py``): whatever the bytes, opening
 the file and recovering a buffer either raises :class:`LogFormatError` or
 yields a buffer that passes ``_check()``; ``quiesce inspect`` exits 0 or 1.
 Any other exception, a failed check or a hang is a finding.

@@ -37,7 +37,7 @@ what a signal does (apply inline, or wake the runtime's scheduler) is
 Cancellation. Nothing here awaits. ``Snapshot.__exit__`` unpins with plain
 synchronous code, so a cancelled reader always releases its pin.
 
-``tests/test_pin_interleavings.py`` steps this code line by line (and
+``tests/core/test_pin_interleavings.py`` steps this code line by line (and
 bytecode by bytecode) under chosen schedules; keep the protocol's lines here.
 """
 

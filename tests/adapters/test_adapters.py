@@ -1,5 +1,5 @@
 """Chat adapters: hand-written OpenAI-style and Anthropic-style transcripts
-(the shapes, generated round trips and SDK fixtures are in test_adapter_shapes.py)."""
+(the shapes, generated round trips and SDK fixtures are in adapters/test_adapter_shapes.py)."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ pytest.importorskip("aiorwlock")
 from quiesce.__main__ import main as quiesce_main
 from quiesce.bench.lib import SECTIONS, Config, SectionResult, section
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 GOALS = {
     "mark_vs_map_set",

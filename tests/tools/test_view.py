@@ -25,7 +25,7 @@ from quiesce._log.view import main as view_main
 from quiesce._log.view import read_history, render_html
 
 HOSTILE = '</script><script>document.title="pwned"</script><img src=x onerror=alert(1)>'
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 async def _story(log: Any) -> None:

@@ -283,7 +283,7 @@ class TestSmallOnes:
 def run_cli(*args: str) -> tuple[int, str, str]:
     import subprocess
 
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
     proc = subprocess.run(
         [sys.executable, "-m", "quiesce", *args],
         capture_output=True,

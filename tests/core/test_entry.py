@@ -1,5 +1,5 @@
 """Entries and ``Buffer.append``: construction, content hash, duplicate ids and
-dangling references (re-admission lives in test_readmission.py)."""
+dangling references (re-admission lives in core/test_readmission.py)."""
 
 from __future__ import annotations
 

@@ -40,7 +40,7 @@ CHILD = textwrap.dedent(
 
 
 def test_a_forgotten_sqlite_log_freed_by_the_gc_never_deadlocks(tmp_path: Path) -> None:
-    src = str(Path(__file__).resolve().parent.parent / "src")
+    src = str(Path(__file__).resolve().parents[2] / "src")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
     try:
         done = subprocess.run(

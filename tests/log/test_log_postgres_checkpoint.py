@@ -44,7 +44,7 @@ from quiesce._core.replay import replay
 from quiesce._log._format import encode_json
 from quiesce._log.inspect import main as inspect_main
 
-CHILD = Path(__file__).with_name("_pg_ckpt_child.py")
+CHILD = Path(__file__).resolve().parents[1].joinpath("_pg_ckpt_child.py")
 
 
 def _raw(dsn: str) -> psycopg.Connection[Any]:

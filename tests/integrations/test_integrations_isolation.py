@@ -2,7 +2,7 @@
 and trio.
 
 The frameworks' runners are asyncio-only (see
-``test_integrations_transparent.py`` for the end-to-end runs), but the
+``integrations/test_integrations_transparent.py`` for the end-to-end runs), but the
 integrations themselves are anyio code: here each is driven directly through
 the interface its framework calls (a ``Session``'s methods, the input
 filter, the history processor, the model context), with the frameworks' own

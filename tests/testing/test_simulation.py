@@ -17,7 +17,7 @@ checked by :func:`quiesce.testing.check_history` (and the core's ``_check()``);
 a schedule that finds an anomaly or raises an unexpected error fails the test
 with its seed. Replay one seed exactly::
 
-    QUIESCE_SEED=1234 pytest tests/test_simulation.py -k replay -s
+    QUIESCE_SEED=1234 pytest tests/testing/test_simulation.py -k replay -s
 
 ``QUIESCE_SCHEDULES=N`` changes the number of schedules per backend in the
 default run (600); the ``slow`` soak runs 100,000.
@@ -245,7 +245,7 @@ class Outcome:
         lines += [f"  anomaly {a}" for a in self.anomalies]
         lines += [f"  error {e}" for e in self.errors]
         lines.append(
-            f"  replay: QUIESCE_SEED={self.seed} pytest tests/test_simulation.py -k replay"
+            f"  replay: QUIESCE_SEED={self.seed} pytest tests/testing/test_simulation.py -k replay"
         )
         return "\n".join(lines)
 

@@ -33,7 +33,7 @@ from quiesce import (
 )
 from quiesce._log._format import _too_deep, decode_json, encode_json, encode_record
 
-SRC = str(Path(__file__).resolve().parent.parent / "src")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 SINKS = {"sqlite": SQLiteLog, "jsonl": JsonlLog}
 
 
@@ -434,7 +434,7 @@ class TestInspectIsTerminalSafe:
         del json
 
 
-DATA = Path(__file__).with_name("data")
+DATA = Path(__file__).resolve().parents[1].joinpath("data")
 
 
 class TestLayout1Files:

@@ -29,7 +29,7 @@ from _workload import digest, state
 from quiesce import Buffer, JsonlLog, SQLiteLog
 from quiesce._core.replay import replay
 
-CHILD = Path(__file__).with_name("_crash_child.py")
+CHILD = Path(__file__).resolve().parents[1].joinpath("_crash_child.py")
 KILLS = 15  # per sink: 30 kills in the default run
 SOAK_KILLS = 100
 

@@ -50,7 +50,7 @@ from quiesce import Buffer, Entry, JsonlLog, Kind, SQLiteLog
 from quiesce._core.checkpoint import compacted_records
 from quiesce._core.errors import LogRecordDropped  # not exported by quiesce
 from quiesce._log._format import encode_record
-from test_stateful import BufferMachine, StreamMachine
+from test_stateful_buffer import BufferMachine, StreamMachine
 
 #: test settings: tombstones spill once 2 are durable, 4 durable records stay in memory
 SMALL_SPILL = 2
@@ -215,7 +215,7 @@ class _DurableMachine(_LogMachine):
             assert _picture(new) == before
         except BaseException:
             # closed now: a log left to the garbage collector can deadlock the
-            # next open (tests/test_log_gc_deadlock.py)
+            # next open (tests/log/test_log_gc_deadlock.py)
             sink.close()
             raise
         self.buf = new

@@ -262,7 +262,7 @@ async def test_random_schedule(seed: int, anyio_backend: str) -> None:
     except Exception as exc:  # AssertionError, or one inside an ExceptionGroup
         raise AssertionError(
             f"random schedule failed: seed={seed} backend={anyio_backend} "
-            f"(rerun: pytest 'tests/test_runtime_random.py::test_random_schedule"
+            f"(rerun: pytest 'tests/runtime/test_runtime_random.py::test_random_schedule"
             f"[{anyio_backend}-{seed}]'): {exc!r}"
         ) from exc
 

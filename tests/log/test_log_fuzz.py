@@ -529,11 +529,11 @@ def test_deep_record_in_a_committed_batch_is_refused(tmp_path: Path) -> None:
 
 # -- atheris ------------------------------------------------------------------
 
-HARNESS = Path(__file__).with_name("fuzz_logs_atheris.py")
+HARNESS = Path(__file__).resolve().parents[1].joinpath("fuzz_logs_atheris.py")
 
 
 def _run_harness(runs: int, artifacts: Path) -> None:
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent / "src"))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src"))
     proc = subprocess.run(
         [
             sys.executable,
@@ -560,7 +560,7 @@ def test_atheris_harness(tmp_path: Path) -> None:
     _run_harness(300, tmp_path)
 
 
-CORPUS = Path(__file__).with_name("data") / "atheris"
+CORPUS = Path(__file__).resolve().parents[1].joinpath("data") / "atheris"
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in CORPUS.iterdir()))
@@ -568,7 +568,7 @@ def test_atheris_findings(name: str) -> None:
     """Inputs the harness once failed on, replayed (regressions): e.g. a
     damaged SQLite schema page for which sqlite3 raised MemoryError."""
     pytest.importorskip("atheris")
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent / "src"))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src"))
     proc = subprocess.run(
         [sys.executable, str(HARNESS), str(CORPUS / name)],
         capture_output=True,

@@ -213,7 +213,7 @@ def test_flush_checkpoint_without_a_sink_writes_nothing() -> None:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1] / "src"))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src"))
     return subprocess.run(
         [sys.executable, "-m", "quiesce", *args], capture_output=True, text=True, env=env
     )

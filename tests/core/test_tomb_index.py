@@ -497,7 +497,7 @@ def test_an_index_written_by_another_process_finds_every_tombstone(
     import sys
 
     path = tmp_path / f"log.{kind}"
-    code = _CHILD.format(tests=str(Path(__file__).parent), kind=kind, path=str(path))
+    code = _CHILD.format(tests=str(Path(__file__).resolve().parent), kind=kind, path=str(path))
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
     (state,) = _checkpoint_states(kind, path)

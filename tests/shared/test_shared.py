@@ -685,7 +685,7 @@ def test_readme_many_processes_example(pg_dsn: str, backend: str) -> None:
     import sys
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     (code,) = [b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S) if "shared" in b]
     if backend == "trio":
         code = code.replace(

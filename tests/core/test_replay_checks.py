@@ -24,7 +24,7 @@ from _workload import Workload, state
 from quiesce import Buffer, Entry, JsonlLog, Kind, LogFormatError, LogRecord, SQLiteLog
 from quiesce._log._format import encode_json
 from quiesce._log.inspect import main as inspect_main
-from test_recovery import ops_strategy
+from test_log_recovery import ops_strategy
 
 SINKS: dict[str, Callable[[Path], Any]] = {"sqlite": SQLiteLog, "jsonl": JsonlLog}
 
