@@ -205,6 +205,27 @@ class TestRefusedMoves:
         assert self._refused(buf2, Move(output, before="c9")) == (Refusal.REFERENCED,)
         assert self._refused(buf2, Move("c9")) == (Refusal.REFERENCED,)
 
+    def test_a_call_moved_past_a_result_the_plan_removes_is_applied(self) -> None:
+        """A call moved to the end in a plan that also prunes its result breaks
+        no pair: nothing of the pair is left after the call (the hypothesis
+        machine found this plan refused REFERENCED)."""
+        from quiesce import Prune
+
+        buf = Buffer()
+        pair = [
+            {"role": "user", "content": "go"},
+            {"type": "function_call", "call_id": "c9", "name": "f", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c9", "output": "ok"},
+            {"role": "user", "content": "next"},
+        ]
+        responses.append_messages(buf, pair)
+        output = _ids(buf)[2]
+        report = buf.edit(EditPlan([Move("c9"), Prune(output)], reason="tidy", actor="model"))
+        assert report.applied, report
+        assert buf.edit(EditPlan([Move("c9")], reason="again", actor="model")).applied
+        window = _ids(buf)
+        assert output not in window and window[-1] == "c9"
+
     def test_nothing_lands_inside_a_reasoning_turn(self) -> None:
         """A user message moved between a reasoning item and its call is refused."""
         buf = _responses_buffer()

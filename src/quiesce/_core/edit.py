@@ -16,7 +16,7 @@ import contextlib
 import dataclasses
 import math
 from bisect import bisect_left, insort
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from typing import Any
 
 from .draft import Draft
@@ -259,7 +259,7 @@ class Editor(Publisher):
                     refuse(Refusal.UNKNOWN, f"move target {op.before!r} is not a live entry")
                 moves.append(op)
         if moves and not refusals:
-            for refusal, reason in _placement_refusals(head, summaries, moves):
+            for refusal, reason in _placement_refusals(head, summaries, moves, removed):
                 refuse(refusal, reason)
         for why_sealed in sealed_conflicts(head, removed).values():
             refuse(Refusal.REFERENCED, why_sealed)
@@ -507,10 +507,12 @@ def _placement_refusals(
     head: Version,
     summaries: Sequence[tuple[Summarize, tuple[str, ...]]],
     moves: Sequence[Move],
+    removed: Container[str] = (),
 ) -> list[tuple[Refusal, str]]:
     """The orders a plan's moves would break, worked out on the window order
     the plan would publish (the head's, with the summaries inserted and the
-    moves applied; removals do not change the order of what survives):
+    moves applied; removals do not change the order of what survives, and
+    what the plan itself removes — ``removed`` — breaks no order):
 
     * ``REFERENCED``: a ``TOOL_OUTPUT`` before a ``TOOL_CALL`` it cites (a
       tool result before its call), or a moved call after one of its outputs;
@@ -530,7 +532,7 @@ def _placement_refusals(
         def before_moved(i: str) -> bool:  # i (not the moved one) precedes it
             return target is None or live[i].key < target
 
-        return _order_refusals(head, mv, before_moved, mv.before)
+        return _order_refusals(head, mv, before_moved, mv.before, removed)
     order = head.ordered_ids()
     for op, covered in summaries:
         cover = set(covered)
@@ -548,18 +550,25 @@ def _placement_refusals(
             return pos.get(i, at + 1) < at
 
         nxt = order[at + 1] if at + 1 < len(order) else None
-        out.extend(_order_refusals(head, mv, precedes, nxt))
+        out.extend(_order_refusals(head, mv, precedes, nxt, removed))
     return out
 
 
 def _order_refusals(
-    head: Version, mv: Move, precedes: Callable[[str], bool], following: str | None
+    head: Version,
+    mv: Move,
+    precedes: Callable[[str], bool],
+    following: str | None,
+    removed: Container[str] = (),
 ) -> list[tuple[Refusal, str]]:
     """:func:`_placement_refusals` for one move, given whether an entry
-    precedes the moved one in the new order and the id right after it.
+    precedes the moved one in the new order and the id right after it; an
+    entry in ``removed`` (the plan removes it) breaks no order.
     O(refs + citers)."""
     live = head.live
     out: list[tuple[Refusal, str]] = []
+    if mv.id in removed:
+        return out
     e = live[mv.id].entry
     if e.kind is Kind.TOOL_OUTPUT:
         for ref in e.refs:
@@ -569,7 +578,7 @@ def _order_refusals(
                 out.append((Refusal.REFERENCED, why))
     elif e.kind is Kind.TOOL_CALL:
         for c in head.cited_by(mv.id):
-            if live[c].entry.kind is Kind.TOOL_OUTPUT and precedes(c):
+            if c not in removed and live[c].entry.kind is Kind.TOOL_OUTPUT and precedes(c):
                 why = f"moving {mv.id!r} would put it after its result {c!r}"
                 out.append((Refusal.REFERENCED, why))
     if following is not None:
