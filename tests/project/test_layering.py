@@ -25,9 +25,7 @@ CORE = PACKAGE / "_core"
 #: ``pins.reader_of``, ``Buffer.extend``, ``stats()``): the branches
 #: splitting ``testing``, ``bench`` and ``demo`` clear their entries.
 #: THIS MUST BECOME EMPTY; never add to it.
-ALLOWED: dict[str, set[str]] = {
-    "quiesce/demo": {"_check"},
-}
+ALLOWED: dict[str, set[str]] = {}
 
 #: The circles inside ``_core`` made by ``TYPE_CHECKING`` imports only (the
 #: trace of ``Buffer``'s inheritance across its modules: issue 23's

@@ -191,7 +191,7 @@ async def _demo(cfg: argparse.Namespace, out: TextIO, log_path: str) -> Outcome:
 
                 tg.start_soon(both)
             await buf.quiesce()
-            buf._check(expect_no_pins=True)
+            buf.check_invariants(expect_no_pins=True)
             stats = buf.stats()
             logged = _escalations_in_log(buf)
             head = [(e.id, e.content_hash) for e in buf.head().entries()]

@@ -166,7 +166,9 @@ class Recorder:
                 self._durable_tombs.add((t["id"], t["content_hash"]))
         self._durable_seen = len(records)
 
-    def _observe_log(self) -> None:
+    def observe_log(self) -> None:
+        """Note the log's length and last record now (the history checker
+        compares them with what each version published). O(1)."""
         log = self.buffer.log
         n = len(log)
         self._log_observations.append((n, log[n - 1] if n else None))
@@ -194,7 +196,7 @@ class Recorder:
         ev.after = self.buffer.version
         ev.log_after = len(self.buffer.log)
         ev.end = next(self._seq)
-        self._observe_log()
+        self.observe_log()
 
     def _call(self, op: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         ev = self._begin(op, args, kwargs)
@@ -280,7 +282,7 @@ class Recorder:
         Call it after every reader has left."""
         if not self._closed:
             self._closed = True
-            self._observe_log()
+            self.observe_log()
             buf = self.buffer
             head = buf.head()
             buf.__dict__.pop("_recorder_tap", None)

@@ -147,7 +147,7 @@ def check_shared_history(
     rec_buf = Recorder(Buffer(policy=policy))
     for rec in log:
         replay(rec_buf.buffer, [rec])
-        rec_buf._observe_log()
+        rec_buf.observe_log()
     history = rec_buf.history()
     out.extend(check_history(history))
 
