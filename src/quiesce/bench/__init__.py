@@ -14,6 +14,9 @@ user gets. Modules:
 * :mod:`.agent` — the agent-loop section (quiesce vs lock- and copy-based
   baselines, asyncio and trio);
 * :mod:`.durability` — the durable logs' section (SQLite and JSONL);
+* :mod:`.long_life` — the long-lived agent's section (its workload in
+  :mod:`.long_life_workload`, its figures in :mod:`.long_life_memory` and
+  :mod:`.long_life_ops`);
 * :mod:`.stall` — the event-loop stall meter (a heartbeat task), for
   sections that time an integration turn;
 * :mod:`.cli` — the command: its arguments, the run, where the output goes.
