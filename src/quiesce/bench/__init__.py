@@ -12,8 +12,10 @@ user gets. Modules:
   figures; :mod:`.lib` — the names a section module imports;
 * :mod:`.core`, :mod:`.memory` — the sync core's sections;
 * :mod:`.agent` — the agent-loop section (quiesce vs lock- and copy-based
-  baselines, asyncio and trio);
-* :mod:`.durability` — the durable logs' section (SQLite and JSONL);
+  baselines, asyncio and trio; the implementations in :mod:`.agent_impls`);
+* :mod:`.durability` — the durable logs' section (SQLite and JSONL; its
+  sinks and helpers in :mod:`.durability_sinks`, the locked-database figure
+  in :mod:`.durability_locked`);
 * :mod:`.long_life` — the long-lived agent's section (its workload in
   :mod:`.long_life_workload`, its figures in :mod:`.long_life_memory` and
   :mod:`.long_life_ops`);

@@ -52,7 +52,7 @@ from .harness import (
     paired_ratio,
     ratio_goal,
 )
-from .registry import plot, section
+from .registry import plot, save_figure, section
 
 __all__ = ["CORE_SECTIONS", "STYLE"]
 
@@ -593,11 +593,7 @@ def _plot_ops_vs_n(plt: Any, results: dict[str, Any], out: Path, stamp: str) -> 
         for ax in list(axes.flat)[len(sized) :]:
             ax.set_visible(False)
         fig.suptitle(f"quiesce core operations vs n — {stamp}", fontsize=10)
-        fig.tight_layout()
-        path = out / "ops_vs_n.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
+        written.append(save_figure(plt, fig, out / "ops_vs_n.png"))
 
     return written
 
@@ -654,10 +650,6 @@ def _plot_pin(plt: Any, results: dict[str, Any], out: Path, stamp: str) -> list[
         ax1.set_title("pin cost vs pinned readers (n = 1e4, asyncio)")
         ax2.set_title("pin cost vs buffer size (asyncio)")
         fig.suptitle(f"quiesce snapshot pin — {stamp}", fontsize=10)
-        fig.tight_layout()
-        path = out / "pin_vs_readers.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
+        written.append(save_figure(plt, fig, out / "pin_vs_readers.png"))
 
     return written

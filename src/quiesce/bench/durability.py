@@ -53,30 +53,30 @@ repetitions, interleaved (each repetition runs every implementation once).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import json
-import sqlite3
 import statistics
 import sys
-import tempfile
-import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from quiesce import (
-    Buffer,
-    Entry,
-    EntryPruned,
-    JsonlLog,
-    Kind,
-    ReadmissionRefused,
-    SQLiteLog,
-)
+from quiesce import Buffer, Entry, Kind, SQLiteLog
 
+from .durability_locked import _marks_while_locked
+from .durability_sinks import (
+    MEMORY,
+    SINKS,
+    DurabilityConfig,
+    Sink,
+    _entries,
+    _Flusher,
+    _loop_mark,
+    _Sinks,
+    _summary,
+)
 from .lib import (
     _FIXTURES,
     FULL,
@@ -92,108 +92,13 @@ from .lib import (
     plot,
     ratio_goal,
     run_suite,
+    save_figure,
     section,
 )
 
 __all__ = ["SINKS", "DurabilityConfig", "bench_durability", "main"]
 
-Sink = SQLiteLog | JsonlLog
-
-#: the durable sinks measured, by the name the results use
-SINKS: dict[str, Callable[[Path], Sink]] = {
-    "SQLiteLog": lambda path: SQLiteLog(path.with_suffix(".db")),
-    "JsonlLog": lambda path: JsonlLog(path.with_suffix(".jsonl")),
-}
-MEMORY = "in memory"
 SECTION = "durability"
-
-
-@dataclass(frozen=True)
-class DurabilityConfig:
-    """Sizes of the durability section, chosen from the suite's :class:`Config`."""
-
-    mark_n: int  #: entries in a buffer the no-flusher mark cases mark through
-    flusher_marks: int  #: marks in one timed loop while a thread flushes every 10 ms
-    batch: int = 1_000  #: pending records in one measured ``flush()``
-    sustained_s: float = 0.5  #: seconds of one sustained-append run
-    flush_every: float = 0.010  #: seconds between flushes
-
-    @classmethod
-    def for_suite(cls, cfg: Config) -> DurabilityConfig:
-        if cfg.quick:
-            return cls(mark_n=cfg.n_goal, flusher_marks=20_000, sustained_s=0.1)
-        return cls(mark_n=cfg.n_goal, flusher_marks=50_000, sustained_s=0.5)
-
-
-def _entries(n: int, prefix: str) -> list[Entry]:
-    return [
-        Entry(f"{prefix}{i}", Kind.REASONING, f"reasoning step {i}: the service answered 200")
-        for i in range(n)
-    ]
-
-
-class _Sinks:
-    """Fresh sink files in one temporary folder; closes them all at the end."""
-
-    def __init__(self) -> None:
-        self._tmp = tempfile.TemporaryDirectory(prefix="quiesce-bench-")
-        self._serial = 0
-        self._open: list[Sink] = []
-
-    def new(self, kind: str) -> Sink:
-        self._serial += 1
-        sink = SINKS[kind](Path(self._tmp.name) / f"log{self._serial}")
-        self._open.append(sink)
-        return sink
-
-    def path(self) -> Path:
-        """A fresh file name in the folder (for a sink the caller opens)."""
-        self._serial += 1
-        return Path(self._tmp.name) / f"log{self._serial}"
-
-    def close(self, sink: Sink) -> None:
-        sink.close()
-        if sink in self._open:
-            self._open.remove(sink)
-
-    def cleanup(self) -> None:
-        for sink in self._open:
-            sink.close()
-        self._open.clear()
-        self._tmp.cleanup()
-
-
-class _Flusher:
-    """Calls ``buf.flush()`` every ``interval`` seconds in a thread (the
-    runtime's group commit, without an event loop)."""
-
-    def __init__(self, buf: Buffer, interval: float) -> None:
-        self.buf = buf
-        self.interval = interval
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="bench-flusher", daemon=True)
-
-    def _run(self) -> None:
-        while not self.stop.wait(self.interval):
-            self.buf.flush()
-
-    def __enter__(self) -> _Flusher:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join()
-
-
-def _loop_mark(buf: Buffer, ids: list[str]) -> None:
-    mark = buf.mark_stale
-    for i in ids:
-        mark(i, "superseded")
-
-
-def _summary(values: Sequence[float]) -> dict[str, float]:
-    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
 
 
 # ---------------------------------------------------------------------------
@@ -522,106 +427,6 @@ def bench_durability(cfg: Config) -> SectionResult:
     return res
 
 
-def _marks_while_locked(dcfg: DurabilityConfig, sinks: _Sinks) -> tuple[Goal, dict[str, Any]]:
-    """``durability_mark_locked_p99`` (issue 21, defect 6): a ``SQLiteLog``
-    buffer with 1,200 durable tombstones (spilled: read back from their
-    records), the database held by another connection (``BEGIN
-    EXCLUSIVE``), a flush stuck in its commit; an agent thread every 2 ms
-    appends a re-admission candidate (refused) and marks a pruned id
-    (``EntryPruned``), both reading their tombstone back; the measured
-    thread marks live entries for a second of the lock (0.5 s quick), each
-    call timed (wall clock, 0.2 ms apart; a mark still waiting when the lock
-    goes counts its whole wait). Goal: p99 <= 1 ms. Before issue 21 the
-    agent's reads ran under the write lock and waited on the stuck writer:
-    a mark waited as long as the lock was held (1.1 s of a 1 s window)."""
-    path = sinks.path()
-    buf = Buffer(log=SQLiteLog(path, timeout=60), checkpoint_every=0)
-    pruned = 1_200
-    for start in range(0, pruned, 100):
-        ids = [f"p{j}" for j in range(start, start + 100)]
-        for eid in ids:
-            buf.append(Entry(eid, Kind.REASONING, f"pruned output {eid}"))
-        buf.prune(ids, reason="stale")
-    marks = 2_000 if dcfg.sustained_s < 0.5 else 5_000
-    for i in range(marks):
-        buf.append(Entry(f"m{i}", Kind.REASONING, f"live step {i}"))
-    buf.flush()
-    locker = sqlite3.connect(path, isolation_level=None)
-    locker.execute("BEGIN EXCLUSIVE")
-    buf.append(Entry("pending", Kind.REASONING, "waits for the stuck flush"))
-    stop = threading.Event()
-    agent_ops = [0]
-
-    def flush() -> None:
-        with contextlib.suppress(Exception):
-            buf.flush()
-
-    def agent() -> None:
-        i = 0
-        while not stop.is_set():
-            with contextlib.suppress(ReadmissionRefused):
-                buf.append(Entry(f"again{i}", Kind.REASONING, f"pruned output p{i % pruned}"))
-            with contextlib.suppress(EntryPruned):
-                buf.mark_stale(f"p{(i * 7) % pruned}", "again")
-            agent_ops[0] += 1
-            i += 1
-            time.sleep(0.002)
-
-    times: list[float] = []
-
-    def marker() -> None:
-        clock = time.perf_counter
-        for i in range(marks):
-            if stop.is_set():
-                return
-            t0 = clock()
-            buf.mark_stale(f"m{i}", "stale")
-            times.append(clock() - t0)
-            time.sleep(0.0002)
-
-    flusher = threading.Thread(target=flush, daemon=True)
-    threads = [threading.Thread(target=agent, daemon=True), threading.Thread(target=marker)]
-    window = 0.5 if dcfg.sustained_s < 0.5 else 1.0
-    try:
-        flusher.start()
-        time.sleep(0.05)  # the flush is in its commit, waiting for the lock
-        for t in threads:
-            t.start()
-        threads[1].join(window)  # marks for at most `window` seconds of the lock
-        stop.set()
-        still_locked = flusher.is_alive()
-    finally:
-        # a mark still waiting ends once the lock goes: its whole wait counts
-        locker.execute("ROLLBACK")
-        locker.close()
-        for t in (flusher, *threads):
-            t.join()
-        buf.sink.close()  # type: ignore[union-attr]
-    times.sort()
-    p99 = times[min(len(times) - 1, int(0.99 * len(times)))]
-    extra = {
-        "marks": len(times),
-        "p50_ms": round(statistics.median(times) * 1e3, 4),
-        "p99_ms": round(p99 * 1e3, 4),
-        "max_ms": round(times[-1] * 1e3, 4),
-        "agent_refusals": agent_ops[0],
-        "database_locked_throughout": still_locked,
-    }
-    goal = Goal(
-        "durability_mark_locked_p99",
-        "mark from another thread while the database is locked, p99, ms",
-        p99 * 1e3,
-        1.0,
-        "<=",
-        note=(
-            f"{len(times):,} marks; p50 {extra['p50_ms']} ms, max {extra['max_ms']} ms; "
-            f"{agent_ops[0]:,} refused re-admissions and pruned-id marks meanwhile"
-            + ("" if still_locked else "; the stuck flush gave up before the window ended")
-        ),
-    )
-    return goal, extra
-
-
 # ---------------------------------------------------------------------------
 # the script (benchmarks/durability.py)
 
@@ -730,8 +535,4 @@ def _plot_durability(plt: Any, results: dict[str, Any], out: Path, stamp: str) -
     ax_rate.set_title("sustained appends, a flush every 10 ms")
     ax_rate.grid(True, axis="y", alpha=0.3)
     fig.suptitle(f"durability: in memory vs SQLiteLog vs JsonlLog — {stamp}", fontsize=10)
-    fig.tight_layout()
-    path = out / "durability.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [path]
+    return [save_figure(plt, fig, out / "durability.png")]

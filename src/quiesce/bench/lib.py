@@ -42,6 +42,7 @@ from .registry import (
     SectionFn,
     load_section_modules,
     plot,
+    save_figure,
     section,
 )
 from .report import format_report, iter_cases, machine_info, run_suite
@@ -72,5 +73,6 @@ __all__ = [
     "plot",
     "ratio_goal",
     "run_suite",
+    "save_figure",
     "section",
 ]

@@ -98,7 +98,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .lib import FULL, QUICK, Config, SectionResult, plot, section
+from .lib import FULL, QUICK, Config, SectionResult, plot, save_figure, section
 from .long_life_memory import _big_outputs, _collect_times, _memory_and_recovery, _young_buffers
 from .long_life_ops import (
     _crafted_collisions,
@@ -111,14 +111,7 @@ from .long_life_ops import (
     _refused_edit,
     crc_colliding_ids,
 )
-from .long_life_workload import (
-    FULL_LL,
-    QUICK_LL,
-    LongLifeConfig,
-    _fresh_like,
-    _ratio_goal,
-    churn,
-)
+from .long_life_workload import FULL_LL, QUICK_LL, LongLifeConfig, _fresh_like, _ratio_goal, churn
 
 __all__ = ["LongLifeConfig", "bench_long_life", "churn", "crc_colliding_ids", "main"]
 
@@ -281,11 +274,7 @@ def _plot_long_life(plt: Any, results: dict[str, Any], out: Path, stamp: str) ->
         f"appends + marks + one prune — {stamp}",
         fontsize=10,
     )
-    fig.tight_layout()
-    path = out / "long_life.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [path]
+    return [save_figure(plt, fig, out / "long_life.png")]
 
 
 if __name__ == "__main__":

@@ -24,14 +24,7 @@ from typing import Any
 
 from .. import Buffer, EditPlan, Entry, Kind, Move, Prune, ReaderInfo
 from .lib import Goal, SectionResult
-from .long_life_workload import (
-    LongLifeConfig,
-    _alternate,
-    _entry,
-    _fresh_like,
-    _ratio_goal,
-    _timed,
-)
+from .long_life_workload import LongLifeConfig, _alternate, _entry, _fresh_like, _ratio_goal, _timed
 
 __all__ = ["crc_colliding_ids"]
 

@@ -38,6 +38,7 @@ __all__ = [
     "SectionFn",
     "load_section_modules",
     "plot",
+    "save_figure",
     "section",
 ]
 
@@ -120,3 +121,13 @@ def plot(*figures: str) -> Callable[[PlotFn], PlotFn]:
         return fn
 
     return register
+
+
+def save_figure(plt: Any, fig: Any, path: Path, dpi: int = 110) -> Path:
+    """Lay ``fig`` out, write it to ``path`` (PNG at ``dpi``) and close it
+    (pyplot keeps every open figure alive); returns ``path``. What every
+    plot ends with."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path

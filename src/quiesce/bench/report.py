@@ -28,7 +28,7 @@ from quiesce import __version__
 from . import core as _core_sections  # noqa: F401  (registers the core sections first)
 from . import memory as _memory_section  # noqa: F401  (the last core section)
 from .harness import Config, SectionResult
-from .registry import PLOTS, SECTIONS, load_section_modules, plot
+from .registry import PLOTS, SECTIONS, load_section_modules, plot, save_figure
 
 __all__ = [
     "RESULTS_FILE",
@@ -241,10 +241,6 @@ def _plot_goals(plt: Any, results: dict[str, Any], out: Path, stamp: str) -> lis
         ax.set_xscale("log")
         ax.set_xlabel("measured / target (≤ 1: goal met)")
         ax.set_title(f"quiesce bench goals\n{stamp}", fontsize=10)
-        fig.tight_layout()
-        path = out / "goals.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
+        written.append(save_figure(plt, fig, out / "goals.png"))
 
     return written

@@ -41,7 +41,7 @@ import anyio
 from quiesce import Buffer, Entry, Kind, open_buffer
 
 from .harness import CaseResult, Config, Goal, SectionResult, paired_ratio
-from .registry import plot, section
+from .registry import plot, save_figure, section
 
 __all__ = ["SECTION"]
 
@@ -508,8 +508,4 @@ def _plot_streaming(plt: Any, results: dict[str, Any], out: Path, stamp: str) ->
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     fig.text(0.01, 0.01, stamp, fontsize=6, color="gray")
-    fig.tight_layout()
-    path = out / "streaming.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return [path]
+    return [save_figure(plt, fig, out / "streaming.png", dpi=120)]
