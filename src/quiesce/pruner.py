@@ -35,7 +35,7 @@ from ._core.buffer import Buffer, Snapshot
 from ._core.edit import HOST_ACTOR
 from ._core.entry import Entry, Kind
 from ._core.errors import InvalidArgument, InvalidType
-from ._core.plan import EditPlan, Prune
+from ._core.plan import EditPlan, Move, Op, Prune, Rewrite, Summarize
 from ._core.policy import Policy
 from ._core.records import EditReport, Mark, Refusal
 from ._protocol import AsyncBuffer, async_buffer
@@ -97,6 +97,13 @@ async def run_pruner(
     last refused report is returned when the bound is reached. Any other
     refusal is returned at once (the buffer has logged and escalated it).
 
+    Open entries (``entry.streaming``: a message still streaming) are
+    never edited: the ops of the plan that touch one in the pinned
+    snapshot are left out before it is submitted (:func:`_without_open`),
+    so a model that proposed one is not refused ``CONFLICT`` and escalated
+    for it; a later round, after the stream's close, may propose it again.
+    A plan with nothing left is not submitted (``None`` is returned).
+
     A plan whose actor is ``"host"`` raises :class:`InvalidArgument`,
     submitting nothing: the host's override (retraction of any kind, protected
     summaries) is for the host application's own ``Buffer.edit`` calls, never
@@ -116,12 +123,15 @@ async def run_pruner(
         with face.snapshot() as snap:
             base = snap.version
             plan = await pruner(snap)
+            if plan is None:
+                return None
+            if not isinstance(plan, EditPlan):
+                raise InvalidType(
+                    f"a pruner must return an EditPlan or None, not {type(plan).__name__}"
+                )
+            plan = _without_open(plan, snap)
         if plan is None:
             return None
-        if not isinstance(plan, EditPlan):
-            raise InvalidType(
-                f"a pruner must return an EditPlan or None, not {type(plan).__name__}"
-            )
         if plan.actor == HOST_ACTOR:
             # A pruner is model-driven: it may not speak as the host, whose
             # override retracts any kind and mints protected summaries.
@@ -136,6 +146,72 @@ async def run_pruner(
         if report.applied or Refusal.CONFLICT not in report.refusals:
             return report
     return report
+
+
+def _touches(op: Op) -> tuple[str, ...]:
+    """The ids an op needs live and settled (a ``Move``'s anchor included)."""
+    if isinstance(op, Summarize):
+        return op.ids
+    if isinstance(op, Move):
+        return (op.id,) if op.before is None else (op.id, op.before)
+    if isinstance(op, Prune | Rewrite):
+        return (op.id,)
+    return ()  # pragma: no cover - every op type is listed above
+
+
+def _without_open(plan: EditPlan, snap: Snapshot) -> EditPlan | None:
+    """``plan`` without the ops that touch an open (streaming) entry of
+    ``snap``, or ``None`` when none is left; ``plan`` itself when it
+    touches none.
+
+    An entry an op left out keeps must keep what it cites, so an op
+    removing an entry that a kept one cites (an open entry opened with
+    ``refs``, or one a dropped ``Summarize`` covers) is left out too, to a
+    fixed point: the buffer would refuse the trimmed plan ``REFERENCED``
+    otherwise. The ``reason``, ``rationale``, ``actor``, ``turn``, ``base``
+    and ``override`` stay. O(ops x touched ids + refs of the kept), no
+    await."""
+
+    def entry(i: str) -> Entry | None:
+        try:
+            found = snap.resolve(i)
+        except KeyError:
+            return None
+        return found if isinstance(found, Entry) else None
+
+    kept: set[str] = set()
+    for op in plan.ops:
+        for i in _touches(op):
+            e = entry(i)
+            if e is not None and e.streaming:
+                kept.add(i)
+    if not kept:
+        return plan
+    ops = list(plan.ops)
+    changed = True
+    while changed:
+        changed = False
+        cited = {r for i in kept if (e := entry(i)) is not None for r in e.refs}
+        for op in list(ops):
+            ids = _touches(op)
+            removes = (
+                op.ids if isinstance(op, Summarize) else ((op.id,) if isinstance(op, Prune) else ())
+            )
+            if any(i in kept for i in ids) or any(i in cited for i in removes):
+                ops.remove(op)
+                kept.update(removes)
+                changed = True
+    if not ops:
+        return None
+    return EditPlan(
+        ops,
+        reason=plan.reason,
+        rationale=plan.rationale,
+        actor=plan.actor,
+        turn=plan.turn,
+        base=plan.base,
+        override=plan.override,
+    )
 
 
 class HeuristicPruner:
@@ -153,8 +229,9 @@ class HeuristicPruner:
     for a ``TOOL_OUTPUT``, the ``TOOL_CALL`` it answers and that call's other
     outputs: a call/result pair goes together or not at all, and no survivor
     is left citing a removed entry. A group is never proposed if any member is
-    protected or immutable under ``policy`` (the buffer's own rules: negative
-    results, prohibitions, constraints, instructions), is younger than the
+    open (still streaming), protected or immutable under ``policy`` (the
+    buffer's own rules: negative results, prohibitions, constraints,
+    instructions), is younger than the
     age threshold, or is in ``keep``. Age is ``current turn - entry.turn``,
     the current turn being the largest turn in the snapshot; an entry without
     a turn is aged by its position (the number of entries after it).
@@ -214,7 +291,11 @@ class HeuristicPruner:
     # -- the decision ----------------------------------------------------------
 
     def _blocked(self, e: Entry) -> bool:
-        """Never proposed: protected, immutable, negative, or kept by the caller."""
+        """Never proposed: open (still streaming: nothing applies to it
+        until its close), protected, immutable, negative, or kept by the
+        caller."""
+        if e.streaming:
+            return True
         if self.policy.is_immutable(e) or self.policy.protection(e) is not None:
             return True
         return self.keep is not None and self.keep(e)

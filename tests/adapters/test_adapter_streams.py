@@ -677,3 +677,134 @@ class TestBuffers:
         ref = Buffer()
         adapter.append_messages(ref, as_list(got), turn=3)
         assert adapter.render(ref) == window
+
+
+# -- sync of a streamed message, in this process and in the next -------------------
+
+
+def forget_this_process() -> None:
+    """What a new process starts with: no adapter remembers a message it
+    rendered (the process-wide cache of merged renders is empty)."""
+    from quiesce.adapters import _common
+
+    _common._RENDERED.clear()
+
+
+async def stream_then_reopen(api: str, output: Any, cut: list[int], path: Path) -> None:
+    """Stream ``output`` into a durable buffer after a history; a sync of
+    ``history + final`` appends nothing, and so does the same sync on the
+    buffer reopened from its log; both render what ``append_messages`` of
+    the final message renders."""
+    adapter, _, events_of, _, as_list = APIS[api]
+    history: list[Json] = [{"role": "user", "content": "hello"}]
+    buf = Buffer(log=SQLiteLog(path))
+    try:
+        adapter.sync_messages(buf, history)
+        got = await adapter.append_stream(buf, feed(events_of(output, cut)))
+        ref = Buffer()
+        adapter.sync_messages(ref, history)
+        adapter.append_messages(ref, as_list(got))
+        window = adapter.render(ref)
+        version = buf.version
+        report = adapter.sync_messages(buf, history + as_list(got))
+        assert report.appended == () and buf.version == version
+        assert adapter.render(buf) == window
+        buf.flush()
+    finally:
+        buf.sink.close()
+    forget_this_process()
+    again = Buffer(log=SQLiteLog(path))
+    try:
+        version = again.version
+        report = adapter.sync_messages(again, history + as_list(got))
+        assert report.appended == () and again.version == version, report
+        assert len(report.held) == 1 + len(as_list(got))
+        assert adapter.render(again) == window
+        assert adapter.sync_messages(again, history + as_list(got)).appended == ()
+    finally:
+        again.sink.close()
+
+
+class TestSyncAfterStream:
+    """A streamed message given back to ``sync_messages`` is the entries
+    the stream stored, not a new message: in the process that streamed it
+    and in a later one that reopens the durable log (no duplicate after a
+    restart), for generated outputs of each API (asyncio and trio)."""
+
+    @pytest.mark.parametrize("backend", BACKENDS)
+    @pytest.mark.parametrize("api", sorted(APIS))
+    @settings(max_examples=4, deadline=None)
+    @given(data=st.data())
+    def test_sync_appends_nothing_after_a_reopen(
+        self, api: str, backend: str, data: st.DataObject, tmp_path_factory: pytest.TempPathFactory
+    ) -> None:
+        output = data.draw(APIS[api][1], label="output")
+        cut = data.draw(se.cuts, label="cuts")
+        path = tmp_path_factory.mktemp("log") / "log.db"
+        anyio.run(stream_then_reopen, api, output, cut, path, backend=backend)
+
+    @pytest.mark.slow
+    @pytest.mark.parametrize("backend", BACKENDS)
+    @pytest.mark.parametrize("api", sorted(APIS))
+    @settings(max_examples=100, deadline=None)
+    @given(data=st.data())
+    def test_sync_appends_nothing_after_a_reopen_long(
+        self, api: str, backend: str, data: st.DataObject, tmp_path_factory: pytest.TempPathFactory
+    ) -> None:
+        output = data.draw(APIS[api][1], label="output")
+        cut = data.draw(se.cuts, label="cuts")
+        path = tmp_path_factory.mktemp("log") / "log.db"
+        anyio.run(stream_then_reopen, api, output, cut, path, backend=backend)
+
+    @pytest.mark.anyio
+    async def test_a_new_process_recognises_the_streamed_message(self, tmp_path: Path) -> None:
+        """The restart for real: a child process reopens the log of a
+        streamed Chat Completions message and an Anthropic one and syncs
+        each history ending with it: nothing appended."""
+        import json
+        import subprocess
+        import sys
+
+        finals: dict[str, Any] = {}
+        for api, output in (
+            ("openai", {"role": "assistant", "content": "It is sunny, 21 degrees."}),
+            (
+                "anthropic",
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "thinking", "thinking": "Look it up.", "signature": "sig-1"},
+                        {"type": "text", "text": "It is sunny, 21 degrees."},
+                    ],
+                },
+            ),
+        ):
+            adapter, _, events_of, _, _ = APIS[api]
+            buf = Buffer(log=SQLiteLog(tmp_path / f"{api}.db"))
+            try:
+                adapter.sync_messages(buf, [{"role": "user", "content": "weather?"}])
+                finals[api] = await adapter.append_stream(buf, events_of(output, [3, 9]))
+                buf.flush()
+            finally:
+                buf.sink.close()
+        child = (
+            "import json, sys\n"
+            "from quiesce import Buffer, SQLiteLog\n"
+            "from quiesce.adapters import anthropic, openai\n"
+            "finals = json.loads(sys.argv[2])\n"
+            "out = {}\n"
+            "for name, adapter in (('openai', openai), ('anthropic', anthropic)):\n"
+            "    buf = Buffer(log=SQLiteLog(sys.argv[1] + '/' + name + '.db'))\n"
+            "    history = [{'role': 'user', 'content': 'weather?'}, finals[name]]\n"
+            "    out[name] = list(adapter.sync_messages(buf, history).appended)\n"
+            "    buf.sink.close()\n"
+            "print(json.dumps(out))\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", child, str(tmp_path), json.dumps(finals)],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        )
+        assert json.loads(done.stdout) == {"openai": [], "anthropic": []}

@@ -10,7 +10,10 @@ event the consumer receives, renders it with the integration's own
 final one, the same for the whole pin, and only grows; every tool call is
 answered and no thinking block is unsigned. A control run of the same agent
 without quiesce gives the same final result, and the buffer ends holding
-each message once.
+each message once. The Agents SDK streams with its session too (the
+session's items equal the SDK's own ``SQLiteSession``'s), and every stream
+helper takes a ``BufferPool``: two conversations streaming at once on one
+pool never mix.
 
 LangGraph and pydantic-ai run only on asyncio, so their tests say so and run
 there; the framework-free :class:`MessageStream` under them runs on asyncio
@@ -699,3 +702,273 @@ class TestAgentsSDK:
                 mark = snap.mark("msg_2")
                 assert mark is not None and "interrupted" in mark.reason
                 ag_check(snap)
+
+
+# ---------------------------------------------------------------------------
+# The Agents SDK with its session: Runner.run_streamed(..., session=QuiesceSession)
+
+
+def ag_session_agent() -> Any:
+    from agents import Agent, function_tool
+
+    @function_tool
+    def lookup(q: str) -> str:
+        """Look something up."""
+        return f"{q}: nominal"
+
+    return Agent(name="sre", model=ag_model(), tools=[lookup])
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+class TestAgentsSDKSession:
+    """``feed_stream`` with a :class:`QuiesceSession` (asyncio only: the
+    Agents SDK's runner)."""
+
+    async def test_session_items_equal_the_sdks_own_session(self) -> None:
+        """``Runner.run_streamed`` with a ``QuiesceSession``: a reader sees
+        the answer grow and every pin renders a valid input; the session's
+        items after the run equal a control run's with the SDK's own
+        ``SQLiteSession`` (the streamed items are held, never added twice);
+        a second run reads them back as the SDK's session would."""
+        from agents import RunConfig, Runner, SQLiteSession
+
+        from quiesce.integrations.openai_agents import QuiesceSession, feed_stream
+
+        config = RunConfig(tracing_disabled=True)
+        control_session = SQLiteSession("control")
+        control = Runner.run_streamed(
+            ag_session_agent(), "check the disk", run_config=config, session=control_session
+        )
+        async for _ev in control.stream_events():
+            pass
+        expected = await control_session.get_items()
+        async with open_buffer() as buf:
+            session = QuiesceSession("ops", buf)
+            reader = Reader(buf, ag_text, ag_check)
+            run = Runner.run_streamed(
+                ag_session_agent(), "check the disk", run_config=config, session=session
+            )
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(reader.run)
+                outputs = await feed_stream(session, run, on_event=lambda _ev: reader.look())
+                reader.send.close()
+            assert run.final_output == control.final_output == ANSWER
+            assert [[i["type"] for i in out] for out in outputs] == [["function_call"], ["message"]]
+            reader.assert_grew_to(ANSWER)
+            assert await session.get_items() == expected
+            with buf.snapshot() as snap:
+                assert not streaming_entries(snap)
+                assert [e.id for e in snap if e.kind is Kind.TOOL_CALL] == ["c1"]
+                assert sum(e.body == ANSWER for e in snap) == 1
+            # the SDK's restore of a popped item is still refused whole
+            from quiesce import DuplicateEntry
+
+            popped = await session.pop_item()
+            assert popped == expected[-1]
+            version = buf.version
+            with pytest.raises(DuplicateEntry):
+                await session.add_items([popped])
+            assert buf.version == version
+
+    async def test_conversation_must_match_the_session(self) -> None:
+        """``conversation=`` other than the session's id, or missing with a
+        pool, is refused before any event is read."""
+        from agents import RunConfig, Runner
+
+        from quiesce import BufferPool, InvalidArgument
+        from quiesce.integrations.openai_agents import QuiesceSession, feed_stream
+
+        config = RunConfig(tracing_disabled=True)
+        async with BufferPool() as pool:
+            session = QuiesceSession("ops", pool)
+            run = Runner.run_streamed(ag_session_agent(), "x", run_config=config)
+            with pytest.raises(
+                InvalidArgument,
+                match=r"^feed_stream: conversation 'dev' is not the session's 'ops'$",
+            ):
+                await feed_stream(session, run, conversation="dev")
+            with pytest.raises(
+                InvalidArgument, match=r"^feed_stream: a BufferPool needs conversation= "
+            ):
+                await feed_stream(pool, run)
+            assert len(pool) == 0
+            run.cancel()
+
+
+# ---------------------------------------------------------------------------
+# Pools: two conversations streaming at once on one BufferPool, never mixed
+
+
+ANSWERS = {
+    "alice": "alice: the disk is fine and has plenty of room left",
+    "bob": "bob: the cpu is idle, cool and nothing needs doing",
+}
+
+
+class PoolWatch:
+    """After every event of one conversation's stream, pins the buffer of
+    each conversation of the pool: an open entry's text is a prefix of that
+    conversation's own answer, and no entry of a buffer names the other
+    conversation. ``seen[cid]`` is every streamed text read, in order."""
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+        self.seen: dict[str, list[str]] = {cid: [] for cid in ANSWERS}
+
+    async def look(self) -> None:
+        for cid in self.pool.conversations():
+            buf = await self.pool.get(cid)
+            other = next(c for c in ANSWERS if c != cid)
+            with buf.snapshot() as snap:
+                for e in snap:
+                    assert other not in e.body, (cid, e)
+                    if e.streaming:
+                        assert ANSWERS[cid].startswith(e.body), (cid, e.body)
+                        if not self.seen[cid] or self.seen[cid][-1] != e.body:
+                            self.seen[cid].append(e.body)
+
+    def assert_both_grew(self) -> None:
+        for cid, texts in self.seen.items():
+            assert len(texts) >= 3, (cid, texts)
+            for a, b in zip(texts, [*texts[1:], ANSWERS[cid]], strict=True):
+                assert b.startswith(a)
+
+
+async def answers_once(pool: Any, cid: str) -> list[str]:
+    """The bodies of the buffer of ``cid``, every entry closed."""
+    buf = await pool.get(cid)
+    with buf.snapshot() as snap:
+        assert not streaming_entries(snap)
+        return [e.body for e in snap]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+class TestPools:
+    """Each stream helper takes a :class:`~quiesce.BufferPool` where its
+    integration does and resolves the conversation the same way: two
+    conversations streaming at once on one pool never mix (asyncio only:
+    the frameworks)."""
+
+    async def test_langgraph_threads(self) -> None:
+        """Two LangGraph threads (``thread_id``) stream through one pool with
+        the middleware on the same pool: each buffer holds its thread's
+        question and answer once."""
+        from quiesce import BufferPool
+
+        async with BufferPool() as pool:
+            watch = PoolWatch(pool)
+
+            async def run(cid: str) -> None:
+                agent = create_agent(
+                    model=StreamingModel(messages=iter([AIMessage(ANSWERS[cid])])),
+                    tools=[],
+                    middleware=[lc.QuiesceMiddleware(pool)],
+                    checkpointer=InMemorySaver(),
+                )
+                stream = agent.astream(
+                    {"messages": [HumanMessage(f"{cid}: status?")]},
+                    {"configurable": {"thread_id": cid}},
+                    stream_mode="messages",
+                )
+                async for _item in lc.stream_messages(pool, stream):
+                    await watch.look()
+
+            async with anyio.create_task_group() as tg:
+                for cid in ANSWERS:
+                    tg.start_soon(run, cid)
+            watch.assert_both_grew()
+            for cid, answer in ANSWERS.items():
+                assert await answers_once(pool, cid) == [f"{cid}: status?", answer]
+
+    async def test_langgraph_pool_needs_a_thread_id(self) -> None:
+        """With a pool, a run without a ``thread_id`` (no checkpointer) is
+        refused at its first message, nothing written."""
+        from quiesce import BufferPool, InvalidArgument
+
+        async with BufferPool() as pool:
+            agent = create_agent(model=StreamingModel(messages=iter([AIMessage(ANSWER)])), tools=[])
+            stream = agent.astream({"messages": [HumanMessage("hi")]}, stream_mode="messages")
+            with pytest.raises(
+                InvalidArgument,
+                match=r"^langchain.stream_messages: a BufferPool picks the buffer by the run's "
+                r"thread_id, and this run has none ",
+            ):
+                async for _item in lc.stream_messages(pool, stream):
+                    pass
+            assert len(pool) == 0
+
+    async def test_pydantic_ai_conversations(self) -> None:
+        """Two pydantic-ai conversations (``conversation_id``) stream through
+        one ``QuiesceStream(pool)`` with the processor on the same pool."""
+        from quiesce import BufferPool
+
+        async def words(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[Any]:
+            asked = next(
+                p.content for m in messages for p in m.parts if type(p).__name__ == "UserPromptPart"
+            )
+            cid = str(asked).split(":")[0]
+            for word in re.split(r"(?<= )", ANSWERS[cid]):
+                yield word
+
+        async with BufferPool() as pool:
+            watch = PoolWatch(pool)
+            capability = pa.QuiesceStream(pool)
+            agent: Agent[None, str] = Agent(
+                FunctionModel(stream_function=words),
+                capabilities=[capability, ProcessHistory(pa.QuiesceHistoryProcessor(pool))],
+            )
+
+            async def run(cid: str) -> None:
+                async with agent.run_stream_events(
+                    f"{cid}: status?", conversation_id=cid
+                ) as events:
+                    async for _ev in events:
+                        await watch.look()
+                assert events.result is not None and events.result.output == ANSWERS[cid]
+
+            async with anyio.create_task_group() as tg:
+                for cid in ANSWERS:
+                    tg.start_soon(run, cid)
+            watch.assert_both_grew()
+            for cid, answer in ANSWERS.items():
+                assert await answers_once(pool, cid) == [f"{cid}: status?", answer]
+
+    async def test_agents_sdk_sessions(self) -> None:
+        """Two Agents SDK sessions of one pool stream at once
+        (``feed_stream(session, run)``): each session's items are its own
+        question and answer."""
+        from agents import Agent as AgentsAgent
+        from agents import RunConfig, Runner
+        from agents.testing import ScriptedModel, assistant_message
+
+        from quiesce import BufferPool
+        from quiesce.integrations.openai_agents import QuiesceSession, feed_stream
+
+        config = RunConfig(tracing_disabled=True)
+        async with BufferPool() as pool:
+            watch = PoolWatch(pool)
+
+            async def run(cid: str) -> None:
+                model = ScriptedModel(
+                    [ag_step([assistant_message(ANSWERS[cid], item_id=f"msg_{cid}")])]
+                )
+                session = QuiesceSession(cid, pool)
+                result = Runner.run_streamed(
+                    AgentsAgent(name=cid, model=model),
+                    f"{cid}: status?",
+                    run_config=config,
+                    session=session,
+                )
+                await feed_stream(session, result, on_event=lambda _ev: watch.look())
+                assert result.final_output == ANSWERS[cid]
+                items = await session.get_items()
+                assert [i.get("role") for i in items] == ["user", "assistant"]
+
+            async with anyio.create_task_group() as tg:
+                for cid in ANSWERS:
+                    tg.start_soon(run, cid)
+            watch.assert_both_grew()
+            for cid, answer in ANSWERS.items():
+                assert await answers_once(pool, cid) == [f"{cid}: status?", answer]

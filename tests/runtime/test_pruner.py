@@ -253,3 +253,89 @@ class TestHeuristicPruner:
             HeuristicPruner(budget=-1)
         with pytest.raises(InvalidArgument, match=r"^target must be an int in \[0, budget\]"):
             HeuristicPruner(budget=10, target=20)
+
+
+class Proposes:
+    """A pruner that proposes ``ops`` as one plan, every time it is asked."""
+
+    def __init__(self, *ops: Prune | Rewrite) -> None:
+        self.ops = ops
+        self.calls = 0
+
+    async def __call__(self, snap: Snapshot, /) -> EditPlan | None:
+        self.calls += 1
+        await anyio.lowlevel.checkpoint()
+        return EditPlan(list(self.ops), reason="old", actor="pruner")
+
+
+def refused_edits(buf: Buffer) -> list[object]:
+    return [r for r in buf.log if r.op == "edit" and r.outcome == "refused"]
+
+
+class TestOpenEntries:
+    """Nothing applies to an open (streaming) entry, so the pruner never
+    proposes one and ``run_pruner`` never submits an op touching one: no
+    ``CONFLICT`` refusal, no escalation, the rest of the plan applies."""
+
+    @pytest.mark.anyio
+    async def test_heuristic_pruner_skips_an_open_stale_entry(self) -> None:
+        """An old, marked entry still streaming is not proposed; the other
+        stale entry is pruned; nothing is refused or escalated."""
+        async with open_buffer() as buf:
+            buf.append(reasoning("a", 1))
+            w = buf.open_stream("s", Kind.REASONING, turn=1)
+            w.write("streaming text that is old and stale")
+            buf.append(reasoning("b", 9))
+            buf.mark_stale("a", "superseded")
+            buf.mark_stale("s", "superseded")
+            pruner = HeuristicPruner(stale_age=2)
+            with buf.snapshot() as snap:
+                plan = await pruner(snap)
+            assert plan is not None and [op.id for op in plan.ops] == ["a"]  # type: ignore[union-attr]
+            report = await run_pruner(buf, pruner)
+            assert report is not None and report.applied
+            await buf.quiesce()
+            assert "a" in buf.tombstones and "s" not in buf.tombstones
+            assert refused_edits(buf) == [] and buf.stats().escalations == 0
+            with buf.snapshot() as snap:
+                assert snap["s"].streaming and snap["s"].body.startswith("streaming")
+            w.close()
+            report = await run_pruner(buf, pruner)  # closed: now it may go
+            assert report is not None and report.applied
+            await buf.quiesce()
+            assert "s" in buf.tombstones
+
+    @pytest.mark.anyio
+    async def test_run_pruner_leaves_out_ops_on_open_entries(self) -> None:
+        """A model's plan that prunes an open entry and a closed one is
+        submitted without the open one's op, once, and applies."""
+        async with open_buffer() as buf:
+            buf.append(reasoning("a", 1))
+            w = buf.open_stream("s", Kind.REASONING, turn=1)
+            w.write("half an answer")
+            pruner = Proposes(Prune("s"), Prune("a"))
+            report = await run_pruner(buf, pruner)
+            assert report is not None and report.applied and report.refusals == ()
+            assert pruner.calls == 1
+            await buf.quiesce()
+            assert "a" in buf.tombstones and "s" not in buf.tombstones
+            assert refused_edits(buf) == [] and buf.stats().escalations == 0
+            w.abort("cut")
+
+    @pytest.mark.anyio
+    async def test_a_plan_only_on_open_entries_is_not_submitted(self) -> None:
+        """A plan whose every op touches an open entry (a prune of what an
+        open entry cites included) is not submitted: ``None``, the version
+        unchanged, nothing logged."""
+        async with open_buffer() as buf:
+            buf.append(reasoning("a", 1))
+            w = buf.open_stream("s", Kind.REASONING, refs=("a",), turn=1)
+            w.write("an answer citing a")
+            version, records = buf.version, len(buf.log)
+            pruner = Proposes(Rewrite("s", "shorter"), Prune("a"))
+            assert await run_pruner(buf, pruner) is None
+            assert (buf.version, len(buf.log)) == (version, records)
+            assert buf.stats().escalations == 0
+            w.close()
+            report = await run_pruner(buf, Proposes(Prune("s"), Prune("a")))
+            assert report is not None and report.applied

@@ -1500,6 +1500,10 @@ def _sync(
             prev = flush_run(prev)  # a note: what follows it still follows prev
             continue
         ids = rendered_ids(api, head, form)
+        if ids is None and form.get("role") == "assistant":
+            from ._stream import streamed_ids  # (a cycle: _stream reads this module)
+
+            ids = streamed_ids(buf, api, head, form)
         if ids is not None:
             prev = flush_run(prev)
             shown[t] = ids

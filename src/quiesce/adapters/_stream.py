@@ -18,8 +18,11 @@ What it keeps true, for every stream and at every version it publishes:
   entries take a generated stream key, ``#stream.<API's id>.<n>``, known
   at the first delta; the rendered window names no such key, so ``render``
   is the whole append's, and ``sync_messages`` of the final message is
-  recognised as those entries (:func:`~quiesce.adapters._common.
-  remember_rendered`), not appended again.
+  recognised as those entries, not appended again (:func:`streamed_ids`:
+  an index of the buffer's streamed messages by the fingerprint of the
+  message they make, fed by ``append_stream`` and, for a buffer this
+  process did not stream into — one reopened from its log — rebuilt once
+  from its head, so it holds across a restart).
 * **An interrupted stream poisons nothing.** Cancellation, an exception from
   the iterator, an ``error`` event or a malformed event aborts every entry
   still open (``w.abort(reason)``: it stays with the text that arrived,
@@ -39,7 +42,9 @@ wherever it awaits. ``append_stream`` is a checkpoint at its start and end.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, Callable, Iterable, Mapping
+import threading
+import weakref
+from collections.abc import AsyncIterable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -56,9 +61,11 @@ from ._common import (
     admit,
     check_readmit,
     fail,
+    fingerprint,
+    recognise,
 )
 
-__all__ = ["StreamFailed", "drop_none", "hidden"]
+__all__ = ["StreamFailed", "drop_none", "hidden", "streamed_ids"]
 
 
 class StreamFailed(QuiesceError):
@@ -148,6 +155,103 @@ def stream_key(head: Version, base: object, taken: set[str]) -> str:
             taken.add(key)
             return key
         n += 1
+
+
+# -- recognising a streamed message: the buffer's streamed messages by form --
+
+#: The generated keys' prefix (``#stream.``): what marks a streamed message.
+STREAM_PREFIX = f"{RESERVED}stream."
+
+#: Per API, the message a streamed message's entries make (its entries in
+#: window order), or ``None`` when they make none a sync could be given
+#: (an aborted part, a message of tool calls only: those are matched by
+#: their ids). Set by the API's stream module when it is imported.
+ASSEMBLERS: dict[str, Callable[[list[Entry]], Mapping[str, Any] | None]] = {}
+
+
+class _Streamed:
+    """One buffer's streamed messages of one API: ``by_form`` maps the
+    fingerprint of each one's recognised message to its entry ids;
+    ``scanned`` says the head was read once for those streamed before this
+    process knew the buffer."""
+
+    __slots__ = ("by_form", "scanned")
+
+    def __init__(self) -> None:
+        self.by_form: dict[str, tuple[str, ...]] = {}
+        self.scanned = False
+
+
+_STREAMED: weakref.WeakKeyDictionary[Buffer, dict[str, _Streamed]] = weakref.WeakKeyDictionary()
+_STREAMED_LOCK = threading.Lock()
+
+
+def _streamed(buf: Buffer, api: str) -> _Streamed:
+    with _STREAMED_LOCK:
+        per = _STREAMED.get(buf)
+        if per is None:
+            per = _STREAMED[buf] = {}
+        got = per.get(api)
+        if got is None:
+            got = per[api] = _Streamed()
+        return got
+
+
+def register_streamed(
+    buf: Buffer | None, api: str, message: Mapping[str, Any], ids: Sequence[str]
+) -> None:
+    """Remember that ``append_stream`` stored ``message`` in ``buf`` as the
+    entries ``ids``: a sync given it back finds them (:func:`streamed_ids`).
+    O(size of the message)."""
+    form = recognise(message)
+    if buf is None or form is None or not ids:
+        return
+    _streamed(buf, api).by_form[fingerprint(form)] = tuple(ids)
+
+
+def _scan(head: Version, api: str, index: _Streamed) -> None:
+    """Index the streamed messages of ``head`` (its live entries whose
+    message key is a generated stream key), as :data:`ASSEMBLERS` makes
+    them. O(n) once per buffer and API in a process."""
+    assemble = ASSEMBLERS.get(api)
+    if assemble is None:
+        return
+    groups: dict[str, list[tuple[float, Entry]]] = {}
+    for slot in head.live.values():
+        e = slot.entry
+        msg = e.meta.get("msg")
+        if type(msg) is str and msg.startswith(STREAM_PREFIX) and e.meta.get("api") == api:
+            groups.setdefault(msg, []).append((slot.key, e))
+    for members in groups.values():
+        members.sort(key=lambda m: m[0])
+        entries = [e for _, e in members]
+        if any(e.streaming for e in entries):
+            continue  # still open: its message is not known yet
+        message = assemble(entries)
+        form = None if message is None else recognise(message)
+        if form is not None:
+            index.by_form.setdefault(fingerprint(form), tuple(e.id for e in entries))
+
+
+def streamed_ids(
+    buf: Buffer, api: str, head: Version, form: Mapping[str, Any]
+) -> tuple[str, ...] | None:
+    """The entries ``append_stream`` stored a message as, if ``form`` (a
+    message given to ``sync_messages``, recognised) is that message and
+    ``head`` knows them all (live or pruned); else ``None``. The first call
+    for a buffer this process has not streamed into reads its head once
+    (O(n)); then O(size of the message)."""
+    index = _streamed(buf, api)
+    if not index.scanned:
+        index.scanned = True
+        _scan(head, api, index)
+    if not index.by_form:
+        return None
+    ids = index.by_form.get(fingerprint(form))
+    if ids is None:
+        return None
+    live, tombs = head.live, head.tombs.by_id
+    return ids if all(i in live or i in tombs for i in ids) else None
 
 
 class Sink:

@@ -29,12 +29,23 @@ an unknown event type is malformed; an ``error`` event is a
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
-from .._core.entry import SEALED_TYPES, Entry, Kind, canonical_json, freeze, result_id
+from .._core.entry import SEALED_TYPES, Entry, Kind, canonical_json, freeze, result_id, thaw
 from .._core.errors import QuiesceError
-from ._common import RESERVED, remember_rendered
-from ._stream import Sink, StreamFailed, drive, field, malformed, plain_event, stream_key
+from ._common import RESERVED
+from ._stream import (
+    ASSEMBLERS,
+    Sink,
+    StreamFailed,
+    drive,
+    field,
+    malformed,
+    plain_event,
+    register_streamed,
+    stream_key,
+)
 
 API = "anthropic"
 
@@ -350,6 +361,19 @@ class AnthropicStream:
         return [b.eid for b in self.blocks if b.eid is not None]
 
 
+def assemble(entries: list[Entry]) -> dict[str, Any] | None:
+    """The message a streamed message's entries (window order, one per
+    block) make: its role and the blocks' contents; ``None`` if a block has
+    none (a thinking block aborted unsigned)."""
+    if not all(isinstance(e.content, Mapping) for e in entries):
+        return None
+    role = entries[0].meta.get("role", "assistant")
+    return {"role": role, "content": [thaw(e.content) for e in entries]}
+
+
+ASSEMBLERS[API] = assemble
+
+
 def _joined(b: _Block) -> str:
     """The block's text: its open entry's once it has one (every delta after
     the first goes only there), else the pieces that arrived (all empty but
@@ -386,5 +410,5 @@ async def append_stream(
     await drive(events, sink, stream.handle, stream.finish)
     final = stream.final
     assert final is not None
-    remember_rendered(API, final, stream.entry_ids())
+    register_streamed(sink.local, API, final, stream.entry_ids())
     return final

@@ -24,10 +24,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .._core.entry import Entry, Kind
+from .._core.entry import Entry, Kind, thaw
 from .._core.errors import QuiesceError
-from ._common import Keys, remember_rendered
-from ._stream import Sink, drive, drop_none, malformed, plain_event, stream_key
+from ._common import Keys
+from ._stream import (
+    ASSEMBLERS,
+    Sink,
+    drive,
+    drop_none,
+    malformed,
+    plain_event,
+    register_streamed,
+    stream_key,
+)
 
 API = "openai"
 
@@ -316,6 +325,23 @@ class ChatStream:
         return out + [i for i in self.sink.appended]
 
 
+def assemble(entries: list[Entry]) -> dict[str, Any] | None:
+    """The message a streamed message's entries (window order) make: the
+    text entry's content with the calls' as ``tool_calls``; ``None`` without
+    a closed text entry (calls alone are matched by their ids)."""
+    text = [e for e in entries if e.kind is not Kind.TOOL_CALL]
+    if len(text) != 1 or not isinstance(text[0].content, Mapping):
+        return None
+    out: dict[str, Any] = thaw(text[0].content)
+    calls = [thaw(e.content) for e in entries if e.kind is Kind.TOOL_CALL]
+    if calls:
+        out["tool_calls"] = calls
+    return out
+
+
+ASSEMBLERS[API] = assemble
+
+
 def _at(index: int, exc: QuiesceError) -> QuiesceError:
     """An adapter's validation error, renamed to the event it came from."""
     text = str(exc)
@@ -345,5 +371,5 @@ async def append_stream(
     await drive(chunks, sink, stream.handle, stream.finish)
     final = stream.final
     assert final is not None
-    remember_rendered(API, final, stream.ids())
+    register_streamed(sink.local, API, final, stream.ids())
     return drop_none(final)  # type: ignore[no-any-return]

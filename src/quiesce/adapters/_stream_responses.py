@@ -85,12 +85,15 @@ _FAILED = frozenset({"error", "response.failed", "response.incomplete"})
 
 
 class _Item:
-    __slots__ = ("done", "item", "kind", "parts", "writer")
+    __slots__ = ("done", "held", "item", "kind", "parts", "writer")
 
     def __init__(self, item: dict[str, Any]) -> None:
         self.item = item
         self.kind = item.get("type") or ("message" if "role" in item else None)
         self.done = False
+        #: the buffer held the item's entry before its first text (``held``
+        #: streams only): nothing of it is written or appended
+        self.held = False
         self.writer: Any = None
         #: how many text parts were written (a newline goes before each later one)
         self.parts = 0
@@ -99,10 +102,11 @@ class _Item:
 class ResponsesStream:
     """One Responses stream: its output items and their entries."""
 
-    def __init__(self, sink: Sink, assistant_kind: Kind, read: Any) -> None:
+    def __init__(self, sink: Sink, assistant_kind: Kind, read: Any, held: bool = False) -> None:
         self.sink = sink
         self.kind = assistant_kind
         self.read = read
+        self.held = held
         self.items: dict[int, _Item] = {}
         self.completed: list[dict[str, Any]] | None = None
         self.final: list[dict[str, Any]] | None = None
@@ -235,11 +239,14 @@ class ResponsesStream:
             if it.parts:
                 text = "\n" + text
             it.parts += 1
-        if not text:
+        if not text or it.held:
             return
         w = it.writer
         if w is None:
             e = self._entry(index, n, it.item)
+            if self.held and e.id in self.sink.head().live:
+                it.held = True  # appended whole meanwhile (the run's session)
+                return
             w = it.writer = self.sink.open(e.id, e.kind, e.meta, e.refs)
         w.write(text)
 
@@ -258,8 +265,11 @@ class ResponsesStream:
             if e.id != it.writer.id:
                 raise malformed(index, f"response.output_item.done: the item at {n} changed its id")
             self.sink.close(e.id, e.content)
-        else:
-            self.sink.pending.append(Read(index, "", [self._entry(index, n, item)]))
+        elif not it.held:
+            e = self._entry(index, n, item)
+            if self.held and e.id in self.sink.head().live:
+                return  # appended whole meanwhile (the run's session)
+            self.sink.pending.append(Read(index, "", [e]))
 
     def _entry(self, index: int, n: int, item: dict[str, Any]) -> Entry:
         """The entry ``append_messages`` makes of ``item`` at output index
@@ -332,14 +342,21 @@ async def append_stream(
     actor: str | None = None,
     assistant_kind: Kind = Kind.REASONING,
     read: Any,
+    held: bool = False,
 ) -> list[dict[str, Any]]:
     """See :func:`quiesce.adapters.responses.append_stream` (``read`` is that
-    adapter's item reader)."""
+    adapter's item reader).
+
+    ``held`` (the Agents SDK's ``feed_stream``, whose run's session may add
+    an item before the stream reaches it): an item whose entry the buffer
+    already holds when its first text arrives, or when it is done, is
+    neither written nor appended — the session's copy is the whole item.
+    Without it, a used id is a :class:`~quiesce.DuplicateEntry`."""
     from ._common import check_kind
 
     check_kind(assistant_kind, "assistant_kind")
     sink = Sink(buf, api=API, readmit=readmit, turn=turn, actor=actor)
-    stream = ResponsesStream(sink, assistant_kind, read)
+    stream = ResponsesStream(sink, assistant_kind, read, held)
     await drive(events, sink, stream.handle, stream.finish)
     assert stream.final is not None
     return drop_none(stream.final)  # type: ignore[no-any-return]

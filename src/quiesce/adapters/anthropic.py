@@ -423,7 +423,7 @@ async def append_stream(
     that the message key the other blocks' ids are made of is a stream key
     ``#stream.<message id>.<n>`` instead of a content key: ``render`` equals
     a whole append's, and ``sync_messages`` of a history ending with the
-    returned message recognises it.
+    returned message recognises it (also after a restart, from the log).
 
     While it runs every snapshot renders a valid request: no partial tool
     use, no unsigned thinking. Cancellation, an exception from the iterator,

@@ -367,7 +367,8 @@ async def append_stream(
     entry's id and message key are a stream key ``#stream.<chunk id>.<n>``
     (the content key ``append_messages`` uses is not known until the end):
     ``render`` equals a whole append's, and ``sync_messages`` of a history
-    ending with the returned message recognises it (nothing appended).
+    ending with the returned message recognises it (nothing appended), in
+    this process and in a later one that reopens the buffer's log.
 
     While it runs every snapshot renders a valid request. Cancellation, an
     exception from the iterator or a malformed chunk (``InvalidArgument``/

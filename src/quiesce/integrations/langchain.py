@@ -607,7 +607,7 @@ def _is_live_call(snap: Snapshot, call_id: str) -> bool:
 
 
 async def stream_messages(
-    buffer: Buffer | AsyncBuffer,
+    buffer: Buffer | AsyncBuffer | BufferPool[Any],
     stream: AsyncIterable[Any],
     *,
     nodes: Collection[str] | None = ("model",),
@@ -630,6 +630,16 @@ async def stream_messages(
     finds held by id, so nothing is appended twice. A partial tool call is
     never a call, and a thinking block is never written into the open entry.
 
+    ``buffer`` is what :class:`QuiesceMiddleware` takes: one buffer, bound
+    to the run's ``thread_id`` as the middleware binds it
+    (:class:`~quiesce.ConversationMismatch` for another thread, raised at
+    that thread's first message, before it is written), or a
+    :class:`~quiesce.BufferPool`: each message goes to the buffer of the
+    ``thread_id`` in its item's metadata (LangGraph puts the config's there)
+    — the one the middleware syncs that thread into. With a pool, a message
+    of a run without a ``thread_id`` (no checkpointer) raises
+    :class:`~quiesce.InvalidArgument`, writing nothing of it.
+
     Cut short — the run raises, the task is cancelled, or the consumer stops
     iterating (``aclose``) — the open entry is aborted: the text that arrived
     stays, marked stale with the reason, and nothing of it renders as a call.
@@ -638,7 +648,7 @@ async def stream_messages(
     """
     from langchain_core.messages import AIMessageChunk, message_chunk_to_message
 
-    face = async_buffer(buffer, "langchain.stream_messages")
+    target = Target(buffer, None, "langchain.stream_messages")
     current: _stream.MessageStream | None = None
     chunks: list[AIMessageChunk] = []
 
@@ -662,6 +672,7 @@ async def stream_messages(
                 if current is not None and current.id != chunk.id:
                     await finish()
                 if current is None:
+                    face = await _stream_buffer(target, meta)
                     current = _stream.MessageStream(face, framework=FRAMEWORK, entry_id=chunk.id)
                 chunks.append(chunk)
                 current.write(str(chunk.text))
@@ -678,6 +689,18 @@ async def stream_messages(
         if current is not None:
             current.interrupt(_stream.interrupted_reason(FRAMEWORK, exc))
         raise
+
+
+async def _stream_buffer(target: Target, meta: object) -> AsyncBuffer:
+    """The buffer of a streamed message's thread (its item's ``thread_id``
+    metadata), resolved as :class:`QuiesceMiddleware` resolves a call's."""
+    thread = meta.get("thread_id") if isinstance(meta, dict) else None
+    if target.pool is not None and thread is None:
+        raise InvalidArgument(
+            "langchain.stream_messages: a BufferPool picks the buffer by the run's thread_id, "
+            "and this run has none (give the agent a checkpointer and the config a thread_id)"
+        )
+    return await target.buffer(None if thread is None else str(thread), None)
 
 
 def _is_mode_item(item: object) -> bool:

@@ -72,9 +72,17 @@ from .._core.plan import EditPlan, Prune, Summarize
 from .._core.records import EscalationKind, Override, Status
 from .._core.version import Version
 from .._pool import BufferPool
-from .._protocol import AsyncBuffer, async_buffer, local_buffer
-from ..adapters import responses
-from ..adapters._common import Keys, Read, ReadmitPolicy, aadmit, aread_and_admit, fingerprint
+from .._protocol import AsyncBuffer, local_buffer
+from ..adapters import _stream_responses, responses
+from ..adapters._common import (
+    Keys,
+    Read,
+    ReadmitPolicy,
+    aadmit,
+    admit,
+    aread_and_admit,
+    fingerprint,
+)
 from ..pruner import Pruner
 from . import _store
 from ._conversation import Target
@@ -195,11 +203,19 @@ class QuiesceSession:
         """Append ``items`` (through the buffer's async write path; on an
         in-process buffer as one synchronous step, atomic with respect to
         other coroutines on the loop). Bad items raise :class:`InvalidArgument`
-        or :class:`InvalidType` and nothing is appended."""
+        or :class:`InvalidType` and nothing is appended.
+
+        An item the buffer already holds as it is (same id, kind and content,
+        ``None`` and empty fields aside) is held, not appended again: the
+        items :func:`feed_stream` wrote while the run streamed, which the
+        SDK adds when the turn ends. An item whose id is tombstoned (popped)
+        still raises :class:`~quiesce.DuplicateEntry`."""
         buffer = await self.abuffer()
         await anyio.lowlevel.checkpoint()
         with _named():
-            await _admit_items(buffer, cast(list[dict[str, Any]], items), sync=False)
+            await _admit_items(
+                buffer, cast(list[dict[str, Any]], items), sync=False, skip_held=True
+            )
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove and return the newest item, or ``None`` if there is none.
@@ -273,10 +289,13 @@ class QuiesceSession:
             await anyio.lowlevel.checkpoint()
 
 
-async def _admit_items(buffer: AsyncBuffer, items: list[dict[str, Any]], *, sync: bool) -> Any:
+async def _admit_items(
+    buffer: AsyncBuffer, items: list[dict[str, Any]], *, sync: bool, skip_held: bool = False
+) -> Any:
     """The Responses adapter's ``append_messages`` (``sync=False``) or
     ``sync_messages`` (``sync=True``), through the async write path of any
-    :class:`~quiesce.AsyncBuffer`."""
+    :class:`~quiesce.AsyncBuffer`; with ``skip_held``, items the head holds
+    as they are (:func:`_held`) are left out of an append."""
     read = functools.partial(
         responses._read,
         items,
@@ -284,9 +303,45 @@ async def _admit_items(buffer: AsyncBuffer, items: list[dict[str, Any]], *, sync
         user_kind=Kind.INSTRUCTION,
         assistant_kind=Kind.REASONING,
     )
-    return await aread_and_admit(
-        buffer, read, api=responses.API, readmit="record", turn=None, sync=sync, actor=__name__
+    if not skip_held:
+        return await aread_and_admit(
+            buffer, read, api=responses.API, readmit="record", turn=None, sync=sync, actor=__name__
+        )
+    local = local_buffer(buffer)
+    if local is not None:
+        # decided and appended with no await after the check (a stream's
+        # task may open an item at any await)
+        await anyio.lowlevel.checkpoint()
+        head = local.head()
+        reads = [r for r in read(head=head, keys=Keys(head), calls=()) if not _held(head, r)]
+        return admit(
+            local, reads, api=responses.API, readmit="record", turn=None, sync=sync, actor=__name__
+        )
+    head = buffer.head()
+    reads = [r for r in read(head=head, keys=Keys(head), calls=()) if not _held(head, r)]
+    return await aadmit(
+        buffer, reads, api=responses.API, readmit="record", turn=None, sync=sync, actor=__name__
     )
+
+
+def _held(head: Version, r: Read) -> bool:
+    """Every entry of item ``r`` is live in ``head`` with its id, kind and
+    content (compared by fingerprint: ``None`` and empty fields aside, as
+    a streamed item's accumulated form and the SDK's dump of it differ), or
+    is still streaming in (the SDK's runner saves a turn's items while its
+    consumer may still be reading the turn's events: :func:`feed_stream`
+    closes the entry with the same item). O(size of the item)."""
+    if not r.entries:
+        return False
+    for e in r.entries:
+        slot = head.live.get(e.id)
+        if slot is None or slot.entry.kind is not e.kind:
+            return False
+        if slot.entry.streaming:
+            continue  # streaming in: feed_stream closes it with this item
+        if fingerprint(plain(slot.entry.content)) != fingerprint(plain(e.content)):
+            return False
+    return True
 
 
 async def _sync_items(buffer: AsyncBuffer, items: list[dict[str, Any]]) -> Any:
@@ -506,9 +561,10 @@ def quiesce_input_filter(
 
 
 async def feed_stream(
-    buffer: Buffer | AsyncBuffer,
+    buffer: Buffer | AsyncBuffer | BufferPool[Any] | QuiesceSession,
     result: Any,
     *,
+    conversation: str | None = None,
     on_event: Callable[[Any], object] | None = None,
     readmit: ReadmitPolicy = "record",
 ) -> list[list[dict[str, Any]]]:
@@ -527,14 +583,24 @@ async def feed_stream(
     if it returns an awaitable), each raw one after the buffer has it.
 
     Use it with :func:`quiesce_input_filter` (its sync finds the streamed
-    items held by id: nothing is appended twice), not with
-    :class:`QuiesceSession`, whose ``add_items`` appends a run's items itself.
-    Cut short — cancelled, an error event, ``on_event`` raising — the open
+    items held by id) or with a :class:`QuiesceSession` (pass the session as
+    ``buffer``: its ``add_items`` holds the items already streamed rather
+    than appending them again, so the session's items after the run are
+    the SDK's own session's): nothing is appended twice.
+
+    ``buffer`` is what the integration takes: one buffer, a
+    :class:`~quiesce.BufferPool` (``conversation`` names the run's
+    conversation: the session id, or what the input filter's
+    ``conversation`` callable names it; required with a pool), or the
+    run's :class:`QuiesceSession` (its buffer, of its ``session_id``). A
+    single buffer is bound to ``conversation`` as the input filter binds
+    it (:class:`~quiesce.ConversationMismatch` for another, before any
+    event is read). Cut short — cancelled, an error event, ``on_event`` raising — the open
     entries are aborted (the text that arrived stays, marked stale with the
     reason) and the exception propagates. asyncio only, as the SDK's runner.
     O(1) amortized per event plus the adapter's cost per item.
     """
-    face = async_buffer(buffer, "openai_agents.feed_stream")
+    face = await _stream_target(buffer, conversation)
     events = result.stream_events().__aiter__()
     outputs: list[list[dict[str, Any]]] = []
 
@@ -562,11 +628,34 @@ async def feed_stream(
 
     async for event in events:
         if getattr(event, "type", None) == "raw_response_event":
-            items = await responses.append_stream(face, one_response(event), readmit=readmit)
+            items = await _stream_responses.append_stream(
+                face, one_response(event), readmit=readmit, read=responses._read, held=True
+            )
             outputs.append(items)
         else:
             await deliver(event)
     return outputs
+
+
+async def _stream_target(buffer: object, conversation: str | None) -> AsyncBuffer:
+    """The buffer :func:`feed_stream` writes to (see its docstring)."""
+    if conversation is not None and (type(conversation) is not str or not conversation):
+        raise InvalidArgument(
+            f"feed_stream: conversation must be a non-empty str or None, not {conversation!r}"
+        )
+    if isinstance(buffer, QuiesceSession):
+        if conversation is not None and conversation != buffer.session_id:
+            raise InvalidArgument(
+                f"feed_stream: conversation {conversation!r} is not the session's "
+                f"{buffer.session_id!r}"
+            )
+        return await buffer.abuffer()
+    if isinstance(buffer, BufferPool) and conversation is None:
+        raise InvalidArgument(
+            "feed_stream: a BufferPool needs conversation= (the run's session id, or the "
+            "name quiesce_input_filter's conversation gives it)"
+        )
+    return await Target(buffer, None, "feed_stream").buffer(conversation, None)
 
 
 #: The events after which a response's stream has nothing more.

@@ -718,18 +718,27 @@ class QuiesceStream(AbstractCapability[Any]):
     reason. (pydantic-ai may still keep its partial response in the run's
     history; the processor reads that as a message of its own.)
 
-    One capability per buffer; runs may share it (streams are keyed by the
-    run's id and step). asyncio only, as pydantic-ai. O(1) amortized per
-    event, O(response) at its end.
+    ``buffer`` is what :class:`QuiesceHistoryProcessor` takes: one buffer,
+    bound to the run's conversation as the processor binds it
+    (:class:`~quiesce.ConversationMismatch` for another, before anything of
+    that run is written), or a :class:`~quiesce.BufferPool`: each run's
+    responses go to the buffer of its ``ctx.conversation_id`` (else of its
+    first message) — the one the processor syncs that conversation into.
+
+    One capability per buffer or pool; runs may share it (streams are keyed
+    by the run's id and step). asyncio only, as pydantic-ai. O(1) amortized
+    per event, O(response) at its end.
     """
 
-    buffer: Buffer | AsyncBuffer
+    buffer: Buffer | AsyncBuffer | BufferPool[Any]
     readmit: ReadmitPolicy
 
-    def __init__(self, buffer: Buffer | AsyncBuffer, *, readmit: ReadmitPolicy = "record") -> None:
+    def __init__(
+        self, buffer: Buffer | AsyncBuffer | BufferPool[Any], *, readmit: ReadmitPolicy = "record"
+    ) -> None:
         self.buffer = buffer
         self.readmit = readmit
-        self._face = async_buffer(buffer, "QuiesceStream")
+        self._target = Target(buffer, None, "QuiesceStream")
         self._streams: dict[tuple[str | None, int], _stream.MessageStream] = {}
         #: per run: the last step whose response was finished
         self._finished: dict[str | None, int] = {}
@@ -738,13 +747,20 @@ class QuiesceStream(AbstractCapability[Any]):
     def get_serialization_name(cls) -> str | None:
         return None  # holds a buffer: not spec-serializable
 
-    def _stream_of(self, ctx: RunContext[Any]) -> _stream.MessageStream:
+    async def _face(self, ctx: RunContext[Any]) -> AsyncBuffer:
+        """The buffer of the run's conversation, resolved as the history
+        processor resolves it (its id, else its first message)."""
+        first = _first_key(_unnoted(list(ctx.messages[:2]))[:1])
+        buffer = await self._target.buffer(_conversation_of(ctx), first)
+        return async_buffer(buffer, "QuiesceStream")
+
+    def _stream_of(self, ctx: RunContext[Any], face: AsyncBuffer) -> _stream.MessageStream:
         key = (ctx.run_id, ctx.run_step)
         found = self._streams.get(key)
         if found is None or found.done:
             # another attempt at the same step gets the id with a prime
-            entry_id = _stream.fresh_id(self._face, f"#pa:{ctx.run_id or 'run'}.{ctx.run_step}")
-            found = _stream.MessageStream(self._face, framework=FRAMEWORK, entry_id=entry_id)
+            entry_id = _stream.fresh_id(face, f"#pa:{ctx.run_id or 'run'}.{ctx.run_step}")
+            found = _stream.MessageStream(face, framework=FRAMEWORK, entry_id=entry_id)
             self._streams[key] = found
         return found
 
@@ -757,13 +773,14 @@ class QuiesceStream(AbstractCapability[Any]):
         finishes that response: by then pydantic-ai has stamped it with its
         run, conversation and model ids, so its dump is the one the history
         processor will be handed."""
-        await self._settle(ctx)
+        face = await self._face(ctx)
+        await self._settle(ctx, face)
         current: _stream.MessageStream | None = None
         texts: set[int] = set()
         try:
             async for event in stream:
                 if isinstance(event, PartStartEvent) and isinstance(event.part, TextPart):
-                    current = self._stream_of(ctx)
+                    current = self._stream_of(ctx, face)
                     if texts:
                         current.write("\n")
                     texts.add(event.index)
@@ -789,7 +806,7 @@ class QuiesceStream(AbstractCapability[Any]):
             if aclose is not None:
                 await aclose()  # as pydantic-ai's own wrapper does
 
-    async def _settle(self, ctx: RunContext[Any]) -> None:
+    async def _settle(self, ctx: RunContext[Any], face: AsyncBuffer) -> None:
         """Finish the run's latest model response if it is the last message
         and not finished yet: close its streamed entry (or append it whole if
         no text streamed) and append its calls. O(response)."""
@@ -801,6 +818,6 @@ class QuiesceStream(AbstractCapability[Any]):
         self._finished[ctx.run_id] = ctx.run_step
         found = self._streams.pop((ctx.run_id, ctx.run_step), None)
         if found is None:
-            found = self._stream_of(ctx)
+            found = self._stream_of(ctx, face)
             self._streams.pop((ctx.run_id, ctx.run_step), None)
         await found.finish(_unit(0, last), readmit=self.readmit)
