@@ -41,6 +41,8 @@ class LongLifeConfig:
     iter_n: int  #: buffer size for the first-iteration figure (1e4)
     edit_m: int  #: prunes in the refused edit, and referrers of each (800)
     repeat: int
+    edit_pool: int = 200_000  #: entries the marker marks while the edit is refused
+    collisions: int = 4_000  #: ids appended and pruned by ``ll_crafted_collisions``
 
 
 FULL_LL = LongLifeConfig(
