@@ -593,12 +593,15 @@ class PostgresCheckpointMachine(RuleBasedStateMachine):
         assert head_state(_full_replay(self.dsn, self.bid)) == want
 
 
-def test_state_machine(pg_dsn: str) -> None:
+@pytest.mark.parametrize("examples", [12, pytest.param(25, marks=pytest.mark.slow)])
+def test_state_machine(pg_dsn: str, examples: int) -> None:
+    """The checkpointing machine over the PostgreSQL log: 12 machines by
+    default, 25 under ``-m slow``."""
     PostgresCheckpointMachine.dsn = pg_dsn
     run_state_machine_as_test(
         PostgresCheckpointMachine,
         settings=settings(
-            max_examples=25,
+            max_examples=examples,
             stateful_step_count=20,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow],

@@ -391,12 +391,13 @@ def _settings(examples: int) -> settings:
     )
 
 
-# The default run draws a few dozen machines each; the soaks (``-m slow``)
-# draw ten times more of the same machines.
+# The default run draws a dozen or two machines each (the durable ones, each
+# step a real commit, fifteen); the soaks (``-m slow``) draw 250 of the same
+# machines.
 TestSQLiteLogMachine = _DurableMachine.TestCase
-TestSQLiteLogMachine.settings = _settings(25)
+TestSQLiteLogMachine.settings = _settings(15)
 TestJsonlLogMachine = _JsonlMachine.TestCase
-TestJsonlLogMachine.settings = _settings(25)
+TestJsonlLogMachine.settings = _settings(15)
 TestRetentionMachine = _RetentionMachine.TestCase
 TestRetentionMachine.settings = _settings(25)
 

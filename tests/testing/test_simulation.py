@@ -19,8 +19,12 @@ with its seed. Replay one seed exactly::
 
     QUIESCE_SEED=1234 pytest tests/testing/test_simulation.py -k replay -s
 
-``QUIESCE_SCHEDULES=N`` changes the number of schedules per backend in the
-default run (600); the ``slow`` soak runs 100,000.
+The default run checks seeds 0-599 on asyncio (0-299 in
+:func:`test_schedules_exercise_the_engine`, which also counts what they did,
+300-599 in :func:`test_seeded_schedules`) and 0-299 on trio; seeds 300-599
+on trio run under ``-m slow`` (:func:`test_seeded_schedules_rest`), with the
+soak's 100,000 per backend. ``QUIESCE_SCHEDULES=N`` changes where the
+seeds end (600).
 """
 
 from __future__ import annotations
@@ -65,6 +69,15 @@ from quiesce.testing import Anomaly, History, Recorder, check_history
 
 BACKENDS = ["asyncio", "trio"]
 DEFAULT_SCHEDULES = int(os.environ.get("QUIESCE_SCHEDULES", "600"))
+#: seeds 0..ENGINE_SEEDS-1: run (and checked) on asyncio by
+#: test_schedules_exercise_the_engine, by default on trio
+ENGINE_SEEDS = min(300, DEFAULT_SCHEDULES)
+#: the seeds test_seeded_schedules runs on each backend by default; the rest
+#: of range(DEFAULT_SCHEDULES) on trio runs under -m slow
+DEFAULT_SEEDS = {
+    "asyncio": range(ENGINE_SEEDS, DEFAULT_SCHEDULES),
+    "trio": range(ENGINE_SEEDS),
+}
 SOAK_SCHEDULES = 100_000
 #: trio MockClock autojump threshold (real seconds idle before virtual time
 #: jumps). Not 0: while a worker thread runs every task is blocked, and a
@@ -796,14 +809,26 @@ def run_many(seeds: range, backend: str, budget: float | None = None) -> tuple[l
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_seeded_schedules(backend: str) -> None:
-    """Six hundred seeded schedules per backend find no anomaly and no
-    unexpected error."""
+    """Seeded schedules find no anomaly and no unexpected error: by default
+    seeds 300-599 on asyncio (0-299 run in
+    :func:`test_schedules_exercise_the_engine`) and 0-299 on trio."""
+    seeds = DEFAULT_SEEDS[backend]
     start = time.perf_counter()
-    failures, ran = run_many(range(DEFAULT_SCHEDULES), backend)
+    failures, ran = run_many(seeds, backend)
     elapsed = time.perf_counter() - start
     print(f"\n{backend}: {ran} schedules in {elapsed:.1f}s, {len(failures)} failing")
     assert not failures, "\n".join(f.describe() for f in failures)
-    assert ran == DEFAULT_SCHEDULES
+    assert ran == len(seeds)
+
+
+@pytest.mark.slow
+def test_seeded_schedules_rest() -> None:
+    """Seeds 300-599 on trio (``-m slow``): with the default run, every seed
+    below 600 on both backends."""
+    seeds = range(ENGINE_SEEDS, DEFAULT_SCHEDULES)
+    failures, ran = run_many(seeds, "trio")
+    assert not failures, "\n".join(f.describe() for f in failures)
+    assert ran == len(seeds)
 
 
 @pytest.mark.slow
@@ -852,7 +877,8 @@ def _fingerprint(h: History) -> list[Any]:
 
 
 def test_schedules_exercise_the_engine() -> None:
-    """The workload is not vacuous: across a few hundred schedules there are
+    """The workload is not vacuous: across seeds 0-299 on asyncio (each one
+    checked, as test_seeded_schedules checks the rest) there are
     removals, refusals, overlapping readers, cancelled readers and sink
     failures."""
     totals = {
@@ -863,7 +889,7 @@ def test_schedules_exercise_the_engine() -> None:
         "overlap": 0,
         "applied_edits": 0,
     }
-    for seed in range(300):
+    for seed in range(ENGINE_SEEDS):
         out = run_schedule(seed, "asyncio")
         assert out.ok, out.describe()
         h = out.history

@@ -1,7 +1,11 @@
 """Smoke test of ``quiesce bench``: it runs, and what it writes parses.
 
 Never checks speed: the numbers depend on the machine; only their shape is
-checked. The quick suite takes a few seconds.
+checked. By default the command runs every section once at tiny sizes
+(:data:`TINY` and the per-section sizes of :func:`tiny_sizes`): each
+section's code path, every goal and every figure, in a few CPU seconds; the
+real ``quiesce bench --quick`` runs under ``-m slow``
+(:func:`test_the_quick_run_writes_every_goal_and_figure`).
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ import importlib.util
 import json
 import math
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +24,7 @@ pytest.importorskip("matplotlib")
 pytest.importorskip("aiorwlock")
 
 from quiesce.__main__ import main as quiesce_main
-from quiesce.bench.lib import SECTIONS, Config, SectionResult, section
+from quiesce.bench.lib import QUICK, SECTIONS, Config, SectionResult, section
 
 ROOT = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -75,22 +80,71 @@ PLOTS = [
 ]
 
 
+#: the suite's sizes for the smoke run: two sizes, two repetitions, short
+#: calibration targets (the quick run: three sizes, five repetitions)
+TINY = replace(
+    QUICK, sizes=(100, 1_000), repeat=2, target_ns=200_000, max_number=2_000, readers=(1, 100)
+)
+
+
+def tiny_sizes(mp: pytest.MonkeyPatch) -> None:
+    """Shrink the sections that size themselves (``--quick`` picks them):
+    the suite's :data:`TINY`, the long_life workload (still 15+ curve points
+    and five recovery copies), the durability loops. The sections run the
+    same code; only their loops are shorter."""
+    from quiesce.bench import cli, durability, long_life
+
+    mp.setattr(cli, "QUICK", TINY)
+    mp.setattr(durability, "QUICK", TINY)
+    mp.setattr(
+        long_life,
+        "QUICK_LL",
+        replace(
+            long_life.QUICK_LL,
+            ops=12_000,
+            ops_short=1_500,
+            big_cycles=50,
+            edit_m=30,
+            move_n=(100, 1_000),
+            iter_n=1_000,
+            repeat=2,
+            edit_pool=5_000,
+            collisions=500,
+        ),
+    )
+    real = durability.DurabilityConfig.for_suite
+
+    def for_suite(cfg: Config) -> durability.DurabilityConfig:
+        return replace(real(cfg), flusher_marks=2_000, sustained_s=0.02)
+
+    mp.setattr(durability.DurabilityConfig, "for_suite", staticmethod(for_suite))
+
+
 @pytest.fixture(scope="module")
 def bench_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path]:
-    """``quiesce bench --quick`` once for the module. The long_life section,
-    the quick run's longest, runs its real workload at smaller sizes (the
-    tests check the shape of its figures, never their values; the quick
-    sizes themselves run in ``quiesce bench --quick``)."""
-    from dataclasses import replace
-
-    from quiesce.bench import long_life
-
+    """``quiesce bench --quick`` once for the module, at the tiny sizes of
+    :func:`tiny_sizes` (the tests check the shape of what it writes, never
+    its values)."""
     out = tmp_path_factory.mktemp("bench")
-    smaller = replace(long_life.QUICK_LL, ops=12_000, ops_short=1_500, big_cycles=50, edit_m=30)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(long_life, "QUICK_LL", smaller)
+        tiny_sizes(mp)
         rc = quiesce_main(["bench", "--quick", "--quiet", "--out", str(out)])
     return rc, out
+
+
+@pytest.mark.slow
+def test_the_quick_run_writes_every_goal_and_figure(tmp_path: Path) -> None:
+    """The real ``quiesce bench --quick`` (every section at its quick sizes)
+    succeeds and writes every goal, PASS or MISS, and every figure."""
+    rc = quiesce_main(["bench", "--quick", "--quiet", "--out", str(tmp_path)])
+    assert rc == 0
+    results = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
+    assert set(results["sections"]) == set(SECTIONS)
+    goals = {g["key"]: g for g in results["goals"]}
+    assert set(goals) >= GOALS
+    assert all(goals[k]["status"] in {"PASS", "MISS"} for k in GOALS)
+    for name in PLOTS:
+        assert (tmp_path / name).read_bytes()[:8] == PNG_MAGIC
 
 
 class TestQuickRun:
@@ -229,7 +283,8 @@ def test_durability_script_keeps_its_cli(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``benchmarks/durability.py --quick --out PATH`` runs the durability
-    section alone, prints its goals and writes the JSON to PATH."""
+    section alone (at the smoke run's tiny sizes), prints its goals and
+    writes the JSON to PATH."""
     spec = importlib.util.spec_from_file_location(
         "durability_script", ROOT / "benchmarks" / "durability.py"
     )
@@ -237,7 +292,9 @@ def test_durability_script_keeps_its_cli(
     module: Any = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     path = tmp_path / "durability.json"
-    results = module.main(["--quick", "--out", str(path)])
+    with pytest.MonkeyPatch.context() as mp:
+        tiny_sizes(mp)
+        results = module.main(["--quick", "--out", str(path)])
     assert set(results["sections"]) == {"durability"}
     written = json.loads(path.read_text(encoding="utf-8"))
     assert [g["key"] for g in written["goals"]] == [g["key"] for g in results["goals"]]

@@ -110,7 +110,7 @@ def _refused_edit(ll: LongLifeConfig, res: SectionResult) -> None:
         buf.append(Entry(t, Kind.REASONING, f"target {t}: a finding"))
     for i in range(m):
         buf.append(Entry(f"r{i}", Kind.REASONING, f"referrer {i}", refs=tuple(targets)))
-    pool = 200_000
+    pool = ll.edit_pool
     for i in range(pool):
         buf.append(_entry(i))
     plan = EditPlan([Prune(t) for t in targets], reason="bench: a refused edit")
@@ -493,7 +493,7 @@ def _crafted_collisions(ll: LongLifeConfig, res: SectionResult) -> None:
     :func:`crc_colliding_ids`) / 4,000 random ids of the same length, each
     on a fresh in-memory buffer. Under CRC-32 the crafted ids all probed
     one cluster of the tombstone index (61x); the keyed hash spreads them."""
-    count = 4_000
+    count = ll.collisions
     crafted = crc_colliding_ids(count)
     rng = random.Random(21)
     width = len(crafted[0]) - len("call_")

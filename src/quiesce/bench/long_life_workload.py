@@ -19,7 +19,7 @@ import time
 import tracemalloc
 from array import array
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .. import Buffer, Entry, Kind, SQLiteLog
@@ -41,6 +41,8 @@ class LongLifeConfig:
     iter_n: int  #: buffer size for the first-iteration figure (1e4)
     edit_m: int  #: prunes in the refused edit, and referrers of each (800)
     repeat: int
+    edit_pool: int = 200_000  #: entries the marker marks while the edit is refused
+    collisions: int = 4_000  #: ids appended and pruned by ``ll_crafted_collisions``
 
 
 FULL_LL = LongLifeConfig(
@@ -55,14 +57,15 @@ FULL_LL = LongLifeConfig(
     repeat=5,
 )
 
-QUICK_LL = LongLifeConfig(
+#: the quick run: the full run's shape, smaller (same ``iter_n``, pool, ids)
+QUICK_LL = replace(
+    FULL_LL,
     ops=30_000,
     ops_short=3_000,
     live=300,
     batch=50,
     big_cycles=100,
     move_n=(1_000, 10_000),
-    iter_n=10_000,
     edit_m=60,
     repeat=3,
 )
