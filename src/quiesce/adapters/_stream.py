@@ -42,6 +42,7 @@ wherever it awaits. ``append_stream`` is a checkpoint at its start and end.
 
 from __future__ import annotations
 
+import re
 import threading
 import weakref
 from collections.abc import AsyncIterable, Callable, Iterable, Mapping, Sequence
@@ -377,16 +378,22 @@ async def drive(source: object, sink: Sink, handle: Handler, finish: Callable[[i
     try:
         if isinstance(source, AsyncIterable):
             async for event in source:
-                handle(n, event)
+                try:
+                    handle(n, event)
+                    if sink.pending:
+                        await sink.flush()
+                except QuiesceError as exc:
+                    raise at_event(n, exc) from None
                 n += 1
-                if sink.pending:
-                    await sink.flush()
         elif isinstance(source, Iterable) and not isinstance(source, str | bytes | Mapping):
             for event in source:
-                handle(n, event)
+                try:
+                    handle(n, event)
+                    if sink.pending:
+                        await sink.flush()
+                except QuiesceError as exc:
+                    raise at_event(n, exc) from None
                 n += 1
-                if sink.pending:
-                    await sink.flush()
         else:
             raise InvalidType(
                 f"events must be an iterable or async iterable of SDK events or dicts, "
@@ -400,6 +407,24 @@ async def drive(source: object, sink: Sink, handle: Handler, finish: Callable[[i
         raise
     await anyio.lowlevel.checkpoint()
     return n
+
+
+_NAMED = re.compile(r"^(?:message|item) (\d+): ")
+
+
+def at_event(index: int, exc: QuiesceError) -> QuiesceError:
+    """``exc`` (raised while event ``index`` was handled or what it
+    completed was appended: a used id, a dangling reference, a refused
+    re-admission) with its message naming the event, ``"event 7: ..."``:
+    the same object and type, its ``args[0]`` renamed (an adapter's
+    ``"message 7: "`` becomes ``"event 7: "``)."""
+    text = str(exc)
+    if text.startswith("event "):
+        return exc
+    m = _NAMED.match(text)
+    text = f"event {m.group(1)}: {text[m.end():]}" if m else f"event {index}: {text}"
+    exc.args = (text, *exc.args[1:])
+    return exc
 
 
 def interrupted(exc: BaseException) -> str:
