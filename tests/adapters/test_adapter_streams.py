@@ -88,6 +88,12 @@ def check_request(api: str, window: Any) -> None:
                 assert item.get("status", "completed") == "completed" or "summary" in item
 
 
+def json_key(value: Any) -> str:
+    import json
+
+    return json.dumps(value, sort_keys=True, default=str)
+
+
 def feed(events: Sequence[Any], *, pause: bool = True) -> AsyncIterator[Any]:
     """``events`` as an async stream that yields to the loop between events,
     as a network stream does."""
@@ -878,3 +884,57 @@ class TestUsedIds:
         with buf.snapshot() as snap:
             assert [e.kind for e in snap] == [Kind.REASONING]
             assert not any(e.kind is Kind.TOOL_CALL for e in snap)
+
+
+class TestSharedBuffer:
+    """``append_stream`` on a replica member of a shared buffer (the real
+    PostgreSQL server the tests start): the sequencer's readers see only
+    valid requests whose text grows, and both members end holding what
+    ``append_messages`` of the returned message stores (asyncio and trio)."""
+
+    @pytest.mark.anyio
+    @pytest.mark.parametrize("api", sorted(APIS))
+    async def test_a_replica_streams_an_sdk_stream(self, api: str, pg_dsn: str) -> None:
+        from quiesce import open_shared_buffer
+
+        adapter, _, _, oracle, as_list = APIS[api]
+        events = events_for(api)
+        fast = {"lease": 10.0, "poll": 0.2, "timeout": 30.0}
+        async with (
+            open_shared_buffer(pg_dsn, "s", **fast) as a,
+            open_shared_buffer(pg_dsn, "s", **fast) as b,
+        ):
+            assert (a.role, b.role) == ("sequencer", "replica")
+            windows: list[Any] = []
+            done = anyio.Event()
+
+            async def read() -> None:
+                while not done.is_set():
+                    with a.snapshot() as snap:
+                        window = adapter.render(snap)
+                        check_request(api, window)
+                        windows.append(window)
+                    await anyio.sleep(0.002)
+
+            async def slow() -> AsyncIterator[Any]:
+                for e in events:
+                    await anyio.sleep(0.002)
+                    yield e
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(read)
+                got = await adapter.append_stream(b, slow())
+                await b.wait_applied(b.version)
+                with anyio.fail_after(20):
+                    while a.version < b.version:
+                        await anyio.sleep(0.01)
+                done.set()
+            assert got == oracle(events)
+            ref = Buffer()
+            adapter.append_messages(ref, as_list(got))
+            for member in (a, b):
+                with member.snapshot() as snap:
+                    assert adapter.render(snap) == adapter.render(ref)
+                    assert not any(e.streaming for e in snap)
+                member.check_invariants()
+            assert len({json_key(w) for w in windows}) >= 3  # the reader saw it grow
