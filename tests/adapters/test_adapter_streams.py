@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 import stream_events as se
 from quiesce import (
     Buffer,
+    DuplicateEntry,
     Entry,
     InvalidArgument,
     InvalidType,
@@ -85,6 +86,12 @@ def check_request(api: str, window: Any) -> None:
         for item in window:
             if item.get("type") == "reasoning":
                 assert item.get("status", "completed") == "completed" or "summary" in item
+
+
+def json_key(value: Any) -> str:
+    import json
+
+    return json.dumps(value, sort_keys=True, default=str)
 
 
 def feed(events: Sequence[Any], *, pause: bool = True) -> AsyncIterator[Any]:
@@ -808,3 +815,126 @@ class TestSyncAfterStream:
             timeout=120,
         )
         assert json.loads(done.stdout) == {"openai": [], "anthropic": []}
+
+
+class TestUsedIds:
+    """An id the buffer already uses — an item's, a tool call's — aborts the
+    stream with a :class:`~quiesce.DuplicateEntry` naming the event that
+    opened or completed it; what arrived before stays (open text marked
+    interrupted), the entry that held the id is untouched (asyncio and
+    trio)."""
+
+    @pytest.mark.anyio
+    @pytest.mark.parametrize(
+        ("api", "used", "message"),
+        [
+            ("openai", "call_1", "event 14: entry id 'call_1' is already used"),
+            ("anthropic", "toolu_1", "event 27: entry id 'toolu_1' is already used"),
+            ("responses", "msg_1", "event 16: entry 'msg_1' is already in the buffer"),
+        ],
+    )
+    async def test_a_used_id_aborts_naming_the_event(
+        self, api: str, used: str, message: str
+    ) -> None:
+        adapter = APIS[api][0]
+        buf = Buffer()
+        held = Entry(used, Kind.REASONING, "held before the stream")
+        buf.append(held)
+        with pytest.raises(DuplicateEntry, match=f"^{re.escape(message)}$"):
+            await adapter.append_stream(buf, feed(events_for(api)))
+        with buf.snapshot() as snap:
+            assert snap[used] == held
+            assert not any(e.streaming for e in snap)
+            for e in snap:
+                if e.id != used and e.content is None:  # what was open: kept, marked
+                    mark = snap.mark(e.id)
+                    assert mark is not None and mark.reason == f"stream interrupted: {message}"
+        buf._check(expect_no_pins=True)
+
+    @pytest.mark.anyio
+    async def test_a_reserved_call_id_names_its_own_event(self) -> None:
+        """A Chat Completions tool call id with ``#`` is malformed at the
+        chunk that carries it, not where the call completes."""
+        chunks = [
+            *events_for("openai")[:2],
+            {
+                "id": "chatcmpl-1",
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": {
+                            "tool_calls": [
+                                {
+                                    "index": 0,
+                                    "id": "c#9",
+                                    "type": "function",
+                                    "function": {"name": "f", "arguments": "{}"},
+                                }
+                            ]
+                        },
+                    }
+                ],
+            },
+            events_for("openai")[-1],
+        ]
+        buf = Buffer()
+        message = "event 2: tool_calls[0].id 'c#9' contains '#', which quiesce reserves"
+        with pytest.raises(InvalidArgument, match=f"^{re.escape(message)}$"):
+            await openai.append_stream(buf, chunks)
+        with buf.snapshot() as snap:
+            assert [e.kind for e in snap] == [Kind.REASONING]
+            assert not any(e.kind is Kind.TOOL_CALL for e in snap)
+
+
+class TestSharedBuffer:
+    """``append_stream`` on a replica member of a shared buffer (the real
+    PostgreSQL server the tests start): the sequencer's readers see only
+    valid requests whose text grows, and both members end holding what
+    ``append_messages`` of the returned message stores (asyncio and trio)."""
+
+    @pytest.mark.anyio
+    @pytest.mark.parametrize("api", sorted(APIS))
+    async def test_a_replica_streams_an_sdk_stream(self, api: str, pg_dsn: str) -> None:
+        from quiesce import open_shared_buffer
+
+        adapter, _, _, oracle, as_list = APIS[api]
+        events = events_for(api)
+        fast = {"lease": 10.0, "poll": 0.2, "timeout": 30.0}
+        async with (
+            open_shared_buffer(pg_dsn, "s", **fast) as a,
+            open_shared_buffer(pg_dsn, "s", **fast) as b,
+        ):
+            assert (a.role, b.role) == ("sequencer", "replica")
+            windows: list[Any] = []
+            done = anyio.Event()
+
+            async def read() -> None:
+                while not done.is_set():
+                    with a.snapshot() as snap:
+                        window = adapter.render(snap)
+                        check_request(api, window)
+                        windows.append(window)
+                    await anyio.sleep(0.002)
+
+            async def slow() -> AsyncIterator[Any]:
+                for e in events:
+                    await anyio.sleep(0.002)
+                    yield e
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(read)
+                got = await adapter.append_stream(b, slow())
+                await b.wait_applied(b.version)
+                with anyio.fail_after(20):
+                    while a.version < b.version:
+                        await anyio.sleep(0.01)
+                done.set()
+            assert got == oracle(events)
+            ref = Buffer()
+            adapter.append_messages(ref, as_list(got))
+            for member in (a, b):
+                with member.snapshot() as snap:
+                    assert adapter.render(snap) == adapter.render(ref)
+                    assert not any(e.streaming for e in snap)
+                member.check_invariants()
+            assert len({json_key(w) for w in windows}) >= 3  # the reader saw it grow

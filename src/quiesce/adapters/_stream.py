@@ -42,6 +42,7 @@ wherever it awaits. ``append_stream`` is a checkpoint at its start and end.
 
 from __future__ import annotations
 
+import re
 import threading
 import weakref
 from collections.abc import AsyncIterable, Callable, Iterable, Mapping, Sequence
@@ -50,7 +51,7 @@ from typing import Any
 import anyio
 
 from .._core.buffer import Buffer
-from .._core.entry import Entry, Kind
+from .._core.entry import Entry, Kind, thaw
 from .._core.errors import InvalidArgument, InvalidType, QuiesceError
 from .._core.version import Version
 from .._protocol import local_buffer
@@ -274,6 +275,7 @@ class Sink:
         "readmit",
         "taken",
         "turn",
+        "unsettled",
         "writers",
     )
 
@@ -297,6 +299,9 @@ class Sink:
         self.pending: list[Read] = []
         self.appended: list[str] = []
         self.taken: set[str] = set()
+        #: writers of a shared buffer closed since the last flush: their
+        #: closes are still being forwarded to the sequencer
+        self.unsettled: list[Any] = []
 
     def head(self) -> Version:
         return self.buf.head()  # type: ignore[no-any-return]
@@ -314,9 +319,12 @@ class Sink:
         return w
 
     def close(self, eid: str, content: object) -> None:
-        """Finish the open entry ``eid`` with its final structured form."""
+        """Finish the open entry ``eid`` with its final structured form
+        (given as plain JSON: a shared buffer's writer sends it as is)."""
         w = self.writers.pop(eid)
-        w.close(content=content)
+        w.close(content=thaw(content))
+        if self.local is None and callable(getattr(w, "wait_closed", None)):
+            self.unsettled.append(w)
 
     def add(self, index: int, e: Entry) -> None:
         """Queue the complete entry ``e`` (made from event ``index``)."""
@@ -324,7 +332,15 @@ class Sink:
 
     async def flush(self) -> None:
         """Append what the last event completed (sync on an in-process
-        buffer: no await between the event and its append)."""
+        buffer: no await between the event and its append). On a shared
+        buffer, first wait until the sequencer applied the closes the event
+        made (a later entry may cite a closed one: a signed thinking block),
+        so the replica's head holds them."""
+        while self.unsettled:
+            version = await self.unsettled.pop(0).wait_closed()
+            applied = getattr(self.buf, "wait_applied", None)
+            if callable(applied):
+                await applied(version)
         reads, self.pending = self.pending, []
         if self.local is not None:
             admit(
@@ -369,37 +385,63 @@ Handler = Callable[[int, Any], None]
 async def drive(source: object, sink: Sink, handle: Handler, finish: Callable[[int], None]) -> int:
     """Feed every event of ``source`` (an async or sync iterable) to
     ``handle(position, event)``, appending what each completes, then call
-    ``finish(count)``. On any exception — cancellation included — every
-    open entry is aborted with a reason naming it, and it propagates.
+    ``finish(count)``; on a shared buffer, wait until the sequencer
+    applied every close (so the entries are there on return, as on a local
+    buffer). On any exception — cancellation included — every open entry
+    is aborted with a reason naming it, and it propagates.
     Returns the number of events. A checkpoint at the start and the end."""
     await anyio.lowlevel.checkpoint()
     n = 0
     try:
         if isinstance(source, AsyncIterable):
             async for event in source:
-                handle(n, event)
+                try:
+                    handle(n, event)
+                    if sink.pending or sink.unsettled:
+                        await sink.flush()
+                except QuiesceError as exc:
+                    raise at_event(n, exc) from None
                 n += 1
-                if sink.pending:
-                    await sink.flush()
         elif isinstance(source, Iterable) and not isinstance(source, str | bytes | Mapping):
             for event in source:
-                handle(n, event)
+                try:
+                    handle(n, event)
+                    if sink.pending or sink.unsettled:
+                        await sink.flush()
+                except QuiesceError as exc:
+                    raise at_event(n, exc) from None
                 n += 1
-                if sink.pending:
-                    await sink.flush()
         else:
             raise InvalidType(
                 f"events must be an iterable or async iterable of SDK events or dicts, "
                 f"not {type(source).__name__}"
             )
         finish(n)
-        if sink.pending:
+        if sink.pending or sink.unsettled:  # (a shared buffer: its closes applied)
             await sink.flush()
     except BaseException as exc:
         sink.abort(interrupted(exc))
         raise
     await anyio.lowlevel.checkpoint()
     return n
+
+
+_NAMED = re.compile(r"^(?:message|item) (\d+): ")
+
+
+def at_event(index: int, exc: QuiesceError) -> QuiesceError:
+    """``exc`` (raised while event ``index`` was handled or what it
+    completed was appended: a used id, a dangling reference, a refused
+    re-admission) with its message naming the event, ``"event 7: ..."``:
+    the same object and type, its ``args[0]`` renamed (an adapter's
+    ``"message 7: "`` becomes ``"event 7: "``)."""
+    text = str(exc)
+    if text.startswith("event "):
+        return exc
+    m = _NAMED.match(text)
+    text = f"event {m.group(1)}: {text[m.end():]}" if m else f"event {index}: {text}"
+    exc.args = (text, *exc.args[1:])
+    return exc
 
 
 def interrupted(exc: BaseException) -> str:

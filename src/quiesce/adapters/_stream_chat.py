@@ -233,6 +233,11 @@ class ChatStream:
             raise malformed(index, f"tool_calls[].index must be an int >= 0, not {n!r}")
         if n in self.done:
             raise malformed(index, f"tool_calls[{n}] continues after it was complete")
+        call_id = d.get("id")
+        if isinstance(call_id, str) and "#" in call_id:  # (the adapter's rule, at its event)
+            raise malformed(
+                index, f"tool_calls[{n}].id {call_id!r} contains '#', which quiesce reserves"
+            )
         if self.current is not None and n != self.current:
             self._complete(index, self.current)
         self.current = n
