@@ -65,13 +65,17 @@ from __future__ import annotations
 
 import operator
 import weakref
+from collections import deque
 from collections.abc import Callable, Container, Generator, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import compress, count, repeat
 from typing import Any
+
+import anyio.lowlevel
 
 from .._core.buffer import Buffer, Snapshot
 from .._core.entry import Entry, Kind, content_hash, thaw
-from .._core.errors import InvalidArgument, UnknownEntry
+from .._core.errors import InvalidArgument
 from .._core.notes import escape_field
 from .._core.plan import EditPlan, Prune, Rewrite, Summarize
 from .._core.policy import Policy
@@ -206,10 +210,11 @@ def equal(a: object, b: object) -> bool:
 
 
 def _held(snap: Snapshot, entry_id: str) -> Entry | Tombstone | None:
-    try:
-        return snap.resolve(entry_id)
-    except UnknownEntry:
-        return None
+    """The live entry or the tombstone of ``entry_id`` in ``snap``, ``None``
+    if it never existed (a new message's id: the common case, so no
+    exception is raised for it). O(log n)."""
+    found = snap.get(entry_id)
+    return found if found is not None else snap.tombstones.get(entry_id)
 
 
 def _entries(unit: Unit, framework: str, call_entry: dict[str, str]) -> list[Entry]:
@@ -297,15 +302,7 @@ def sync_units(
     """
     version = buf.version
     reads = _reads(buf, units, framework=framework, new_ids=new_ids)
-    report = admit(
-        buf,
-        reads,
-        api=f"integrations.{framework}",
-        readmit=readmit,
-        turn=turn,
-        sync=True,
-        actor=actor,
-    )
+    report = admit(buf, reads, **_admit_options(framework, readmit, turn, actor))
     _extend_index(buf, framework, version, reads, report)
     return report
 
@@ -327,15 +324,7 @@ async def async_sync_units(
     notes hold). Always a checkpoint; never touches a disk on the loop."""
     version = buf.version
     reads = _reads(buf, units, framework=framework, new_ids=new_ids)
-    report = await aadmit(
-        buf,
-        reads,
-        api=f"integrations.{framework}",
-        readmit=readmit,
-        turn=turn,
-        sync=True,
-        actor=actor,
-    )
+    report = await aadmit(buf, reads, **_admit_options(framework, readmit, turn, actor))
     _extend_index(buf, framework, version, reads, report)
     return report
 
@@ -354,7 +343,8 @@ def _extend_index(
     index = state.index
     if index is None or index[0] != version:
         return
-    appended = [e for r in reads for e in r.entries if r.index in set(report.appended)]
+    positions = set(report.appended)
+    appended = [e for r in reads for e in r.entries if r.index in positions]
     if not appended:
         return
     state.index = None
@@ -564,21 +554,14 @@ def sync_history(
     :func:`apply_changes` (sync) or :func:`aapply_changes` (on an event loop:
     the durable part off the loop). Synchronous; nothing awaits.
     """
-    gen = _sync_history(buf, messages, read, framework=framework, new_ids=new_ids, ident=ident)
+    gen = _sync_history(
+        buf, messages, read, framework=framework, new_ids=new_ids, ident=ident, pause=False
+    )
+    options = _admit_options(framework, readmit, turn, actor)
     try:
         reads = next(gen)
         while True:
-            reads = gen.send(
-                admit(
-                    buf,
-                    reads,
-                    api=f"integrations.{framework}",
-                    readmit=readmit,
-                    turn=turn,
-                    sync=True,
-                    actor=actor,
-                )
-            )
+            reads = gen.send(None if reads is None else admit(buf, reads, **options))
     except StopIteration as stop:
         done: tuple[SyncReport, Changes] = stop.value
         done[1].actor = actor
@@ -604,20 +587,23 @@ async def async_sync_history(
     Cancelled during the appends, the sync state is forgotten (the next sync
     reads the whole history again against what the buffer holds), so nothing
     is taken as synced that may not be."""
-    gen = _sync_history(buf, messages, read, framework=framework, new_ids=new_ids, ident=ident)
+    gen = _sync_history(
+        buf, messages, read, framework=framework, new_ids=new_ids, ident=ident, pause=True
+    )
+    options = _admit_options(framework, readmit, turn, actor)
     try:
         reads = next(gen)
         while True:
+            if reads is None:  # a pause: nothing is changed yet
+                try:
+                    await anyio.lowlevel.checkpoint()
+                except BaseException:
+                    gen.close()
+                    raise
+                reads = gen.send(None)
+                continue
             try:
-                report = await aadmit(
-                    buf,
-                    reads,
-                    api=f"integrations.{framework}",
-                    readmit=readmit,
-                    turn=turn,
-                    sync=True,
-                    actor=actor,
-                )
+                report = await aadmit(buf, reads, **options)
             except BaseException:
                 gen.close()
                 state_of(buf, framework).forget()
@@ -629,7 +615,28 @@ async def async_sync_history(
         return done
 
 
+def _admit_options(
+    framework: str, readmit: ReadmitPolicy, turn: int | None, actor: str | None
+) -> dict[str, Any]:
+    """The keyword arguments a sync passes to ``admit`` / ``aadmit``."""
+    return {
+        "api": f"integrations.{framework}",
+        "readmit": readmit,
+        "turn": turn,
+        "sync": True,
+        "actor": actor,
+    }
+
+
+#: Messages compared (or read) per step of a sync on the event loop: a
+#: checkpoint between steps (well under 1 ms of work each).
+SYNC_STEP = 128
+#: New messages read (converted to units) per step of a sync on the loop.
+_READ_STEP = 32
+
 _DICT = operator.attrgetter("__dict__")
+_OBJ = operator.attrgetter("obj")
+_UNIT = operator.attrgetter("unit")
 _PRIVATE = operator.attrgetter("__pydantic_private__")
 _EXTRA = operator.attrgetter("__pydantic_extra__")
 
@@ -652,24 +659,49 @@ def _equal_prefix(
     in C."""
     if k >= n:
         return k
-    olds = [s.obj for s in seen[k:n]]
+    olds = list(map(_OBJ, seen[k:n]))
     news = list(messages[k:n])
+    if not _equal_copies(olds, news):
+        return k
+    deque(map(setattr, seen[k:n], repeat("obj"), news), maxlen=0)  # in C
+    return n
+
+
+def _equal_prefix_steps(
+    seen: list[Seen], messages: Sequence[object], k: int, n: int
+) -> Generator[None, None, int]:
+    """:func:`_equal_prefix` in steps of :data:`SYNC_STEP` messages,
+    yielding (a pause) after each. A step whose copies are all equal lets
+    them take the old objects' places at once (an equal copy stands for the
+    message as well as the object it replaces, so a step that finds a
+    difference later leaves nothing wrong behind)."""
+    start = k
+    while start < n:
+        end = min(start + SYNC_STEP, n)
+        olds, news = list(map(_OBJ, seen[start:end])), list(messages[start:end])
+        if not _equal_copies(olds, news):
+            return k
+        deque(map(setattr, seen[start:end], repeat("obj"), news), maxlen=0)  # in C
+        start = end
+        yield None
+    return n
+
+
+def _equal_copies(olds: list[object], news: list[object]) -> bool:
+    """Each of ``news`` is an equal copy of the same place's ``olds``
+    (pydantic models of one plain class, compared as lists in C; see
+    :func:`equal`). O(n), no Python frame per message."""
     types = list(map(type, news))
     if types != list(map(type, olds)) or not all(map(_plain_model, set(types))):
-        return k
+        return False
     try:
-        same = (
+        return (
             list(map(_DICT, news)) == list(map(_DICT, olds))
             and list(map(_PRIVATE, news)) == list(map(_PRIVATE, olds))
             and list(map(_EXTRA, news)) == list(map(_EXTRA, olds))
         )
     except AttributeError:  # a model built without pydantic's __init__
-        return k
-    if not same:
-        return k
-    for s, m in zip(seen[k:n], news, strict=True):
-        s.obj = m
-    return n
+        return False
 
 
 def _sync_history(
@@ -680,32 +712,62 @@ def _sync_history(
     framework: str,
     new_ids: str,
     ident: Callable[[object], str | None] | None,
-) -> Generator[list[Read], SyncReport, tuple[SyncReport, Changes]]:
+    pause: bool,
+) -> Generator[list[Read] | None, SyncReport | None, tuple[SyncReport, Changes]]:
     """The body of :func:`sync_history`: yields the reads to admit (at most
-    once), is sent the admission's report, returns the sync's result."""
+    once), is sent the admission's report, returns the sync's result. With
+    ``pause`` it also yields ``None`` (sent ``None`` back) between steps of
+    :data:`SYNC_STEP` compared or :data:`_READ_STEP` read messages and
+    before the diff, each before anything is changed; when another sync of
+    the buffer ran during a pause, the diff starts again."""
+    while True:
+        done = yield from _sync_once(
+            buf, messages, read, framework=framework, new_ids=new_ids, ident=ident, pause=pause
+        )
+        if done is not None:
+            return done
+
+
+def _sync_once(
+    buf: Buffer | AsyncBuffer,
+    messages: Sequence[object],
+    read: Callable[[int, object], Unit | None],
+    *,
+    framework: str,
+    new_ids: str,
+    ident: Callable[[object], str | None] | None,
+    pause: bool,
+) -> Generator[list[Read] | None, SyncReport | None, tuple[SyncReport, Changes] | None]:
+    """One try of :func:`_sync_history`: ``None`` if the sync state moved
+    during a pause (nothing was changed)."""
     state = state_of(buf, framework)
     seen = state.seen
-    k, n = 0, min(len(seen), len(messages))
-    while k < n and messages[k] is seen[k].obj:
-        k += 1
+    n = min(len(seen), len(messages))
+    # the first place whose message is not the object synced there, in C
+    k = next(compress(count(), map(operator.is_not, messages[:n], map(_OBJ, seen))), n)
+    if pause and n - k > SYNC_STEP:
+        k = yield from _equal_prefix_steps(seen, messages, k, n)
+        if state.seen is not seen:  # another sync of this buffer ran meanwhile
+            return None
+    else:
+        k = _equal_prefix(seen, messages, k, n)
     state.generation += 1
-    k = _equal_prefix(seen, messages, k, n)
     state.prefix = k
     head = buf.head()
     held: list[int] = []
     tombstoned: list[int] = []
     taken: set[str] = set()
     if k:
-        units = [s.unit for s in seen[:k]]
+        units = list(map(_UNIT, seen[:k]))
+        held = list(compress(range(k), map(operator.is_not, units, repeat(None))))
         tombs_by_id = head.tombs.by_id
-        if not tombs_by_id:
-            held = [i for i, u in enumerate(units) if u is not None]
-        else:  # one C-level look-up per live unit, the tombstones only for the rest
+        if tombs_by_id:  # one C-level look-up per unit, the tombstones only for the rest
             live_map = head.live
-            gone = [i for i, u in enumerate(units) if u is not None and u not in live_map]
+            gone = compress(range(k), map(operator.not_, map(live_map.__contains__, units)))
             tombstoned = [i for i in gone if units[i] in tombs_by_id]
-            dead = set(tombstoned)
-            held = [i for i, u in enumerate(units) if u is not None and i not in dead]
+            if tombstoned:
+                dead = set(tombstoned)
+                held = [i for i in held if i not in dead]
     if k == len(seen) == len(messages):
         report = SyncReport((), tuple(held), tuple(tombstoned), (), (), head.number)
         return report, Changes()
@@ -733,6 +795,14 @@ def _sync_history(
             continue
         pairs.append((i, m, read(i, m)))
         fresh.append(None)
+        if pause and len(pairs) % _READ_STEP == 0:
+            yield None  # reading is pure: nothing is changed yet
+            if state.seen is not seen:
+                return None
+    if pause and pairs:
+        yield None  # the diff against the buffer is a step of its own
+        if state.seen is not seen:
+            return None
     if pairs:
         report, changes, diffed = yield from _diff(buf, state, pairs, framework, new_ids, taken)
         it = iter(diffed)
