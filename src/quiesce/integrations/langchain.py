@@ -169,6 +169,10 @@ def _ident(m: object) -> str | None:
     return mid if isinstance(mid, str) and mid else None
 
 
+#: How this module's syncs read and name what they append.
+_SYNC: dict[str, Any] = {"framework": FRAMEWORK, "actor": __name__, "ident": _ident}
+
+
 def sync_messages(
     buffer: Buffer, messages: Sequence[object], *, readmit: ReadmitPolicy = "record"
 ) -> SyncReport:
@@ -185,13 +189,7 @@ def sync_messages(
     loop, use :func:`async_sync_messages`). A no-op sync of the same message
     objects is O(n) identity checks."""
     report, changes = _store.sync_history(
-        buffer,
-        _checked(messages),
-        _unit,
-        framework=FRAMEWORK,
-        actor=__name__,
-        readmit=readmit,
-        ident=_ident,
+        buffer, _checked(messages), _unit, readmit=readmit, **_SYNC
     )
     if changes:
         _store.apply_changes(buffer, changes)
@@ -208,13 +206,7 @@ async def async_sync_messages(
     settled."""
     face = async_buffer(buffer, "langchain.async_sync_messages")
     report, changes = await _store.async_sync_history(
-        face,
-        _checked(messages),
-        _unit,
-        framework=FRAMEWORK,
-        actor=__name__,
-        readmit=readmit,
-        ident=_ident,
+        face, _checked(messages), _unit, readmit=readmit, **_SYNC
     )
     if changes:
         await _store.aapply_changes(face, changes)
