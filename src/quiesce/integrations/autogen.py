@@ -297,9 +297,10 @@ class QuiesceChatCompletionContext(ChatCompletionContext):
 
     async def add_message(self, message: LLMMessage) -> None:
         """Append ``message`` (always a new message). A message the context
-        cannot represent raises :class:`InvalidArgument`; nothing is appended."""
+        cannot represent raises :class:`InvalidArgument`; nothing is appended.
+        A checkpoint (the admission's) before the append; O(size of the
+        message) besides the buffer's append."""
         buffer = await self.abuffer()
-        await anyio.lowlevel.checkpoint()
         (unit,) = to_units([message])
         unit_id = f"#ag:{buffer.version}.0"
         fresh = _store.Unit(unit_id, unit.kind, unit.body, unit.native, unit.calls, unit.results)

@@ -169,6 +169,10 @@ def _ident(m: object) -> str | None:
     return mid if isinstance(mid, str) and mid else None
 
 
+#: How this module's syncs read and name what they append.
+_SYNC: dict[str, Any] = {"framework": FRAMEWORK, "actor": __name__, "ident": _ident}
+
+
 def sync_messages(
     buffer: Buffer, messages: Sequence[object], *, readmit: ReadmitPolicy = "record"
 ) -> SyncReport:
@@ -185,13 +189,7 @@ def sync_messages(
     loop, use :func:`async_sync_messages`). A no-op sync of the same message
     objects is O(n) identity checks."""
     report, changes = _store.sync_history(
-        buffer,
-        _checked(messages),
-        _unit,
-        framework=FRAMEWORK,
-        actor=__name__,
-        readmit=readmit,
-        ident=_ident,
+        buffer, _checked(messages), _unit, readmit=readmit, **_SYNC
     )
     if changes:
         _store.apply_changes(buffer, changes)
@@ -208,13 +206,7 @@ async def async_sync_messages(
     settled."""
     face = async_buffer(buffer, "langchain.async_sync_messages")
     report, changes = await _store.async_sync_history(
-        face,
-        _checked(messages),
-        _unit,
-        framework=FRAMEWORK,
-        actor=__name__,
-        readmit=readmit,
-        ident=_ident,
+        face, _checked(messages), _unit, readmit=readmit, **_SYNC
     )
     if changes:
         await _store.aapply_changes(face, changes)
@@ -475,6 +467,7 @@ class QuiesceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         buffer = await self._target.buffer(*_conversation_of(request.runtime, _history(request)))
         await async_sync_messages(buffer, request.messages)
         await prune_round(buffer, self.pruner)
+        await anyio.lowlevel.checkpoint()  # the render is a step of its own
         with buffer.snapshot() as snap:
             response = await handler(self._request(request, snap, buffer))
         answer = _answer(response)
@@ -554,8 +547,9 @@ def _as_given(
     same objects or equal copies, at the same places), keeps its verdict —
     equal to last time's message, so equal to the copy — and takes the copy
     from its place. Only the rest (a turn's new messages) is compared. O(n)
-    list operations, O(new) comparisons; without a valid memo O(n)
-    comparisons."""
+    list operations, O(new) comparisons (each rendered message is looked for
+    at its own place in ``given`` first, by id in all of it only if it is
+    not there); without a valid memo O(n) comparisons."""
     out: list[BaseMessage] = []
     ids: list[str | None] = []
     match: list[int] = []
@@ -576,14 +570,21 @@ def _as_given(
             for r, j, e in zip(rendered[:q], match, equal, strict=True)
         ]
     by_id: dict[str, int] | None = None
-    for m in rendered[q:]:
+    for pos in range(q, len(rendered)):
+        m = rendered[pos]
         j = -1
         if m.id:
-            if by_id is None:
-                by_id = {
-                    g.id: i for i, g in enumerate(given) if isinstance(g, BaseMessage) and g.id
-                }
-            j = by_id.get(m.id, -1)
+            # LangChain's message at the same place first (the idle turn's
+            # new messages): O(1); else every message by id, indexed once.
+            g = given[pos] if pos < len(given) else None
+            if isinstance(g, BaseMessage) and g.id == m.id:
+                j = pos
+            else:
+                if by_id is None:
+                    by_id = {
+                        g.id: i for i, g in enumerate(given) if isinstance(g, BaseMessage) and g.id
+                    }
+                j = by_id.get(m.id, -1)
         same = j >= 0 and _store.equal(given[j], m)
         ids.append(m.id)
         match.append(j)

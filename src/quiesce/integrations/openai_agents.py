@@ -56,25 +56,29 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
+import operator
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, cast
 
 import anyio
 
-from .._core.buffer import Buffer
+from .._core.buffer import Buffer, Snapshot
 from .._core.edit import HOST_ACTOR
-from .._core.entry import Kind
+from .._core.entry import Entry, Kind
 from .._core.entry import thaw as plain
 from .._core.errors import InvalidArgument, InvalidType, ProtectedEntry
 from .._core.plan import EditPlan, Prune, Summarize
-from .._core.records import EscalationKind, Override, Status
+from .._core.records import EscalationKind, Override, Status, Tombstone
 from .._core.version import Version
 from .._pool import BufferPool
 from .._protocol import AsyncBuffer, local_buffer
 from ..adapters import _stream_responses, responses
 from ..adapters._common import (
+    NOTE_LIMIT,
+    NOTE_NAMES,
     Keys,
     Read,
     ReadmitPolicy,
@@ -191,9 +195,13 @@ class QuiesceSession:
         await anyio.lowlevel.checkpoint()
         n = resolve_session_limit(limit, self.session_settings)
         with buffer.snapshot() as snap:
-            items = responses.render(snap, annotate_stale=False, tombstone_notes=False)
+            items = _session_items(buffer, snap)
             staged = buffer.staged()
-            gone = [plain(e.content) for e in snap if e.id in staged and e.content is not None]
+            gone = (
+                [plain(e.content) for e in snap if e.id in staged and e.content is not None]
+                if staged
+                else []
+            )
         items = _without(items, gone)
         if n is not None:
             items = _trimmed(items[-n:] if n > 0 else [])
@@ -268,11 +276,7 @@ class QuiesceSession:
         buffer = await self.abuffer()
         with buffer.snapshot() as snap:
             staged = buffer.staged()
-            last = [
-                e.id
-                for e in snap
-                if e.meta.get("api") == responses.API and e.id not in staged
-            ]
+            last = [e.id for e in snap if e.meta.get("api") == responses.API and e.id not in staged]
         with _named():
             await _diff_in(buffer, cast(list[dict[str, Any]], items), last, anywhere=True)
         return True
@@ -287,6 +291,85 @@ class QuiesceSession:
             await buffer.aprune(ids, reason="clear_session", actor=ACTOR)
         else:
             await anyio.lowlevel.checkpoint()
+
+
+class _Window:
+    """What :meth:`QuiesceSession.get_items` rendered last of one buffer:
+    the snapshot's entries, their ids, the items as JSON text (without the
+    list's brackets), and how many tombstones the snapshot had."""
+
+    __slots__ = ("entries", "ids", "text", "tombs")
+
+    def __init__(self, entries: tuple[Entry, ...], ids: set[str], text: str, tombs: int) -> None:
+        self.entries = entries
+        self.ids = ids
+        self.text = text
+        self.tombs = tombs
+
+
+#: per buffer (the in-process one behind a face, else the buffer itself):
+#: the last window ``get_items`` rendered (weak: it dies with the buffer)
+_WINDOWS: weakref.WeakKeyDictionary[object, _Window] = weakref.WeakKeyDictionary()
+
+
+class _Tail:
+    """The entries a snapshot holds after the last window's, read as the
+    Responses renderer reads a snapshot: no marks (the session renders
+    none), the snapshot's tombstones."""
+
+    def __init__(self, entries: tuple[Entry, ...], tombstones: Mapping[str, Tombstone]) -> None:
+        self._entries = entries
+        self.tombstones = tombstones
+        self.marks: Mapping[str, Any] = {}
+
+    def entries(self) -> tuple[Entry, ...]:
+        return self._entries
+
+
+def _session_items(buffer: AsyncBuffer, snap: Snapshot) -> list[dict[str, Any]]:
+    """``responses.render(snap, annotate_stale=False, tombstone_notes=False)``
+    as fresh objects the caller may change, rendering only what is new.
+
+    When the snapshot's entries are the last window's (the same objects, in
+    order) followed by new ones that cite none of them, with no tombstone
+    made since, the window is the last one followed by the rendering of the
+    new entries alone: each item of the session's rendering depends only on
+    its entry, the entries citing it (a reasoning item, a call's output)
+    and the tombstones (a pruned output's note). The result is then one
+    ``json.loads`` of the kept text, no per-entry work for the old entries
+    (the SDK reads the whole history before every run). Else the whole
+    window is rendered. O(n) identity checks plus the new entries, or O(n)."""
+    entries = snap.entries()
+    tombs = len(snap.tombstones)
+    local = local_buffer(buffer)
+    key: object = buffer if local is None else local
+    last = _WINDOWS.get(key)
+    if (
+        last is not None
+        and last.tombs == tombs
+        and len(last.entries) <= len(entries)
+        and all(map(operator.is_, last.entries, entries))
+    ):
+        tail = entries[len(last.entries) :]
+        if not any(ref in last.ids for e in tail for ref in e.refs):
+            text = last.text
+            if tail:
+                items = responses._render(
+                    cast(Snapshot, _Tail(tail, snap.tombstones)),
+                    annotate_stale=False,
+                    tombstone_notes=False,
+                    note_names=NOTE_NAMES,
+                    note_limit=NOTE_LIMIT,
+                )
+                piece = json.dumps(items, ensure_ascii=False)[1:-1]
+                text = f"{text},{piece}" if text and piece else text or piece
+                last.ids.update(e.id for e in tail)
+                _WINDOWS[key] = _Window(entries, last.ids, text, tombs)
+            return cast(list[dict[str, Any]], json.loads(f"[{text}]"))
+    items = responses.render(snap, annotate_stale=False, tombstone_notes=False)
+    text = json.dumps(items, ensure_ascii=False)[1:-1]
+    _WINDOWS[key] = _Window(entries, {e.id for e in entries}, text, tombs)
+    return items
 
 
 async def _admit_items(
@@ -439,9 +522,7 @@ async def _diff_in(
     present = set(now)
     staged = buffer.staged()
     gone = (
-        [i for i in last if i not in present and i in head.live and i not in staged]
-        if last
-        else []
+        [i for i in last if i not in present and i in head.live and i not in staged] if last else []
     )
     summary = _summary_read(reads, head, anywhere=anywhere) if gone else None
     report = await aadmit(
