@@ -45,56 +45,43 @@ assistant and tool text starting a line with ``[quiesce`` is rendered as
 Malformed input raises :class:`~quiesce.InvalidArgument` or
 :class:`~quiesce.InvalidType` naming the message index (``-1`` for the system
 prompt) and field; nothing is appended and the head version is unchanged.
+
+This module holds what is the API's own — how a message splits into entries,
+how a window renders back (in :mod:`quiesce.adapters._render_anthropic`),
+what the API validates — and binds the one adapter skeleton
+(:mod:`quiesce.adapters._skeleton`) to it; the public functions below hand
+their work to that skeleton.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
-from functools import partial
-from typing import Any, cast
+from typing import Any
 
 from .._core.buffer import Buffer, Snapshot
-from .._core.entry import SEALED_TYPES, Entry, Kind, canonical_json
+from .._core.entry import SEALED_TYPES, Entry, Kind, canonical_json, result_id
 from .._core.version import Version
 from .._protocol import AsyncBuffer
 from . import _stream_anthropic
-from ._common import (
-    NOTE_LIMIT,
-    NOTE_NAMES,
-    Keys,
-    Read,
-    ReadmitPolicy,
-    SyncReport,
-    check_kind,
+from ._admit import Read, ReadmitPolicy, SyncReport
+from ._checks import (
     check_messages,
     check_nonempty,
     check_str,
     entry,
-    escape_blocks,
-    escape_text,
     fail,
     foreign_id,
-    groups,
     is_call,
     json_value,
-    missing_result_note,
-    outputs_by_call,
     parts_text,
-    plain,
-    read_and_admit,
-    read_entries,
-    remember_rendered,
-    removal_note,
-    render_options,
-    result_id,
-    stale_note,
-    sync_history,
-    to_plain,
-    tool_name,
 )
-from ._stream import renderable
+from ._keys import Keys
+from ._notes import NOTE_LIMIT, NOTE_NAMES
+from ._render_anthropic import API, Message, render_window
+from ._render_anthropic import SYSTEM_ROLES as SYSTEM_ROLES
+from ._render_anthropic import Block as Block
+from ._sdk import to_plain
+from ._skeleton import Adapter
 
 __all__ = [
     "ROLES",
@@ -107,19 +94,12 @@ __all__ = [
     "validate",
 ]
 
-API = "anthropic"
-
-#: The message roles this adapter reads (the system prompt is separate).
+#: The message roles this adapter reads (the system prompt is separate; the
+#: roles rendered into it are :data:`SYSTEM_ROLES`).
 ROLES = frozenset({"user", "assistant"})
-
-#: Roles rendered into the system prompt (``developer`` comes from OpenAI-style input).
-SYSTEM_ROLES = frozenset({"system", "developer"})
 
 #: Index used in errors about the system prompt.
 SYSTEM = -1
-
-Message = dict[str, Any]
-Block = dict[str, Any]
 
 
 def _is_server_result(block: Mapping[str, Any]) -> bool:
@@ -199,7 +179,7 @@ def _anchor(index: int, role: str, content: Sequence[Any]) -> str | None:
     return None
 
 
-def _read(
+def _read_messages(
     messages: object,
     *,
     system: object,
@@ -214,8 +194,8 @@ def _read(
     rewritable: Collection[str] = (),
     first: bool = True,
 ) -> list[Read]:
-    check_kind(user_kind, "user_kind")
-    check_kind(assistant_kind, "assistant_kind")
+    """The system prompt's :class:`Read` (when ``first``), then one per
+    message; the kinds are checked by :meth:`Adapter.read`."""
     out = _system(to_plain(system), keys=keys, turn=turn) if first else []
     open_calls: set[str] = set(calls)
     answered: set[str] = set()
@@ -328,15 +308,7 @@ def to_entries(
     """Entries for ``system`` and ``messages``, in order; ``calls`` are ids
     of tool uses made earlier. Deterministic ids. Raises
     ``InvalidArgument``/``InvalidType`` naming the first bad message and field."""
-    read = partial(
-        _read,
-        messages,
-        system=system,
-        turn=turn,
-        user_kind=user_kind,
-        assistant_kind=assistant_kind,
-    )
-    return read_entries(read, calls)
+    return _ADAPTER.to_entries(messages, turn, user_kind, assistant_kind, calls, system)
 
 
 def append_messages(
@@ -353,17 +325,10 @@ def append_messages(
     """Append ``system`` and ``messages`` (all new) to ``buf``; returns the
     head version. See :func:`quiesce.adapters.openai.append_messages` for
     ``readmit`` and the all-or-nothing validation."""
-    read = partial(
-        _read,
-        messages,
-        system=system,
-        turn=turn,
-        user_kind=user_kind,
-        assistant_kind=assistant_kind,
+    report = _ADAPTER.admit(
+        buf, messages, readmit, turn, actor, user_kind, assistant_kind, system, sync=False
     )
-    return read_and_admit(
-        buf, read, api=API, readmit=readmit, turn=turn, sync=False, actor=actor
-    ).version
+    return report.version
 
 
 def sync_messages(
@@ -382,17 +347,9 @@ def sync_messages(
     else a content key; idempotent; pruned messages sent back are reported
     ``tombstoned``, not re-appended. See
     :func:`quiesce.adapters.openai.sync_messages`."""
-    tail = partial(
-        _read,
-        system=system,
-        turn=turn,
-        user_kind=user_kind,
-        assistant_kind=assistant_kind,
+    return _ADAPTER.admit(
+        buf, messages, readmit, turn, actor, user_kind, assistant_kind, system, sync=True
     )
-    return sync_history(
-        buf, messages, tail, api=API, readmit=readmit, turn=turn, actor=actor, system=system
-    )
-
 
 
 async def append_stream(
@@ -447,81 +404,7 @@ async def append_stream(
     )
 
 
-# -- render -------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class _Turn:
-    role: str
-    key: object
-    after: object
-    str_form: bool
-    env: Any
-    results: list[Block] = field(default_factory=list)
-    blocks: list[Block] = field(default_factory=list)
-    ids: list[str] = field(default_factory=list)  #: the entries it shows
-    merged: bool = False  #: pruning left two messages of one role together
-
-
-def _text(text: str) -> Block:
-    return {"type": "text", "text": text}
-
-
-def _blocks(e: Entry, note: str | None) -> list[Block]:
-    """The blocks an entry renders as (a note block first for a stale
-    non-text block; signed blocks never carry one)."""
-    if e.meta.get("api") == API and e.content is not None:
-        block: Block = escape_blocks(plain(e.content))
-        if note is None or e.sealed:
-            return [block]
-        if block.get("type") == "text":
-            return [{**block, "text": f"{note}\n{block['text']}"}]
-        return [_text(note), block]
-    if e.kind is Kind.TOOL_CALL:
-        kind = "server_tool_use" if e.meta.get("block") == "server_tool_use" else "tool_use"
-        block = {"type": kind, "id": e.id, "name": tool_name(e), "input": _input(e)}
-        return [block] if note is None else [_text(note), block]
-    text = escape_text(e.body)
-    return [_text(text if note is None else f"{note}\n{text}")]
-
-
-def _input(e: Entry) -> Any:
-    raw = e.meta.get("arguments")
-    if isinstance(raw, str):
-        try:
-            parsed = json.loads(raw)
-        except ValueError:
-            parsed = None
-        if isinstance(parsed, dict):
-            return parsed
-    return {"input": e.body}
-
-
-def _result_block(call: Entry, result: Entry | None, note: str | None, tombstones: Any) -> Block:
-    if result is None:
-        return {
-            "type": "tool_result",
-            "tool_use_id": call.id,
-            "content": missing_result_note(call.id, tombstones),
-        }
-    if result.meta.get("api") == API and result.content is not None:
-        block: Block = plain(result.content)
-        if block.get("type") == "tool_result":
-            content = escape_blocks(block.get("content"))
-            if note is not None:
-                if isinstance(content, list):
-                    content = [_text(note), *content]
-                else:
-                    content = f"{note}\n{content or ''}"
-            if content is not None:
-                block["content"] = content
-            return block
-    text = escape_text(result.body)
-    return {
-        "type": "tool_result",
-        "tool_use_id": call.id,
-        "content": text if note is None else f"{note}\n{text}",
-    }
+# -- render (the renderer is in _render_anthropic) ---------------------------
 
 
 def render(
@@ -545,183 +428,15 @@ def render(
     prompt. Entries from elsewhere are rendered from their bodies.
     O(n + tombstones).
     """
-    return render_options(
-        source,
-        _render,
-        API,
-        annotate_stale=annotate_stale,
-        tombstone_notes=tombstone_notes,
-        note_names=note_names,
-        note_limit=note_limit,
-    )
+    return _ADAPTER.render(source, annotate_stale, tombstone_notes, note_names, note_limit)
 
 
-def _render(
-    snap: Snapshot,
-    *,
-    annotate_stale: bool,
-    tombstone_notes: bool,
-    note_names: int,
-    note_limit: int,
-) -> dict[str, Any]:
-    entries = renderable(snap.entries())
-    marks = snap.marks if annotate_stale else {}
-    tombstones = snap.tombstones
-    results = outputs_by_call(entries)
-    order = {e.id: n for n, e in enumerate(entries)}
-    in_place: set[str] = set()
-    system: list[tuple[Entry, str | None]] = []
-    turns: list[_Turn] = []
+#: This API's adapter: the skeleton bound to the reader above and the renderer.
+_ADAPTER: Adapter[dict[str, Any]] = Adapter(API, _read_messages, render_window, system=True)
 
-    def note_of(e: Entry) -> str | None:
-        mark = marks.get(e.id)
-        return None if mark is None else stale_note(mark)
-
-    for group in groups(entries):
-        if group.role in SYSTEM_ROLES:
-            system.extend((e, note_of(e)) for e in group.entries)
-            continue
-        first = group.entries[0]
-        own = first.meta.get("api") == API
-        turn = _Turn(
-            "assistant" if group.role == "assistant" else "user",
-            group.key,
-            first.meta.get("after"),
-            own and first.meta.get("form") == "str",
-            first.meta.get("env") if own else None,
-        )
-        turn.ids = [e.id for e in group.entries if e.kind is not Kind.TOOL_OUTPUT]
-        calls: list[Entry] = []
-        for e in group.entries:
-            server = e.meta.get("api") == API and e.meta.get("block") not in (None, "tool_result")
-            if e.kind is Kind.TOOL_OUTPUT and not server:
-                continue  # placed after its call
-            if e.kind is Kind.TOOL_CALL and e.meta.get("block") == "server_tool_use":
-                reply = results.get(e.id)
-                if reply is not None and reply.meta.get("api") == API and reply.content:
-                    turn.blocks.extend(_blocks(e, note_of(e)))
-                elif reply is not None:
-                    # The result was rewritten: it renders as text, which
-                    # cannot answer a server_tool_use; the call does too.
-                    shown = escape_text(f"[{tool_name(e)} {canonical_json(_input(e))}]")
-                    stale = note_of(e)
-                    turn.blocks.append(_text(shown if stale is None else f"{stale}\n{shown}"))
-                else:  # a server call is answered in its own turn, or not shown
-                    in_place.add(result_id(e.id))
-                    turn.blocks.append(_text(missing_result_note(e.id, tombstones)))
-                continue
-            if e.kind is Kind.TOOL_CALL:
-                calls.append(e)
-            turn.blocks.extend(_blocks(e, note_of(e)))
-        turns.append(turn)
-        if calls:
-            answer = _Turn("user", None, group.key, False, None)
-            live = sorted(
-                (results[c.id] for c in calls if c.id in results), key=lambda r: order[r.id]
-            )
-            by_call = {r.refs[0]: r for r in live}
-            answer.ids = [r.id for r in live]
-            for r in live:
-                call = next(c for c in calls if c.id == r.refs[0])
-                mark = marks.get(r.id) or marks.get(call.id)
-                note = None if mark is None else stale_note(mark)
-                answer.results.append(_result_block(call, r, note, tombstones))
-            for c in calls:
-                if c.id not in by_call:
-                    in_place.add(result_id(c.id))
-                    answer.results.append(_result_block(c, None, None, tombstones))
-            turns.append(answer)
-    messages = _merge(turns)
-    out: dict[str, Any] = {}
-    note = (
-        removal_note(tombstones, skip=in_place, names=note_names, limit=note_limit)
-        if tombstone_notes
-        else None
-    )
-    if note is not None and _note_last_user(messages, note):
-        note = None
-    prompt = _system_prompt(system, note)
-    if prompt is not None:
-        out["system"] = prompt
-    out["messages"] = messages
-    return out
-
-
-def _note_last_user(messages: list[Message], note: str) -> bool:
-    """Put the removal note at the end of the last user turn (a text block
-    after its blocks, or a paragraph after its text): a removal changes no
-    byte before the place it was made, and the system prompt and every
-    earlier turn stay as the provider's prompt cache holds them. ``False``
-    if there is no user turn (the note then ends the system prompt)."""
-    for m in reversed(messages):
-        if m.get("role") != "user":
-            continue
-        content = m.get("content")
-        if isinstance(content, str):
-            m["content"] = f"{content}\n\n{note}"
-        else:
-            m["content"] = [*cast(list[Block], content), _text(note)]
-        return True
-    return False
-
-
-def _merge(turns: list[_Turn]) -> list[Message]:
-    """Fold the results turn made after a call into the user turn that
-    follows it when that turn held them originally (or pruning left the two
-    next to each other), then merge neighbours of one role."""
-    merged: list[_Turn] = []
-    for t in turns:
-        if merged and merged[-1].role == t.role:
-            last = merged[-1]
-            made = last.key is None  # a results turn made by render
-            if made or t.after != last.key:
-                if made and t.role == "user":
-                    t.merged = t.merged or last.merged or t.after != last.after
-                    t.results[:0] = last.results
-                    t.blocks[:0] = last.blocks
-                    t.ids[:0] = last.ids
-                    t.after = last.after
-                    merged[-1] = t
-                    continue
-                last.results.extend(t.results)
-                last.blocks.extend(t.blocks)
-                last.ids.extend(t.ids)
-                last.merged = True
-                last.str_form = False
-                last.key = t.key
-                continue
-        merged.append(t)
-    out: list[Message] = []
-    for t in merged:
-        blocks = t.results + t.blocks
-        if not blocks:
-            continue
-        m: Message = plain(t.env) if t.env is not None else {}
-        m["role"] = t.role
-        if t.str_form and not t.results and len(blocks) == 1 and blocks[0].get("type") == "text":
-            m["content"] = blocks[0]["text"]
-        else:
-            m["content"] = blocks
-        if t.merged:
-            remember_rendered(API, m, t.ids)  # sync recognises it when fed back
-        out.append(m)
-    return out
-
-
-def _system_prompt(parts: list[tuple[Entry, str | None]], note: str | None) -> Any:
-    if not parts:
-        return note
-    blocks: list[Block] = []
-    str_form = True
-    for e, stale in parts:
-        if e.meta.get("api") == API and e.meta.get("form") == "blocks" and e.content is not None:
-            str_form = False
-        blocks.extend(_blocks(e, stale))
-    if note is not None:
-        blocks.append(_text(note))
-    if str_form:
-        return "\n\n".join(b["text"] for b in blocks)
-    return blocks
+#: The checked reader (kinds, the noun in errors): what the streams and the
+#: integrations read this API's messages with.
+_read = _ADAPTER.read
 
 
 def _check_thinking(index: int, what: str, kind: str, role: str, answered: bool) -> None:

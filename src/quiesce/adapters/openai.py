@@ -42,54 +42,39 @@ brackets); a line of user, assistant or tool text that starts with
 Malformed input raises :class:`~quiesce.InvalidArgument` or
 :class:`~quiesce.InvalidType` naming the message index and field; nothing is
 appended and the head version is unchanged.
+
+This module holds what is the API's own — how a message splits into entries,
+how a window renders back, what the API validates — and binds the one
+adapter skeleton (:mod:`quiesce.adapters._skeleton`) to it; the public
+functions below hand their work to that skeleton.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from functools import partial
 from typing import Any
 
 from .._core.buffer import Buffer, Snapshot
-from .._core.entry import Entry, Kind
+from .._core.entry import Entry, Kind, result_id
 from .._core.version import Version
 from .._protocol import AsyncBuffer
 from . import _stream_chat
-from ._common import (
-    NOTE_LIMIT,
-    NOTE_NAMES,
-    Keys,
-    Read,
-    ReadmitPolicy,
-    SyncReport,
-    annotated,
-    arguments_json,
-    check_kind,
+from ._admit import Read, ReadmitPolicy, SyncReport
+from ._checks import (
     check_messages,
     check_nonempty,
     check_str,
     entry,
-    escape_blocks,
-    escape_text,
     fail,
     foreign_id,
-    groups,
     is_call,
     json_value,
-    missing_result_note,
-    outputs_by_call,
     parts_text,
-    plain,
-    read_and_admit,
-    read_entries,
-    removal_note,
-    render_options,
-    result_id,
-    stale_note,
-    sync_history,
-    tool_name,
 )
-from ._stream import renderable
+from ._keys import Keys
+from ._notes import NOTE_LIMIT, NOTE_NAMES, annotated, escape_blocks, escape_text
+from ._skeleton import Adapter
+from ._window import Window, arguments_json, groups, plain, tool_name
 
 __all__ = [
     "ROLES",
@@ -151,7 +136,7 @@ def _call(index: int, n: int, raw: object, seen: set[str]) -> tuple[str, str, st
     return call_id, name, arguments
 
 
-def _read(
+def _read_messages(
     messages: object,
     *,
     head: Version | None,
@@ -165,8 +150,8 @@ def _read(
     rewritable: Collection[str] = (),
     first: bool = True,
 ) -> list[Read]:
-    check_kind(user_kind, "user_kind")
-    check_kind(assistant_kind, "assistant_kind")
+    """One :class:`Read` per message (see the module docstring for the
+    entries); the kinds are checked by :meth:`Adapter.read`."""
     out: list[Read] = []
     open_calls: set[str] = set(calls)
     answered: set[str] = set()
@@ -259,14 +244,7 @@ def to_entries(
     deterministic: the same list always gives the same entries. Raises
     ``InvalidArgument``/``InvalidType`` naming the first bad message and field.
     O(total size)."""
-    read = partial(
-        _read,
-        messages,
-        turn=turn,
-        user_kind=user_kind,
-        assistant_kind=assistant_kind,
-    )
-    return read_entries(read, calls)
+    return _ADAPTER.to_entries(messages, turn, user_kind, assistant_kind, calls)
 
 
 def append_messages(
@@ -295,16 +273,10 @@ def append_messages(
     :class:`~quiesce.adapters.Readmission` and returns one of those words or
     an ``Override``. O(n) to index the head, plus O(size of messages).
     """
-    read = partial(
-        _read,
-        messages,
-        turn=turn,
-        user_kind=user_kind,
-        assistant_kind=assistant_kind,
+    report = _ADAPTER.admit(
+        buf, messages, readmit, turn, actor, user_kind, assistant_kind, sync=False
     )
-    return read_and_admit(
-        buf, read, api=API, readmit=readmit, turn=turn, sync=False, actor=actor
-    ).version
+    return report.version
 
 
 def sync_messages(
@@ -329,14 +301,9 @@ def sync_messages(
     and leaves the buffer unchanged. Returns a frozen
     :class:`~quiesce.adapters.SyncReport`.
     """
-    tail = partial(
-        _read,
-        turn=turn,
-        user_kind=user_kind,
-        assistant_kind=assistant_kind,
+    return _ADAPTER.admit(
+        buf, messages, readmit, turn, actor, user_kind, assistant_kind, sync=True
     )
-    return sync_history(buf, messages, tail, api=API, readmit=readmit, turn=turn, actor=actor)
-
 
 
 async def append_stream(
@@ -447,38 +414,16 @@ def render(
     elsewhere (another adapter, summaries, rewrites) are rendered from their
     bodies. O(n + tombstones).
     """
-    return render_options(
-        source,
-        _render,
-        API,
-        annotate_stale=annotate_stale,
-        tombstone_notes=tombstone_notes,
-        note_names=note_names,
-        note_limit=note_limit,
-    )
+    return _ADAPTER.render(source, annotate_stale, tombstone_notes, note_names, note_limit)
 
 
-def _render(
-    snap: Snapshot,
-    *,
-    annotate_stale: bool,
-    tombstone_notes: bool,
-    note_names: int,
-    note_limit: int,
-) -> list[Message]:
-    entries = renderable(snap.entries())
-    marks = snap.marks if annotate_stale else {}
-    tombstones = snap.tombstones
-    results = outputs_by_call(entries)
-    order = {e.id: n for n, e in enumerate(entries)}
+def _render(w: Window) -> list[Message]:
+    """The window's messages: each group of entries one message, every
+    call's results right after it, removals in a system message at the end."""
+    marks, results, order = w.marks, w.results, w.order()
+    note_of = w.note_of
     out: list[Message] = []
-    in_place: set[str] = set()
-
-    def note_of(e: Entry) -> str | None:
-        mark = marks.get(e.id)
-        return None if mark is None else stale_note(mark)
-
-    for group in groups(entries):
+    for group in groups(w.entries):
         calls = [e for e in group.entries if e.kind is Kind.TOOL_CALL]
         texts = [e for e in group.entries if e.kind not in (Kind.TOOL_CALL, Kind.TOOL_OUTPUT)]
         if not calls and not texts:
@@ -504,8 +449,7 @@ def _render(
         live = _as_read([results[c.id] for c in calls if c.id in results], group.key, order)
         for r in live:
             call_id = r.refs[0]
-            mark = marks.get(r.id) or marks.get(call_id)
-            note = None if mark is None else stale_note(mark)
+            note = w.result_note(r, call_id)
             if r.meta.get("api") == API and r.content is not None:
                 out.append(_message(r, note))
             else:
@@ -514,19 +458,8 @@ def _render(
                 out.append({"role": "tool", "tool_call_id": call_id, "content": content})
         for c in calls:
             if c.id not in results:
-                in_place.add(result_id(c.id))
-                text = missing_result_note(c.id, tombstones)
-                out.append({"role": "tool", "tool_call_id": c.id, "content": text})
-    note = (
-        removal_note(tombstones, skip=in_place, names=note_names, limit=note_limit)
-        if tombstone_notes
-        else None
-    )
-    if note is not None:
-        # At the end: a removal changes no byte before the place it was made,
-        # and the next turn's request keeps this one's prefix (prompt cache).
-        out.append({"role": "system", "content": note})
-    return out
+                out.append({"role": "tool", "tool_call_id": c.id, "content": w.missing(c.id)})
+    return w.end_with_removals(out)
 
 
 def _as_read(live: list[Entry], start: object, order: Mapping[str, int]) -> list[Entry]:
@@ -544,6 +477,14 @@ def _as_read(live: list[Entry], start: object, order: Mapping[str, int]) -> list
         rest.remove(nxt)
         at = nxt.meta.get("msg")
     return out + rest
+
+
+#: This API's adapter: the skeleton bound to the reader and renderer above.
+_ADAPTER: Adapter[list[Message]] = Adapter(API, _read_messages, _render)
+
+#: The checked reader (kinds, the noun in errors): what the streams and the
+#: integrations read this API's messages with.
+_read = _ADAPTER.read
 
 
 # -- validate -----------------------------------------------------------------

@@ -45,55 +45,39 @@ call in flight. User, assistant and tool text that starts a line with
 Malformed items raise :class:`~quiesce.InvalidArgument` or
 :class:`~quiesce.InvalidType` naming the item index and field; nothing is
 appended and the head version is unchanged.
+
+This module holds what is the API's own — how a item splits into entries,
+how a window renders back, what the API validates — and binds the one
+adapter skeleton (:mod:`quiesce.adapters._skeleton`) to it; the public
+functions below hand their work to that skeleton.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from functools import partial
 from typing import Any
 
 from .._core.buffer import Buffer, Snapshot
-from .._core.entry import Entry, Kind
+from .._core.entry import Entry, Kind, result_id
 from .._core.version import Version
 from .._protocol import AsyncBuffer
 from . import _stream_responses
-from ._common import (
-    NOTE_LIMIT,
-    NOTE_NAMES,
-    NOUN,
-    PLACEHOLDER_IDS,
-    Keys,
-    Read,
-    ReadmitPolicy,
-    SyncReport,
-    arguments_json,
-    check_kind,
+from ._admit import Read, ReadmitPolicy, SyncReport
+from ._checks import (
     check_messages,
     check_nonempty,
     check_str,
     entry,
-    escape_blocks,
-    escape_text,
     fail,
-    fingerprint,
     foreign_id,
     is_call,
     json_value,
-    missing_result_note,
-    outputs_by_call,
     parts_text,
-    plain,
-    read_and_admit,
-    read_entries,
-    removal_note,
-    render_options,
-    result_id,
-    stale_note,
-    sync_history,
-    tool_name,
 )
-from ._stream import renderable
+from ._keys import PLACEHOLDER_IDS, Keys, fingerprint
+from ._notes import NOTE_LIMIT, NOTE_NAMES, escape_blocks, escape_text, stale_note
+from ._skeleton import Adapter
+from ._window import Window, arguments_json, plain, tool_name
 
 __all__ = [
     "ROLES",
@@ -172,15 +156,6 @@ def _own_id(
     return item_id
 
 
-def _read(items: object, **kwargs: Any) -> list[Read]:
-    """:func:`_read_items`, its errors naming the "item"."""
-    token = NOUN.set("item")
-    try:
-        return _read_items(items, **kwargs)
-    finally:
-        NOUN.reset(token)
-
-
 def _read_items(
     items: object,
     *,
@@ -195,8 +170,8 @@ def _read_items(
     rewritable: Collection[str] = (),
     first: bool = True,
 ) -> list[Read]:
-    check_kind(user_kind, "user_kind")
-    check_kind(assistant_kind, "assistant_kind")
+    """One :class:`Read` (of one entry) per item; the kinds are checked and
+    errors name the "item" by :meth:`Adapter.read`."""
     out: list[Read] = []
     open_calls: dict[str, str] = dict.fromkeys(calls, "function_call")
     answered: set[str] = set()
@@ -302,14 +277,7 @@ def to_entries(
     """Entries for ``items``, in order (one per item); ``calls`` are the
     ``call_id`` s of function calls made earlier. Deterministic ids. Raises
     ``InvalidArgument``/``InvalidType`` naming the first bad item and field."""
-    read = partial(
-        _read,
-        items,
-        turn=turn,
-        user_kind=user_kind,
-        assistant_kind=assistant_kind,
-    )
-    return read_entries(read, calls)
+    return _ADAPTER.to_entries(items, turn, user_kind, assistant_kind, calls)
 
 
 def append_messages(
@@ -325,16 +293,10 @@ def append_messages(
     """Append ``items`` (all new) to ``buf``; returns the head version. See
     :func:`quiesce.adapters.openai.append_messages` for ``readmit`` and the
     all-or-nothing validation."""
-    read = partial(
-        _read,
-        items,
-        turn=turn,
-        user_kind=user_kind,
-        assistant_kind=assistant_kind,
+    report = _ADAPTER.admit(
+        buf, items, readmit, turn, actor, user_kind, assistant_kind, sync=False
     )
-    return read_and_admit(
-        buf, read, api=API, readmit=readmit, turn=turn, sync=False, actor=actor
-    ).version
+    return report.version
 
 
 def sync_messages(
@@ -352,16 +314,9 @@ def sync_messages(
     content key; idempotent; pruned items sent back are reported
     ``tombstoned``, not re-appended. See
     :func:`quiesce.adapters.openai.sync_messages`."""
-    tail = partial(
-        _read,
-        turn=turn,
-        user_kind=user_kind,
-        assistant_kind=assistant_kind,
+    return _ADAPTER.admit(
+        buf, items, readmit, turn, actor, user_kind, assistant_kind, sync=True
     )
-    return sync_history(
-        buf, items, tail, api=API, readmit=readmit, turn=turn, actor=actor, noun="item"
-    )
-
 
 
 async def append_stream(
@@ -478,33 +433,16 @@ def render(
     in one ``system`` message after the leading system/developer messages.
     Entries from elsewhere are rendered from their bodies. O(n + tombstones).
     """
-    return render_options(
-        source,
-        _render,
-        API,
-        annotate_stale=annotate_stale,
-        tombstone_notes=tombstone_notes,
-        note_names=note_names,
-        note_limit=note_limit,
-    )
+    return _ADAPTER.render(source, annotate_stale, tombstone_notes, note_names, note_limit)
 
 
-def _render(
-    snap: Snapshot,
-    *,
-    annotate_stale: bool,
-    tombstone_notes: bool,
-    note_names: int,
-    note_limit: int,
-) -> list[Item]:
-    entries = renderable(snap.entries())
-    marks = snap.marks if annotate_stale else {}
-    tombstones = snap.tombstones
-    results = outputs_by_call(entries)
+def _render(w: Window) -> list[Item]:
+    """The window's items in window order, an output made up for each call
+    whose output is not live, removals in a system message at the end."""
+    marks, results = w.marks, w.results
     out: list[Item] = []
-    in_place: set[str] = set()
-    cited = {ref for e in entries for ref in e.refs}
-    for e in entries:
+    cited = {ref for e in w.entries for ref in e.refs}
+    for e in w.entries:
         if e.meta.get("type") == "reasoning" and e.id not in cited:
             continue  # its turn was pruned: the API refuses a reasoning item alone
         mark = marks.get(e.id)
@@ -516,24 +454,17 @@ def _render(
         if e.kind is Kind.TOOL_CALL and e.id not in results:
             if own and e.meta.get("type") != "function_call":
                 continue  # an opaque call: no output can be made up for it
-            in_place.add(result_id(e.id))
-            out.append(
-                {
-                    "type": "function_call_output",
-                    "call_id": e.id,
-                    "output": missing_result_note(e.id, tombstones),
-                }
-            )
-    note = (
-        removal_note(tombstones, skip=in_place, names=note_names, limit=note_limit)
-        if tombstone_notes
-        else None
-    )
-    if note is not None:
-        # At the end: a removal changes no byte before the place it was made,
-        # and the next turn's request keeps this one's prefix (prompt cache).
-        out.append({"role": "system", "content": note})
-    return out
+            output = w.missing(e.id)
+            out.append({"type": "function_call_output", "call_id": e.id, "output": output})
+    return w.end_with_removals(out)
+
+
+#: This API's adapter: the skeleton bound to the reader and renderer above.
+_ADAPTER: Adapter[list[Item]] = Adapter(API, _read_items, _render, noun="item")
+
+#: The checked reader (kinds, the noun in errors): what the streams and the
+#: integrations read this API's messages with.
+_read = _ADAPTER.read
 
 
 def validate(items: Sequence[Mapping[str, Any]]) -> None:
