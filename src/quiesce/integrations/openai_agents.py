@@ -59,7 +59,7 @@ import inspect
 import json
 import operator
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, cast
 
@@ -71,7 +71,7 @@ from .._core.entry import Entry, Kind
 from .._core.entry import thaw as plain
 from .._core.errors import InvalidArgument, InvalidType, ProtectedEntry
 from .._core.plan import EditPlan, Prune, Summarize
-from .._core.records import EscalationKind, Override, Status, Tombstone
+from .._core.records import EscalationKind, Override, Status
 from .._core.version import Version
 from .._pool import BufferPool
 from .._protocol import AsyncBuffer, local_buffer
@@ -87,6 +87,8 @@ from ..adapters._common import (
     aread_and_admit,
     fingerprint,
 )
+from ..adapters._stream import renderable
+from ..adapters._window import Window
 from ..pruner import Pruner
 from . import _store
 from ._conversation import Target
@@ -312,20 +314,6 @@ class _Window:
 _WINDOWS: weakref.WeakKeyDictionary[object, _Window] = weakref.WeakKeyDictionary()
 
 
-class _Tail:
-    """The entries a snapshot holds after the last window's, read as the
-    Responses renderer reads a snapshot: no marks (the session renders
-    none), the snapshot's tombstones."""
-
-    def __init__(self, entries: tuple[Entry, ...], tombstones: Mapping[str, Tombstone]) -> None:
-        self._entries = entries
-        self.tombstones = tombstones
-        self.marks: Mapping[str, Any] = {}
-
-    def entries(self) -> tuple[Entry, ...]:
-        return self._entries
-
-
 def _session_items(buffer: AsyncBuffer, snap: Snapshot) -> list[dict[str, Any]]:
     """``responses.render(snap, annotate_stale=False, tombstone_notes=False)``
     as fresh objects the caller may change, rendering only what is new.
@@ -355,11 +343,14 @@ def _session_items(buffer: AsyncBuffer, snap: Snapshot) -> list[dict[str, Any]]:
             text = last.text
             if tail:
                 items = responses._render(
-                    cast(Snapshot, _Tail(tail, snap.tombstones)),
-                    annotate_stale=False,
-                    tombstone_notes=False,
-                    note_names=NOTE_NAMES,
-                    note_limit=NOTE_LIMIT,
+                    Window.of(
+                        snap,
+                        renderable(tail),
+                        annotate_stale=False,
+                        tombstone_notes=False,
+                        note_names=NOTE_NAMES,
+                        note_limit=NOTE_LIMIT,
+                    )
                 )
                 piece = json.dumps(items, ensure_ascii=False)[1:-1]
                 text = f"{text},{piece}" if text and piece else text or piece
