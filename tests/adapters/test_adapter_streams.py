@@ -692,9 +692,9 @@ class TestBuffers:
 def forget_this_process() -> None:
     """What a new process starts with: no adapter remembers a message it
     rendered (the process-wide cache of merged renders is empty)."""
-    from quiesce.adapters import _common
+    from quiesce.adapters import _notes
 
-    _common._RENDERED.clear()
+    _notes._RENDERED.clear()
 
 
 async def stream_then_reopen(api: str, output: Any, cut: list[int], path: Path) -> None:
