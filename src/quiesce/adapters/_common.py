@@ -1280,6 +1280,11 @@ def remember_rendered(api: str, message: Mapping[str, Any], ids: Sequence[str]) 
     _RENDERED[(api, fingerprint(form))] = tuple(ids)
 
 
+#: How sync finds a message ``append_stream`` stored (``_stream.streamed_ids``,
+#: set when that module loads: it imports this one).
+STREAMED: Callable[[Buffer, str, Version, Mapping[str, Any]], tuple[str, ...] | None] | None = None
+
+
 def rendered_ids(api: str, head: Version, form: Mapping[str, Any]) -> tuple[str, ...] | None:
     """The entries a rendered message (its recognised ``form``) shows, if
     :func:`remember_rendered` saw it and ``head`` knows them all."""
@@ -1500,10 +1505,8 @@ def _sync(
             prev = flush_run(prev)  # a note: what follows it still follows prev
             continue
         ids = rendered_ids(api, head, form)
-        if ids is None and form.get("role") == "assistant":
-            from ._stream import streamed_ids  # (a cycle: _stream reads this module)
-
-            ids = streamed_ids(buf, api, head, form)
+        if ids is None and STREAMED is not None and form.get("role") == "assistant":
+            ids = STREAMED(buf, api, head, form)
         if ids is not None:
             prev = flush_run(prev)
             shown[t] = ids
