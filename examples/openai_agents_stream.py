@@ -7,7 +7,10 @@ model response's raw Responses events go through the Responses adapter's
 function call is appended once its arguments are complete — and every event
 is handed to ``on_event`` after the buffer has it. ``quiesce_input_filter``
 syncs each model call's input and finds the streamed items held by id. The
-model is the SDK's own ``ScriptedModel``, streaming the SDK's own events.
+same works with the SDK's session: ``feed_stream(session, run)`` with a
+``QuiesceSession`` (here two users' sessions on one ``BufferPool``), whose
+``add_items`` holds what already streamed in. The model is the SDK's own
+``ScriptedModel``, streaming the SDK's own events.
 
 Run: ``python examples/openai_agents_stream.py``.
 """
@@ -22,8 +25,8 @@ from agents import Agent, RunConfig, Runner
 from agents.testing import ModelStep, ScriptedModel, assistant_message
 from agents.testing.model import _stream_events_for_step
 
-from quiesce import open_buffer
-from quiesce.integrations.openai_agents import feed_stream, quiesce_input_filter
+from quiesce import BufferPool, open_buffer
+from quiesce.integrations.openai_agents import QuiesceSession, feed_stream, quiesce_input_filter
 
 ANSWER = "disk is at 41 percent and the cpu is idle, so nothing needs doing"
 
@@ -60,6 +63,28 @@ async def main() -> None:
         assert held.body == run.final_output == ANSWER and not held.streaming
         print(f"agent: {run.final_output}")
         print("the buffer holds it whole under its item id 'msg_1'")
+    await with_sessions()
+
+
+async def with_sessions() -> None:
+    """Two users' sessions on one pool, each run streamed into its own buffer."""
+    async with BufferPool() as pool:
+        for user in ("alice", "bob"):
+            session = QuiesceSession(user, pool)
+            answer = f"{user}, {ANSWER}"
+            model = ScriptedModel([streamed([assistant_message(answer, item_id=f"msg_{user}")])])
+            config = RunConfig(tracing_disabled=True)
+            run = Runner.run_streamed(
+                Agent(name="sre", model=model),
+                "how is the server?",
+                run_config=config,
+                session=session,
+            )
+            await feed_stream(session, run)
+            items = await session.get_items()
+            assert [i.get("role") for i in items] == ["user", "assistant"]
+            assert run.final_output == answer
+            print(f"session {user!r}: {len(items)} items, the answer streamed in once")
 
 
 if __name__ == "__main__":

@@ -55,6 +55,7 @@ from .._core.entry import Entry, Kind, thaw
 from .._core.errors import InvalidArgument, InvalidType, QuiesceError
 from .._core.version import Version
 from .._protocol import local_buffer
+from . import _sync
 from ._common import (
     RESERVED,
     Read,
@@ -253,6 +254,9 @@ def streamed_ids(
         return None
     live, tombs = head.live, head.tombs.by_id
     return ids if all(i in live or i in tombs for i in ids) else None
+
+
+_sync.STREAMED = streamed_ids
 
 
 class Sink:

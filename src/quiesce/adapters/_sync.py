@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import threading
 import weakref
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -53,6 +53,10 @@ class _SyncState:
     system: object = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
+
+#: How sync finds a message ``append_stream`` stored (``_stream.streamed_ids``,
+#: set when that module loads: it imports this one, so this one cannot import it).
+STREAMED: Callable[[Buffer, str, Version, Mapping[str, Any]], tuple[str, ...] | None] | None = None
 
 _STATES: weakref.WeakKeyDictionary[Buffer, dict[str, _SyncState]] = weakref.WeakKeyDictionary()
 _STATES_LOCK = threading.Lock()
@@ -230,10 +234,8 @@ def _sync(
             prev = flush_run(prev)  # a note: what follows it still follows prev
             continue
         ids = rendered_ids(api, head, form)
-        if ids is None and form.get("role") == "assistant":
-            from ._stream import streamed_ids  # (a cycle: _stream reads this module)
-
-            ids = streamed_ids(buf, api, head, form)
+        if ids is None and STREAMED is not None and form.get("role") == "assistant":
+            ids = STREAMED(buf, api, head, form)
         if ids is not None:
             prev = flush_run(prev)
             shown[t] = ids
