@@ -40,7 +40,7 @@ wherever it awaits. ``append_stream`` is a checkpoint at its start and end.
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import anyio
 
@@ -49,6 +49,7 @@ from .._core.entry import Entry, Kind
 from .._core.errors import InvalidArgument, InvalidType, QuiesceError
 from .._core.version import Version
 from .._protocol import local_buffer
+from ._checks import check_kind
 from ._common import (
     RESERVED,
     Read,
@@ -296,6 +297,43 @@ async def drive(source: object, sink: Sink, handle: Handler, finish: Callable[[i
         raise
     await anyio.lowlevel.checkpoint()
     return n
+
+
+class EventReader(Protocol):
+    """An API's stream reader as :func:`run_stream` drives it: fed each
+    event, then told the stream ended (where it sets its final form)."""
+
+    def handle(self, count: int, event: Any) -> None: ...
+
+    def finish(self, count: int) -> None: ...
+
+
+_R = TypeVar("_R", bound=EventReader)
+
+
+async def run_stream(
+    buf: object,
+    events: object,
+    reader: Callable[[Sink, Kind], _R],
+    *,
+    api: str,
+    readmit: object,
+    turn: int | None,
+    actor: str | None,
+    assistant_kind: Kind,
+) -> _R:
+    """What every ``append_stream`` does before its API's ending: check
+    ``assistant_kind``, open a :class:`Sink` on ``buf`` (which checks
+    ``buf``, ``readmit`` and ``turn``), make the API's reader of it and
+    :func:`drive` ``events`` through it. Returns the reader, its final form
+    set. On any exception, cancellation included, every open entry is
+    aborted (:func:`drive`) and it propagates. A checkpoint at the start
+    and the end."""
+    check_kind(assistant_kind, "assistant_kind")
+    sink = Sink(buf, api=api, readmit=readmit, turn=turn, actor=actor)
+    stream = reader(sink, assistant_kind)
+    await drive(events, sink, stream.handle, stream.finish)
+    return stream
 
 
 def interrupted(exc: BaseException) -> str:

@@ -27,7 +27,7 @@ from typing import Any
 from .._core.entry import Entry, Kind
 from .._core.errors import QuiesceError
 from ._common import Keys, remember_rendered
-from ._stream import Sink, drive, drop_none, malformed, plain_event, stream_key
+from ._stream import Sink, drop_none, malformed, plain_event, run_stream, stream_key
 
 API = "openai"
 
@@ -328,21 +328,21 @@ async def append_stream(
     buf: object,
     chunks: object,
     *,
-    readmit: Any = "record",
-    turn: int | None = None,
-    actor: str | None = None,
-    assistant_kind: Kind = Kind.REASONING,
     call: Any,
     read: Any,
+    **options: Any,
 ) -> dict[str, Any]:
-    """See :func:`quiesce.adapters.openai.append_stream` (``call`` and
+    """See :func:`quiesce.adapters.openai.append_stream` (``options``: its
+    ``readmit``, ``turn``, ``actor`` and ``assistant_kind``, for
+    :func:`~quiesce.adapters._stream.run_stream`; ``call`` and
     ``read`` are that adapter's tool-call and message readers)."""
-    from ._common import check_kind
-
-    check_kind(assistant_kind, "assistant_kind")
-    sink = Sink(buf, api=API, readmit=readmit, turn=turn, actor=actor)
-    stream = ChatStream(sink, assistant_kind, call, read)
-    await drive(chunks, sink, stream.handle, stream.finish)
+    stream = await run_stream(
+        buf,
+        chunks,
+        lambda sink, kind: ChatStream(sink, kind, call, read),
+        api=API,
+        **options,
+    )
     final = stream.final
     assert final is not None
     remember_rendered(API, final, stream.ids())
