@@ -46,7 +46,7 @@ import re
 import threading
 import weakref
 from collections.abc import AsyncIterable, Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import anyio
 
@@ -56,6 +56,7 @@ from .._core.errors import InvalidArgument, InvalidType, QuiesceError
 from .._core.version import Version
 from .._protocol import local_buffer
 from . import _sync
+from ._checks import check_kind
 from ._common import (
     RESERVED,
     Read,
@@ -446,6 +447,41 @@ def at_event(index: int, exc: QuiesceError) -> QuiesceError:
     text = f"event {m.group(1)}: {text[m.end():]}" if m else f"event {index}: {text}"
     exc.args = (text, *exc.args[1:])
     return exc
+class EventReader(Protocol):
+    """An API's stream reader as :func:`run_stream` drives it: fed each
+    event, then told the stream ended (where it sets its final form)."""
+
+    def handle(self, count: int, event: Any) -> None: ...
+
+    def finish(self, count: int) -> None: ...
+
+
+_R = TypeVar("_R", bound=EventReader)
+
+
+async def run_stream(
+    buf: object,
+    events: object,
+    reader: Callable[[Sink, Kind], _R],
+    *,
+    api: str,
+    readmit: object = "record",
+    turn: int | None = None,
+    actor: str | None = None,
+    assistant_kind: Kind = Kind.REASONING,
+) -> _R:
+    """What every ``append_stream`` does before its API's ending: check
+    ``assistant_kind``, open a :class:`Sink` on ``buf`` (which checks
+    ``buf``, ``readmit`` and ``turn``), make the API's reader of it and
+    :func:`drive` ``events`` through it. Returns the reader, its final form
+    set. On any exception, cancellation included, every open entry is
+    aborted (:func:`drive`) and it propagates. A checkpoint at the start
+    and the end."""
+    check_kind(assistant_kind, "assistant_kind")
+    sink = Sink(buf, api=api, readmit=readmit, turn=turn, actor=actor)
+    stream = reader(sink, assistant_kind)
+    await drive(events, sink, stream.handle, stream.finish)
+    return stream
 
 
 def interrupted(exc: BaseException) -> str:

@@ -39,11 +39,11 @@ from ._stream import (
     ASSEMBLERS,
     Sink,
     StreamFailed,
-    drive,
     field,
     malformed,
     plain_event,
     register_streamed,
+    run_stream,
     stream_key,
 )
 
@@ -389,22 +389,22 @@ async def append_stream(
     buf: object,
     events: object,
     *,
-    readmit: Any = "record",
-    turn: int | None = None,
-    actor: str | None = None,
-    assistant_kind: Kind = Kind.REASONING,
     block_text: Any,
     is_server_result: Any,
+    **options: Any,
 ) -> dict[str, Any]:
-    """See :func:`quiesce.adapters.anthropic.append_stream` (``block_text``
+    """See :func:`quiesce.adapters.anthropic.append_stream` (``options``: its
+    ``readmit``, ``turn``, ``actor`` and ``assistant_kind``, for
+    :func:`~quiesce.adapters._stream.run_stream`; ``block_text``
     and ``is_server_result`` are that adapter's block readers)."""
-    from ._common import check_kind
-
-    check_kind(assistant_kind, "assistant_kind")
-    sink = Sink(buf, api=API, readmit=readmit, turn=turn, actor=actor)
-    stream = AnthropicStream(sink, assistant_kind, block_text, is_server_result)
-    await drive(events, sink, stream.handle, stream.finish)
+    stream = await run_stream(
+        buf,
+        events,
+        lambda sink, kind: AnthropicStream(sink, kind, block_text, is_server_result),
+        api=API,
+        **options,
+    )
     final = stream.final
     assert final is not None
-    register_streamed(sink.local, API, final, stream.entry_ids())
+    register_streamed(stream.sink.local, API, final, stream.entry_ids())
     return final

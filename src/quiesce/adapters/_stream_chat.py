@@ -30,11 +30,11 @@ from ._common import Keys
 from ._stream import (
     ASSEMBLERS,
     Sink,
-    drive,
     drop_none,
     malformed,
     plain_event,
     register_streamed,
+    run_stream,
     stream_key,
 )
 
@@ -359,22 +359,22 @@ async def append_stream(
     buf: object,
     chunks: object,
     *,
-    readmit: Any = "record",
-    turn: int | None = None,
-    actor: str | None = None,
-    assistant_kind: Kind = Kind.REASONING,
     call: Any,
     read: Any,
+    **options: Any,
 ) -> dict[str, Any]:
-    """See :func:`quiesce.adapters.openai.append_stream` (``call`` and
+    """See :func:`quiesce.adapters.openai.append_stream` (``options``: its
+    ``readmit``, ``turn``, ``actor`` and ``assistant_kind``, for
+    :func:`~quiesce.adapters._stream.run_stream`; ``call`` and
     ``read`` are that adapter's tool-call and message readers)."""
-    from ._common import check_kind
-
-    check_kind(assistant_kind, "assistant_kind")
-    sink = Sink(buf, api=API, readmit=readmit, turn=turn, actor=actor)
-    stream = ChatStream(sink, assistant_kind, call, read)
-    await drive(chunks, sink, stream.handle, stream.finish)
+    stream = await run_stream(
+        buf,
+        chunks,
+        lambda sink, kind: ChatStream(sink, kind, call, read),
+        api=API,
+        **options,
+    )
     final = stream.final
     assert final is not None
-    register_streamed(sink.local, API, final, stream.ids())
+    register_streamed(stream.sink.local, API, final, stream.ids())
     return drop_none(final)  # type: ignore[no-any-return]

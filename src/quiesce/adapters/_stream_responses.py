@@ -35,7 +35,15 @@ from typing import Any
 from .._core.entry import Entry, Kind
 from .._core.errors import QuiesceError
 from ._common import Keys, Read
-from ._stream import Sink, StreamFailed, drive, drop_none, field, malformed, plain_event
+from ._stream import (
+    Sink,
+    StreamFailed,
+    drop_none,
+    field,
+    malformed,
+    plain_event,
+    run_stream,
+)
 
 API = "responses"
 
@@ -337,14 +345,13 @@ async def append_stream(
     buf: object,
     events: object,
     *,
-    readmit: Any = "record",
-    turn: int | None = None,
-    actor: str | None = None,
-    assistant_kind: Kind = Kind.REASONING,
     read: Any,
     held: bool = False,
+    **options: Any,
 ) -> list[dict[str, Any]]:
-    """See :func:`quiesce.adapters.responses.append_stream` (``read`` is that
+    """See :func:`quiesce.adapters.responses.append_stream` (``options``: its
+    ``readmit``, ``turn``, ``actor`` and ``assistant_kind``, for
+    :func:`~quiesce.adapters._stream.run_stream`; ``read`` is that
     adapter's item reader).
 
     ``held`` (the Agents SDK's ``feed_stream``, whose run's session may add
@@ -352,11 +359,12 @@ async def append_stream(
     already holds when its first text arrives, or when it is done, is
     neither written nor appended — the session's copy is the whole item.
     Without it, a used id is a :class:`~quiesce.DuplicateEntry`."""
-    from ._common import check_kind
-
-    check_kind(assistant_kind, "assistant_kind")
-    sink = Sink(buf, api=API, readmit=readmit, turn=turn, actor=actor)
-    stream = ResponsesStream(sink, assistant_kind, read, held)
-    await drive(events, sink, stream.handle, stream.finish)
+    stream = await run_stream(
+        buf,
+        events,
+        lambda sink, kind: ResponsesStream(sink, kind, read, held),
+        api=API,
+        **options,
+    )
     assert stream.final is not None
     return drop_none(stream.final)  # type: ignore[no-any-return]

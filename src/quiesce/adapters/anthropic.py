@@ -46,11 +46,11 @@ Malformed input raises :class:`~quiesce.InvalidArgument` or
 :class:`~quiesce.InvalidType` naming the message index (``-1`` for the system
 prompt) and field; nothing is appended and the head version is unchanged.
 
-This module holds what is the API's own — how a message splits into entries,
-how a window renders back (in :mod:`quiesce.adapters._render_anthropic`),
-what the API validates — and binds the one adapter skeleton
-(:mod:`quiesce.adapters._skeleton`) to it; the public functions below hand
-their work to that skeleton.
+Of the adapter skeleton (:mod:`quiesce.adapters._skeleton`) Anthropic gives
+its reader (the system prompt and each message's blocks into entries,
+:func:`_read_messages`), its renderer
+(:mod:`quiesce.adapters._render_anthropic`) and the Messages API's rules
+(:func:`validate`); the skeleton reads, admits, syncs and renders with them.
 """
 
 from __future__ import annotations

@@ -43,10 +43,11 @@ Malformed input raises :class:`~quiesce.InvalidArgument` or
 :class:`~quiesce.InvalidType` naming the message index and field; nothing is
 appended and the head version is unchanged.
 
-This module holds what is the API's own — how a message splits into entries,
-how a window renders back, what the API validates — and binds the one
-adapter skeleton (:mod:`quiesce.adapters._skeleton`) to it; the public
-functions below hand their work to that skeleton.
+Built on the one adapter skeleton (:mod:`quiesce.adapters._skeleton`): this
+module is only the Chat Completions part of it — :func:`_read_messages` (a
+message into entries), :func:`_render` (a window into messages, each call's
+results right after it) and :func:`validate` — and its public functions hand
+the rest to the skeleton.
 """
 
 from __future__ import annotations

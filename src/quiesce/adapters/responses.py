@@ -46,10 +46,11 @@ Malformed items raise :class:`~quiesce.InvalidArgument` or
 :class:`~quiesce.InvalidType` naming the item index and field; nothing is
 appended and the head version is unchanged.
 
-This module holds what is the API's own — how a item splits into entries,
-how a window renders back, what the API validates — and binds the one
-adapter skeleton (:mod:`quiesce.adapters._skeleton`) to it; the public
-functions below hand their work to that skeleton.
+The Responses API's part of the adapter skeleton
+(:mod:`quiesce.adapters._skeleton`, which errors call an "item"): an item
+into one entry (:func:`_read_items`), a window into items
+(:func:`_render`), the input list's rules (:func:`validate`); everything
+else is the skeleton's.
 """
 
 from __future__ import annotations
