@@ -413,11 +413,7 @@ class Buffer(Streams):
                         self._append_record(
                             refuse_record(len(self._records), time.time(), eid, entry.turn, tomb)
                         )
-                        raise ReadmissionRefused(
-                            f"entry {eid!r} matches tombstone of {tomb.id!r} (pruned at version "
-                            f"{tomb.version}: {tomb.reason}); re-admission needs an Override",
-                            tomb,
-                        )
+                        raise ReadmissionRefused.of_append(eid, tomb)
                     overridden = True
             n = head.number + 1
             key = head.next_key
@@ -535,11 +531,7 @@ class Buffer(Streams):
                     self._append_record(
                         refuse_record(len(self._records), time.time(), eid, entry.turn, tomb)
                     )
-                    raise ReadmissionRefused(
-                        f"entry {eid!r} matches tombstone of {tomb.id!r} (pruned at version "
-                        f"{tomb.version}: {tomb.reason}); re-admission needs an Override",
-                        tomb,
-                    )
+                    raise ReadmissionRefused.of_append(eid, tomb)
                 readmitted.append(tomb is not None)
                 mine.add(eid)
             n = head.number + 1

@@ -164,14 +164,16 @@ class Tombstone(NamedTuple):
             and (actor is None or type(actor) is str)
             and (version is None or type(version) is int)
             and (key is None or type(key) is str)
-            and (kind is None or kind in _KIND_VALUES)
+            and (kind is None or type(kind) is str)
+            and kind in _KINDS
         ):
             raise LogFormatError(f"tombstone {i!r} has a field of the wrong type")
-        kind_ = None if kind is None else Kind(kind)
-        return cls(i, h, r, turn, actor, version, kind_, key)  # type: ignore[arg-type]
+        # tuple.__new__: a checkpoint restores many at once (no NamedTuple __new__)
+        return tuple.__new__(cls, (i, h, r, turn, actor, version, _KINDS[kind], key))
 
 
-_KIND_VALUES = frozenset(k.value for k in Kind)
+#: a tombstone's stored kind (its value, or None) -> Kind
+_KINDS: dict[object, Kind | None] = {k.value: k for k in Kind} | {None: None}
 
 
 @dataclass(frozen=True, slots=True)

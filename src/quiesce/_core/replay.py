@@ -38,8 +38,8 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from .draft import Draft as _Draft
 from .edit import HOST_ACTOR
@@ -53,6 +53,7 @@ from .records import FORMAT, LogRecord, Mark
 from .stream import reopen, reopen_entry, replay_finish, replay_text, stream_header
 from .version import Slot
 from .wire import (
+    Change,
     parse_append,
     parse_change,
     parse_mark,
@@ -78,22 +79,17 @@ def _require(ok: object, message: str) -> None:
         raise _Invalid(message)
 
 
-def _opt_str(value: object) -> bool:
-    return value is None or type(value) is str
-
-
 def _opt_turn(value: object) -> bool:
     return value is None or (type(value) is int and value >= 0)
 
 
-def _retracted(rec: LogRecord, index: int) -> list[str]:
+def _retracted(rec: LogRecord, change: Change, index: int) -> list[str]:
     """The ids an applied edit record retracts: only a host plan with an
     override may (edit.py); anything else claiming it is refused."""
-    ids = rec.detail.get("retracted")
+    ids = change.retracted
     if not ids:
         return []
-    plan = rec.detail.get("plan") or {}
-    if rec.actor != HOST_ACTOR or plan.get("override") is None:
+    if rec.actor != HOST_ACTOR or change.plan.get("override") is None:
         raise LogFormatError(
             f"log record {index} retracts {ids!r} but is not a host plan with an override"
         )
@@ -163,11 +159,6 @@ def _publishes(v: int | None, number: int, streaming: bool = False) -> int:
     else:
         _require(v == number + 1, f"it publishes version {v} after {number}")
     return v
-
-
-def _list(value: object, what: str) -> Iterable[Any]:
-    _require(isinstance(value, list), f"{what} is not a list")
-    return value  # type: ignore[return-value]
 
 
 def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
@@ -246,7 +237,7 @@ def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
                     for i, key in new_keys.items():
                         touch = placed is None or i in placed
                         draft.set_key(i, key, n, touch=touch)
-                    retracted = frozenset(_retracted(rec, index))
+                    retracted = frozenset(_retracted(rec, change, index))
                     for i, reason, turn in change.marks:
                         # only the host's retraction marks an immutable entry
                         _check_markable(draft, i, IMMUTABLE_KINDS - _kinds_of(draft, i, retracted))

@@ -55,7 +55,7 @@ import time
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, Required, Self, TypedDict
 
 from .edit import Editor
 from .entry import Entry, Kind, check_text, check_utf8, content_hash, freeze
@@ -364,7 +364,7 @@ class StreamWriter:
         finally:
             buf._release()
 
-    def __enter__(self) -> StreamWriter:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(
@@ -374,13 +374,27 @@ class StreamWriter:
         tb: TracebackType | None,
     ) -> None:
         """Close on normal exit, abort on an exception or cancellation (the
-        reason names the exception type). Nothing if finished already."""
-        if self._state is not _OPEN:
+        reason names the exception type). Nothing if finished already (or
+        refused: :attr:`closed`). Every writer (the shared buffer's too)
+        ends its ``with`` block here."""
+        if self.closed:
             return
         if exc_type is None:
             self.close()
         else:
             self.abort(f"stream interrupted by {exc_type.__name__}")
+
+
+class PruneOptions(TypedDict, total=False):
+    """The keyword arguments of :meth:`Buffer.prune` after ``ids``: the one
+    definition. The async faces' ``aprune`` (``AsyncBuffer``,
+    ``RuntimeBuffer``, ``SharedBuffer``) and the recorder take them as
+    ``**options`` and hand them on unchanged, so the checks and defaults are
+    the buffer's."""
+
+    reason: Required[str]  #: why (logged, and each tombstone's reason)
+    actor: str | None  #: who asks (the log's actor; ``"host"`` may retract)
+    turn: int | None  #: the conversation turn
 
 
 def _replace_delta(new: Version, head: Version, key: float, entry: Entry) -> None:

@@ -23,6 +23,9 @@ What this module keeps true:
   :func:`append_record` are the functions that expand it, at most once,
   when the record is first read.
 
+The detail keys of each op are listed in ``docs/design.md`` (the record
+schema); the builders below write them, in that order.
+
 Every builder takes the record's ``seq`` and wall-clock time ``at`` first
 and is O(size of the detail); every parser is O(size of the detail). No
 function here takes a lock, does I/O or keeps state, so cancellation
@@ -39,7 +42,7 @@ from typing import Any, NamedTuple
 
 from .entry import Entry
 from .errors import LogFormatError
-from .records import Escalation, EscalationKind, LogRecord, Override, Refusal, Tombstone
+from .records import EscalationKind, LogRecord, Override, Refusal, Tombstone
 
 __all__ = [
     "KEY_LIMIT",
@@ -58,7 +61,6 @@ __all__ = [
     "edit_record",
     "edit_refused_record",
     "escalate_record",
-    "escalation_record",
     "intent_record",
     "mark_record",
     "order_key",
@@ -139,19 +141,11 @@ def _get(rec: LogRecord, name: str) -> Any:
         raise _malformed(rec, KeyError(name)) from None
 
 
-def _list(rec: LogRecord, name: str, default: object = ()) -> list[Any]:
-    value = rec.detail.get(name, [] if default == () else default)
+def _list(rec: LogRecord, name: str) -> list[Any]:
+    value = rec.detail.get(name, [])
     if not isinstance(value, list):
         raise _fail(rec, f"{name} is not a list")
     return value
-
-
-def _opt_turn(value: object) -> bool:
-    return value is None or (type(value) is int and value >= 0)
-
-
-def _opt_str(value: object) -> bool:
-    return value is None or type(value) is str
 
 
 def order_key(rec: LogRecord, value: object) -> float:
@@ -294,6 +288,8 @@ class Change(NamedTuple):
     staged: list[tuple[Any, tuple[Any, ...], Any, Any]]
     #: ids the host retracts (any kind)
     retracted: list[str]
+    #: the plan's JSON form (``EditPlan.to_dict``; empty for a prune)
+    plan: Mapping[str, Any]
 
 
 def staged_rows(groups: Iterable[Any]) -> list[list[Any]]:
@@ -435,7 +431,10 @@ def parse_change(rec: LogRecord) -> Change:
     retracted = det.get("retracted") or []
     if not isinstance(retracted, list) or not all(type(i) is str for i in retracted):
         raise _fail(rec, "retracted is not a list of ids")
-    return Change(rewrites, inserted, keys, placed, marks, staged, retracted)
+    plan = det.get("plan") or {}
+    if not isinstance(plan, dict):
+        raise _fail(rec, "its plan is not an object")
+    return Change(rewrites, inserted, keys, placed, marks, staged, retracted, plan)
 
 
 def _get_in(rec: LogRecord, obj: Mapping[str, Any], name: str) -> Any:
@@ -561,7 +560,7 @@ def refuse_record(
 
 def parse_refuse(rec: LogRecord) -> Refuse:
     """The request and tombstone of a ``refuse`` record."""
-    request = _get(rec, "request")
+    request = rec.detail.get("request", "append")  # only appends are refused so far
     if type(request) is not str:
         raise _fail(rec, "its request is not a string")
     return Refuse(request, _tombs(rec, [_get(rec, "tombstone")])[0])
@@ -580,23 +579,8 @@ def escalate_record(
     """The record of an escalation of ``kind`` (an
     :class:`~.records.EscalationKind` value), its human ``esc_detail`` as
     the reason and its JSON-ready ``data``."""
-    return LogRecord(
-        seq,
-        at,
-        Op.ESCALATE.value,
-        None,
-        ids,
-        None,
-        esc_detail,
-        None,
-        kind,
-        {"kind": kind, "data": data},
-    )
-
-
-def escalation_record(seq: int, at: float, ids: tuple[str, ...], esc: Escalation) -> LogRecord:
-    """:func:`escalate_record` of an :class:`~.records.Escalation`."""
-    return escalate_record(seq, at, ids, esc.detail, esc.kind.value, dict(esc.data))
+    detail = {"kind": kind, "data": data}
+    return LogRecord(seq, at, Op.ESCALATE.value, None, ids, None, esc_detail, None, kind, detail)
 
 
 def parse_escalate(rec: LogRecord) -> Escalate:
@@ -727,18 +711,9 @@ def stream_finish_record(
         detail["mark"] = True
     if refusal is not None:
         detail["refusals"] = [refusal]
-    return LogRecord(
-        seq,
-        at,
-        Op.STREAM_ABORT.value if aborted else Op.STREAM_CLOSE.value,
-        version,
-        (final.id,),
-        None,
-        reason,
-        final.turn,
-        "aborted" if aborted else _APPLIED,
-        detail,
-    )
+    op = Op.STREAM_ABORT.value if aborted else Op.STREAM_CLOSE.value
+    outcome = "aborted" if aborted else _APPLIED
+    return LogRecord(seq, at, op, version, (final.id,), None, reason, final.turn, outcome, detail)
 
 
 def parse_stream_finish(rec: LogRecord) -> StreamFinish:
@@ -767,18 +742,9 @@ def parse_anchor(rec: LogRecord) -> str | None:
 
 def checkpoint_record(seq: int, at: float, digest: str, state: dict[str, Any]) -> LogRecord:
     """The checkpoint record of ``state`` with its SHA-256 ``digest``."""
-    return LogRecord(
-        seq,
-        at,
-        Op.CHECKPOINT.value,
-        None,
-        (),
-        None,
-        None,
-        None,
-        _APPLIED,
-        {"sha256": digest, "state": state},
-    )
+    ids = ()
+    detail = {"sha256": digest, "state": state}
+    return LogRecord(seq, at, Op.CHECKPOINT.value, None, ids, None, None, None, _APPLIED, detail)
 
 
 def parse_checkpoint(rec: LogRecord) -> tuple[dict[str, Any], str]:
