@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, Unpack, runtime_checkable
 
 import anyio
 
@@ -50,7 +50,7 @@ from ._core.records import (
     PruneReport,
     Tombstone,
 )
-from ._core.stream import StreamWriter
+from ._core.stream import PruneOptions, StreamWriter
 from ._core.version import Version
 from ._runtime import RuntimeBuffer
 
@@ -117,15 +117,8 @@ class AsyncBuffer(Protocol):
         """:meth:`Buffer.mark_stale`; returns the mark (the first one stands)."""
         ...
 
-    async def aprune(
-        self,
-        ids: Iterable[str],
-        *,
-        reason: str,
-        actor: str | None = None,
-        turn: int | None = None,
-    ) -> PruneReport:
-        """:meth:`Buffer.prune`; its report."""
+    async def aprune(self, ids: Iterable[str], **options: Unpack[PruneOptions]) -> PruneReport:
+        """:meth:`Buffer.prune` (its options: :class:`PruneOptions`); its report."""
         ...
 
     async def aedit(self, plan: EditPlan) -> EditReport:
@@ -214,17 +207,8 @@ class _BufferFace:
             functools.partial(self.buffer.mark_stale, entry_id, reason, turn=turn)
         )
 
-    async def aprune(
-        self,
-        ids: Iterable[str],
-        *,
-        reason: str,
-        actor: str | None = None,
-        turn: int | None = None,
-    ) -> PruneReport:
-        return await self._durable(
-            functools.partial(self.buffer.prune, ids, reason=reason, actor=actor, turn=turn)
-        )
+    async def aprune(self, ids: Iterable[str], **options: Unpack[PruneOptions]) -> PruneReport:
+        return await self._durable(functools.partial(self.buffer.prune, ids, **options))
 
     async def aedit(self, plan: EditPlan) -> EditReport:
         return await self._durable(functools.partial(self.buffer.edit, plan))

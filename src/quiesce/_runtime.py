@@ -64,7 +64,7 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import anyio
 import anyio.abc
@@ -87,6 +87,7 @@ from ._core.records import (
     PruneReport,
     Status,
 )
+from ._core.stream import PruneOptions
 from ._core.tasks import task_name
 
 __all__ = ["DEFAULT_CLOSE_TIMEOUT", "RuntimeBuffer", "open_buffer"]
@@ -461,15 +462,9 @@ class RuntimeBuffer(Buffer):
         await anyio.lowlevel.checkpoint()
         return self.escalate(kind, detail, data=data)
 
-    async def aprune(
-        self,
-        ids: Iterable[str],
-        *,
-        reason: str,
-        actor: str | None = None,
-        turn: int | None = None,
-    ) -> PruneReport:
-        """:meth:`prune` for code on the event loop: the same decision per id
+    async def aprune(self, ids: Iterable[str], **options: Unpack[PruneOptions]) -> PruneReport:
+        """:meth:`prune` (its options: :class:`~quiesce._core.stream.PruneOptions`)
+        for code on the event loop: the same decision per id
         and the same report, but the flush that makes tombstones durable runs
         in a worker thread. Always a checkpoint. Cancellation never splits a
         request (see :meth:`_off_loop`): the ids are decided and applied or
@@ -478,9 +473,7 @@ class RuntimeBuffer(Buffer):
         ``PRUNED``, as by the sync call, even when the scheduler (woken from
         the worker thread) applied it. Arguments are checked by :meth:`prune` itself
         (a bare ``str`` is an :class:`InvalidType`, nothing changes)."""
-        report = await self._off_loop(
-            functools.partial(self.prune, ids, reason=reason, actor=actor, turn=turn)
-        )
+        report = await self._off_loop(functools.partial(self.prune, ids, **options))
         deferred = report.ids(Status.DEFERRED)
         if not deferred or not (self._in_flight or self.has_due()):
             return report

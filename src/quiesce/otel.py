@@ -82,8 +82,10 @@ from typing import Any
 from opentelemetry import metrics, trace
 from opentelemetry.trace import Span, Status, StatusCode
 
-from . import BufferClosed
 from . import __version__ as _VERSION
+from ._otel_events import clean as _clean
+from ._otel_events import escalation_attrs, record_events
+from ._otel_metrics import register_metrics
 
 __all__ = ["QuiesceInstrumentor"]
 
@@ -187,7 +189,9 @@ class QuiesceInstrumentor:
             self._tracer = trace.get_tracer("quiesce", _VERSION, tracer_provider=tracer_provider)
             self._meter = metrics.get_meter("quiesce", _VERSION, meter_provider=meter_provider)
             self._capture = capture_content
-            self._metrics(self._meter)
+            self._escalations, self._flush_hist = register_metrics(
+                self._meter, self._live, self._live_shared, self._store_id, self._failed
+            )
             for module, owner, name, kind in _TARGETS:
                 self._patch(module, owner, name, kind)
             for short in _INTEGRATIONS:
@@ -302,51 +306,13 @@ class QuiesceInstrumentor:
             return
         log = buf.log
         for rec in log[start:] if len(log) > start else ():
-            staged = rec.detail.get("staged") if rec.op == stages else None
+            events, staged, settled = record_events(rec, stages)
             if staged:
                 self._remember_staging(buf, staged, span)
-            if rec.op == "remove":
-                self._link_staging(buf, rec.detail.get("gids", ()), span)
-                for t in rec.detail.get("tombstones", ()):
-                    span.add_event(
-                        "quiesce.tombstone",
-                        _clean(
-                            {
-                                "gen_ai.memory.record.id": t.get("id"),
-                                "quiesce.content_hash": t.get("content_hash"),
-                                "quiesce.kind": t.get("kind"),
-                                "quiesce.actor": t.get("actor"),
-                                "quiesce.reason": t.get("reason"),
-                                "quiesce.turn": t.get("turn"),
-                                "quiesce.version": t.get("version"),
-                            }
-                        ),
-                    )
-                for eid, why in (rec.detail.get("refused") or {}).items():
-                    span.add_event(
-                        "quiesce.refusal",
-                        {"gen_ai.memory.record.id": eid, "quiesce.refusal": str(why)},
-                    )
-            elif rec.op == "edit" and rec.version is None:
-                for r in rec.detail.get("refusals", ()):
-                    span.add_event(
-                        "quiesce.refusal",
-                        _clean({"quiesce.refusal": r, "quiesce.ids": list(rec.ids)}),
-                    )
-                if rec.detail.get("escalation"):
-                    span.add_event(
-                        "quiesce.escalation",
-                        _clean(
-                            {
-                                "quiesce.escalation.kind": rec.detail["escalation"],
-                                "quiesce.detail": "; ".join(map(str, rec.detail.get("why", ()))),
-                            }
-                        ),
-                    )
-            elif rec.op == "escalate":
-                self._escalation_event(span, rec.detail.get("kind"), rec.reason, rec.detail)
-            elif rec.op == "checkpoint":
-                span.add_event("quiesce.checkpoint", {"quiesce.seq": rec.seq})
+            if settled:
+                self._link_staging(buf, settled, span)
+            for name, attrs in events:
+                span.add_event(name, attrs)
 
     def _remember_staging(self, buf: Any, staged: Iterable[Any], span: Span) -> None:
         """Remember which span staged each removal group, so the span that
@@ -354,8 +320,8 @@ class QuiesceInstrumentor:
         the caller's trace) links back to it. Bounded: the oldest are dropped."""
         context = span.get_span_context()
         with self._buffers_lock:
-            for group in staged:
-                self._staging[(id(buf), int(group[0]))] = context
+            for gid in staged:
+                self._staging[(id(buf), int(gid))] = context
             while len(self._staging) > _MAX_STAGING:
                 self._staging.pop(next(iter(self._staging)))
 
@@ -371,20 +337,7 @@ class QuiesceInstrumentor:
     def _escalation_event(
         self, span: Span, kind: object, text: object, detail: Mapping[str, Any]
     ) -> None:
-        data = detail.get("data") or {}
-        span.add_event(
-            "quiesce.escalation",
-            _clean(
-                {
-                    "quiesce.escalation.kind": kind,
-                    "quiesce.detail": text,
-                    "quiesce.reader.task": data.get("task"),
-                    "quiesce.reader.version": data.get("version"),
-                    "quiesce.reader.age": data.get("age"),
-                    "quiesce.holding_back": data.get("holding_back"),
-                }
-            ),
-        )
+        span.add_event("quiesce.escalation", escalation_attrs(kind, text, detail.get("data")))
 
     # -- the wrappers -------------------------------------------------------------
 
@@ -729,163 +682,3 @@ class QuiesceInstrumentor:
     def _live(self) -> list[Any]:
         with self._buffers_lock:
             return list(self._buffers)
-
-    def _metrics(self, meter: metrics.Meter) -> None:
-        def gauge(name: str, unit: str, desc: str, value: Callable[[Any], Any]) -> None:
-            def observe(_options: Any) -> Iterable[metrics.Observation]:
-                out = []
-                for buf in self._live():
-                    try:
-                        v = value(buf.stats())
-                        if v is not None:
-                            out.append(
-                                metrics.Observation(
-                                    v, {"gen_ai.memory.store.id": self._store_id(buf)}
-                                )
-                            )
-                    except Exception as exc:
-                        self._failed(exc)
-                return out
-
-            meter.create_observable_gauge(name, [observe], unit=unit, description=desc)
-
-        gauge("quiesce.readers.pinned", "{reader}", "readers pinned now", lambda s: s.pinned)
-        gauge(
-            "quiesce.readers.oldest_pin_age",
-            "s",
-            "age of the oldest pinned reader",
-            lambda s: s.oldest_pin_age,
-        )
-        gauge(
-            "quiesce.removals.deferred",
-            "{entry}",
-            "removals waiting for a grace point",
-            lambda s: s.deferred,
-        )
-        gauge("quiesce.tombstones", "{tombstone}", "tombstones", lambda s: s.tombstones)
-        gauge(
-            "quiesce.tombstone_to_edit_ratio",
-            "1",
-            "tombstones per removal edit (1 when every removal left a tombstone)",
-            lambda s: s.tombstone_to_edit_ratio,
-        )
-        gauge("quiesce.log.pending", "{record}", "records not durable yet", lambda s: s.log_pending)
-
-        def counters(_options: Any) -> Iterable[metrics.Observation]:
-            out = []
-            for buf in self._live():
-                try:
-                    s = buf.stats()
-                    store = self._store_id(buf)
-                    for reason, n in s.refusals.items():
-                        name = getattr(reason, "value", str(reason))
-                        out.append(
-                            metrics.Observation(
-                                n, {"gen_ai.memory.store.id": store, "quiesce.refusal": name}
-                            )
-                        )
-                except Exception as exc:
-                    self._failed(exc)
-            return out
-
-        meter.create_observable_counter(
-            "quiesce.refusals", [counters], unit="{request}", description="refusals by reason"
-        )
-
-        def readmissions(_options: Any) -> Iterable[metrics.Observation]:
-            out = []
-            for buf in self._live():
-                try:
-                    s = buf.stats()
-                    store = self._store_id(buf)
-                    for outcome, n in (
-                        ("refused", s.readmissions_refused),
-                        ("overridden", s.readmissions_overridden),
-                    ):
-                        out.append(
-                            metrics.Observation(
-                                n, {"gen_ai.memory.store.id": store, "quiesce.outcome": outcome}
-                            )
-                        )
-                except Exception as exc:
-                    self._failed(exc)
-            return out
-
-        meter.create_observable_counter(
-            "quiesce.readmissions",
-            [readmissions],
-            unit="{entry}",
-            description="re-admissions of tombstoned content, refused or overridden",
-        )
-        self._escalations = meter.create_counter(
-            "quiesce.escalations",
-            unit="{escalation}",
-            description="escalations raised outside the core, by kind (oscillations included)",
-        )
-
-        def shared(name: str, unit: str, desc: str, field: str, *, counter: bool = True) -> None:
-            def observe(_options: Any) -> Iterable[metrics.Observation]:
-                out = []
-                for buf in self._live_shared():
-                    try:
-                        s = buf.stats()
-                    except BufferClosed:  # not started yet, or left: nothing to report
-                        continue
-                    except Exception as exc:
-                        self._failed(exc)
-                        continue
-                    try:
-                        out.append(
-                            metrics.Observation(
-                                getattr(s, field),
-                                {
-                                    "gen_ai.memory.store.id": buf.buffer_id,
-                                    "quiesce.member.id": s.member_id,
-                                    "quiesce.role": s.role,
-                                },
-                            )
-                        )
-                    except Exception as exc:
-                        self._failed(exc)
-                return out
-
-            if counter:
-                meter.create_observable_counter(name, [observe], unit=unit, description=desc)
-            else:
-                meter.create_observable_gauge(name, [observe], unit=unit, description=desc)
-
-        shared(
-            "quiesce.shared.failovers", "{failover}", "lease takeovers by this member", "failovers"
-        )
-        shared(
-            "quiesce.shared.applied_seq",
-            "{record}",
-            "log records applied by this member",
-            "applied_seq",
-        )
-        shared(
-            "quiesce.replica.lag",
-            "{record}",
-            "log records a member has heard of (NOTIFY or read) and not applied yet",
-            "lag",
-            counter=False,
-        )
-        self._flush_hist = meter.create_histogram(
-            "quiesce.flush.duration", unit="s", description="time of one flush of the log"
-        )
-
-
-def _clean(attrs: Mapping[str, Any]) -> dict[str, Any]:
-    """Attributes OpenTelemetry accepts: ``None`` dropped, sequences as
-    lists of str, anything else not a str/bool/int/float as its ``str``."""
-    out: dict[str, Any] = {}
-    for k, v in attrs.items():
-        if v is None:
-            continue
-        if isinstance(v, (str, bool, int, float)):
-            out[k] = v
-        elif isinstance(v, (list, tuple)):
-            out[k] = [str(x) for x in v]
-        else:
-            out[k] = str(v)
-    return out

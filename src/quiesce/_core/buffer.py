@@ -75,9 +75,8 @@ from .policy import _CACHE_FROM as _CLASSIFY_FROM
 from .policy import IMMUTABLE_KINDS as _IMMUTABLE
 from .policy import PROTECTED_KINDS as _PROTECTED
 from .policy import Policy, preclassify, sealed_conflicts, sealed_lookups
-from .publish import cascade, tomb_to_dict
+from .publish import cascade
 from .records import (
-    LogRecord,
     Mark,
     Outcome,
     Override,
@@ -95,6 +94,7 @@ from .version import MAX_CHAIN as _MAX_CHAIN
 from .version import PATCH as _PATCH
 from .version import PATCH_MAX as _PATCH_MAX
 from .version import SAME as _SAME
+from .wire import append_record, prune_record, refuse_record, staged_rows
 
 __all__ = ["Buffer", "Snapshot"]
 
@@ -411,26 +411,9 @@ class Buffer(Streams):
                 if tomb is not None:
                     if override is None:
                         self._append_record(
-                            self._record(
-                                "refuse",
-                                None,
-                                (eid,),
-                                actor=None,
-                                reason="re-admission of tombstoned content",
-                                turn=entry.turn,
-                                outcome=Refusal.READMISSION.value,
-                                detail={
-                                    "request": "append",
-                                    "tombstone": tomb_to_dict(tomb),
-                                    "refusals": [Refusal.READMISSION.value],
-                                },
-                            )
+                            refuse_record(len(self._records), time.time(), eid, entry.turn, tomb)
                         )
-                        raise ReadmissionRefused(
-                            f"entry {eid!r} matches tombstone of {tomb.id!r} (pruned at version "
-                            f"{tomb.version}: {tomb.reason}); re-admission needs an Override",
-                            tomb,
-                        )
+                        raise ReadmissionRefused.of_append(eid, tomb)
                     overridden = True
             n = head.number + 1
             key = head.next_key
@@ -450,20 +433,22 @@ class Buffer(Streams):
                 # A compact record (log.py): the LogRecord — and the entry's
                 # JSON-ready dict — is built when first read.
                 records = self._records
-                records.append((_build_append_record, entry, key, n, _wall_clock()))
+                records.append((append_record, entry, key, n, _wall_clock()))
                 if len(records) - records.first > self._trim_above:
                     self._trim_log()
             else:
-                record = _build_append_record(len(self._records), entry, key, n, _wall_clock())
                 # "overridden" only when the override let matching content in
                 # (_count derives readmissions_overridden from it, also on replay)
-                detail = dict(record.detail)
-                detail["override"] = {"reason": override.reason, "turn": override.turn}
                 self._append_record(
-                    record._replace(
-                        reason=override.reason,
-                        outcome="overridden" if overridden else "applied",
-                        detail=detail,
+                    append_record(
+                        len(self._records),
+                        entry,
+                        key,
+                        n,
+                        _wall_clock(),
+                        False,
+                        override,
+                        overridden,
                     )
                 )
             self._head = new
@@ -544,26 +529,9 @@ class Buffer(Streams):
                 tomb = head.tombs.matching(entry.content_hash, entry.key) if by_id else None
                 if tomb is not None and override is None:
                     self._append_record(
-                        self._record(
-                            "refuse",
-                            None,
-                            (eid,),
-                            actor=None,
-                            reason="re-admission of tombstoned content",
-                            turn=entry.turn,
-                            outcome=Refusal.READMISSION.value,
-                            detail={
-                                "request": "append",
-                                "tombstone": tomb_to_dict(tomb),
-                                "refusals": [Refusal.READMISSION.value],
-                            },
-                        )
+                        refuse_record(len(self._records), time.time(), eid, entry.turn, tomb)
                     )
-                    raise ReadmissionRefused(
-                        f"entry {eid!r} matches tombstone of {tomb.id!r} (pruned at version "
-                        f"{tomb.version}: {tomb.reason}); re-admission needs an Override",
-                        tomb,
-                    )
+                    raise ReadmissionRefused.of_append(eid, tomb)
                 readmitted.append(tomb is not None)
                 mine.add(eid)
             n = head.number + 1
@@ -587,19 +555,16 @@ class Buffer(Streams):
                     self._immutable_hashes[entry.id] = entry.content_hash
                 else:
                     self._unmarked_new.append(entry.id)
-                record = _build_append_record(len(self._records), entry, k, n, _wall_clock())
-                detail = dict(record.detail)
-                if entry is not batch[0]:
-                    detail["batch"] = True
-                if override is not None:
-                    detail["override"] = {"reason": override.reason, "turn": override.turn}
-                    record = record._replace(
-                        reason=override.reason,
-                        outcome="overridden" if overridden else "applied",
-                        detail=detail,
-                    )
-                else:
-                    record = record._replace(detail=detail)
+                record = append_record(
+                    len(self._records),
+                    entry,
+                    k,
+                    n,
+                    _wall_clock(),
+                    entry is not batch[0],
+                    override,
+                    overridden,
+                )
                 self._append_record(record)
             self._head = new
             return n
@@ -823,25 +788,19 @@ class Buffer(Streams):
         for i in id_list:
             if i in refused:
                 outcomes[i] = Outcome(Status.MARKED, refused[i])
-        detail = {
-            "marks": new_marks,
-            "staged": [[g.gid, list(g.ids), g.grace, g.staged] for g in groups],
-            "outcomes": {
-                i: [o.status.value, None if o.refusal is None else o.refusal.value]
-                for i, o in outcomes.items()
-            },
-            "refusals": [o.refusal.value for o in outcomes.values() if o.refusal is not None],
-        }
         self._append_record(
-            self._record(
-                "prune",
+            prune_record(
+                len(self._records),
+                time.time(),
                 version,
                 tuple(id_list),
                 actor=actor,
                 reason=reason,
                 turn=turn,
                 outcome="staged" if groups else ("marked" if changed else "unchanged"),
-                detail=detail,
+                marks=new_marks,
+                staged=staged_rows(groups),
+                outcomes=outcomes,
             )
         )
         if changed:
@@ -976,21 +935,3 @@ _FAST_PATH_FIELDS: dict[Any, str] = {
 for _cls, _fields in _FAST_PATH_FIELDS.items():
     if _cls._fields != tuple(_fields.split()):  # pragma: no cover - guards edits to records.py
         raise ImportError(f"{_cls.__name__} fields changed: update the fast paths in buffer.py")
-
-# Builders of the compact records of the fast paths (see log.py): called with
-# the record's seq, then the fields the fast path stored.
-
-
-def _build_append_record(seq: int, entry: Entry, key: float, n: int, at: float) -> LogRecord:
-    return LogRecord(
-        seq,
-        at,
-        "append",
-        n,
-        (entry.id,),
-        None,
-        None,
-        entry.turn,
-        "applied",
-        {"entry": entry.to_dict(), "key": key},
-    )

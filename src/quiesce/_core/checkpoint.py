@@ -58,16 +58,15 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from .check import check_buffer
 from .claims import check_claims
 from .draft import Draft
-from .entry import Entry, Kind, check_body, check_int
+from .entry import Entry, check_body, check_int
 from .errors import LogFormatError
 from .grace import Group
 from .log import ReadableSink, Records, check_read
-from .publish import tomb_to_dict
 from .records import LogRecord, Mark, Refusal, Tombstone
-from .replay import _tomb as tomb_from_dict
 from .replay import replay
 from .stream import durable_dict, reopen, stream_header
 from .version import Tombs, Version
+from .wire import Op, anchor_record, checkpoint_record, parse_anchor, parse_checkpoint
 
 if TYPE_CHECKING:
     from .buffer import Buffer
@@ -91,11 +90,11 @@ __all__ = [
 ]
 
 #: The op of a checkpoint record.
-CHECKPOINT_OP = "checkpoint"
+CHECKPOINT_OP = Op.CHECKPOINT.value
 
 #: The op of a checkpoint's anchor: the record right before it, carrying
 #: its SHA-256 (changes nothing when replayed).
-ANCHOR_OP = "anchor"
+ANCHOR_OP = Op.ANCHOR.value
 
 #: Records between automatic checkpoints (``Buffer(checkpoint_every=...)``;
 #: 0 turns them off). A checkpoint costs O(live + tombstones) to build and
@@ -186,7 +185,7 @@ def _listed_tombs(tombs: Tombs) -> dict[str, Any]:
         if t.key is not None:
             by_key[t.key] = t.id
     return {
-        "tombstones": [tomb_to_dict(t) for t in tomb_list],
+        "tombstones": [t.to_dict() for t in tomb_list],
         "tomb_runs": tombs.runs(),
         "by_hash": sorted([h, i] for h, i in by_hash.items()),
         "by_key": sorted([k, i] for k, i in by_key.items()),
@@ -209,10 +208,7 @@ def checkpoint_records(
     them only if the log has not grown since (``state["records"] - 1``
     records held)."""
     seq = state["records"]
-    anchor = LogRecord(
-        seq - 1, at, ANCHOR_OP, None, (), None, None, None, "applied", {"sha256": digest}
-    )
-    return anchor, _record(state, at, digest)
+    return anchor_record(seq - 1, at, digest), _record(state, at, digest)
 
 
 def checkpoint_digest(state: dict[str, Any]) -> str:
@@ -225,18 +221,8 @@ def checkpoint_digest(state: dict[str, Any]) -> str:
 def _record(state: dict[str, Any], at: float, digest: str | None = None) -> LogRecord:
     """The checkpoint record of ``state`` (seq ``state["records"]``),
     checksummed (``digest``: :func:`checkpoint_digest` of it, if done)."""
-    return LogRecord(
-        state["records"],
-        at,
-        CHECKPOINT_OP,
-        None,
-        (),
-        None,
-        None,
-        None,
-        "applied",
-        {"sha256": _digest(state) if digest is None else digest, "state": state},
-    )
+    digest = _digest(state) if digest is None else digest
+    return checkpoint_record(state["records"], at, digest, state)
 
 
 def check_anchor(anchor: LogRecord | None, rec: LogRecord) -> None:
@@ -245,7 +231,7 @@ def check_anchor(anchor: LogRecord | None, rec: LogRecord) -> None:
     :data:`ANCHOR_OP` carrying the checkpoint's SHA-256. O(1)."""
     if anchor is None or anchor.op != ANCHOR_OP:
         raise LogFormatError(f"checkpoint {rec.seq} has no anchor record before it")
-    if anchor.detail.get("sha256") != rec.detail.get("sha256"):
+    if parse_anchor(anchor) != rec.detail.get("sha256"):
         raise LogFormatError(
             f"checkpoint {rec.seq} is not the one its anchor (record {anchor.seq}) announced"
         )
@@ -254,12 +240,7 @@ def check_anchor(anchor: LogRecord | None, rec: LogRecord) -> None:
 def verify_checkpoint(rec: LogRecord) -> dict[str, Any]:
     """The state of checkpoint record ``rec``, if its checksum holds and it
     names its own seq; otherwise :class:`LogFormatError`."""
-    if rec.op != CHECKPOINT_OP:
-        raise LogFormatError(f"log record {rec.seq} is a {rec.op!r} record, not a checkpoint")
-    state = rec.detail.get("state")
-    want = rec.detail.get("sha256")
-    if not isinstance(state, dict) or not isinstance(want, str):
-        raise LogFormatError(f"checkpoint {rec.seq} has no state or checksum")
+    state, want = parse_checkpoint(rec)
     try:
         got = _digest(state)
     except (TypeError, ValueError) as exc:
@@ -271,44 +252,16 @@ def verify_checkpoint(rec: LogRecord) -> dict[str, Any]:
     return state
 
 
-_KINDS: dict[object, Kind | None] = {k.value: k for k in Kind}
-_KINDS[None] = None
-
-
 def _tombstones(items: object) -> dict[str, Tombstone]:
-    """The checkpoint's tombstones by id. A tombstone exactly as
-    ``tomb_to_dict`` writes it (its fields of the right types) is built
-    directly, about 1 µs each; anything else goes through the replay's
-    checked decoder, which names what is wrong. Raises ``TypeError`` or
-    ``LogFormatError`` for a malformed list. O(tombstones)."""
+    """The checkpoint's tombstones by id, each through
+    :meth:`Tombstone.from_dict` (about 1 µs each; it names what is wrong).
+    Raises ``TypeError`` or ``LogFormatError`` for a malformed list.
+    O(tombstones)."""
     if type(items) is not list:
         raise TypeError("the tombstones are not a list")
     out: dict[str, Tombstone] = {}
-    new = tuple.__new__
-    kinds = _KINDS
     for d in items:
-        if type(d) is dict and len(d) == 8:
-            try:
-                i, h, r = d["id"], d["content_hash"], d["reason"]
-                turn, actor, version = d["turn"], d["actor"], d["version"]
-                kind, key = d["kind"], d["key"]
-            except KeyError:
-                pass
-            else:
-                if (
-                    type(i) is str
-                    and type(h) is str
-                    and type(r) is str
-                    and (turn is None or (type(turn) is int and turn >= 0))
-                    and (actor is None or type(actor) is str)
-                    and (version is None or type(version) is int)
-                    and (key is None or type(key) is str)
-                    and (kind is None or type(kind) is str)
-                    and kind in kinds
-                ):
-                    out[i] = new(Tombstone, (i, h, r, turn, actor, version, kinds[kind], key))
-                    continue
-        t = tomb_from_dict(d)
+        t = Tombstone.from_dict(d)
         out[t.id] = t
     return out
 

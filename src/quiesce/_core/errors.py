@@ -74,6 +74,17 @@ class ReadmissionRefused(QuiesceError):
         super().__init__(message)
         self.tombstone = tombstone
 
+    @classmethod
+    def of_append(cls, entry_id: str, tombstone: Tombstone) -> ReadmissionRefused:
+        """The refusal of appending ``entry_id``, which matches ``tombstone``
+        (the one message, wherever an append is refused)."""
+        t = tombstone
+        return cls(
+            f"entry {entry_id!r} matches tombstone of {t.id!r} (pruned at version "
+            f"{t.version}: {t.reason}); re-admission needs an Override",
+            t,
+        )
+
 
 class ProtectedEntry(QuiesceError):
     """The operation is not allowed on this entry's kind (e.g. marking a

@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -44,12 +45,13 @@ from typing import TYPE_CHECKING, Any
 
 from .callbacks import WriteGuard
 from .errors import LogWriteError
-from .log import LogSink
+from .log import LogSink, Records
 from .observe import Observer
 from .pins import Pins
 from .policy import Policy
 from .records import Escalation, EscalationKind, LogRecord
 from .version import Version
+from .wire import escalate_record
 
 __all__ = ["Grace", "Group", "components"]
 
@@ -99,6 +101,7 @@ class Grace(Pins):
     #: none; ``-1`` holds every removal back (a replica never applies one).
     _grace_floor: int | None
     _counts: Counter[str]
+    _records: Records  #: the log tail (set by .buffer.Buffer)
     #: told of due signals and applied batches (observe.py), or None
     _observer: Observer | None = None
 
@@ -106,18 +109,6 @@ class Grace(Pins):
 
         def _apply_due_locked(self) -> tuple[str, ...]: ...
         def _apply_due_durable(self, *, blocking: bool) -> tuple[str, ...] | None: ...
-        def _record(
-            self,
-            op: str,
-            version: int | None,
-            ids: tuple[str, ...],
-            *,
-            actor: str | None,
-            reason: str | None,
-            turn: int | None,
-            outcome: str,
-            detail: dict[str, Any],
-        ) -> LogRecord: ...
         def _append_record(self, record: LogRecord) -> None: ...
         def _escalate(self, esc: Escalation) -> None: ...
 
@@ -235,15 +226,8 @@ class Grace(Pins):
             data = {"deferred": len(self._staged_ids), "bound": bound, "oldest_pin": oldest}
             esc = Escalation(EscalationKind.BACKLOG, detail, None, (), self._head.number, data)
             self._append_record(
-                self._record(
-                    "escalate",
-                    None,
-                    (),
-                    actor=None,
-                    reason=detail,
-                    turn=None,
-                    outcome=EscalationKind.BACKLOG.value,
-                    detail={"kind": EscalationKind.BACKLOG.value, "data": data},
+                escalate_record(
+                    len(self._records), time.time(), (), detail, EscalationKind.BACKLOG.value, data
                 )
             )
             self._escalate(esc)

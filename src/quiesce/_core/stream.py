@@ -55,7 +55,7 @@ import time
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, Required, Self, TypedDict
 
 from .edit import Editor
 from .entry import Entry, Kind, check_text, check_utf8, content_hash, freeze
@@ -69,8 +69,9 @@ from .errors import (
 )
 from .policy import _CACHE_FROM as _CLASSIFY_FROM
 from .policy import PROTECTED_KINDS, preclassify
-from .records import LogRecord, Mark, Refusal
+from .records import Mark, Refusal
 from .version import ADD, EMPTY_MAP, MAX_CHAIN, PATCH_MAX, REPLACE, Slot, Version
+from .wire import stream_finish_record, stream_open_record, stream_text_record
 
 __all__ = ["TAIL", "OpenEntry", "StreamWriter", "Streams"]
 
@@ -394,7 +395,7 @@ class StreamWriter:
         finally:
             buf._release()
 
-    def __enter__(self) -> StreamWriter:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(
@@ -404,13 +405,27 @@ class StreamWriter:
         tb: TracebackType | None,
     ) -> None:
         """Close on normal exit, abort on an exception or cancellation (the
-        reason names the exception type). Nothing if finished already."""
-        if self._state is not _OPEN:
+        reason names the exception type). Nothing if finished already (or
+        refused: :attr:`closed`). Every writer (the shared buffer's too)
+        ends its ``with`` block here."""
+        if self.closed:
             return
         if exc_type is None:
             self.close()
         else:
             self.abort(f"stream interrupted by {exc_type.__name__}")
+
+
+class PruneOptions(TypedDict, total=False):
+    """The keyword arguments of :meth:`Buffer.prune` after ``ids``: the one
+    definition. The async faces' ``aprune`` (``AsyncBuffer``,
+    ``RuntimeBuffer``, ``SharedBuffer``) and the recorder take them as
+    ``**options`` and hand them on unchanged, so the checks and defaults are
+    the buffer's."""
+
+    reason: Required[str]  #: why (logged, and each tombstone's reason)
+    actor: str | None  #: who asks (the log's actor; ``"host"`` may retract)
+    turn: int | None  #: the conversation turn
 
 
 def _replace_delta(new: Version, head: Version, key: float, entry: Entry) -> None:
@@ -537,18 +552,8 @@ class Streams(Editor):
             )
             new.derive(head, ADD, (entry, order))
             self._unmarked_new.append(eid)
-            self._append_record(
-                self._record(
-                    "stream_open",
-                    n,
-                    (eid,),
-                    actor=None,
-                    reason=None,
-                    turn=header.turn,
-                    outcome="applied",
-                    detail={"entry": header.to_dict(), "key": order},
-                )
-            )
+            record = stream_open_record(len(self._records), _wall_clock(), n, header, order)
+            self._append_record(record)
             self._streams[eid] = w
             self._head = new
             return w
@@ -586,27 +591,12 @@ class Streams(Editor):
         eid = w.id
         n = head.number + 1
         marks = head.marks
-        detail: dict[str, Any] = {
-            "offset": w._logged,
-            "text": w._text.since(w._logged),
-            "content_hash": final.content_hash,
-            "writes": w._writes,
-        }
-        if final.content is not None:
-            detail["content"] = final.to_dict()["content"]
-        if final.sealed:
-            # recovery checks a sealed entry byte for byte against the record
-            # that wrote it (claims.py): this one carries it whole
-            detail["entry"] = final.to_dict()
         mark: Mark | None = None
         if state is _ABORTED:
             assert reason is not None
             if eid not in marks:
                 mark = Mark(eid, reason, final.turn, n)
                 marks = marks.set(eid, mark)
-                detail["mark"] = True
-            if refusal is not None:
-                detail["refusals"] = [refusal]
         new: Version = _new_object(Version)
         new.number = n
         new.live = head.live.set(eid, Slot(final, w._key, n))
@@ -618,15 +608,18 @@ class Streams(Editor):
         new._view = None
         _replace_delta(new, head, w._key, final)
         self._append_record(
-            self._record(
-                "stream_close" if state is _CLOSED else "stream_abort",
+            stream_finish_record(
+                len(self._records),
+                _wall_clock(),
                 n,
-                (eid,),
-                actor=None,
+                final,
+                aborted=state is not _CLOSED,
                 reason=reason,
-                turn=final.turn,
-                outcome="applied" if state is _CLOSED else "aborted",
-                detail=detail,
+                offset=w._logged,
+                text=w._text.since(w._logged),
+                writes=w._writes,
+                mark=mark is not None,
+                refusal=refusal if state is _ABORTED else None,
             )
         )
         if mark is not None:
@@ -663,22 +656,8 @@ class Streams(Editor):
                 through = live[w.id].changed
                 text = w._text.since(w._logged)
                 self._append_record(
-                    LogRecord(
-                        len(self._records),
-                        _wall_clock(),
-                        "stream_text",
-                        None,
-                        (w.id,),
-                        None,
-                        None,
-                        None,
-                        "applied",
-                        {
-                            "offset": w._logged,
-                            "text": text,
-                            "through": through,
-                            "writes": w._writes,
-                        },
+                    stream_text_record(
+                        len(self._records), _wall_clock(), w.id, w._logged, text, through, w._writes
                     )
                 )
                 w._logged = size

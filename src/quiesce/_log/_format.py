@@ -11,31 +11,13 @@ with :class:`LogFormatError` instead of guessing at fields it does not know.
 
 Format 1 record fields (``LogRecord``): ``format``, ``seq`` (0, 1, 2, ... with
 no gap: the record's index in the log), ``time`` (UNIX seconds, float),
-``op`` (``append``, ``mark``, ``prune``, ``edit``, ``remove``, ``refuse``,
-``escalate``), ``version`` (the version it published, or ``null``), ``ids``,
-``actor``, ``reason``, ``turn``, ``outcome`` and ``detail`` (JSON object: the
-full effect of the operation — entries with their order keys, marks, staged
-groups, tombstones — which is what recovery replays). The core writes
-``detail`` (``_core/buffer.py``) and replays it (``_core/replay.py``); its
-main keys, by ``op``:
-
-=========  ==============================================================
-append     ``entry`` (``Entry.to_dict``), ``key`` (order key), ``override``
-mark       nothing: ``ids``, ``reason``, ``turn``, ``version`` say it all
-prune      ``marks`` ``[[id, reason, turn]]``, ``staged``
-           ``[[group, ids, grace version, staged version]]``, ``outcomes``
-edit       ``plan``, ``rewrites``, ``inserted``, ``keys``, ``marks``,
-           ``staged``, ``rationale`` (the rationale's bytes, kept outside
-           the window); a refused edit (``version`` null): ``refusals``,
-           ``why``, ``escalation``
-remove     ``tombstones`` (id, content_hash, reason, turn, actor, version,
-           kind, key), ``gids`` (the staged groups it settles), ``refused``
-refuse     ``request``, ``tombstone`` (a refused re-admission)
-escalate   ``kind``, ``data``
-=========  ==============================================================
-
-Every op may carry ``refusals`` (a list of :class:`Refusal` values) for the
-counters.
+``op`` (one of :class:`~quiesce._core.wire.Op`), ``version`` (the version it
+published, or ``null``), ``ids``, ``actor``, ``reason``, ``turn``,
+``outcome`` and ``detail`` (JSON object: the full effect of the operation,
+which is what recovery replays). What ``detail`` holds for each op is the
+record schema's business, not this module's: one builder and one parser per
+kind in :mod:`quiesce._core.wire` (and ``docs/design.md``, record schema).
+This module only turns records into bytes and back.
 
 Reading is strict and total. :func:`decode_json` accepts strict JSON only (no
 ``NaN`` literals) at any nesting depth: a document too deep for the C parser
@@ -68,6 +50,7 @@ from typing import Any, Literal
 
 from .._core.errors import InvalidArgument, InvalidType, LogFormatError, LogLocked
 from .._core.records import FORMAT, LogRecord
+from .._core.wire import OPS as _OPS
 
 try:
     import fcntl
@@ -103,23 +86,8 @@ APPLICATION_ID = int.from_bytes(b"QUIE", "big")
 SQLITE_MAGIC = b"SQLite format 3\x00"
 #: The value of the ``"quiesce"`` key in the header line of a JSONL log.
 JSONL_TAG = "edit-log"
-#: Every operation a format-1 record may name.
-OPS = (
-    "append",
-    "mark",
-    "prune",
-    "edit",
-    "tombstone",
-    "remove",
-    "refuse",
-    "escalate",
-    "checkpoint",
-    "stream_open",
-    "stream_text",
-    "stream_close",
-    "stream_abort",
-    "anchor",
-)
+#: Every operation a format-1 record may name (:class:`~quiesce._core.wire.Op`).
+OPS = _OPS
 
 _FIELDS = frozenset(LogRecord._fields)
 

@@ -83,7 +83,6 @@ import zlib
 from array import array
 from bisect import bisect_right
 from collections.abc import Generator, Iterator, Sequence
-from types import TracebackType
 from typing import NamedTuple
 
 from .._core.errors import LogFormatError
@@ -102,6 +101,7 @@ from ._format import (
     sniff,
     temp_name,
 )
+from ._sink import SinkBase
 
 try:
     import fcntl
@@ -401,7 +401,7 @@ def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
         offset += n
 
 
-class JsonlLog:
+class JsonlLog(SinkBase):
     """A durable, append-only edit-log sink in a JSONL file (see the module
     docstring for the format and what holds after a crash).
 
@@ -602,25 +602,9 @@ class JsonlLog:
         return self._path
 
     @property
-    def commits(self) -> int:
-        """Batches made durable by this object (one ``fsync`` each)."""
-        return self._commits
-
-    @property
     def closed(self) -> bool:
         """Whether :meth:`close` was called."""
         return self._fd < 0
-
-    def __enter__(self) -> JsonlLog:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = "closed" if self._fd < 0 else f"{self._next_seq} records"

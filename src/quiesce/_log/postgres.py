@@ -84,13 +84,13 @@ import threading
 import urllib.parse
 import weakref
 from collections.abc import Callable, Generator, Sequence
-from types import TracebackType
 from typing import Any
 
 from .._core.errors import InvalidArgument, InvalidType, LogFormatError, LogWriteError
 from .._core.log import check_read
 from .._core.records import FORMAT, LogRecord
 from ._format import encode_batch
+from ._sink import SinkBase
 from ._stored import already_stored
 from .sqlite import _decode_rows, stream_pages
 
@@ -494,7 +494,7 @@ def stream_postgres(
     return fmt, stream
 
 
-class PostgresLog:
+class PostgresLog(SinkBase):
     """A durable, append-only edit-log sink in PostgreSQL (see the module
     docstring for the schema, the fence and what holds after a crash).
 
@@ -758,24 +758,8 @@ class PostgresLog:
         return self._rows_read
 
     @property
-    def commits(self) -> int:
-        """Transactions committed by this object (one per ``write``)."""
-        return self._commits
-
-    @property
     def closed(self) -> bool:
         return self._closed
-
-    def __enter__(self) -> PostgresLog:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{self._next_seq} records"

@@ -107,7 +107,6 @@ import sqlite3
 import threading
 import urllib.parse
 from collections.abc import Callable, Generator, Iterator, Sequence
-from types import TracebackType
 
 from .._core.errors import InvalidArgument, InvalidType, LogFormatError, LogLocked
 from .._core.log import check_read
@@ -123,6 +122,7 @@ from ._format import (
     records_before,
     sniff,
 )
+from ._sink import SinkBase
 from ._sqlite_schema import (
     _CHECKPOINTS,
     _INSERT,
@@ -259,7 +259,7 @@ def stream_sqlite(
     return layout, records()
 
 
-class SQLiteLog:
+class SQLiteLog(SinkBase):
     """A durable, append-only edit-log sink in a SQLite database (see the
     module docstring for the schema and what holds after a crash).
 
@@ -498,25 +498,9 @@ class SQLiteLog:
         return self._path
 
     @property
-    def commits(self) -> int:
-        """Transactions committed by this object (one per ``write``)."""
-        return self._commits
-
-    @property
     def closed(self) -> bool:
         """Whether :meth:`close` was called."""
         return self._conn is None
-
-    def __enter__(self) -> SQLiteLog:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = "closed" if self._conn is None else f"{self._next_seq} records"

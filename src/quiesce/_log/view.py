@@ -52,7 +52,8 @@ from importlib import resources
 from typing import Any
 
 from .._core.errors import LogFormatError, LogWriteError
-from .._core.records import LogRecord
+from .._core.records import EscalationKind, LogRecord
+from .._core.wire import parse_append, parse_escalate, parse_refuse, parse_remove
 
 __all__ = ["History", "main", "read_history", "render_html"]
 
@@ -264,14 +265,15 @@ class _Reader:
         col.marked = len(self.marked)
 
     def _on_append(self, rec: LogRecord, col: _Column) -> None:
-        d = rec.detail.get("entry") or {}
-        eid, kind = str(d["id"]), str(d["kind"])
         if rec.version is None:
             return
+        append = parse_append(rec)
+        eid, kind = append.entry.id, append.entry.kind.value
         self._add(eid, kind)
         self._tally(col, "appended")
-        override = rec.detail.get("override")
-        text = _join(("turn", rec.turn), ("actor", rec.actor), ("refs", d.get("refs") or None))
+        override = append.override
+        refs = list(append.entry.refs) or None
+        text = _join(("turn", rec.turn), ("actor", rec.actor), ("refs", refs))
         if override:
             self._tally(col, "readmitted")
             why = override.get("reason") if isinstance(override, Mapping) else override
@@ -382,22 +384,21 @@ class _Reader:
         self._staged(rec, col, detail.get("staged") or ())
 
     def _on_remove(self, rec: LogRecord, col: _Column) -> None:
-        for t in rec.detail.get("tombstones") or ():
-            eid = str(t["id"])
+        removal = parse_remove(rec)
+        for t in removal.tombstones:
+            eid = t.id
             self._drop(eid)
             self._tally(col, "removed")
-            e = self._entry(eid, str(t.get("kind") or self.live.get(eid, "?")))
+            e = self._entry(eid, t.kind.value if t.kind else self.live.get(eid, "?"))
             e.state = "pruned"
             self._event(
                 rec,
                 eid,
                 "pruned",
-                f"pruned: tombstone {t.get('content_hash')}. "
-                + _join(
-                    ("by", t.get("actor")), ("reason", t.get("reason")), ("turn", t.get("turn"))
-                ),
+                f"pruned: tombstone {t.content_hash}. "
+                + _join(("by", t.actor), ("reason", t.reason), ("turn", t.turn)),
             )
-        for eid, why in (rec.detail.get("refused") or {}).items():
+        for eid, why in removal.refused.items():
             self.staged.pop(str(eid), None)
             self._tally(col, "refused")
             self._event(
@@ -406,22 +407,23 @@ class _Reader:
 
     def _on_refuse(self, rec: LogRecord, col: _Column) -> None:
         self._tally(col, "refused")
-        tomb = rec.detail.get("tombstone") or {}
+        tomb = parse_refuse(rec).tombstone
         for eid in rec.ids:
             self._event(
                 rec,
                 eid,
                 "refused",
                 f"{rec.outcome} refused"
-                + (f": matches the tombstone of {tomb.get('id')}" if tomb else "")
+                + f": matches the tombstone of {tomb.id}"
                 + ". "
                 + _join(("reason", rec.reason)),
             )
 
     def _on_escalate(self, rec: LogRecord, col: _Column) -> None:
         self._tally(col, "escalations")
-        data = rec.detail.get("data") or {}
-        if rec.detail.get("kind") == "reader_pinned" and isinstance(data, Mapping):
+        escalation = parse_escalate(rec)
+        data = escalation.data
+        if escalation.kind == EscalationKind.READER_PINNED.value:
             pinned = int(data.get("version", 0))
             task = data.get("task")
             age = data.get("age")

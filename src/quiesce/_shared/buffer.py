@@ -15,7 +15,7 @@ import json
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Unpack
 
 import anyio
 import anyio.abc
@@ -27,7 +27,7 @@ from .._core.errors import DuplicateEntry, InvalidArgument, InvalidType, LogWrit
 from .._core.plan import EditPlan
 from .._core.policy import Policy
 from .._core.records import EditReport, Escalation, EscalationKind, Mark, Override, PruneReport
-from .._core.stream import StreamWriter
+from .._core.stream import PruneOptions, StreamWriter
 from .._log.postgres import WriterFenced
 from .._runtime import check_seconds
 from .codec import _error_from_dict, _result_from_dict
@@ -186,16 +186,10 @@ class SharedBuffer(_Serving):
         return await self.mark_stale(entry_id, reason, turn=turn, timeout=timeout)
 
     async def aprune(
-        self,
-        ids: Iterable[str],
-        *,
-        reason: str,
-        actor: str | None = None,
-        turn: int | None = None,
-        timeout: float | None = None,
+        self, ids: Iterable[str], *, timeout: float | None = None, **options: Unpack[PruneOptions]
     ) -> PruneReport:
         """:meth:`prune` (the :class:`~quiesce.AsyncBuffer` name)."""
-        return await self.prune(ids, reason=reason, actor=actor, turn=turn, timeout=timeout)
+        return await self.prune(ids, timeout=timeout, **options)
 
     async def aedit(self, plan: EditPlan, *, timeout: float | None = None) -> EditReport:
         """:meth:`edit` (the :class:`~quiesce.AsyncBuffer` name)."""

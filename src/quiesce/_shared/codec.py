@@ -21,7 +21,6 @@ from .._core import errors as _errors
 from .._core.entry import Entry
 from .._core.errors import InvalidArgument, QuiesceError
 from .._core.plan import EditPlan, Move, Op, Prune, Rewrite, Summarize
-from .._core.publish import tomb_to_dict
 from .._core.records import (
     EditReport,
     Escalation,
@@ -35,7 +34,7 @@ from .._core.records import (
     Status,
     Tombstone,
 )
-from .._core.replay import tomb_from_dict
+from .._core.wire import parse_change, parse_escalate, parse_refuse, parse_remove
 from .._log._format import MAX_DEPTH, _too_deep, decode_json
 
 #: The key, in a log record's ``detail``, naming the forwarded request whose
@@ -200,29 +199,25 @@ def _derive_result(
     det = deciding.detail
     versions = [r.version for r in records if r.version is not None]
     version = max(versions) if versions else version_before(deciding.seq)
-    removed = {t["id"] for r in records if r.op == "remove" for t in r.detail.get("tombstones", ())}
+    removed = {t.id for r in records if r.op == "remove" for t in parse_remove(r).tombstones}
     if op.startswith("stream_"):
         return {"version": deciding.version if deciding.version is not None else version}
     if op == "append":
         if deciding.op == "refuse":
-            tomb = det["tombstone"]
-            return {
-                "error": "ReadmissionRefused",
-                "message": f"entry {deciding.ids[0]!r} matches tombstone of {tomb['id']!r} "
-                f"(pruned at version {tomb['version']}: {tomb['reason']}); re-admission "
-                f"needs an Override",
-                "tombstone": tomb,
-            }
+            tomb = parse_refuse(deciding).tombstone
+            refused = _errors.ReadmissionRefused.of_append(deciding.ids[0], tomb)
+            return _error_to_dict(refused)
         return {"version": deciding.version}
     if op == "mark_stale":
         return {"mark": [deciding.ids[0], deciding.reason, deciding.turn, deciding.version]}
     if op == "escalate":
+        escalation = parse_escalate(deciding)
         return {
-            "kind": det["kind"],
+            "kind": escalation.kind,
             "detail": deciding.reason,
             "refusals": [],
             "version": version,
-            "data": det.get("data", {}),
+            "data": escalation.data,
         }
     if op == "prune":
         decided = det.get("outcomes", {})
@@ -251,7 +246,7 @@ def _derive_result(
             "deferred": [],
         }
     plan = args["plan"]
-    staged = {i for g in det.get("staged", ()) for i in g[1]}
+    staged = {i for g in parse_change(deciding).staged for i in g[1]}
     taken: dict[str, None] = {}
     for o in plan["ops"]:
         for i in [o["id"]] if o["op"] == "prune" else o["ids"] if o["op"] == "summarize" else []:
@@ -273,7 +268,7 @@ def _error_to_dict(exc: BaseException) -> dict[str, Any]:
     d: dict[str, Any] = {"error": type(exc).__name__, "message": str(exc)}
     tomb = getattr(exc, "tombstone", None)
     if isinstance(tomb, Tombstone):
-        d["tombstone"] = tomb_to_dict(tomb)
+        d["tombstone"] = tomb.to_dict()
     if isinstance(exc, _errors.DanglingReference):
         d["ref"] = exc.ref
     return d
@@ -286,7 +281,7 @@ def _error_from_dict(d: dict[str, Any]) -> QuiesceError:
         cls = QuiesceError
     message = str(d["message"])
     tomb = d.get("tombstone")
-    tombstone = None if tomb is None else tomb_from_dict(tomb)
+    tombstone = None if tomb is None else Tombstone.from_dict(tomb)
     if issubclass(cls, _errors.DanglingReference):
         return cls(message, str(d.get("ref", "")), tombstone)
     if issubclass(cls, _errors.EntryPruned | _errors.ReadmissionRefused):

@@ -24,6 +24,7 @@ import anyio.abc
 from .._core.entry import Entry, Kind
 from .._core.errors import InvalidArgument, LogWriteError, QuiesceError, StreamClosed
 from .._core.records import EscalationKind
+from .._core.wire import parse_intent
 from .._log.postgres import PostgresLog, WriterFenced
 from .._runtime import RuntimeBuffer
 from .codec import (
@@ -233,7 +234,7 @@ class _Serving(_Leases):
         repl = self._repl
         if repl is not None:
             graces = repl.removals_in_flight(
-                gid for rec in batch if rec.op == "tombstone" for gid in rec.detail.get("gids", ())
+                gid for rec in batch if rec.op == "tombstone" for gid in parse_intent(rec).gids
             )
             if graces:
                 cur.execute(_HORIZON_CHECK, {"b": self._buffer_id, "m": self.member_id})

@@ -48,7 +48,6 @@ import json
 import math
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from types import TracebackType
 from typing import Any
 
 import anyio
@@ -245,24 +244,6 @@ class SharedStreamWriter(StreamWriter):
         self._ending = (op, args)
         self._status = _CLOSING
         self._wake.set()
-
-    def __enter__(self) -> SharedStreamWriter:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """Close on normal exit, abort on an exception or cancellation (the
-        reason names the exception type). Nothing if finished already."""
-        if self._status != _OPEN:
-            return
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort(f"the stream was interrupted by {exc_type.__name__}")
 
     # -- forwarding ----------------------------------------------------------------
 

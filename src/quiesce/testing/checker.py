@@ -27,6 +27,7 @@ from .._core.records import (
     Tombstone,
 )
 from .._core.version import Version
+from .._core.wire import Op, parse_change, parse_remove
 from .events import Anomaly, AnomalyKind, History, OpEvent, Publication, Read, SnapshotEvent
 
 __all__ = ["check_history"]
@@ -72,12 +73,12 @@ class _Checker:
         self.host_retracts: set[str] = set()
         self.retracted_at: dict[int, set[str]] = {}
         for r in h.log:
-            ids = r.detail.get("retracted", ())
-            if r.op == "edit" and r.outcome == "applied" and r.actor == HOST_ACTOR:
-                if (r.detail.get("plan") or {}).get("override") is not None:
-                    self.host_retracts.update(ids)
-            elif r.op == "remove" and r.version is not None:
-                self.retracted_at[r.version] = set(ids)
+            if r.op == Op.EDIT and r.outcome == "applied" and r.actor == HOST_ACTOR:
+                change = parse_change(r)
+                if change.plan.get("override") is not None:
+                    self.host_retracts.update(change.retracted)
+            elif r.op == Op.REMOVE and r.version is not None:
+                self.retracted_at[r.version] = set(parse_remove(r).retracted)
 
     def is_retraction(self, i: str, v: Version, tomb: Tombstone | None) -> bool:
         """Whether removing ``i`` in ``v`` is the host's logged retraction."""
@@ -206,9 +207,9 @@ class _Checker:
                 self.add(AnomalyKind.LOG_MISMATCH, f"version {number} has {c} log records")
         logged_tombs: dict[str, int] = {}
         for rec in log:
-            if rec.op == "remove":
-                for t in rec.detail.get("tombstones", ()):
-                    logged_tombs[t["id"]] = logged_tombs.get(t["id"], 0) + 1
+            if rec.op == Op.REMOVE:
+                for t in parse_remove(rec).tombstones:
+                    logged_tombs[t.id] = logged_tombs.get(t.id, 0) + 1
         final = self.h.publications[-1].version if self.h.publications else self.h.initial
         initial_tombs = self.h.initial.tombs.by_id
         for i, c in logged_tombs.items():

@@ -18,7 +18,7 @@ import itertools
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, Unpack
 
 from .._core.buffer import Buffer, Snapshot
 from .._core.entry import Entry
@@ -32,8 +32,10 @@ from .._core.records import (
     PruneReport,
     Tombstone,
 )
+from .._core.stream import PruneOptions
 from .._core.tasks import current_task, task_name
 from .._core.version import Version
+from .._core.wire import Op, parse_remove
 from .checker import check_history
 from .events import Anomaly, History, OpEvent, Publication, Read, SnapshotEvent
 
@@ -47,6 +49,9 @@ _current_op: contextvars.ContextVar[int | None] = contextvars.ContextVar(
 )
 _tapped_classes: dict[type[Buffer], type[Buffer]] = {}
 _tap_lock = threading.Lock()
+
+#: The records that carry tombstones: a removal and its intent.
+_TOMBSTONE_OPS = (Op.REMOVE.value, Op.TOMBSTONE.value)
 
 
 def _tapped_class(cls: type[Buffer]) -> type[Buffer]:
@@ -162,8 +167,9 @@ class Recorder:
             # The tombstone may be durable in the removal record itself or in
             # an earlier intent record (written before the version number is
             # known): match on id and content hash.
-            for t in rec.detail.get("tombstones", ()):
-                self._durable_tombs.add((t["id"], t["content_hash"]))
+            if rec.op in _TOMBSTONE_OPS:
+                for t in parse_remove(rec).tombstones:
+                    self._durable_tombs.add((t.id, t.content_hash))
         self._durable_seen = len(records)
 
     def observe_log(self) -> None:
@@ -221,20 +227,11 @@ class Recorder:
         result: Mark = self._call("mark_stale", self.buffer.mark_stale, entry_id, reason, turn=turn)
         return result
 
-    def prune(
-        self,
-        ids: Iterable[str],
-        *,
-        reason: str,
-        actor: str | None = None,
-        turn: int | None = None,
-    ) -> PruneReport:
-        """Record :meth:`Buffer.prune`."""
+    def prune(self, ids: Iterable[str], **options: Unpack[PruneOptions]) -> PruneReport:
+        """Record :meth:`Buffer.prune` (options: :class:`~quiesce._core.stream.PruneOptions`)."""
         if not isinstance(ids, str | bytes) and hasattr(ids, "__iter__"):
             ids = tuple(ids)
-        result: PruneReport = self._call(
-            "prune", self.buffer.prune, ids, reason=reason, actor=actor, turn=turn
-        )
+        result: PruneReport = self._call("prune", self.buffer.prune, ids, **options)
         return result
 
     def edit(self, plan: EditPlan) -> EditReport:
