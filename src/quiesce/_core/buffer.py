@@ -67,15 +67,15 @@ from .errors import (
     ProtectedEntry,
     ReadmissionRefused,
 )
-from .grace import Group, components
+from .grace import Group
+from .graph import cascade, components, sealed_conflicts, sealed_lookups
 from .log import DEFAULT_RETENTION, EditLog, LogSink, ReadableSink, Records
 from .observe import Observer
 from .pins import _NOT_ENTERED, Snapshot, _missing, _new_object
 from .policy import _CACHE_FROM as _CLASSIFY_FROM
 from .policy import IMMUTABLE_KINDS as _IMMUTABLE
 from .policy import PROTECTED_KINDS as _PROTECTED
-from .policy import Policy, preclassify, sealed_conflicts, sealed_lookups
-from .publish import cascade, tomb_to_dict
+from .policy import Policy, preclassify
 from .records import (
     LogRecord,
     Mark,
@@ -88,6 +88,7 @@ from .records import (
     Tombstone,
 )
 from .stream import Streams
+from .tombstone import tomb_to_dict
 from .verify import compare, read_sink, state_fields, verify_records
 from .version import ADD as _ADD
 from .version import EMPTY_MAP, Slot, Version

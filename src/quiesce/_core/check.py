@@ -15,10 +15,10 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from .edit import HOST_ACTOR
 from .log import materialize, materialize_range
 from .policy import IMMUTABLE_KINDS as _IMMUTABLE
 from .policy import PROTECTED_KINDS
+from .records import HOST_ACTOR
 
 if TYPE_CHECKING:
     from .buffer import Buffer

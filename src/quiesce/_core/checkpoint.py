@@ -62,11 +62,11 @@ from .entry import Entry, Kind, check_body, check_int
 from .errors import LogFormatError
 from .grace import Group
 from .log import ReadableSink, Records, check_read
-from .publish import tomb_to_dict
 from .records import LogRecord, Mark, Refusal, Tombstone
 from .replay import _tomb as tomb_from_dict
 from .replay import replay
 from .stream import durable_dict, reopen, stream_header
+from .tombstone import tomb_to_dict
 from .version import Tombs, Version
 
 if TYPE_CHECKING:

@@ -23,22 +23,17 @@ from .draft import Draft
 from .entry import Entry, Kind
 from .errors import DanglingReference, DuplicateEntry, InvalidArgument, InvalidType, LogWriteError
 from .grace import Group
+from .graph import sealed_conflicts, sealed_lookups
 from .ledger import note_written
 from .plan import EditPlan, Move, Prune, Rewrite, Summarize
 from .policy import IMMUTABLE_KINDS as _IMMUTABLE
-from .policy import PROTECTED_KINDS, sealed_conflicts, sealed_lookups
+from .policy import PROTECTED_KINDS
 from .publish import Publisher
-from .records import EditReport, Escalation, EscalationKind, Mark, Refusal
+from .records import HOST_ACTOR, EditReport, Escalation, EscalationKind, Mark, Refusal
 from .tombs import Prefetched
 from .version import Slot, Version
 
 __all__ = ["HOST_ACTOR", "WHY_KEPT", "Editor"]
-
-#: the ``EditPlan.actor`` of the host application: with an ``override``, its
-#: plans may create entries of protected and immutable kinds (a summary into a
-#: system instruction) and *retract* entries of any kind (a ``Prune`` of a user
-#: message: the host's undo); no other actor's may
-HOST_ACTOR = "host"
 
 #: Distinct refusal reasons a refused plan's record and escalation keep
 #: (the rest are counted): a refused 800-op plan logs a bounded record.

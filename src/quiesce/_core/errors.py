@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .records import Tombstone
+    from .tombstone import Tombstone
 
 
 class QuiesceError(Exception):

@@ -49,9 +49,8 @@ from .observe import Observer
 from .pins import Pins
 from .policy import Policy
 from .records import Escalation, EscalationKind, LogRecord
-from .version import Version
 
-__all__ = ["Grace", "Group", "components"]
+__all__ = ["Grace", "Group"]
 
 
 @dataclass(slots=True)
@@ -255,34 +254,3 @@ class Grace(Pins):
     def staged(self) -> Mapping[str, int]:
         """Ids staged for removal → their grace version."""
         return {i: g.grace for i, g in self._staged_ids.items()}
-
-
-def components(head: Version, ids: Mapping[str, Any]) -> list[tuple[str, ...]]:
-    """Connected components of ``ids`` under refs (either direction), each in
-    request order: ids that cite each other are removed as one transaction."""
-    parent = {i: i for i in ids}
-
-    def find(x: str) -> str:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for i in ids:
-        for ref in head.live[i].entry.refs:
-            if ref in parent:
-                a, b = find(i), find(ref)
-                if a != b:
-                    parent[a] = b
-    comps: dict[str, list[str]] = {}
-    for i in ids:
-        comps.setdefault(find(i), []).append(i)
-    return [tuple(c) for c in comps.values()]
-
-
-
-
-
-
-
-

@@ -37,12 +37,13 @@ from .draft import Draft
 from .entry import Entry, check_text
 from .errors import InvalidArgument, InvalidType, LogWriteError, ReentrantWrite
 from .grace import Grace, Group
+from .graph import cascade
 from .log import DURABLE_TAIL, Records, materialize_range
 from .policy import Policy, default_negative_classifier
 from .records import Escalation, EscalationKind, LogRecord, Refusal, Tombstone
-from .version import Version
+from .tombstone import tomb_to_dict
 
-__all__ = ["Publisher", "cascade", "count_record", "tomb_to_dict"]
+__all__ = ["Publisher", "count_record", "tomb_to_dict"]
 
 _get_ident = threading.get_ident
 
@@ -553,41 +554,6 @@ class Publisher(Grace):
             self._release()
         self._escalate(esc)
         return esc
-
-
-def tomb_to_dict(t: Tombstone) -> dict[str, Any]:
-    return {
-        "id": t.id,
-        "content_hash": t.content_hash,
-        "reason": t.reason,
-        "turn": t.turn,
-        "actor": t.actor,
-        "version": t.version,
-        "kind": None if t.kind is None else t.kind.value,
-        "key": t.key,
-    }
-
-
-def cascade(head: Version, removal: Mapping[str, Any], refused: dict[str, Refusal]) -> list[str]:
-    """Refuse (``REFERENCED``) every id in ``removal`` cited by an entry that
-    survives; a refused id survives, so what it cites is rechecked (the
-    cascade). Fills ``refused``; returns the ids to drop from ``removal``.
-    O(removal + their referrers)."""
-    keep: set[str] = set(removal)
-    stack = list(removal)
-    dropped: list[str] = []
-    while stack:
-        i = stack.pop()
-        if i not in keep:
-            continue
-        for r in head.cited_by(i):
-            if r not in keep:
-                keep.discard(i)
-                refused[i] = Refusal.REFERENCED
-                dropped.append(i)
-                stack.extend(ref for ref in head.live[i].entry.refs if ref in keep)
-                break
-    return dropped
 
 
 def count_record(buf: Publisher, record: LogRecord) -> None:

@@ -11,16 +11,14 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
-from .entry import Kind, check_int, check_text
-from .notes import escape_field
-
-if TYPE_CHECKING:
-    from .plan import EditPlan
+from .plan import EditPlan, Override
+from .tombstone import Tombstone
 
 __all__ = [
     "FORMAT",
+    "HOST_ACTOR",
     "EditReport",
     "Escalation",
     "EscalationKind",
@@ -35,6 +33,12 @@ __all__ = [
     "Status",
     "Tombstone",
 ]
+
+#: The actor name of the host application: its edit plans (with an override)
+#: may create entries of protected and immutable kinds (a summary into a
+#: system instruction) and *retract* entries of any kind (a ``Prune`` of a user
+#: message: the host's undo); no other actor's may
+HOST_ACTOR = "host"
 
 #: Version of the edit-log record format. Every record carries it; a sink
 #: refuses to open a log whose records are newer than this.
@@ -108,39 +112,6 @@ class Mark(NamedTuple):
     reason: str
     turn: int | None
     version: int  #: the first version in which the entry is marked
-
-
-class Tombstone(NamedTuple):
-    """What remains of a removed entry, in the window and in the log (seed 002)."""
-
-    id: str
-    content_hash: str
-    reason: str
-    turn: int | None
-    actor: str | None
-    version: int  #: the version that removed the entry
-    kind: Kind | None = None
-    key: str | None = None
-
-    def note(self) -> str:
-        """A one-line, human-readable tombstone note for rendering into a prompt
-        (id and reason escaped: one line, no bracket a reason could forge)."""
-        when = f"turn {self.turn}" if self.turn is not None else f"version {self.version}"
-        return f"[{escape_field(self.id)} pruned at {when}: {escape_field(self.reason)}]"
-
-
-@dataclass(frozen=True, slots=True)
-class Override:
-    """An explicit, logged permission: to re-admit content that matches a
-    tombstone, and — in an :class:`EditPlan` whose actor is ``"host"`` — to
-    create protected summaries and retract entries of any kind."""
-
-    reason: str
-    turn: int
-
-    def __post_init__(self) -> None:
-        check_text(self.reason, "override reason")
-        check_int(self.turn, "override turn")
 
 
 class EscalationKind(enum.Enum):

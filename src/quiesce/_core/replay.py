@@ -43,14 +43,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .draft import Draft as _Draft
-from .edit import HOST_ACTOR
 from .entry import Entry, Kind
 from .errors import LogFormatError
 from .grace import Group as _Group
 from .ledger import guarded, note_written
 from .policy import IMMUTABLE_KINDS, PROTECTED_KINDS
 from .publish import count_record as _count
-from .records import FORMAT, LogRecord, Mark, Tombstone
+from .records import FORMAT, HOST_ACTOR, LogRecord, Mark, Tombstone
 from .stream import reopen, reopen_entry, replay_finish, replay_text, stream_header
 from .version import Slot
 
