@@ -95,10 +95,10 @@ class Editor(Publisher):
         """
         if type(plan) is not EditPlan:
             raise InvalidType(f"edit takes an EditPlan, not {type(plan).__name__}")
-        if self._sink is not None and self.pending_records:
+        if self._st.sink is not None and self.pending_records:
             self.flush()  # a failing disk refuses before anything changes
-        held = _prefetch(self._head, plan) if self._head.tombs.spilled else None
-        self._write_lock.acquire()
+        held = _prefetch(self._st.head, plan) if self._st.head.tombs.spilled else None
+        self._st.write_lock.acquire()
         try:
             report = self._edit_locked(plan)
         finally:
@@ -111,7 +111,7 @@ class Editor(Publisher):
             # Outside the write lock, like prune().
             with contextlib.suppress(LogWriteError):  # stays deferred; stats() tells
                 self.apply_due()
-        head = self._head
+        head = self._st.head
         tombs = head.tombs.by_id
         removed = report.deferred
         return dataclasses.replace(
@@ -122,7 +122,7 @@ class Editor(Publisher):
         )
 
     def _edit_locked(self, plan: EditPlan) -> EditReport:
-        head = self._head
+        head = self._st.head
         if plan.base is not None and plan.base > head.number:
             raise InvalidArgument(f"plan base {plan.base} is newer than the head {head.number}")
         refusals: dict[Refusal, None] = {}
@@ -303,7 +303,7 @@ class Editor(Publisher):
         """Log and escalate a refused plan. ``why`` holds the first
         :data:`WHY_KEPT` distinct reasons and, if there were more, a last
         ``"and N more"``: a huge refused plan costs a bounded record."""
-        head = self._head
+        head = self._st.head
         detail = "; ".join(dict.fromkeys(why))
         esc = Escalation(EscalationKind.REFUSED_EDIT, detail, plan, refusals, head.number)
         self._append_record(
@@ -331,7 +331,7 @@ class Editor(Publisher):
         # Provenance separation (seed 002): the log keeps the rationale's bytes.
         out: list[dict[str, Any]] = []
         for i in plan.rationale:
-            slot = self._head.live.get(i)
+            slot = self._st.head.live.get(i)
             if slot is not None:
                 out.append({"id": i, "hash": slot.entry.content_hash, "body": slot.entry.body})
             else:
@@ -355,7 +355,7 @@ class Editor(Publisher):
         for _old, new_entry in rewrites:
             draft.replace(new_entry, n)
             if new_entry.kind in _IMMUTABLE:  # pragma: no cover - immutables refused above
-                self._immutable_hashes[new_entry.id] = new_entry.content_hash
+                self._st.immutable_hashes[new_entry.id] = new_entry.content_hash
         keys: dict[str, float] = {}
         renumbered: set[str] | None = None
         if summaries or moves:
@@ -364,9 +364,9 @@ class Editor(Publisher):
         for op, _covered in summaries:
             inserted.append({"entry": op.into.to_dict(), "key": draft.live[op.into.id].key})
             if op.into.kind in _IMMUTABLE:
-                self._immutable_hashes[op.into.id] = op.into.content_hash
+                self._st.immutable_hashes[op.into.id] = op.into.content_hash
         new_marks: list[list[Any]] = []
-        staged_ids = [i for i in removed if i not in self._staged_ids]
+        staged_ids = [i for i in removed if i not in self._st.staged_ids]
         for i in staged_ids:
             if i not in draft.marks:
                 draft.marks[i] = Mark(i, plan.reason, plan.turn, n)
@@ -375,7 +375,7 @@ class Editor(Publisher):
         if staged_ids:
             grace = max(draft.marks[i].version for i in staged_ids)
             group = Group(
-                next(self._gids),
+                next(self._st.gids),
                 tuple(staged_ids),
                 grace,
                 n,
@@ -399,11 +399,7 @@ class Editor(Publisher):
                     "rewrites": [new.to_dict() for _old, new in rewrites],
                     # a rewrite keeps the entry's mark, which judged the earlier
                     # content: the mark's version predates this one
-                    **(
-                        {"marks_kept": kept}
-                        if kept
-                        else {}
-                    ),
+                    **({"marks_kept": kept} if kept else {}),
                     "inserted": inserted,
                     # after a renumbering ``keys`` holds every live id, and
                     # only the ``placed`` ones changed (for base checks)
@@ -423,8 +419,8 @@ class Editor(Publisher):
             )
         )
         written = [new for _old, new in rewrites] + [op.into for op, _ in summaries]
-        note_written(self._protected_at, len(self._records) - 1, written)  # claims.py
-        self._head = draft.finish(n)
+        note_written(self._st.protected_at, len(self._st.records) - 1, written)  # claims.py
+        self._st.head = draft.finish(n)
         markable = self._markable()
         markable.update(op.into.id for op, _ in summaries if op.into.kind not in _IMMUTABLE)
         markable.difference_update(i for i, _r, _t in new_marks)

@@ -40,7 +40,7 @@ import heapq
 import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .draft import Draft as _Draft
 from .entry import Entry, Kind
@@ -50,11 +50,9 @@ from .ledger import guarded, note_written
 from .policy import IMMUTABLE_KINDS, PROTECTED_KINDS
 from .publish import count_record as _count
 from .records import FORMAT, HOST_ACTOR, LogRecord, Mark, Tombstone
+from .state import BufferState, HasState, state_of
 from .stream import reopen, reopen_entry, replay_finish, replay_text, stream_header
 from .version import Slot
-
-if TYPE_CHECKING:
-    from .buffer import Buffer
 
 __all__ = ["replay", "tomb_from_dict"]
 
@@ -215,21 +213,22 @@ def _list(value: object, what: str) -> Iterable[Any]:
     return value  # type: ignore[return-value]
 
 
-def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
-    """Load ``records`` into ``buf``: a new, empty buffer, or one whose log
+def replay(st: BufferState | HasState, records: Sequence[LogRecord]) -> None:
+    """Load ``records`` into ``st``: a new, empty buffer, or one whose log
     they continue (a replica following a shared log; call under its write
     lock), checking each record against the invariants first. The head is
     replaced once, only if the records publish a version. Raises
     :class:`LogFormatError` naming the first record from a newer format, out
     of order, malformed or impossible (see the module docstring); a new
-    ``buf`` must then be discarded. O(records · log n + live entries)."""
-    draft = _Draft(buf._head)
-    number = buf._head.number
-    groups: dict[int, _Group] = {g.gid: g for _, _, g in buf._staged}
+    ``st`` must then be discarded. O(records · log n + live entries)."""
+    st = state_of(st)
+    draft = _Draft(st.head)
+    number = st.head.number
+    groups: dict[int, _Group] = {g.gid: g for _, _, g in st.staged}
     keys = _Keys(draft)
     batch_at: int | None = None  # the version of the append record just read
-    streams = buf._streams  # the open streams (stream.py), as the records leave them
-    for index, rec in enumerate(records, len(buf._records)):
+    streams = st.streams  # the open streams (stream.py), as the records leave them
+    for index, rec in enumerate(records, len(st.records)):
         if rec.format > FORMAT:
             raise LogFormatError(
                 f"log record {index} has format {rec.format}; this quiesce reads up to {FORMAT}"
@@ -250,9 +249,9 @@ def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
                 keys.take(key, entry.id)
                 draft.add(entry, key, v)
                 if entry.kind in IMMUTABLE_KINDS:
-                    buf._immutable_hashes[entry.id] = entry.content_hash
+                    st.immutable_hashes[entry.id] = entry.content_hash
                 if guarded(entry):
-                    buf._protected_at[entry.id] = rec.seq  # claims.py: its record
+                    st.protected_at[entry.id] = rec.seq  # claims.py: its record
             elif op == "mark":
                 v = _publishes(v, number, bool(streams))
                 _require(len(rec.ids) == 1, f"a mark names {len(rec.ids)} ids, not one")
@@ -277,7 +276,7 @@ def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
                         for ref in entry.refs:
                             _require(ref in draft.live, f"{entry.id!r} cites {ref!r}, not live")
                         draft.replace(entry, n)
-                        note_written(buf._protected_at, rec.seq, (entry,))
+                        note_written(st.protected_at, rec.seq, (entry,))
                     for ins in _list(det.get("inserted", []), "inserted"):
                         entry = Entry.from_dict(ins["entry"])
                         key = _order_key(ins["key"])
@@ -285,8 +284,8 @@ def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
                         keys.take(key, entry.id)
                         draft.add(entry, key, n)
                         if entry.kind in IMMUTABLE_KINDS:
-                            buf._immutable_hashes[entry.id] = entry.content_hash
-                        note_written(buf._protected_at, rec.seq, (entry,))
+                            st.immutable_hashes[entry.id] = entry.content_hash
+                        note_written(st.protected_at, rec.seq, (entry,))
                     placed = det.get("placed")  # present after a renumbering
                     if placed is not None:
                         placed = set(_list(placed, "placed"))
@@ -359,9 +358,9 @@ def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
                     _require(t.version == n, f"the tombstone of {t.id!r} has version {t.version}")
                     keys.drop(slot.key)
                     draft.remove(t)
-                    buf._immutable_hashes.pop(t.id, None)
-                    buf._protected_at.pop(t.id, None)
-                draft.tombs.locate(located, rec.seq, buf._records)  # tombs.py: spill
+                    st.immutable_hashes.pop(t.id, None)
+                    st.protected_at.pop(t.id, None)
+                draft.tombs.locate(located, rec.seq, st.records)  # tombs.py: spill
                 for t in tombs:
                     cited = draft.referrers.get(t.id)
                     if cited:
@@ -375,7 +374,7 @@ def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
                 key = _order_key(det["key"])
                 _check_new(draft, header)
                 keys.take(key, header.id)
-                draft.add(reopen(buf, header, key, ""), key, v)
+                draft.add(reopen(st, header, key, ""), key, v)
             elif op == "stream_text":
                 _require(v is None, "a stream_text record publishes a version")
                 _require(len(rec.ids) == 1, f"it names {len(rec.ids)} ids, not one")
@@ -406,12 +405,12 @@ def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
                 else:
                     _require(not aborted or w.id in draft.marks, f"aborted {w.id!r} is unmarked")
                 if guarded(final):
-                    buf._protected_at[w.id] = rec.seq  # claims.py: its close carries it
+                    st.protected_at[w.id] = rec.seq  # claims.py: its close carries it
             elif op in ("refuse", "escalate", "tombstone", "checkpoint", "anchor"):
                 _require(v is None, f"a {op} record publishes a version")  # checkpoint.py
             else:
                 raise _Invalid(f"unknown op {op!r}")
-            _count(buf, rec)
+            _count(st, rec)
         except LogFormatError:
             raise
         except _Invalid as exc:
@@ -421,24 +420,24 @@ def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
         if v is not None:
             number = v
         batch_at = v if op == "append" else None
-        buf._records.append(rec)
+        st.records.append(rec)
     for g in groups.values():
         for i in g.ids:
             if i in draft.live and i not in draft.marks:  # pragma: no cover - marks stay
                 raise LogFormatError(f"staged {i!r} of group {g.gid} is live but not marked")
-    if number != buf._head.number:
-        buf._head = draft.finish(number)
-    head = buf._head
-    buf._unmarked_new.clear()
-    buf._unmarked = {
+    if number != st.head.number:
+        st.head = draft.finish(number)
+    head = st.head
+    st.unmarked_new.clear()
+    st.unmarked = {
         i
         for i, slot in head.live.items()
         if i not in head.marks and slot.entry.kind not in IMMUTABLE_KINDS
     }
-    buf._staged.clear()
-    buf._staged_ids.clear()
+    st.staged.clear()
+    st.staged_ids.clear()
     for g in groups.values():
         for i in g.ids:
-            buf._staged_ids[i] = g
-        heapq.heappush(buf._staged, (g.grace, g.gid, g))
-    buf._gids = itertools.count(max(groups, default=0) + 1 + len(buf._records))
+            st.staged_ids[i] = g
+        heapq.heappush(st.staged, (g.grace, g.gid, g))
+    st.gids = itertools.count(max(groups, default=0) + 1 + len(st.records))
