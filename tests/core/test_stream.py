@@ -149,7 +149,7 @@ class TestWrite:
             w.write("abc")
             with buf.snapshot() as snap:
                 entries.append(snap["a"])
-        stores = {id(e._text) for e in entries}  # type: ignore[attr-defined]
+        stores = {id(e._p[0]) for e in entries}  # type: ignore[attr-defined]
         assert len(stores) == 1
 
     def test_bad_chunks_change_nothing(self) -> None:

@@ -146,24 +146,60 @@ class OpenEntry(Entry):
     first read, O(len), and cached; ``content_hash`` is computed on first
     read too. Never appended (``append`` takes a plain ``Entry``)."""
 
-    __slots__ = ("_chars", "_nb", "_nt", "_tail", "_text")
+    __slots__ = ("_h", "_p")
 
-    _text: _Text
-    _nb: int
-    _tail: list[str]
-    _nt: int
-    _chars: int
+    # The write fast path sets these two slots only (each store through
+    # object.__setattr__ costs about as much as a persistent-map step, and
+    # Entry's seven would be most of a write): ``_h`` is the stream's header
+    # (a plain Entry with its id, kind, refs, turn, key and meta, shared by
+    # every version of the stream) and ``_p`` the prefix, ``(text, blocks,
+    # tail, tail count, characters)``. Entry's own field slots stay unset;
+    # the properties below read the header instead.
+    _h: Entry
+    _p: tuple[_Text, int, list[str], int, int]
+
+    @property
+    def id(self) -> str:
+        return self._h.id
+
+    @property
+    def kind(self) -> Kind:
+        return self._h.kind
+
+    @property
+    def refs(self) -> tuple[str, ...]:
+        return self._h.refs
+
+    @property
+    def turn(self) -> int | None:
+        return self._h.turn
+
+    @property
+    def key(self) -> str | None:
+        return self._h.key
+
+    @property
+    def meta(self) -> Mapping[str, Any]:
+        return self._h.meta
+
+    @property
+    def content(self) -> Any:
+        return None  # (an open entry's structured form is given at its close)
+
+    @property
+    def _chars(self) -> int:
+        """The prefix's length in characters."""
+        return self._p[4]
 
     @property
     def body(self) -> str:
         try:
             return _BODY.__get__(self)  # type: ignore[no-any-return]
         except AttributeError:
-            text = self._text
-            nb = self._nb
+            text, nb, tail, nt, _ = self._p
             parts = text.blocks[:nb] if nb else []
-            if self._nt:
-                parts += self._tail[: self._nt]
+            if nt:
+                parts += tail[:nt]
             body = "".join(parts)
             _BODY.__set__(self, body)
             return body
@@ -189,24 +225,19 @@ class OpenEntry(Entry):
 
 def _open_entry(header: Entry, text: _Text) -> OpenEntry:
     """The :class:`OpenEntry` of ``text`` as it is now, with ``header``'s
-    fields. O(1)."""
+    fields. O(1): two slot stores (see :class:`OpenEntry`)."""
     e: OpenEntry = _new_object(OpenEntry)
-    _set(e, "id", header.id)
-    _set(e, "kind", header.kind)
-    _set(e, "refs", header.refs)
-    _set(e, "turn", header.turn)
-    _set(e, "key", header.key)
-    _set(e, "meta", header.meta)
-    _set(e, "content", None)
-    _set(e, "_text", text)
-    _set(e, "_nb", len(text.blocks))
+    _SET_HEADER(e, header)
     tail = text.tail
-    _set(e, "_tail", tail)
-    _set(e, "_nt", len(tail))
-    _set(e, "_chars", text.size)
-    if not text.size:
+    size = text.size
+    _SET_PREFIX(e, (text, len(text.blocks), tail, len(tail), size))
+    if not size:
         _BODY.__set__(e, "")
     return e
+
+
+_SET_HEADER = OpenEntry.__dict__["_h"].__set__
+_SET_PREFIX = OpenEntry.__dict__["_p"].__set__
 
 
 _OPEN, _CLOSED, _ABORTED = "open", "closed", "aborted"

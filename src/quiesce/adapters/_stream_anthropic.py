@@ -107,29 +107,25 @@ class AnthropicStream:
     def handle(self, index: int, event: object) -> None:
         if type(event) is not dict:
             # The fast path: a text delta of an SDK event for an open text
-            # block (most events of a stream), read from the objects' fields.
-            values = getattr(event, "__dict__", None)
-            if type(values) is dict and values.get("type") == "content_block_delta":
-                delta = getattr(values.get("delta"), "__dict__", None)
-                n = values.get("index")
-                blocks = self.blocks
-                if (
-                    type(delta) is dict
-                    and delta.get("type") == "text_delta"
-                    and type(n) is int
-                    and 0 <= n < len(blocks)
-                ):
-                    b = blocks[n]
-                    text = delta.get("text")
-                    if (
-                        b.kind == "text"
-                        and not b.stopped
-                        and b.writer is not None
-                        and type(text) is str
-                    ):
-                        if text:
-                            b.writer.write(text)  # its text is the block's from now on
-                        return
+            # block (most events of a stream), read as plain attributes (an
+            # SDK event's fields are instance attributes; anything else falls
+            # through to the checks below).
+            w = None
+            try:
+                if event.type == "content_block_delta":  # type: ignore[attr-defined]
+                    delta = event.delta  # type: ignore[attr-defined]
+                    n = event.index  # type: ignore[attr-defined]
+                    if delta.type == "text_delta" and type(n) is int and n >= 0:
+                        b = self.blocks[n]
+                        text = delta.text
+                        if b.kind == "text" and not b.stopped and type(text) is str:
+                            w = b.writer
+            except (AttributeError, IndexError):
+                pass
+            if w is not None:
+                if text:
+                    w.write(text)  # its text is the block's from now on
+                return
         kind = field(event, "type")
         if not isinstance(kind, str):
             raise malformed(
