@@ -77,7 +77,6 @@ from .policy import PROTECTED_KINDS as _PROTECTED
 from .policy import Policy, preclassify
 from .records import (
     Escalation,
-    LogRecord,
     Mark,
     Outcome,
     Override,
@@ -89,7 +88,6 @@ from .records import (
 )
 from .state import BufferState, Field, Group
 from .stream import Streams
-from .tombstone import tomb_to_dict
 from .verify import compare, read_sink, state_fields, verify_records
 from .version import ADD as _ADD
 from .version import EMPTY_MAP, Slot, Version
@@ -97,6 +95,7 @@ from .version import MAX_CHAIN as _MAX_CHAIN
 from .version import PATCH as _PATCH
 from .version import PATCH_MAX as _PATCH_MAX
 from .version import SAME as _SAME
+from .wire import append_record, prune_record, refuse_record, staged_rows
 
 __all__ = ["Buffer", "Snapshot"]
 
@@ -399,20 +398,7 @@ class Buffer(Streams):
                 if tomb is not None:
                     if override is None:
                         self._append_record(
-                            self._record(
-                                "refuse",
-                                None,
-                                (eid,),
-                                actor=None,
-                                reason="re-admission of tombstoned content",
-                                turn=entry.turn,
-                                outcome=Refusal.READMISSION.value,
-                                detail={
-                                    "request": "append",
-                                    "tombstone": tomb_to_dict(tomb),
-                                    "refusals": [Refusal.READMISSION.value],
-                                },
-                            )
+                            refuse_record(len(self._st.records), time.time(), eid, entry.turn, tomb)
                         )
                         raise ReadmissionRefused(
                             f"entry {eid!r} matches tombstone of {tomb.id!r} (pruned at version "
@@ -438,20 +424,22 @@ class Buffer(Streams):
                 # A compact record (log.py): the LogRecord — and the entry's
                 # JSON-ready dict — is built when first read.
                 records = st.records
-                records.append((_build_append_record, entry, key, n, _wall_clock()))
+                records.append((append_record, entry, key, n, _wall_clock()))
                 if len(records) - records.first > st.trim_above:
                     self._trim_log()
             else:
-                record = _build_append_record(len(st.records), entry, key, n, _wall_clock())
                 # "overridden" only when the override let matching content in
                 # (_count derives readmissions_overridden from it, also on replay)
-                detail = dict(record.detail)
-                detail["override"] = {"reason": override.reason, "turn": override.turn}
                 self._append_record(
-                    record._replace(
-                        reason=override.reason,
-                        outcome="overridden" if overridden else "applied",
-                        detail=detail,
+                    append_record(
+                        len(self._st.records),
+                        entry,
+                        key,
+                        n,
+                        _wall_clock(),
+                        False,
+                        override,
+                        overridden,
                     )
                 )
             st.head = new
@@ -533,20 +521,7 @@ class Buffer(Streams):
                 tomb = head.tombs.matching(entry.content_hash, entry.key) if by_id else None
                 if tomb is not None and override is None:
                     self._append_record(
-                        self._record(
-                            "refuse",
-                            None,
-                            (eid,),
-                            actor=None,
-                            reason="re-admission of tombstoned content",
-                            turn=entry.turn,
-                            outcome=Refusal.READMISSION.value,
-                            detail={
-                                "request": "append",
-                                "tombstone": tomb_to_dict(tomb),
-                                "refusals": [Refusal.READMISSION.value],
-                            },
-                        )
+                        refuse_record(len(self._st.records), time.time(), eid, entry.turn, tomb)
                     )
                     raise ReadmissionRefused(
                         f"entry {eid!r} matches tombstone of {tomb.id!r} (pruned at version "
@@ -576,19 +551,16 @@ class Buffer(Streams):
                     st.immutable_hashes[entry.id] = entry.content_hash
                 else:
                     st.unmarked_new.append(entry.id)
-                record = _build_append_record(len(st.records), entry, k, n, _wall_clock())
-                detail = dict(record.detail)
-                if entry is not batch[0]:
-                    detail["batch"] = True
-                if override is not None:
-                    detail["override"] = {"reason": override.reason, "turn": override.turn}
-                    record = record._replace(
-                        reason=override.reason,
-                        outcome="overridden" if overridden else "applied",
-                        detail=detail,
-                    )
-                else:
-                    record = record._replace(detail=detail)
+                record = append_record(
+                    len(st.records),
+                    entry,
+                    k,
+                    n,
+                    _wall_clock(),
+                    entry is not batch[0],
+                    override,
+                    overridden,
+                )
                 self._append_record(record)
             st.head = new
             return n
@@ -813,25 +785,19 @@ class Buffer(Streams):
         for i in id_list:
             if i in refused:
                 outcomes[i] = Outcome(Status.MARKED, refused[i])
-        detail = {
-            "marks": new_marks,
-            "staged": [[g.gid, list(g.ids), g.grace, g.staged] for g in groups],
-            "outcomes": {
-                i: [o.status.value, None if o.refusal is None else o.refusal.value]
-                for i, o in outcomes.items()
-            },
-            "refusals": [o.refusal.value for o in outcomes.values() if o.refusal is not None],
-        }
         self._append_record(
-            self._record(
-                "prune",
+            prune_record(
+                len(self._st.records),
+                time.time(),
                 version,
                 tuple(id_list),
                 actor=actor,
                 reason=reason,
                 turn=turn,
                 outcome="staged" if groups else ("marked" if changed else "unchanged"),
-                detail=detail,
+                marks=new_marks,
+                staged=staged_rows(groups),
+                outcomes=outcomes,
             )
         )
         if changed:
@@ -966,21 +932,3 @@ _FAST_PATH_FIELDS: dict[Any, str] = {
 for _cls, _fields in _FAST_PATH_FIELDS.items():
     if _cls._fields != tuple(_fields.split()):  # pragma: no cover - guards edits to records.py
         raise ImportError(f"{_cls.__name__} fields changed: update the fast paths in buffer.py")
-
-# Builders of the compact records of the fast paths (see log.py): called with
-# the record's seq, then the fields the fast path stored.
-
-
-def _build_append_record(seq: int, entry: Entry, key: float, n: int, at: float) -> LogRecord:
-    return LogRecord(
-        seq,
-        at,
-        "append",
-        n,
-        (entry.id,),
-        None,
-        None,
-        entry.turn,
-        "applied",
-        {"entry": entry.to_dict(), "key": key},
-    )

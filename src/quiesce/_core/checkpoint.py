@@ -63,12 +63,11 @@ from .errors import LogFormatError
 from .grace import Group
 from .log import ReadableSink, Records, check_read
 from .records import LogRecord, Mark, Refusal, Tombstone
-from .replay import _tomb as tomb_from_dict
 from .replay import replay
 from .state import BufferState, HasState, state_of
 from .stream import durable_dict, reopen, stream_header
-from .tombstone import tomb_to_dict
 from .version import Tombs, Version
+from .wire import Op, anchor_record, checkpoint_record, parse_anchor, parse_checkpoint
 
 __all__ = [
     "ANCHOR_OP",
@@ -89,11 +88,11 @@ __all__ = [
 ]
 
 #: The op of a checkpoint record.
-CHECKPOINT_OP = "checkpoint"
+CHECKPOINT_OP = Op.CHECKPOINT.value
 
 #: The op of a checkpoint's anchor: the record right before it, carrying
 #: its SHA-256 (changes nothing when replayed).
-ANCHOR_OP = "anchor"
+ANCHOR_OP = Op.ANCHOR.value
 
 #: Records between automatic checkpoints (``Buffer(checkpoint_every=...)``;
 #: 0 turns them off). A checkpoint costs O(live + tombstones) to build and
@@ -185,7 +184,7 @@ def _listed_tombs(tombs: Tombs) -> dict[str, Any]:
         if t.key is not None:
             by_key[t.key] = t.id
     return {
-        "tombstones": [tomb_to_dict(t) for t in tomb_list],
+        "tombstones": [t.to_dict() for t in tomb_list],
         "tomb_runs": tombs.runs(),
         "by_hash": sorted([h, i] for h, i in by_hash.items()),
         "by_key": sorted([k, i] for k, i in by_key.items()),
@@ -209,10 +208,7 @@ def checkpoint_records(
     them only if the log has not grown since (``state["records"] - 1``
     records held)."""
     seq = state["records"]
-    anchor = LogRecord(
-        seq - 1, at, ANCHOR_OP, None, (), None, None, None, "applied", {"sha256": digest}
-    )
-    return anchor, _record(state, at, digest)
+    return anchor_record(seq - 1, at, digest), _record(state, at, digest)
 
 
 def checkpoint_digest(state: dict[str, Any]) -> str:
@@ -225,18 +221,8 @@ def checkpoint_digest(state: dict[str, Any]) -> str:
 def _record(state: dict[str, Any], at: float, digest: str | None = None) -> LogRecord:
     """The checkpoint record of ``state`` (seq ``state["records"]``),
     checksummed (``digest``: :func:`checkpoint_digest` of it, if done)."""
-    return LogRecord(
-        state["records"],
-        at,
-        CHECKPOINT_OP,
-        None,
-        (),
-        None,
-        None,
-        None,
-        "applied",
-        {"sha256": _digest(state) if digest is None else digest, "state": state},
-    )
+    digest = _digest(state) if digest is None else digest
+    return checkpoint_record(state["records"], at, digest, state)
 
 
 def check_anchor(anchor: LogRecord | None, rec: LogRecord) -> None:
@@ -245,7 +231,7 @@ def check_anchor(anchor: LogRecord | None, rec: LogRecord) -> None:
     :data:`ANCHOR_OP` carrying the checkpoint's SHA-256. O(1)."""
     if anchor is None or anchor.op != ANCHOR_OP:
         raise LogFormatError(f"checkpoint {rec.seq} has no anchor record before it")
-    if anchor.detail.get("sha256") != rec.detail.get("sha256"):
+    if parse_anchor(anchor) != rec.detail.get("sha256"):
         raise LogFormatError(
             f"checkpoint {rec.seq} is not the one its anchor (record {anchor.seq}) announced"
         )
@@ -254,12 +240,7 @@ def check_anchor(anchor: LogRecord | None, rec: LogRecord) -> None:
 def verify_checkpoint(rec: LogRecord) -> dict[str, Any]:
     """The state of checkpoint record ``rec``, if its checksum holds and it
     names its own seq; otherwise :class:`LogFormatError`."""
-    if rec.op != CHECKPOINT_OP:
-        raise LogFormatError(f"log record {rec.seq} is a {rec.op!r} record, not a checkpoint")
-    state = rec.detail.get("state")
-    want = rec.detail.get("sha256")
-    if not isinstance(state, dict) or not isinstance(want, str):
-        raise LogFormatError(f"checkpoint {rec.seq} has no state or checksum")
+    state, want = parse_checkpoint(rec)
     try:
         got = _digest(state)
     except (TypeError, ValueError) as exc:
@@ -277,7 +258,7 @@ _KINDS[None] = None
 
 def _tombstones(items: object) -> dict[str, Tombstone]:
     """The checkpoint's tombstones by id. A tombstone exactly as
-    ``tomb_to_dict`` writes it (its fields of the right types) is built
+    ``Tombstone.to_dict`` writes it (its fields of the right types) is built
     directly, about 1 µs each; anything else goes through the replay's
     checked decoder, which names what is wrong. Raises ``TypeError`` or
     ``LogFormatError`` for a malformed list. O(tombstones)."""
@@ -308,7 +289,7 @@ def _tombstones(items: object) -> dict[str, Tombstone]:
                 ):
                     out[i] = new(Tombstone, (i, h, r, turn, actor, version, kinds[kind], key))
                     continue
-        t = tomb_from_dict(d)
+        t = Tombstone.from_dict(d)
         out[t.id] = t
     return out
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import time
 from bisect import bisect_left, insort
 from collections.abc import Callable, Container, Mapping, Sequence
 from typing import Any
@@ -32,6 +33,7 @@ from .publish import Publisher
 from .records import HOST_ACTOR, EditReport, Escalation, EscalationKind, Mark, Refusal
 from .tombs import Prefetched
 from .version import Slot, Version
+from .wire import edit_record, edit_refused_record, staged_rows
 
 __all__ = ["HOST_ACTOR", "WHY_KEPT", "Editor"]
 
@@ -307,21 +309,14 @@ class Editor(Publisher):
         detail = "; ".join(dict.fromkeys(why))
         esc = Escalation(EscalationKind.REFUSED_EDIT, detail, plan, refusals, head.number)
         self._append_record(
-            self._record(
-                "edit",
-                None,
+            edit_refused_record(
+                len(self._st.records),
+                time.time(),
                 _plan_ids(plan),
-                actor=plan.actor,
-                reason=plan.reason,
-                turn=plan.turn,
-                outcome="refused",
-                detail={
-                    "plan": plan.to_dict(),
-                    "refusals": [r.value for r in refusals],
-                    "why": list(dict.fromkeys(why)),
-                    "rationale": self._rationale_copy(plan),
-                    "escalation": EscalationKind.REFUSED_EDIT.value,
-                },
+                plan=plan,
+                refusals=refusals,
+                why=list(dict.fromkeys(why)),
+                rationale=self._rationale_copy(plan),
             )
         )
         self._escalate(esc)
@@ -386,36 +381,22 @@ class Editor(Publisher):
                 checked=True,
             )
         self._append_record(
-            self._record(
-                "edit",
+            edit_record(
+                len(self._st.records),
+                time.time(),
                 n,
                 _plan_ids(plan),
-                actor=plan.actor,
-                reason=plan.reason,
-                turn=plan.turn,
-                outcome="applied",
-                detail={
-                    "plan": plan.to_dict(),
-                    "rewrites": [new.to_dict() for _old, new in rewrites],
-                    # a rewrite keeps the entry's mark, which judged the earlier
-                    # content: the mark's version predates this one
-                    **({"marks_kept": kept} if kept else {}),
-                    "inserted": inserted,
-                    # after a renumbering ``keys`` holds every live id, and
-                    # only the ``placed`` ones changed (for base checks)
-                    "keys": {i: draft.live[i].key for i in keys},
-                    **({} if renumbered is None else {"placed": sorted(renumbered)}),
-                    "marks": new_marks,
-                    "staged": []
-                    if group is None
-                    else [[group.gid, list(group.ids), group.grace, group.staged]],
-                    "rationale": self._rationale_copy(plan),
-                    "refusals": [],
-                    # the override let content matching a tombstone back in
-                    **({"readmission_overridden": True} if overridden else {}),
-                    # the host's explicit retraction (any kind; see edit())
-                    **({"retracted": list(retracted)} if retracted else {}),
-                },
+                plan=plan,
+                rewrites=[new for _old, new in rewrites],
+                marks_kept=kept,
+                inserted=inserted,
+                keys={i: draft.live[i].key for i in keys},
+                placed=renumbered,
+                marks=new_marks,
+                staged=[] if group is None else staged_rows([group]),
+                rationale=self._rationale_copy(plan),
+                readmission_overridden=overridden,
+                retracted=retracted,
             )
         )
         written = [new for _old, new in rewrites] + [op.into for op, _ in summaries]

@@ -15,17 +15,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .base_errors import LogFormatError as LogFormatError
+from .base_errors import QuiesceError as QuiesceError
+
 if TYPE_CHECKING:
     from .tombstone import Tombstone
-
-
-class QuiesceError(Exception):
-    """Base class of every error raised by quiesce."""
-
-    def __str__(self) -> str:
-        # KeyError's str() repr-quotes its argument; every quiesce error reads as
-        # the plain message instead.
-        return str(self.args[0]) if self.args else ""
 
 
 class InvalidArgument(QuiesceError, ValueError):
@@ -113,11 +107,6 @@ class LogWriteError(QuiesceError, OSError):
     def __init__(self, *args: object, pending: int = 0) -> None:
         super().__init__(*args)
         self.pending = pending
-
-
-class LogFormatError(QuiesceError, ValueError):
-    """A log file is not a quiesce log, is corrupt beyond a torn tail, or was
-    written by a newer format. Nothing is written to it."""
 
 
 class LogRecordDropped(QuiesceError, LookupError):

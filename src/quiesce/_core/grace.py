@@ -36,13 +36,15 @@ from __future__ import annotations
 
 import contextlib
 import heapq
+import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .errors import LogWriteError
 from .pins import PinRegistry
 from .records import Escalation, EscalationKind, LogRecord
 from .state import BufferState, Group
+from .wire import escalate_record
 
 __all__ = ["Grace", "Group"]
 
@@ -58,18 +60,6 @@ class Grace:
 
         def _apply_due_locked(self) -> tuple[str, ...]: ...
         def _apply_due_durable(self, *, blocking: bool) -> tuple[str, ...] | None: ...
-        def _record(
-            self,
-            op: str,
-            version: int | None,
-            ids: tuple[str, ...],
-            *,
-            actor: str | None,
-            reason: str | None,
-            turn: int | None,
-            outcome: str,
-            detail: dict[str, Any],
-        ) -> LogRecord: ...
         def _append_record(self, record: LogRecord) -> None: ...
         def _escalate(self, esc: Escalation) -> None: ...
 
@@ -187,15 +177,13 @@ class Grace:
             data = {"deferred": len(self._st.staged_ids), "bound": bound, "oldest_pin": oldest}
             esc = Escalation(EscalationKind.BACKLOG, detail, None, (), self._st.head.number, data)
             self._append_record(
-                self._record(
-                    "escalate",
-                    None,
+                escalate_record(
+                    len(self._st.records),
+                    time.time(),
                     (),
-                    actor=None,
-                    reason=detail,
-                    turn=None,
-                    outcome=EscalationKind.BACKLOG.value,
-                    detail={"kind": EscalationKind.BACKLOG.value, "data": data},
+                    detail,
+                    EscalationKind.BACKLOG.value,
+                    data,
                 )
             )
             self._escalate(esc)

@@ -14,7 +14,7 @@ Deferred records. The two hottest writers (``mark_stale`` and ``append``)
 append a *compact* record: a plain ``tuple`` ``(build, *fields)`` holding the
 objects the change made anyway (the Entry) and its wall-clock time, or for a
 mark ``(id, reason, turn, version, time)`` (atomic values only, so the
-garbage collector untracks it; :func:`mark_record`).
+garbage collector untracks it; :func:`.wire.mark_record`).
 :func:`materialize` turns it into the :class:`LogRecord` (``build(seq,
 *fields)``) the first time anyone reads it — the view, a flush, a check — and
 stores that back, so the record is built at most once and never on the fast
@@ -38,12 +38,12 @@ missing or damaged one raises :class:`LogFormatError`, never another record.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from types import MappingProxyType
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, overload, runtime_checkable
 
 from .errors import LogFormatError, LogRecordDropped
 from .records import LogRecord
+from .wire import mark_record
 
 __all__ = [
     "DEFAULT_RETENTION",
@@ -269,19 +269,6 @@ def build_compact(seq: int, rec: tuple[Any, ...]) -> LogRecord:
     return build(seq, *rec[1:])  # type: ignore[no-any-return]
 
 
-def mark_record(
-    seq: int, entry_id: str, reason: str, turn: int | None, version: int, at: float
-) -> LogRecord:
-    """The LogRecord of a compact mark record ``(entry_id, reason, turn,
-    version, at)``. That tuple holds only atomic values, so the garbage
-    collector stops tracking it (issue 13: a long log tail costs a full
-    collection nothing per mark)."""
-    return LogRecord(
-        seq, at, "mark", version, (entry_id,), None, reason, turn, "applied", _EMPTY_DETAIL
-    )
-
-
-_EMPTY_DETAIL: Mapping[str, Any] = MappingProxyType({})
 
 
 @runtime_checkable

@@ -41,9 +41,9 @@ from .log import DURABLE_TAIL, materialize_range
 from .policy import Policy, default_negative_classifier
 from .records import Escalation, EscalationKind, LogRecord, Refusal, Tombstone
 from .state import BufferState
-from .tombstone import tomb_to_dict
+from .wire import escalate_record, intent_record, remove_record
 
-__all__ = ["Publisher", "count_record", "tomb_to_dict"]
+__all__ = ["Publisher", "count_record"]
 
 _get_ident = threading.get_ident
 
@@ -171,16 +171,13 @@ class Publisher(Grace):
                 if slot is not None:
                     e = slot.entry
                     tomb = Tombstone(i, e.content_hash, g.reason, g.turn, g.actor, 0, e.kind, e.key)
-                    tombs.append(tomb_to_dict(tomb) | {"version": None})
-        record = self._record(
-            "tombstone",
-            None,
+                    tombs.append(tomb)
+        record = intent_record(
+            len(self._st.records),
+            time.time(),
             tuple(i for g in groups for i in g.ids),
-            actor=None,
-            reason="removal intent",
-            turn=None,
-            outcome="intent",
-            detail={"gids": [g.gid for g in groups], "tombstones": tombs},
+            [g.gid for g in groups],
+            tombs,
         )
         self._append_record(record)
         return record.seq
@@ -225,22 +222,19 @@ class Publisher(Grace):
             draft.remove(tomb)
         ids = tuple(i for g in groups for i in g.ids)
         retracted = [i for i, g in removal.items() if i in g.retracted]
-        record = self._record(
-            "remove",
+        record = remove_record(
+            len(self._st.records),
+            time.time(),
             n if removal else None,
             ids,
             actor=groups[0].actor if len(groups) == 1 else None,
             reason=groups[0].reason if len(groups) == 1 else "batch",
-            turn=None,
             outcome="applied" if removal and not refused else ("partial" if removal else "refused"),
-            detail={
-                "gids": [g.gid for g in groups],
-                "tombstones": [tomb_to_dict(t) for t in tombs],
-                "refused": {i: r.value for i, r in refused.items()},
-                "refusals": [r.value for r in refused.values()],
-                **({} if intent is None else {"intent": intent}),
-                **({"retracted": retracted} if retracted else {}),
-            },
+            gids=[g.gid for g in groups],
+            tombs=tombs,
+            refused=refused,
+            intent=intent,
+            retracted=retracted,
         )
         if removal:
             # Invariant: a tombstone is durable before the removal it records
@@ -344,43 +338,11 @@ class Publisher(Grace):
         kind = EscalationKind.REFUSED_EDIT
         esc = Escalation(kind, detail, None, (Refusal.NEGATIVE,), self._st.head.number, data)
         self._append_record(
-            self._record(
-                "escalate",
-                None,
-                (entry_id,),
-                actor=None,
-                reason=detail,
-                turn=None,
-                outcome=kind.value,
-                detail={"kind": kind.value, "data": data},
+            escalate_record(
+                len(self._st.records), time.time(), (entry_id,), detail, kind.value, data
             )
         )
         self._escalate(esc)
-
-    def _record(
-        self,
-        op: str,
-        version: int | None,
-        ids: tuple[str, ...],
-        *,
-        actor: str | None,
-        reason: str | None,
-        turn: int | None,
-        outcome: str,
-        detail: dict[str, Any],
-    ) -> LogRecord:
-        return LogRecord(
-            len(self._st.records),
-            time.time(),
-            op,
-            version,
-            ids,
-            actor,
-            reason,
-            turn,
-            outcome,
-            detail,
-        )
 
     def _append_record(self, record: LogRecord) -> None:
         hook = self._st.record_hook
@@ -526,15 +488,13 @@ class Publisher(Grace):
         self._st.write_lock.acquire()
         try:
             self._append_record(
-                self._record(
-                    "escalate",
-                    None,
+                escalate_record(
+                    len(self._st.records),
+                    time.time(),
                     tuple(str(i) for i in (data or {}).get("ids", ())),
-                    actor=None,
-                    reason=detail,
-                    turn=None,
-                    outcome=kind.value,
-                    detail={"kind": kind.value, "data": dict(data or {})},
+                    detail,
+                    kind.value,
+                    dict(data or {}),
                 )
             )
         finally:

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -49,12 +48,21 @@ from .grace import Group as _Group
 from .ledger import guarded, note_written
 from .policy import IMMUTABLE_KINDS, PROTECTED_KINDS
 from .publish import count_record as _count
-from .records import FORMAT, HOST_ACTOR, LogRecord, Mark, Tombstone
+from .records import FORMAT, HOST_ACTOR, LogRecord, Mark
 from .state import BufferState, HasState, state_of
 from .stream import reopen, reopen_entry, replay_finish, replay_text, stream_header
 from .version import Slot
+from .wire import (
+    parse_append,
+    parse_change,
+    parse_mark,
+    parse_remove,
+    parse_stream_finish,
+    parse_stream_open,
+    parse_stream_text,
+)
 
-__all__ = ["replay", "tomb_from_dict"]
+__all__ = ["replay"]
 
 
 class _Invalid(Exception):
@@ -75,43 +83,6 @@ def _opt_turn(value: object) -> bool:
     return value is None or (type(value) is int and value >= 0)
 
 
-def _tomb(d: Mapping[str, Any]) -> Tombstone:
-    _require(isinstance(d, Mapping), "a tombstone is not an object")
-    version = d["version"]
-    kind = d.get("kind")
-    _require(
-        type(d["id"]) is str
-        and type(d["content_hash"]) is str
-        and type(d["reason"]) is str
-        and _opt_turn(d["turn"])
-        and _opt_str(d["actor"])
-        and (version is None or type(version) is int)
-        and _opt_str(d.get("key"))
-        and _opt_str(kind),
-        f"tombstone {d.get('id')!r} has a field of the wrong type",
-    )
-    return Tombstone(
-        d["id"],
-        d["content_hash"],
-        d["reason"],
-        d["turn"],
-        d["actor"],
-        version,
-        None if kind is None else Kind(kind),
-        d.get("key"),
-    )
-
-
-def tomb_from_dict(d: Mapping[str, Any]) -> Tombstone:
-    """The :class:`Tombstone` of its wire form (``publish.tomb_to_dict``),
-    its fields' types checked; :class:`LogFormatError` for a malformed one.
-    O(1)."""
-    try:
-        return _tomb(d)
-    except (_Invalid, KeyError, ValueError) as exc:
-        raise LogFormatError(f"malformed tombstone: {exc}") from None
-
-
 def _retracted(rec: LogRecord, index: int) -> list[str]:
     """The ids an applied edit record retracts: only a host plan with an
     override may (edit.py); anything else claiming it is refused."""
@@ -124,23 +95,6 @@ def _retracted(rec: LogRecord, index: int) -> list[str]:
             f"log record {index} retracts {ids!r} but is not a host plan with an override"
         )
     return list(ids)
-
-
-#: Order keys stay far below 2**53, where ``key + 1`` still exceeds ``key``
-#: (the engine's keys count appends; midpoints lie between them).
-_KEY_LIMIT = 2.0**52
-
-
-def _order_key(value: object) -> float:
-    """An order key as stored: a finite number (never a string, a bool, NaN)
-    of magnitude below :data:`_KEY_LIMIT`."""
-    _require(
-        type(value) in (int, float) and math.isfinite(value),  # type: ignore[arg-type]
-        f"order key {value!r} is not a finite number",
-    )
-    key = float(value)  # type: ignore[arg-type]
-    _require(abs(key) < _KEY_LIMIT, f"order key {value!r} is out of range")
-    return key
 
 
 class _Keys:
@@ -239,12 +193,11 @@ def replay(st: BufferState | HasState, records: Sequence[LogRecord]) -> None:
         try:
             _require(v is None or type(v) is int, f"version {v!r} is not an int")
             if op == "append":
-                if det.get("batch") is True and batch_at is not None and v == batch_at:
+                entry, key, batch, _override = parse_append(rec)
+                if batch and batch_at is not None and v == batch_at:
                     pass  # the rest of a batch (Buffer.extend): the same version
                 else:
                     v = _publishes(v, number, bool(streams))
-                entry = Entry.from_dict(det["entry"])
-                key = _order_key(det["key"])
                 _check_new(draft, entry)
                 keys.take(key, entry.id)
                 draft.add(entry, key, v)
@@ -254,19 +207,18 @@ def replay(st: BufferState | HasState, records: Sequence[LogRecord]) -> None:
                     st.protected_at[entry.id] = rec.seq  # claims.py: its record
             elif op == "mark":
                 v = _publishes(v, number, bool(streams))
-                _require(len(rec.ids) == 1, f"a mark names {len(rec.ids)} ids, not one")
-                i = rec.ids[0]
+                i, reason, turn = parse_mark(rec)
                 _check_markable(draft, i, IMMUTABLE_KINDS)
-                draft.marks[i] = Mark(i, rec.reason or "", rec.turn, v)
+                draft.marks[i] = Mark(i, reason, turn, v)
             elif op in ("prune", "edit"):
                 if op == "edit" and rec.outcome != "applied":
                     _require(v is None, "a refused edit publishes a version")
                 else:
-                    changes = op == "edit" or bool(det.get("marks"))
+                    change = parse_change(rec)
+                    changes = op == "edit" or bool(change.marks)
                     n = _publishes(v, number, bool(streams)) if changes else number
                     _require(changes or v is None, "it publishes a version but changes nothing")
-                    for new in _list(det.get("rewrites", []), "rewrites"):
-                        entry = Entry.from_dict(new)
+                    for entry in change.rewrites:
                         old = _live(draft, entry.id, "rewritten")
                         _require(
                             old.entry.kind not in IMMUTABLE_KINDS
@@ -277,21 +229,15 @@ def replay(st: BufferState | HasState, records: Sequence[LogRecord]) -> None:
                             _require(ref in draft.live, f"{entry.id!r} cites {ref!r}, not live")
                         draft.replace(entry, n)
                         note_written(st.protected_at, rec.seq, (entry,))
-                    for ins in _list(det.get("inserted", []), "inserted"):
-                        entry = Entry.from_dict(ins["entry"])
-                        key = _order_key(ins["key"])
+                    for entry, key in change.inserted:
                         _check_new(draft, entry)
                         keys.take(key, entry.id)
                         draft.add(entry, key, n)
                         if entry.kind in IMMUTABLE_KINDS:
                             st.immutable_hashes[entry.id] = entry.content_hash
                         note_written(st.protected_at, rec.seq, (entry,))
-                    placed = det.get("placed")  # present after a renumbering
-                    if placed is not None:
-                        placed = set(_list(placed, "placed"))
-                    moved = det.get("keys", {})
-                    _require(isinstance(moved, dict), "keys is not an object")
-                    new_keys = {i: _order_key(k) for i, k in moved.items()}
+                    placed = change.placed  # present after a renumbering
+                    new_keys = change.keys
                     for i in new_keys:
                         _live(draft, i, "moved")
                     keys.move(draft, new_keys)
@@ -299,18 +245,16 @@ def replay(st: BufferState | HasState, records: Sequence[LogRecord]) -> None:
                         touch = placed is None or i in placed
                         draft.set_key(i, key, n, touch=touch)
                     retracted = frozenset(_retracted(rec, index))
-                    for mark in _list(det.get("marks", []), "marks"):
-                        i, reason, turn = mark
+                    for i, reason, turn in change.marks:
                         # only the host's retraction marks an immutable entry
                         _check_markable(draft, i, IMMUTABLE_KINDS - _kinds_of(draft, i, retracted))
                         _require(type(reason) is str and _opt_turn(turn), f"mark of {i!r} is bad")
                         draft.marks[i] = Mark(i, reason, turn, n)
-                    for gid, ids, grace, staged in _list(det.get("staged", []), "staged"):
+                    for gid, ids, grace, staged in change.staged:
                         _require(
                             type(gid) is int and gid not in groups,
                             f"staged group {gid!r} is not a new group id",
                         )
-                        ids = tuple(_list(ids, "a staged group's ids"))
                         for i in ids:
                             _require(
                                 type(i) is str and i in draft.marks,
@@ -334,10 +278,7 @@ def replay(st: BufferState | HasState, records: Sequence[LogRecord]) -> None:
                             retracted.intersection(ids),
                         )
             elif op == "remove":
-                tombs = [_tomb(t) for t in _list(det.get("tombstones", []), "tombstones")]
-                retracted = frozenset(_list(det.get("retracted", []), "retracted"))
-                gids = list(_list(det.get("gids", []), "gids"))
-                _require(all(type(g) is int for g in gids), "a group id is not an int")
+                tombs, gids, retracted, _refused = parse_remove(rec)
                 if tombs:
                     n = _publishes(v, number, bool(streams))
                 else:
@@ -369,36 +310,35 @@ def replay(st: BufferState | HasState, records: Sequence[LogRecord]) -> None:
                     groups.pop(gid, None)
             elif op == "stream_open":
                 v = _publishes(v, number, bool(streams))
-                header = stream_header(det["entry"])
-                _require(det["entry"].get("body", "") == "", "a stream opens with a body")
-                key = _order_key(det["key"])
+                header_dict, key = parse_stream_open(rec)
+                header = stream_header(header_dict)
                 _check_new(draft, header)
                 keys.take(key, header.id)
                 draft.add(reopen(st, header, key, ""), key, v)
             elif op == "stream_text":
                 _require(v is None, "a stream_text record publishes a version")
-                _require(len(rec.ids) == 1, f"it names {len(rec.ids)} ids, not one")
-                w = streams.get(rec.ids[0])
-                _require(w is not None, f"{rec.ids[0]!r} is not an open stream")
+                text = parse_stream_text(rec)
+                w = streams.get(text.id)
+                _require(w is not None, f"{text.id!r} is not an open stream")
                 assert w is not None
-                through = det["through"]
+                through = text.through
                 _require(
-                    type(through) is int and through >= draft.live[w.id].changed,
+                    through >= draft.live[w.id].changed,
                     f"its text is through version {through!r}",
                 )
-                replay_text(w, det["offset"], det["text"], det.get("writes", 0))
+                replay_text(w, text.offset, text.text, text.writes)
                 number = max(number, through)
                 draft.replace(reopen_entry(w), through)
             elif op in ("stream_close", "stream_abort"):
                 v = _publishes(v, number, bool(streams))
-                _require(len(rec.ids) == 1, f"it names {len(rec.ids)} ids, not one")
-                w = streams.pop(rec.ids[0], None)
-                _require(w is not None, f"{rec.ids[0]!r} is not an open stream")
+                finish = parse_stream_finish(rec)
+                w = streams.pop(finish.id, None)
+                _require(w is not None, f"{finish.id!r} is not an open stream")
                 assert w is not None
-                aborted = op == "stream_abort"
+                aborted = finish.aborted
                 final = replay_finish(w, det, aborted)
                 draft.replace(final, v)
-                if aborted and det.get("mark"):
+                if finish.mark:
                     _check_markable(draft, w.id, IMMUTABLE_KINDS)
                     _require(type(rec.reason) is str and rec.reason, "an abort without a reason")
                     draft.marks[w.id] = Mark(w.id, rec.reason or "", rec.turn, v)

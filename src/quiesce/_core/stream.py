@@ -69,9 +69,10 @@ from .errors import (
 )
 from .policy import _CACHE_FROM as _CLASSIFY_FROM
 from .policy import PROTECTED_KINDS, preclassify
-from .records import LogRecord, Mark, Refusal
+from .records import Mark, Refusal
 from .state import BufferState
 from .version import ADD, EMPTY_MAP, MAX_CHAIN, PATCH_MAX, REPLACE, Slot, Version
+from .wire import stream_finish_record, stream_open_record, stream_text_record
 
 __all__ = ["TAIL", "OpenEntry", "StreamWriter", "Streams"]
 
@@ -536,18 +537,8 @@ class Streams(Editor):
             )
             new.derive(head, ADD, (entry, order))
             self._st.unmarked_new.append(eid)
-            self._append_record(
-                self._record(
-                    "stream_open",
-                    n,
-                    (eid,),
-                    actor=None,
-                    reason=None,
-                    turn=header.turn,
-                    outcome="applied",
-                    detail={"entry": header.to_dict(), "key": order},
-                )
-            )
+            record = stream_open_record(len(self._st.records), _wall_clock(), n, header, order)
+            self._append_record(record)
             self._st.streams[eid] = w
             self._st.head = new
             return w
@@ -592,27 +583,12 @@ class Streams(Editor):
         eid = w.id
         n = head.number + 1
         marks = head.marks
-        detail: dict[str, Any] = {
-            "offset": w._logged,
-            "text": w._text.since(w._logged),
-            "content_hash": final.content_hash,
-            "writes": w._writes,
-        }
-        if final.content is not None:
-            detail["content"] = final.to_dict()["content"]
-        if final.sealed:
-            # recovery checks a sealed entry byte for byte against the record
-            # that wrote it (claims.py): this one carries it whole
-            detail["entry"] = final.to_dict()
         mark: Mark | None = None
         if state is _ABORTED:
             assert reason is not None
             if eid not in marks:
                 mark = Mark(eid, reason, final.turn, n)
                 marks = marks.set(eid, mark)
-                detail["mark"] = True
-            if refusal is not None:
-                detail["refusals"] = [refusal]
         new: Version = _new_object(Version)
         new.number = n
         new.live = head.live.set(eid, Slot(final, w._key, n))
@@ -624,15 +600,18 @@ class Streams(Editor):
         new._view = None
         _replace_delta(new, head, w._key, final)
         self._append_record(
-            self._record(
-                "stream_close" if state is _CLOSED else "stream_abort",
+            stream_finish_record(
+                len(self._st.records),
+                _wall_clock(),
                 n,
-                (eid,),
-                actor=None,
+                final,
+                aborted=state is not _CLOSED,
                 reason=reason,
-                turn=final.turn,
-                outcome="applied" if state is _CLOSED else "aborted",
-                detail=detail,
+                offset=w._logged,
+                text=w._text.since(w._logged),
+                writes=w._writes,
+                mark=mark is not None,
+                refusal=refusal if state is _ABORTED else None,
             )
         )
         if mark is not None:
@@ -669,22 +648,14 @@ class Streams(Editor):
                 through = live[w.id].changed
                 text = w._text.since(w._logged)
                 self._append_record(
-                    LogRecord(
+                    stream_text_record(
                         len(self._st.records),
                         _wall_clock(),
-                        "stream_text",
-                        None,
-                        (w.id,),
-                        None,
-                        None,
-                        None,
-                        "applied",
-                        {
-                            "offset": w._logged,
-                            "text": text,
-                            "through": through,
-                            "writes": w._writes,
-                        },
+                        w.id,
+                        w._logged,
+                        text,
+                        through,
+                        w._writes,
                     )
                 )
                 w._logged = size

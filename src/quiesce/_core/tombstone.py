@@ -1,18 +1,22 @@
 """Tombstones: what remains of a removed entry.
 
-What it keeps true: a :class:`Tombstone` is a frozen value that depends only
-on :mod:`.kinds` and :mod:`.notes`, so :mod:`.errors` (whose errors carry
-one) and :mod:`.records` (which re-exports it) import it without a circle.
+What it keeps true: a :class:`Tombstone` is a frozen value with its log form
+(:meth:`Tombstone.to_dict`, :meth:`Tombstone.from_dict`) that depends only on
+:mod:`.kinds`, :mod:`.notes` and :mod:`.base_errors`, so :mod:`.errors` (whose
+errors carry one) and :mod:`.records` (which re-exports it) import it without a
+circle.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from .base_errors import LogFormatError
 from .kinds import Kind
 from .notes import escape_field
 
-__all__ = ["Tombstone", "tomb_to_dict"]
+__all__ = ["Tombstone"]
 
 
 class Tombstone(NamedTuple):
@@ -33,16 +37,46 @@ class Tombstone(NamedTuple):
         when = f"turn {self.turn}" if self.turn is not None else f"version {self.version}"
         return f"[{escape_field(self.id)} pruned at {when}: {escape_field(self.reason)}]"
 
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready form the log, checkpoints and the shared buffer's
+        wire hold (its eight fields; ``kind`` as its value). O(1)."""
+        return {
+            "id": self.id,
+            "content_hash": self.content_hash,
+            "reason": self.reason,
+            "turn": self.turn,
+            "actor": self.actor,
+            "version": self.version,
+            "kind": None if self.kind is None else self.kind.value,
+            "key": self.key,
+        }
 
-def tomb_to_dict(t: Tombstone) -> dict[str, Any]:
-    """The JSON form of a tombstone as the log records hold it. O(1)."""
-    return {
-        "id": t.id,
-        "content_hash": t.content_hash,
-        "reason": t.reason,
-        "turn": t.turn,
-        "actor": t.actor,
-        "version": t.version,
-        "kind": None if t.kind is None else t.kind.value,
-        "key": t.key,
-    }
+    @classmethod
+    def from_dict(cls, d: object) -> Tombstone:
+        """Invert :meth:`to_dict`, every field's type checked (``version``
+        may be ``None``: a removal intent's); :class:`LogFormatError` for a
+        malformed one, never ``KeyError``/``ValueError``. O(1)."""
+        if not isinstance(d, Mapping):
+            raise LogFormatError("a tombstone is not an object")
+        try:
+            i, h, r, turn, actor = d["id"], d["content_hash"], d["reason"], d["turn"], d["actor"]
+            version = d["version"]
+        except KeyError as exc:
+            raise LogFormatError(f"tombstone {d.get('id')!r} lacks field {exc}") from None
+        kind, key = d.get("kind"), d.get("key")
+        if not (
+            type(i) is str
+            and type(h) is str
+            and type(r) is str
+            and (turn is None or (type(turn) is int and turn >= 0))
+            and (actor is None or type(actor) is str)
+            and (version is None or type(version) is int)
+            and (key is None or type(key) is str)
+            and (kind is None or kind in _KIND_VALUES)
+        ):
+            raise LogFormatError(f"tombstone {i!r} has a field of the wrong type")
+        kind_ = None if kind is None else Kind(kind)
+        return cls(i, h, r, turn, actor, version, kind_, key)  # type: ignore[arg-type]
+
+
+_KIND_VALUES = frozenset(k.value for k in Kind)

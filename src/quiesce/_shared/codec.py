@@ -21,7 +21,6 @@ from .._core import errors as _errors
 from .._core.entry import Entry
 from .._core.errors import InvalidArgument, QuiesceError
 from .._core.plan import EditPlan, Move, Op, Prune, Rewrite, Summarize
-from .._core.publish import tomb_to_dict
 from .._core.records import (
     EditReport,
     Escalation,
@@ -35,7 +34,6 @@ from .._core.records import (
     Status,
     Tombstone,
 )
-from .._core.replay import tomb_from_dict
 from .._log._format import MAX_DEPTH, _too_deep, decode_json
 
 #: The key, in a log record's ``detail``, naming the forwarded request whose
@@ -273,7 +271,7 @@ def _error_to_dict(exc: BaseException) -> dict[str, Any]:
     d: dict[str, Any] = {"error": type(exc).__name__, "message": str(exc)}
     tomb = getattr(exc, "tombstone", None)
     if isinstance(tomb, Tombstone):
-        d["tombstone"] = tomb_to_dict(tomb)
+        d["tombstone"] = tomb.to_dict()
     if isinstance(exc, _errors.DanglingReference):
         d["ref"] = exc.ref
     return d
@@ -286,7 +284,7 @@ def _error_from_dict(d: dict[str, Any]) -> QuiesceError:
         cls = QuiesceError
     message = str(d["message"])
     tomb = d.get("tombstone")
-    tombstone = None if tomb is None else tomb_from_dict(tomb)
+    tombstone = None if tomb is None else Tombstone.from_dict(tomb)
     if issubclass(cls, _errors.DanglingReference):
         return cls(message, str(d.get("ref", "")), tombstone)
     if issubclass(cls, _errors.EntryPruned | _errors.ReadmissionRefused):
