@@ -58,14 +58,14 @@ from .checkpoint import (
 )
 from .entry import MAX_STORED_INT, Entry, check_id, check_int, check_text, check_turn
 from .errors import (
-    DanglingReference,
-    DuplicateEntry,
     InvalidArgument,
     InvalidType,
     LogFormatError,
     LogWriteError,
     ProtectedEntry,
     ReadmissionRefused,
+    dangling_ref,
+    duplicate_id,
 )
 from .graph import cascade, components, sealed_conflicts, sealed_lookups
 from .log import DEFAULT_RETENTION, EditLog, LogSink, ReadableSink, Records
@@ -375,36 +375,17 @@ class Buffer(Streams):
             eid = entry.id
             live = head.live
             by_id = head.tombs.by_id
-            if eid in live:
-                raise DuplicateEntry(f"entry {eid!r} is already in the buffer")
-            if eid in by_id:
-                raise DuplicateEntry(
-                    f"entry {eid!r} was pruned at version {by_id[eid].version}; ids are not reused"
-                )
+            if eid in live or eid in by_id:
+                raise duplicate_id(eid, by_id.get(eid))
             for ref in entry.refs:
                 if ref not in live:
-                    tomb = by_id.get(ref)
-                    if tomb is not None:
-                        raise DanglingReference(
-                            f"entry {eid!r} cites {ref!r}, pruned at version {tomb.version}: "
-                            f"{tomb.reason}",
-                            ref,
-                            tomb,
-                        )
-                    raise DanglingReference(f"entry {eid!r} cites unknown entry {ref!r}", ref, None)
+                    raise dangling_ref(eid, ref, by_id.get(ref))
             overridden = False
             if head.tombs.by_id:
                 tomb = head.tombs.matching(entry.content_hash, entry.key)
                 if tomb is not None:
                     if override is None:
-                        self._append_record(
-                            refuse_record(len(self._st.records), time.time(), eid, entry.turn, tomb)
-                        )
-                        raise ReadmissionRefused(
-                            f"entry {eid!r} matches tombstone of {tomb.id!r} (pruned at version "
-                            f"{tomb.version}: {tomb.reason}); re-admission needs an Override",
-                            tomb,
-                        )
+                        raise self._readmission_refused(entry, tomb)
                     overridden = True
             n = head.number + 1
             key = head.next_key
@@ -499,35 +480,15 @@ class Buffer(Streams):
             for entry, override in zip(batch, given, strict=True):
                 eid = entry.id
                 if eid in live or eid in mine:
-                    raise DuplicateEntry(f"entry {eid!r} is already in the buffer")
+                    raise duplicate_id(eid, None)
                 if eid in by_id:
-                    raise DuplicateEntry(
-                        f"entry {eid!r} was pruned at version {by_id[eid].version}; "
-                        "ids are not reused"
-                    )
+                    raise duplicate_id(eid, by_id[eid])
                 for ref in entry.refs:
                     if ref not in live and ref not in mine:
-                        tomb = by_id.get(ref)
-                        if tomb is not None:
-                            raise DanglingReference(
-                                f"entry {eid!r} cites {ref!r}, pruned at version "
-                                f"{tomb.version}: {tomb.reason}",
-                                ref,
-                                tomb,
-                            )
-                        raise DanglingReference(
-                            f"entry {eid!r} cites unknown entry {ref!r}", ref, None
-                        )
+                        raise dangling_ref(eid, ref, by_id.get(ref))
                 tomb = head.tombs.matching(entry.content_hash, entry.key) if by_id else None
                 if tomb is not None and override is None:
-                    self._append_record(
-                        refuse_record(len(self._st.records), time.time(), eid, entry.turn, tomb)
-                    )
-                    raise ReadmissionRefused(
-                        f"entry {eid!r} matches tombstone of {tomb.id!r} (pruned at version "
-                        f"{tomb.version}: {tomb.reason}); re-admission needs an Override",
-                        tomb,
-                    )
+                    raise self._readmission_refused(entry, tomb)
                 readmitted.append(tomb is not None)
                 mine.add(eid)
             n = head.number + 1
@@ -568,6 +529,19 @@ class Buffer(Streams):
             st.write_lock.release()
             if st.due_flag and st.due_hook is None:
                 self._drain_due()
+
+    def _readmission_refused(self, entry: Entry, tomb: Tombstone) -> ReadmissionRefused:
+        """Log the refusal of ``entry``, whose content matches ``tomb``, and
+        return the error to raise (call under the write lock; the head stays
+        unchanged: only the refusal is logged). O(1)."""
+        self._append_record(
+            refuse_record(len(self._st.records), time.time(), entry.id, entry.turn, tomb)
+        )
+        return ReadmissionRefused(
+            f"entry {entry.id!r} matches tombstone of {tomb.id!r} (pruned at version "
+            f"{tomb.version}: {tomb.reason}); re-admission needs an Override",
+            tomb,
+        )
 
     # -- mark ----------------------------------------------------------------
 

@@ -125,3 +125,28 @@ class LogLocked(QuiesceError, BlockingIOError):
     """The log file is open for writing by another sink object, in this or
     another process: one writer per log file. Raised at once when the second
     one opens it (it never waits); nothing is written."""
+
+
+# -- the admission checks' errors (append, extend, open_stream share them) ----
+
+
+def duplicate_id(
+    entry_id: str, tomb: Tombstone | None, what: str = "already in the buffer"
+) -> DuplicateEntry:
+    """The error for an id in use: live (``what`` says how) or tombstoned."""
+    if tomb is not None:
+        return DuplicateEntry(
+            f"entry {entry_id!r} was pruned at version {tomb.version}; ids are not reused"
+        )
+    return DuplicateEntry(f"entry {entry_id!r} is {what}")
+
+
+def dangling_ref(entry_id: str, ref: str, tomb: Tombstone | None) -> DanglingReference:
+    """The error for a ref to an entry not live: tombstoned or never seen."""
+    if tomb is not None:
+        return DanglingReference(
+            f"entry {entry_id!r} cites {ref!r}, pruned at version {tomb.version}: {tomb.reason}",
+            ref,
+            tomb,
+        )
+    return DanglingReference(f"entry {entry_id!r} cites unknown entry {ref!r}", ref, None)

@@ -60,12 +60,12 @@ from typing import Any
 from .edit import Editor
 from .entry import Entry, Kind, check_text, check_utf8, content_hash, freeze
 from .errors import (
-    DanglingReference,
-    DuplicateEntry,
     InvalidArgument,
     InvalidType,
     ReadmissionRefused,
     StreamClosed,
+    dangling_ref,
+    duplicate_id,
 )
 from .policy import _CACHE_FROM as _CLASSIFY_FROM
 from .policy import PROTECTED_KINDS, preclassify
@@ -499,22 +499,12 @@ class Streams(Editor):
             by_id = head.tombs.by_id
             if eid in live:
                 what = "open as a stream" if eid in self._st.streams else "already in the buffer"
-                raise DuplicateEntry(f"entry {eid!r} is {what}")
+                raise duplicate_id(eid, None, what)
             if eid in by_id:
-                raise DuplicateEntry(
-                    f"entry {eid!r} was pruned at version {by_id[eid].version}; ids are not reused"
-                )
+                raise duplicate_id(eid, by_id[eid])
             for ref in header.refs:
                 if ref not in live:
-                    tomb = by_id.get(ref)
-                    if tomb is not None:
-                        raise DanglingReference(
-                            f"entry {eid!r} cites {ref!r}, pruned at version {tomb.version}: "
-                            f"{tomb.reason}",
-                            ref,
-                            tomb,
-                        )
-                    raise DanglingReference(f"entry {eid!r} cites unknown entry {ref!r}", ref, None)
+                    raise dangling_ref(eid, ref, by_id.get(ref))
             if header.key is not None and by_id:
                 tomb = head.tombs.matching("", header.key)
                 if tomb is not None and tomb.key == header.key:
