@@ -34,9 +34,9 @@ def _state(buf: Buffer) -> tuple[object, ...]:
         dict(head.marks),
         head.tombs,
         sorted((g.gid, g.ids, g.grace) for _, _, g in buf._staged),
-        dict(buf._counts),
-        dict(buf._refusals),
-        dict(buf._immutable_hashes),
+        dict(buf._st.counts),
+        dict(buf._st.refusals),
+        dict(buf._st.immutable_hashes),
         len(buf._records),
     )
 

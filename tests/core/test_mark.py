@@ -102,12 +102,12 @@ class TestMarkableIndex:
 
     def test_appended_entries_are_markable_at_once(self, buf: Buffer) -> None:
         fill(buf, reasoning("a"), reasoning("b"), entry("c", Kind.CONSTRAINT, "never"))
-        assert buf._unmarked_new == ["a", "b"]  # queued, not yet folded
+        assert buf._st.unmarked_new == ["a", "b"]  # queued, not yet folded
         assert buf.mark_stale("b", "old").version == buf.version
-        assert buf._unmarked_new == [] and buf._unmarked == {"a"}
+        assert buf._st.unmarked_new == [] and buf._st.unmarked == {"a"}
         fill(buf, reasoning("d"))
         assert buf.prune(["d"], reason="noise")["d"].status.name == "PRUNED"
-        assert buf._markable() == {"a"}
+        assert buf._st.markable() == {"a"}
 
     def test_a_refusal_is_not_chained_to_the_index_miss(self, buf: Buffer) -> None:
         """The slow path raises from inside the index miss: the error a caller

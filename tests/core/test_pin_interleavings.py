@@ -119,7 +119,7 @@ assert Snapshot.__enter__.__code__.co_filename in TRACED_FILES
 
 def lookup(qualname: str) -> Any:
     """The function (or class) of the traced modules called ``qualname``
-    (``Pins._last_unpin``, ``Snapshot.__enter__``, ``components``): its owner
+    (``PinRegistry.last_unpin``, ``Snapshot.__enter__``, ``components``): its owner
     is looked up in each module, then the attribute path inside it."""
     head, *path = qualname.split(".")
     for module in TRACED_MODULES:
@@ -344,8 +344,8 @@ class Pause(Sleepy):
 
 
 #: the lock-free paths: a reader can be descheduled at any line of these
-LOCK_FREE = ("Snapshot.__enter__", "Snapshot.__exit__", "Pins._last_unpin",
-             "Pins._trim_pins", "Pins._oldest_pin", "Grace._horizon")
+LOCK_FREE = ("Snapshot.__enter__", "Snapshot.__exit__", "PinRegistry.last_unpin",
+             "PinRegistry.trim", "PinRegistry.oldest_locked", "Grace._horizon")
 
 
 def sweep_points(qualnames: Sequence[str] = LOCK_FREE, *, opcodes: bool = False) -> list[Point]:
@@ -396,11 +396,11 @@ PROBES: dict[str, tuple[str, int]] = {
     # an unpinner (or writer) found the write lock busy and left the due flag
     "drain_busy": probe_line("Grace._drain_due", "acquire(blocking=False)", 1),
     # a last unpin of a non-head version freed its set
-    "free_set": probe_line("Pins._last_unpin", "self._pins.pop(n, None)"),
+    "free_set": probe_line("PinRegistry.last_unpin", "st.pins.pop(n, None)"),
     # the walker popped a finished version off the pin order
-    "walk_pop": probe_line("Pins._oldest_pin", "order.popleft()"),
+    "walk_pop": probe_line("PinRegistry.oldest_locked", "order.popleft()"),
     # a due removal was signalled from an unpin
-    "signal": probe_line("Pins._last_unpin", "self._signal_due()"),
+    "signal": probe_line("PinRegistry.last_unpin", "self.signal_due()"),
 }
 
 
@@ -1117,7 +1117,8 @@ SCENARIOS: dict[str, Callable[[], Setup]] = {
 PROTOCOL = frozenset({
     "Buffer.snapshot", "Snapshot.__enter__", "Snapshot.__exit__", "Snapshot._v",
     "Snapshot.version", "Snapshot.entries", "Snapshot.is_stale", "Buffer.version",
-    "Pins._last_unpin", "Pins._trim_pins", "Pins._oldest_pin", "Pins.oldest_pin",
+    "PinRegistry.last_unpin", "PinRegistry.trim", "PinRegistry.oldest_locked",
+    "PinRegistry.oldest_pin",
     "Grace.has_due", "Grace._signal_due", "Grace._drain_due", "Grace._release",
     "Buffer.mark_stale", "Buffer.append", "Buffer.prune", "Grace._stage",
     "Publisher.apply_due", "Publisher._apply_due_locked", "Grace._pop_due", "Grace._horizon",
@@ -1372,9 +1373,10 @@ class TestOtherGranularities:
 
     @pytest.mark.parametrize(
         "point",
-        [p for p in sweep_points(["Pins._last_unpin", "Pins._oldest_pin"], opcodes=True)
-         if p[1] in (probe_line("Pins._last_unpin", "self._head.number != n")[1],
-                     probe_line("Pins._oldest_pin", "self._head.number == n")[1])],
+        [p for p in sweep_points(["PinRegistry.last_unpin", "PinRegistry.oldest_locked"],
+                                 opcodes=True)
+         if p[1] in (probe_line("PinRegistry.last_unpin", "st.head.number != n")[1],
+                     probe_line("PinRegistry.oldest_locked", "st.head.number == n")[1])],
         ids=lambda p: ":".join(map(str, p)),
     )
     def test_a_pause_inside_the_cleanup_conditions(self, point: Point) -> None:
@@ -1491,38 +1493,38 @@ def first_failure(runs: Iterable[Run]) -> tuple[int, Run | None]:
     return n, None
 
 
-NO_VALIDATION = ("Snapshot.__enter__", "if buf._head is v:", "if buf._head is v or True:")
+NO_VALIDATION = ("Snapshot.__enter__", "if st.head is v:", "if st.head is v or True:")
 # "empty" first, then "not head": the natural rewrite of each cleanup rule.
 LAST_UNPIN_EMPTY_FIRST_SPLIT = (
-    "Pins._last_unpin",
-    "        if self._head.number != n and not readers:  # the head first, then the set\n"
-    "            self._pins.pop(n, None)\n",
+    "PinRegistry.last_unpin",
+    "        if st.head.number != n and not readers:  # the head first, then the set\n"
+    "            st.pins.pop(n, None)\n",
     "        if not readers:\n"
-    "            if self._head.number != n:\n"
-    "                self._pins.pop(n, None)\n",
+    "            if st.head.number != n:\n"
+    "                st.pins.pop(n, None)\n",
 )
 LAST_UNPIN_EMPTY_FIRST_ONE_LINE = (
-    "Pins._last_unpin",
-    "if self._head.number != n and not readers:",
-    "if not readers and self._head.number != n:",
+    "PinRegistry.last_unpin",
+    "if st.head.number != n and not readers:",
+    "if not readers and st.head.number != n:",
 )
 OLDEST_PIN_EMPTY_FIRST = (
-    "Pins._oldest_pin",
-    "            if self._head.number == n:  # the head first, then its set\n"
+    "PinRegistry.oldest_locked",
+    "            if st.head.number == n:  # the head first, then its set\n"
     "                return n if pins.get(n) else None\n"
     "            if pins.get(n):\n"
     "                return n\n",
     "            if pins.get(n):\n"
     "                return n\n"
-    "            if self._head.number == n:\n"
+    "            if st.head.number == n:\n"
     "                return None\n",
 )
 DROPPED_HANDOFF = (
     "Grace._drain_due",
-    "            if not self._write_lock.acquire(blocking=False):\n"
+    "            if not self._st.write_lock.acquire(blocking=False):\n"
     "                return\n",
-    "            if not self._write_lock.acquire(blocking=False):\n"
-    "                self._due_flag = False  # BROKEN: the writer will not drain\n"
+    "            if not self._st.write_lock.acquire(blocking=False):\n"
+    "                self._st.due_flag = False  # BROKEN: the writer will not drain\n"
     "                return\n",
 )
 
@@ -1583,7 +1585,7 @@ class TestBreaksAreCaught:
         churn scenarios)."""
         install(monkeypatch, *LAST_UNPIN_EMPTY_FIRST_SPLIT)
         runs = (explore("leave", seed, point=point)
-                for seed in range(8) for point in sweep_points(["Pins._last_unpin"]))
+                for seed in range(8) for point in sweep_points(["PinRegistry.last_unpin"]))
         n, run = first_failure(runs)
         assert run is not None and run.violation is not None, f"not caught in {n} runs"
         assert "O2" in run.violation
@@ -1596,12 +1598,12 @@ class TestBreaksAreCaught:
         it cannot be observed -- checked here -- but pausing between its
         bytecodes catches it."""
         install(monkeypatch, *LAST_UNPIN_EMPTY_FIRST_ONE_LINE)
-        line = probe_line("Pins._last_unpin", "self._head.number != n")[1]
-        runs = (explore("leave", seed, point=("Pins._last_unpin", line))
+        line = probe_line("PinRegistry.last_unpin", "st.head.number != n")[1]
+        runs = (explore("leave", seed, point=("PinRegistry.last_unpin", line))
                 for seed in range(8))
         n, run = first_failure(runs)
         assert run is None, run.report() if run else ""
-        points = [p for p in sweep_points(["Pins._last_unpin"], opcodes=True) if p[1] == line]
+        points = [p for p in sweep_points(["PinRegistry.last_unpin"], opcodes=True) if p[1] == line]
         n, run = first_failure(
             explore("leave", seed, mode="opcode", point=point)
             for seed in range(8) for point in points
@@ -1619,7 +1621,7 @@ class TestBreaksAreCaught:
         104; the random strategies alone: 0 of 300 runs)."""
         install(monkeypatch, *OLDEST_PIN_EMPTY_FIRST)
         runs = (explore("monitor", seed, point=point)
-                for seed in range(8) for point in sweep_points(["Pins._oldest_pin"]))
+                for seed in range(8) for point in sweep_points(["PinRegistry.oldest_locked"]))
         n, run = first_failure(runs)
         assert run is not None and run.violation is not None, f"not caught in {n} runs"
         assert "O2" in run.violation

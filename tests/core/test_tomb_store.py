@@ -171,7 +171,7 @@ def test_mark_and_append_answer_while_the_database_is_locked(tmp_path: Path) -> 
     try:
         flusher.start()
         flushing.wait()
-        while not buf.pending_records or buf._in_sink_write is None:  # inside sink.write
+        while not buf.pending_records or buf._st.in_sink_write is None:  # inside sink.write
             threading.Event().wait(0.01)
         worker = threading.Thread(target=client, daemon=True)
         worker.start()

@@ -46,6 +46,7 @@ from quiesce import (
     Summarize,
     open_buffer,
 )
+from quiesce._core.observe import tap_publications
 
 pytestmark = pytest.mark.anyio
 
@@ -72,19 +73,16 @@ def fingerprint_snapshot(snap: Snapshot) -> Fingerprint:
 
 class RecordingBuffer(RuntimeBuffer):
     """A ``RuntimeBuffer`` that records every version at the moment it is
-    published (the core publishes by assigning ``_head``) and checks the
-    publication against the readers pinned at that moment."""
+    published (the core reports each store of its head through
+    ``tap_publications``) and checks the publication against the readers
+    pinned at that moment."""
 
     published: dict[int, Fingerprint]
     violations: list[str]
+    last: Any
 
-    @property  # type: ignore[override]
-    def _head(self) -> Any:
-        return self.__dict__["_head"]
-
-    @_head.setter
-    def _head(self, new: Any) -> None:
-        old = self.__dict__["_head"]
+    def on_publish(self, new: Any) -> None:
+        old = self.last
         if new.number != old.number + 1:
             self.violations.append(f"version {new.number} published after {old.number}")
         if new.number in self.published:
@@ -99,7 +97,7 @@ class RecordingBuffer(RuntimeBuffer):
         removed = [i for i in old.live if i not in live and i in new.tombs.by_id]
         if removed:
             with self._pin_lock:
-                pinned = [s._version for s in self._readers]
+                pinned = [s._version for s in self._registry.readers()]
             for i in removed:
                 for v in pinned:
                     if v is not None and i in v.live and i not in v.marks:
@@ -108,7 +106,7 @@ class RecordingBuffer(RuntimeBuffer):
                             f"version {v.number} saw it unmarked (invariant 5)"
                         )
         self.published[new.number] = fingerprint_version(new)
-        self.__dict__["_head"] = new
+        self.last = new
 
 
 def record(buf: RuntimeBuffer) -> RecordingBuffer:
@@ -116,6 +114,8 @@ def record(buf: RuntimeBuffer) -> RecordingBuffer:
     assert isinstance(buf, RecordingBuffer)
     buf.published = {buf.version: fingerprint_version(buf.head())}
     buf.violations = []
+    buf.last = buf.head()
+    tap_publications(buf, buf.on_publish)
     return buf
 
 

@@ -39,6 +39,7 @@ from quiesce import (
     UnknownEntry,
 )
 from quiesce._core.draft import Draft
+from quiesce._core.pins import PinRegistry
 from quiesce._core.version import Tombs
 from quiesce.testing import AnomalyKind, Recorder, check_history
 from test_simulation import FlakySink, run_schedule
@@ -49,7 +50,7 @@ from test_simulation import FlakySink, run_schedule
 
 def skip_grace_wait(mp: pytest.MonkeyPatch) -> None:
     """Every staged removal is due at once: nobody holds it back."""
-    mp.setattr(Buffer, "_oldest_pin", lambda self: None)
+    mp.setattr(PinRegistry, "oldest_locked", lambda self: None)
     mp.setattr(Buffer, "has_due", lambda self: bool(self._staged))
 
 
@@ -70,7 +71,7 @@ def read_head(mp: pytest.MonkeyPatch) -> None:
     def _v(self: Snapshot) -> Any:
         if self._version is None:
             raise SnapshotReleased("released")
-        return self._buffer._head
+        return self._registry.st.head
 
     mp.setattr(Snapshot, "_v", _v)
 
@@ -196,12 +197,12 @@ def reuse_last_pin(mp: pytest.MonkeyPatch) -> None:
 
     def __enter__(self: Snapshot) -> Snapshot:
         enter(self)
-        cached = last.get(id(self._buffer))
+        cached = last.get(id(self._registry))
         if cached is not None:
             real[id(self)] = self._version
             self._version = cached
         else:
-            last[id(self._buffer)] = self._version
+            last[id(self._registry)] = self._version
         return self
 
     def __exit__(self: Snapshot, *exc: Any) -> None:

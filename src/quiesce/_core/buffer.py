@@ -58,25 +58,25 @@ from .checkpoint import (
 )
 from .entry import MAX_STORED_INT, Entry, check_id, check_int, check_text, check_turn
 from .errors import (
-    DanglingReference,
-    DuplicateEntry,
     InvalidArgument,
     InvalidType,
     LogFormatError,
     LogWriteError,
     ProtectedEntry,
     ReadmissionRefused,
+    dangling_ref,
+    duplicate_id,
 )
-from .grace import Group, components
+from .graph import cascade, components, sealed_conflicts, sealed_lookups
 from .log import DEFAULT_RETENTION, EditLog, LogSink, ReadableSink, Records
 from .observe import Observer
-from .pins import _NOT_ENTERED, Snapshot, _missing, _new_object
+from .pins import _NOT_ENTERED, PinRegistry, Snapshot, _missing, _new_object
 from .policy import _CACHE_FROM as _CLASSIFY_FROM
 from .policy import IMMUTABLE_KINDS as _IMMUTABLE
 from .policy import PROTECTED_KINDS as _PROTECTED
-from .policy import Policy, preclassify, sealed_conflicts, sealed_lookups
-from .publish import cascade
+from .policy import Policy, preclassify
 from .records import (
+    Escalation,
     Mark,
     Outcome,
     Override,
@@ -86,6 +86,7 @@ from .records import (
     Status,
     Tombstone,
 )
+from .state import BufferState, Field, Group
 from .stream import Streams
 from .verify import compare, read_sink, state_fields, verify_records
 from .version import ADD as _ADD
@@ -176,86 +177,66 @@ class Buffer(Streams):
                 "quiesce's lock-free pins rely on the GIL, which is disabled in this "
                 "free-threaded interpreter: run it with PYTHON_GIL=1 (or -X gil=1)"
             )
-        self._policy = policy
-        self._sink = log
-        self._clock = clock
-        self._write_lock = threading.RLock()
-        self._pin_lock = threading.Lock()
-        self._flush_lock = threading.Lock()
-        self._head = Version.empty()
-        # pins
-        # version number -> the snapshots pinning it (insertion-ordered dicts)
-        self._pins = {}
-        self._pin_order = deque()
-        # staged removals
-        self._staged = []
-        self._staged_ids = {}
-        self._applying = {}  # popped, being made durable
-        # Ids live, mutable and unmarked in the head: the mark fast path asks
-        # this set (a hash lookup) instead of two persistent-map lookups.
-        # Kept exact under the write lock; _check() asserts it.
-        self._unmarked: set[str] = set()
-        # Ids appended since the index was last folded (a list append is
-        # cheaper than a set insert into a large, cold table); _markable()
-        # folds them in, under the write lock, before the index is asked.
-        self._unmarked_new: list[str] = []
-        self._gids = itertools.count(1)
-        self._backlog_alarm = False
-        self._grace_floor = None  # no readers in other processes (grace.py)
-        # due signalling (the runtime installs _due_hook to wake its scheduler)
-        self._due_hook = None
-        self._due_flag = False
-        self._due_since = None
-        self._latency_last = None
-        self._latency_max = None
-        # escalations (the runtime installs _escalation_hook)
-        self._escalation_hook = None
-        self._escalations = deque(maxlen=escalation_capacity)
-        self._escalations_dropped = 0
-        self._in_sink_write = None
-        self._intents = {}
-        self._streams = {}  # open streams by id (stream.py)
-        # the log
-        # the in-memory tail of the log (log.py): a readable sink holds the rest
-        self._records = Records()
-        self._retention = log_retention
-        #: without a sink, the fast paths trim the log once it holds more than
-        #: this (so it never exceeds about twice the retention; log.py)
-        self._trim_above = (
-            log_retention + max(log_retention, 16) if log is None else sys.maxsize
-        )
-        if isinstance(log, ReadableSink):
-            self._records.reader = log.read_range
-        self._log_view = EditLog(self._records)
-        self._synced = 0
-        self._log_failing = False
-        self._counts = Counter()
-        self._refusals = Counter()
-        # invariant 4 bookkeeping: the bytes every immutable entry was admitted with
-        self._immutable_hashes = {}
-        # the record that wrote each live protected or sealed entry (claims.py)
-        self._protected_at = {}
-        self._max_removed_grace = 0
-        self._compacted = False  # the log starts from a compacted checkpoint
-        self._checkpoint_every = checkpoint_every
         # checkpoints go only to sinks that recover from them (SQLite, JSONL,
         # PostgreSQL: CheckpointSink); a custom sink without it never sees one
-        self._checkpoints_ok = isinstance(log, CheckpointSink)
+        st = self._st = BufferState(
+            policy,
+            log,
+            clock,
+            escalation_capacity=escalation_capacity,
+            log_retention=log_retention,
+            checkpoint_every=checkpoint_every,
+            checkpoints_ok=isinstance(log, CheckpointSink),
+        )
+        #: the reader registry (pins.py), told the grace queue's horizon and signal
+        reg = self._registry = PinRegistry(st)
+        reg.horizon = self._horizon
+        reg.signal_due = self._signal_due
+        st.reopen_stream = self._reopen
+        if isinstance(log, ReadableSink):
+            # the in-memory tail of the log (log.py): a readable sink holds the rest
+            st.records.reader = log.read_range
         if log is not None:
-            if not (self._checkpoints_ok and recover(self, log)):  # type: ignore[arg-type]
+            if not (self._st.checkpoints_ok and recover(st, log)):  # type: ignore[arg-type]
                 records = log.load()
                 if records:
-                    replay_log(self, records)
+                    replay_log(st, records)
                 del records
-            self._synced = len(self._records)
+            self._st.synced = len(self._st.records)
             self._trim_log()
-            self._head.tombs.spill(self._synced)  # durable tombstones leave memory
-            if self._streams:  # the log ends mid-stream: finish them as aborted
+            self._st.head.tombs.spill(self._st.synced)  # durable tombstones leave memory
+            if self._st.streams:  # the log ends mid-stream: finish them as aborted
                 self._abort_recovered()
         #: seq the next automatic checkpoint is due at (flush() writes it)
-        self._checkpoint_due = len(self._records) + checkpoint_every
+        self._st.checkpoint_due = len(self._st.records) + checkpoint_every
         if verify:
             self.verify()
+
+    # The state's fields under their names from before the parts were split,
+    # for the runtime's subclass and older tests (state.py's Field); the
+    # buffer's own methods read ``self._st``.
+    _head = Field[Version]("head")
+    _records = Field[Records]("records")
+    _write_lock = Field[Any]("write_lock")  # an RLock, or a WriteGuard in a callback
+    _pin_lock = Field[threading.Lock]("pin_lock")
+    _flush_lock = Field[threading.Lock]("flush_lock")
+    _pins = Field[dict[int, dict[Snapshot, None]]]("pins")
+    _pin_order = Field[deque[int]]("pin_order")
+    _pin_popped = Field[int]("pin_popped")
+    _staged = Field[list[tuple[int, int, Group]]]("staged")
+    _staged_ids = Field[dict[str, Group]]("staged_ids")
+    _sink = Field[LogSink | None]("sink")
+    _clock = Field[Callable[[], float]]("clock")
+    _due_hook = Field[Callable[[], None] | None]("due_hook")
+    _escalation_hook = Field[Callable[[Escalation], bool] | None]("escalation_hook")
+    _escalations_dropped = Field[int]("escalations_dropped")
+    _grace_floor = Field[int | None]("grace_floor")
+    _retention = Field[int]("retention")
+    _max_removed_grace = Field[int]("max_removed_grace")
+
+    def _oldest_pin(self) -> int | None:
+        """The oldest pinned version (call under the pin lock)."""
+        return self._registry.oldest_locked()
 
     def verify(self) -> int:
         """Prove the durable log's checkpoints: a streaming full replay of
@@ -273,10 +254,10 @@ class Buffer(Streams):
         small tables, O(live); the comparison runs after. Memory: the
         replayed state and one chunk of records, not the log. Requires a
         readable sink (:class:`InvalidArgument` otherwise)."""
-        sink = self._sink
+        sink = self._st.sink
         if not isinstance(sink, ReadableSink):
             raise InvalidArgument("verify() needs a log that can be read back")
-        total = self._synced
+        total = self._st.synced
         scratch = Buffer()
         result = verify_records(
             read_sink(sink.read_range, total), Buffer, into=scratch, reader=sink.read_range
@@ -284,21 +265,21 @@ class Buffer(Streams):
         if result.disagreement is not None:
             raise LogFormatError(result.disagreement.message())
         replayed = state_fields(scratch)
-        with self._write_lock:
+        with self._st.write_lock:
             # the state as of now, by reference (a Version never changes) and
             # small copies: O(live ids); the comparison below reads the sink
             # for spilled tombstones, so it runs after the lock is released
             # (an open stream's text that no record holds is not in the replay)
-            same = len(self._records) == total and not self._unlogged_text()
+            same = len(self._st.records) == total and not self._unlogged_text()
             mine = SimpleNamespace(
-                _streams=dict(self._streams),
-                _head=self._head,
-                _staged=list(self._staged),
-                _applying=dict(self._applying),
-                _immutable_hashes=dict(self._immutable_hashes),
-                _protected_at=dict(self._protected_at),
-                _counts=Counter(self._counts),
-                _refusals=Counter(self._refusals),
+                streams=dict(self._st.streams),
+                head=self._st.head,
+                staged=list(self._st.staged),
+                applying=dict(self._st.applying),
+                immutable_hashes=dict(self._st.immutable_hashes),
+                protected_at=dict(self._st.protected_at),
+                counts=Counter(self._st.counts),
+                refusals=Counter(self._st.refusals),
             )
         if same:
             found = compare(state_fields(mine), replayed, total)
@@ -314,16 +295,16 @@ class Buffer(Streams):
     @property
     def version(self) -> int:
         """The head version number (strictly increasing)."""
-        return self._head.number
+        return self._st.head.number
 
     @property
     def policy(self) -> Policy:
-        return self._policy
+        return self._st.policy
 
     @property
     def log(self) -> EditLog:
         """The append-only edit log (read-only view)."""
-        return self._log_view
+        return self._st.log_view
 
     @property
     def tombstones(self) -> Mapping[str, Tombstone]:
@@ -331,31 +312,36 @@ class Buffer(Streams):
         every one ever written). ``in`` and lookups are O(1) expected (one
         log read for a tombstone that left memory); each read builds an
         equal, new :class:`Tombstone`."""
-        return self._head.tombs.by_id
+        return self._st.head.tombs.by_id
 
     @property
     def sink(self) -> LogSink | None:
-        return self._sink
+        return self._st.sink
 
     def head(self) -> Version:
         """The head version object (immutable; for tools and the runtime)."""
-        return self._head
+        return self._st.head
 
     def snapshot(self) -> Snapshot:
         """A snapshot to use as ``with buf.snapshot() as snap:``; entering pins
         the head version to the calling task. Never awaits, never waits for a
         writer. Pin and unpin are O(1)."""
         snap: Snapshot = _new_object(Snapshot)
-        snap._buffer = self
+        snap._registry = self._registry
         snap._version = None
         snap._task = _NOT_ENTERED
         return snap
 
+    def oldest_pin(self) -> int | None:
+        """The oldest version any reader has pinned, or ``None``. O(1) amortized."""
+        return self._registry.oldest_pin()
+
     def __len__(self) -> int:
-        return len(self._head.live)
+        return len(self._st.head.live)
 
     def __repr__(self) -> str:
-        return f"<Buffer version={self.version} entries={len(self)} pinned={len(self._readers)}>"
+        pinned = len(self._registry.readers())
+        return f"<Buffer version={self.version} entries={len(self)} pinned={pinned}>"
 
     # -- append ------------------------------------------------------------
 
@@ -373,47 +359,33 @@ class Buffer(Streams):
             raise InvalidType(f"append takes an Entry, not {type(entry).__name__}")
         if override is not None and type(override) is not Override:
             raise InvalidType(f"override must be an Override, not {type(override).__name__}")
+        st = self._st
         if len(entry.body) >= _CLASSIFY_FROM and self._own_policy():
             preclassify(entry)  # before the lock: a prune later finds the verdict
         # before the lock too: the spilled tombstones the checks below verify
         # are read back now, never under the write lock (issue 21)
-        tombs = self._head.tombs
+        tombs = st.head.tombs
         held = None
         if tombs.spilled:
             values = (entry.content_hash,) if entry.key is None else (entry.content_hash, entry.key)
             held = tombs.prefetch((entry.id, *entry.refs), values)
-        self._write_lock.acquire()
+        st.write_lock.acquire()
         try:
-            head = self._head
+            head = st.head
             eid = entry.id
             live = head.live
             by_id = head.tombs.by_id
-            if eid in live:
-                raise DuplicateEntry(f"entry {eid!r} is already in the buffer")
-            if eid in by_id:
-                raise DuplicateEntry(
-                    f"entry {eid!r} was pruned at version {by_id[eid].version}; ids are not reused"
-                )
+            if eid in live or eid in by_id:
+                raise duplicate_id(eid, by_id.get(eid))
             for ref in entry.refs:
                 if ref not in live:
-                    tomb = by_id.get(ref)
-                    if tomb is not None:
-                        raise DanglingReference(
-                            f"entry {eid!r} cites {ref!r}, pruned at version {tomb.version}: "
-                            f"{tomb.reason}",
-                            ref,
-                            tomb,
-                        )
-                    raise DanglingReference(f"entry {eid!r} cites unknown entry {ref!r}", ref, None)
+                    raise dangling_ref(eid, ref, by_id.get(ref))
             overridden = False
             if head.tombs.by_id:
                 tomb = head.tombs.matching(entry.content_hash, entry.key)
                 if tomb is not None:
                     if override is None:
-                        self._append_record(
-                            refuse_record(len(self._records), time.time(), eid, entry.turn, tomb)
-                        )
-                        raise ReadmissionRefused.of_append(eid, tomb)
+                        raise self._readmission_refused(entry, tomb)
                     overridden = True
             n = head.number + 1
             key = head.next_key
@@ -424,24 +396,24 @@ class Buffer(Streams):
             new = Version(n, new_live, head.marks, head.tombs, referrers, key + 1.0)
             new.derive(head, _ADD, (entry, key))  # the view: head's plus this entry
             if entry.kind in _IMMUTABLE:
-                self._immutable_hashes[eid] = entry.content_hash
+                st.immutable_hashes[eid] = entry.content_hash
             else:
-                self._unmarked_new.append(eid)  # folded into the index by _markable()
+                st.unmarked_new.append(eid)  # folded into the index by _markable()
             if entry.kind in _PROTECTED or entry.sealed:
-                self._protected_at[eid] = len(self._records)  # the seq of its record
+                st.protected_at[eid] = len(st.records)  # the seq of its record
             if override is None:
                 # A compact record (log.py): the LogRecord — and the entry's
                 # JSON-ready dict — is built when first read.
-                records = self._records
+                records = st.records
                 records.append((append_record, entry, key, n, _wall_clock()))
-                if len(records) - records.first > self._trim_above:
+                if len(records) - records.first > st.trim_above:
                     self._trim_log()
             else:
                 # "overridden" only when the override let matching content in
                 # (_count derives readmissions_overridden from it, also on replay)
                 self._append_record(
                     append_record(
-                        len(self._records),
+                        len(self._st.records),
                         entry,
                         key,
                         n,
@@ -451,13 +423,13 @@ class Buffer(Streams):
                         overridden,
                     )
                 )
-            self._head = new
+            st.head = new
             return n
         finally:
-            self._write_lock.release()  # _release(), written out
+            st.write_lock.release()  # _release(), written out
             if held is not None:
                 held.release()  # its lookups ran
-            if self._due_flag and self._due_hook is None:
+            if st.due_flag and st.due_hook is None:
                 self._drain_due()
 
     def extend(
@@ -478,6 +450,7 @@ class Buffer(Streams):
         records after the first carry ``batch: true``, which replay accepts).
         O(k · (log n + refs · log n)) for k entries. Never touches a disk.
         """
+        st = self._st
         batch = list(entries)
         if overrides is None:
             given: list[Override | None] = [None] * len(batch)
@@ -497,9 +470,9 @@ class Buffer(Streams):
                 raise InvalidType(f"overrides must be Overrides or None, not {type(o).__name__}")
         if not batch:
             return self.version
-        self._write_lock.acquire()
+        st.write_lock.acquire()
         try:
-            head = self._head
+            head = st.head
             live = head.live
             by_id = head.tombs.by_id
             mine: set[str] = set()
@@ -507,31 +480,15 @@ class Buffer(Streams):
             for entry, override in zip(batch, given, strict=True):
                 eid = entry.id
                 if eid in live or eid in mine:
-                    raise DuplicateEntry(f"entry {eid!r} is already in the buffer")
+                    raise duplicate_id(eid, None)
                 if eid in by_id:
-                    raise DuplicateEntry(
-                        f"entry {eid!r} was pruned at version {by_id[eid].version}; "
-                        "ids are not reused"
-                    )
+                    raise duplicate_id(eid, by_id[eid])
                 for ref in entry.refs:
                     if ref not in live and ref not in mine:
-                        tomb = by_id.get(ref)
-                        if tomb is not None:
-                            raise DanglingReference(
-                                f"entry {eid!r} cites {ref!r}, pruned at version "
-                                f"{tomb.version}: {tomb.reason}",
-                                ref,
-                                tomb,
-                            )
-                        raise DanglingReference(
-                            f"entry {eid!r} cites unknown entry {ref!r}", ref, None
-                        )
+                        raise dangling_ref(eid, ref, by_id.get(ref))
                 tomb = head.tombs.matching(entry.content_hash, entry.key) if by_id else None
                 if tomb is not None and override is None:
-                    self._append_record(
-                        refuse_record(len(self._records), time.time(), eid, entry.turn, tomb)
-                    )
-                    raise ReadmissionRefused.of_append(eid, tomb)
+                    raise self._readmission_refused(entry, tomb)
                 readmitted.append(tomb is not None)
                 mine.add(eid)
             n = head.number + 1
@@ -552,11 +509,11 @@ class Buffer(Streams):
                 new.derive(head, _PATCH, ((), tuple(placed)))
             for (entry, k), override, overridden in zip(placed, given, readmitted, strict=True):
                 if entry.kind in _IMMUTABLE:
-                    self._immutable_hashes[entry.id] = entry.content_hash
+                    st.immutable_hashes[entry.id] = entry.content_hash
                 else:
-                    self._unmarked_new.append(entry.id)
+                    st.unmarked_new.append(entry.id)
                 record = append_record(
-                    len(self._records),
+                    len(st.records),
                     entry,
                     k,
                     n,
@@ -566,12 +523,25 @@ class Buffer(Streams):
                     overridden,
                 )
                 self._append_record(record)
-            self._head = new
+            st.head = new
             return n
         finally:
-            self._write_lock.release()
-            if self._due_flag and self._due_hook is None:
+            st.write_lock.release()
+            if st.due_flag and st.due_hook is None:
                 self._drain_due()
+
+    def _readmission_refused(self, entry: Entry, tomb: Tombstone) -> ReadmissionRefused:
+        """Log the refusal of ``entry``, whose content matches ``tomb``, and
+        return the error to raise (call under the write lock; the head stays
+        unchanged: only the refusal is logged). O(1)."""
+        self._append_record(
+            refuse_record(len(self._st.records), time.time(), entry.id, entry.turn, tomb)
+        )
+        return ReadmissionRefused(
+            f"entry {entry.id!r} matches tombstone of {tomb.id!r} (pruned at version "
+            f"{tomb.version}: {tomb.reason}); re-admission needs an Override",
+            tomb,
+        )
 
     # -- mark ----------------------------------------------------------------
 
@@ -594,17 +564,18 @@ class Buffer(Streams):
             check_turn(turn)
         # The hot path: records are built with tuple.__new__ (see _new_tuple),
         # and _release() is written out.
-        lock = self._write_lock
+        st = self._st
+        lock = st.write_lock
         lock.acquire()
         held = True
         try:
-            head = self._head
+            head = st.head
             marks = head.marks
-            unmarked = self._unmarked
+            unmarked = st.unmarked
             try:
                 unmarked.remove(entry_id)
             except KeyError:
-                if not (self._unmarked_new and entry_id in self._markable()):
+                if not (st.unmarked_new and entry_id in self._markable()):
                     # Not (live, mutable and unmarked): already marked,
                     # immutable, removed or unknown. The slow path says which,
                     # about this head, once the write lock is released: a
@@ -617,9 +588,9 @@ class Buffer(Streams):
             n = head.number + 1
             mark: Mark = _new_tuple(Mark, (entry_id, reason, turn, n))
             # A compact record (log.py): the LogRecord is built when first read.
-            records = self._records
+            records = st.records
             records.append((entry_id, reason, turn, n, _wall_clock()))  # log.mark_record
-            if list.__len__(records) > self._trim_above:  # (held in memory)
+            if list.__len__(records) > st.trim_above:  # (held in memory)
                 self._trim_log()
             # Version.with_marks, written out.
             new = _new_object(Version)
@@ -645,23 +616,23 @@ class Buffer(Streams):
                     new._base = head
                     new._delta = _SAME_DELTA
                     new._depth = head._depth + 1
-            self._head = new
+            st.head = new
             return mark
         finally:
             if held:
                 lock.release()
-            if self._due_flag and self._due_hook is None:
+            if st.due_flag and st.due_hook is None:
                 self._drain_due()
 
     def _markable(self) -> set[str]:
         """The exact index of live, mutable, unmarked ids (call under the
         write lock): folds in the ids appended since the last call. Amortized
         O(1) per append."""
-        pending = self._unmarked_new
+        pending = self._st.unmarked_new
         if pending:
-            self._unmarked.update(pending)
+            self._st.unmarked.update(pending)
             pending.clear()
-        return self._unmarked
+        return self._st.unmarked
 
     # -- prune ---------------------------------------------------------------
 
@@ -701,15 +672,15 @@ class Buffer(Streams):
         if actor is not None:
             check_id(actor, "actor")
         check_turn(turn)
-        if self._sink is not None and self.pending_records:
+        if self._st.sink is not None and self.pending_records:
             self.flush()  # a failing disk refuses before anything changes
-        head = self._head
+        head = self._st.head
         # (issue 21: no disk under the write lock) the ids, and the results of
         # the tool calls citing signed reasoning among them (policy.py)
         held = None
         if head.tombs.spilled:
             held = head.tombs.prefetch([*id_list, *sealed_lookups(head, id_list)])
-        self._write_lock.acquire()
+        self._st.write_lock.acquire()
         try:
             outcomes, candidates, staged = self._prune_locked(id_list, reason, actor, turn)
         finally:
@@ -721,7 +692,7 @@ class Buffer(Streams):
             # concurrent mark wait for the disk.
             with contextlib.suppress(LogWriteError):  # stays DEFERRED; stats() tells
                 self.apply_due()
-        head = self._head
+        head = self._st.head
         tombs = head.tombs.by_id
         for i in candidates:
             outcomes[i] = Outcome(Status.PRUNED if i in tombs else Status.DEFERRED)
@@ -730,7 +701,7 @@ class Buffer(Streams):
     def _prune_locked(
         self, id_list: list[str], reason: str, actor: str | None, turn: int | None
     ) -> tuple[dict[str, Outcome], list[str], bool]:
-        head = self._head
+        head = self._st.head
         outcomes: dict[str, Outcome] = {}
         candidates: dict[str, None] = {}
         refused: dict[str, Refusal] = {}
@@ -742,7 +713,7 @@ class Buffer(Streams):
                 else:
                     outcomes[i] = Outcome(Status.UNCHANGED, Refusal.UNKNOWN)
                 continue
-            if i in self._staged_ids:
+            if i in self._st.staged_ids:
                 outcomes[i] = Outcome(Status.DEFERRED)
                 continue
             e = slot.entry
@@ -773,7 +744,7 @@ class Buffer(Streams):
         staged_at = n if changed else head.number
         groups = [
             Group(
-                next(self._gids),
+                next(self._st.gids),
                 comp,
                 max(marks[i].version for i in comp),
                 staged_at,
@@ -790,7 +761,7 @@ class Buffer(Streams):
                 outcomes[i] = Outcome(Status.MARKED, refused[i])
         self._append_record(
             prune_record(
-                len(self._records),
+                len(self._st.records),
                 time.time(),
                 version,
                 tuple(id_list),
@@ -804,7 +775,7 @@ class Buffer(Streams):
             )
         )
         if changed:
-            self._head = head.with_marks(n, marks)
+            self._st.head = head.with_marks(n, marks)
             self._markable().difference_update(i for i, _r, _t in new_marks)
         for g in groups:
             self._stage(g)
@@ -817,10 +788,10 @@ class Buffer(Streams):
     def stats(self) -> Stats:
         """A frozen picture of the buffer. O(readers + distinct pinned
         versions), a few hundred ns per reader (one ``ReaderInfo`` each)."""
-        now = self._clock()
-        infos, pinned_versions, oldest = self._reader_infos(now)
-        head = self._head
-        removed = self._counts["removed"]
+        now = self._st.clock()
+        infos, pinned_versions, oldest = self._registry.reader_infos(now)
+        head = self._st.head
+        removed = self._st.counts["removed"]
         return Stats(
             version=head.number,
             entries=len(head.live),
@@ -829,21 +800,21 @@ class Buffer(Streams):
             readers=infos,
             oldest_pin_age=max([r.age for r in infos]) if infos else None,
             oldest_pin_version=oldest,
-            deferred=len(self._staged_ids),
+            deferred=len(self._st.staged_ids),
             marks=len(head.marks),
             tombstones=len(head.tombs.by_id),
-            refusals=MappingProxyType(dict(self._refusals)),
-            escalations=self._counts["escalations"],
-            escalations_dropped=self._escalations_dropped,
+            refusals=MappingProxyType(dict(self._st.refusals)),
+            escalations=self._st.counts["escalations"],
+            escalations_dropped=self._st.escalations_dropped,
             tombstone_to_edit_ratio=(len(head.tombs.by_id) / removed) if removed else 1.0,
-            readmissions_refused=self._counts["readmit_refused"],
-            readmissions_overridden=self._counts["readmit_overridden"],
-            log_records=len(self._records),
+            readmissions_refused=self._st.counts["readmit_refused"],
+            readmissions_overridden=self._st.counts["readmit_overridden"],
+            log_records=len(self._st.records),
             log_pending=self.pending_records,
-            log_failing=self._log_failing,
-            reclamation_latency_last=self._latency_last,
-            reclamation_latency_max=self._latency_max,
-            callback_errors=self._counts["callback_errors"],
+            log_failing=self._st.log_failing,
+            reclamation_latency_last=self._st.latency_last,
+            reclamation_latency_max=self._st.latency_max,
+            callback_errors=self._st.counts["callback_errors"],
         )
 
     def _append_checkpoint(self) -> None:
@@ -853,10 +824,10 @@ class Buffer(Streams):
         most of the cost, is computed outside it, and the two records
         appended if nothing was appended meanwhile (else built again, all
         under the lock). Writers wait for the state only."""
-        lock = self._write_lock
+        lock = self._st.write_lock
         lock.acquire()
         try:
-            if self._streams:  # logged in this hold: no write uncounted (claims.py)
+            if self._st.streams:  # logged in this hold: no write uncounted (claims.py)
                 self._log_streams_locked()
             state = checkpoint_state(self)
         finally:
@@ -864,15 +835,15 @@ class Buffer(Streams):
         digest = checkpoint_digest(state)
         lock.acquire()
         try:
-            if state["records"] == len(self._records) + 1:
+            if state["records"] == len(self._st.records) + 1:
                 anchor, rec = checkpoint_records(state, digest, time.time())
             else:  # the log grew meanwhile: this state is not the head's
-                if self._streams:
+                if self._st.streams:
                     self._log_streams_locked()
                 anchor, rec = build_checkpoint(self, time.time())
-            self._records.append(anchor)
-            self._records.append(rec)
-            self._checkpoint_due = rec.seq + 1 + self._checkpoint_every
+            self._st.records.append(anchor)
+            self._st.records.append(rec)
+            self._st.checkpoint_due = rec.seq + 1 + self._st.checkpoint_every
         finally:
             lock.release()
 
@@ -885,14 +856,14 @@ class Buffer(Streams):
         :mod:`quiesce._core.observe`). O(1)."""
         if observer is not None and not isinstance(observer, Observer):
             raise InvalidType(f"observer must be an Observer, not {type(observer).__name__}")
-        self._observer = observer
+        self._st.observer = observer
 
     def settle(self) -> None:
         """Do now the bookkeeping the fast paths defer (fold the ids
         appended since the last mark into the mark index), so that a memory
         measurement counts it as the buffer's own. Changes no version.
         O(ids appended since the last fold), under the write lock."""
-        with self._write_lock:
+        with self._st.write_lock:
             self._markable()
 
     def check_invariants(self, *, expect_no_pins: bool = False) -> None:
@@ -909,7 +880,7 @@ class Buffer(Streams):
         O(n + log + readers). For tests: a seeded random stress test calls it
         after every operation (sortedcontainers' habit).
         """
-        self._write_lock.acquire()
+        self._st.write_lock.acquire()
         try:
             check_buffer(self, expect_no_pins)
         finally:

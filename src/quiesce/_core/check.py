@@ -15,25 +15,26 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from .edit import HOST_ACTOR
 from .log import materialize, materialize_range
+from .pins import PinRegistry
 from .policy import IMMUTABLE_KINDS as _IMMUTABLE
 from .policy import PROTECTED_KINDS
+from .records import HOST_ACTOR
+from .state import BufferState, HasState, state_of
 
 if TYPE_CHECKING:
-    from .buffer import Buffer
     from .records import Tombstone
 
 __all__ = ["check_buffer", "pin_counts"]
 
 
-def pin_counts(buf: Buffer) -> tuple[Counter[int], int, list[tuple[int, int]]]:
+def pin_counts(st: BufferState) -> tuple[Counter[int], int, list[tuple[int, int]]]:
     """Pinned readers per version, the pins in flight (registered, not or no
     longer holding a version) and each set's size, checking each reader's
     registration. Each copy is one C-level operation, atomic under the GIL."""
     counts: Counter[int] = Counter()
     in_flight = 0
-    sets = list(buf._pins.items())
+    sets = list(st.pins.items())
     for n, r in sets:
         for snap in list(r):
             v = snap._version
@@ -46,11 +47,14 @@ def pin_counts(buf: Buffer) -> tuple[Counter[int], int, list[tuple[int, int]]]:
     return counts, in_flight, [(n, len(r)) for n, r in sets]
 
 
-def check_buffer(buf: Buffer, expect_no_pins: bool, since: int | None = None) -> None:
-    """Assert every invariant of ``buf``. ``since``: check only the log
+def check_buffer(
+    st: BufferState | HasState, expect_no_pins: bool, since: int | None = None
+) -> None:
+    """Assert every invariant of ``st``. ``since``: check only the log
     records from that seq on, as if the ones before were cut (recovery from
     a checkpoint: O(live + tail), whatever the history)."""
-    head = buf._head
+    st = state_of(st)
+    head = st.head
     live = head.live
     # (2) no live entry cites a removed or unknown entry; referrers index exact.
     expected: dict[str, set[str]] = {}
@@ -70,7 +74,7 @@ def check_buffer(buf: Buffer, expect_no_pins: bool, since: int | None = None) ->
     unmarked = {
         i for i, slot in live.items() if i not in head.marks and slot.entry.kind not in _IMMUTABLE
     }
-    assert buf._markable() == unmarked, "the unmarked index disagrees with the head"
+    assert st.markable() == unmarked, "the unmarked index disagrees with the head"
     # marks only on live, mutable entries (but see retraction_marks below);
     # versions within range.
     marked_immutables: list[str] = []
@@ -87,13 +91,13 @@ def check_buffer(buf: Buffer, expect_no_pins: bool, since: int | None = None) ->
     # Only the host's retraction marks an immutable (staging it); the mark
     # stays if the removal is then refused (moved since, or newly cited).
     retraction_marks: set[str] = set()
-    records = buf._records
-    first = buf.log.first if since is None else since
+    records = st.records
+    first = st.log_view.first if since is None else since
     # the log holds all of history: not cut by retention, not compacted
     # (a compacted log starts from a checkpoint summarising it, checkpoint.py)
-    whole = first == 0 and not getattr(buf, "_compacted", False)
+    whole = first == 0 and not st.compacted
     seq = first
-    in_log = buf.log if since is None else materialize_range(records, since, len(records))
+    in_log = st.log_view if since is None else materialize_range(records, since, len(records))
     for rec in in_log:
         assert rec.seq == seq, f"log record {seq} has seq {rec.seq}"
         seq += 1
@@ -119,7 +123,7 @@ def check_buffer(buf: Buffer, expect_no_pins: bool, since: int | None = None) ->
         # checker stays O(live + records held), not O(history))
         found = [tombs.get(i) for i in removed_in_log]
         assert None not in found, "a removal record has no tombstone"
-        assert since is not None or first == buf.log.dropped, "dropped records are not counted"
+        assert since is not None or first == st.log_view.dropped, "dropped records are not counted"
         checked = [t for t in found if t is not None]
     assert all(c == 1 for c in removed_in_log.values()), "an entry was removed twice"
     by_hash = head.tombs.by_hash
@@ -136,29 +140,29 @@ def check_buffer(buf: Buffer, expect_no_pins: bool, since: int | None = None) ->
     # (mark_stale relies on it).
     for i, slot in live.items():
         if slot.entry.kind in _IMMUTABLE:
-            assert i in buf._immutable_hashes, f"immutable {i!r} is not tracked"
-    for i, h in buf._immutable_hashes.items():
+            assert i in st.immutable_hashes, f"immutable {i!r} is not tracked"
+    for i, h in st.immutable_hashes.items():
         islot = live.get(i)
         assert islot is not None, f"immutable {i!r} is gone (invariant 4)"
         assert islot.entry.content_hash == h, f"immutable {i!r} changed (invariant 4)"
     # staged removals: live, marked, in the heap.
-    heap_ids = {i for _, _, g in buf._staged for i in g.ids}
-    heap_ids.update(i for g in buf._applying.values() for i in g.ids)
-    for i, g in buf._staged_ids.items():
+    heap_ids = {i for _, _, g in st.staged for i in g.ids}
+    heap_ids.update(i for g in st.applying.values() for i in g.ids)
+    for i, g in st.staged_ids.items():
         assert i in heap_ids, f"staged {i!r} missing from the queue"
         if i in live:
             assert i in head.marks, f"staged {i!r} is not marked"
             assert g.grace <= head.number
     # one removal intent per staged group: only staged groups keep one, and
     # each names an intent record of the log
-    gids = {g.gid for _, _, g in buf._staged} | set(buf._applying)
-    for gid, seq in buf._intents.items():
+    gids = {g.gid for _, _, g in st.staged} | set(st.applying)
+    for gid, seq in st.intents.items():
         assert gid in gids, f"group {gid} keeps an intent but is no longer staged"
         assert materialize(records, seq).op == "tombstone", f"intent {seq} is not an intent"
     # Open entries (stream.py): exactly the live streaming entries have an
     # open writer, each naming all of its writer's text; a finished entry is
     # a plain Entry.
-    streams = buf._streams
+    streams = st.streams
     for i, slot in live.items():
         e = slot.entry
         if e.streaming:
@@ -175,11 +179,11 @@ def check_buffer(buf: Buffer, expect_no_pins: bool, since: int | None = None) ->
     # A registered snapshot whose ``_version`` is None is a pin being
     # validated or released right now: it is skipped. The oldest-pin walk is
     # compared with the readers only if they did not change around it.
-    with buf._pin_lock:
-        counts, in_flight, sizes = pin_counts(buf)
-        oldest = buf._oldest_pin()
-        order = set(buf._pin_order)
-        still = pin_counts(buf) == (counts, 0, sizes) and not in_flight
+    with st.pin_lock:
+        counts, in_flight, sizes = pin_counts(st)
+        oldest = PinRegistry(st).oldest_locked()
+        order = set(st.pin_order)
+        still = pin_counts(st) == (counts, 0, sizes) and not in_flight
         if still:
             assert oldest == (min(counts) if counts else None), (
                 f"the oldest pin is {oldest}, the readers say {min(counts, default=None)}"
@@ -200,6 +204,6 @@ def check_buffer(buf: Buffer, expect_no_pins: bool, since: int | None = None) ->
                 f"{sum(counts.values()) + in_flight} pins leaked (invariant 7)"
             )
         if counts:
-            assert buf._max_removed_grace <= min(counts), (
+            assert st.max_removed_grace <= min(counts), (
                 "an entry was removed while a reader that saw it unmarked is pinned (invariant 5)"
             )

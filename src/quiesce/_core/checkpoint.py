@@ -53,7 +53,7 @@ import json
 import logging
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from .check import check_buffer
 from .claims import check_claims
@@ -64,12 +64,10 @@ from .grace import Group
 from .log import ReadableSink, Records, check_read
 from .records import LogRecord, Mark, Refusal, Tombstone
 from .replay import replay
+from .state import BufferState, HasState, state_of
 from .stream import durable_dict, reopen, stream_header
 from .version import Tombs, Version
 from .wire import Op, anchor_record, checkpoint_record, parse_anchor, parse_checkpoint
-
-if TYPE_CHECKING:
-    from .buffer import Buffer
 
 __all__ = [
     "ANCHOR_OP",
@@ -131,7 +129,7 @@ def _digest(state: dict[str, Any]) -> str:
     return hashlib.sha256(_canonical(state)).hexdigest()
 
 
-def checkpoint_state(buf: Buffer, *, listed: bool = False) -> dict[str, Any]:
+def checkpoint_state(st: BufferState | HasState, *, listed: bool = False) -> dict[str, Any]:
     """The state a checkpoint holds (call under the write lock; every value
     JSON-able). When every tombstone is in a log record the buffer can read
     back (a readable sink), the checkpoint keeps the tombstone store's
@@ -140,36 +138,37 @@ def checkpoint_state(buf: Buffer, *, listed: bool = False) -> dict[str, Any]:
     or with ``listed``, it lists every tombstone (``tombstones``, in writing
     order, with the ``by_hash`` / ``by_key`` winners). ``records`` is the
     checkpoint's own seq: one past the anchor that goes first, at
-    ``len(buf._records)``. O(live + staged + index slots), or
+    ``len(st.records)``. O(live + staged + index slots), or
     O(tombstones) when listed."""
-    head = buf._head
+    st = state_of(st)
+    head = st.head
     tombs = head.tombs
     slots = sorted(head.live.values(), key=lambda s: s.key)
     exported = None
-    if not listed and buf._records.reader is not None:
+    if not listed and st.records.reader is not None:
         exported = tombs.export()
     tomb_state = {"tomb_index": exported} if exported is not None else _listed_tombs(tombs)
-    groups = [g for _, _, g in buf._staged]
-    groups.extend(buf._applying.values())
+    groups = [g for _, _, g in st.staged]
+    groups.extend(st.applying.values())
     groups.sort(key=lambda g: g.gid)
     return {
-        "records": len(buf._records) + 1,  # the anchor goes first
+        "records": len(st.records) + 1,  # the anchor goes first
         "version": head.number,
         "next_key": head.next_key,
         # an open stream: its logged prefix (stream.py), as a replay gives it
-        "live": [[durable_dict(buf, s.entry), s.key, s.changed] for s in slots],
+        "live": [[durable_dict(st, s.entry), s.key, s.changed] for s in slots],
         "marks": sorted([m.id, m.reason, m.turn, m.version] for m in head.marks.values()),
         **tomb_state,
         "groups": [
             [g.gid, list(g.ids), g.grace, g.staged, g.reason, g.actor, g.turn, sorted(g.retracted)]
             for g in groups
         ],
-        "intents": sorted([gid, seq] for gid, seq in buf._intents.items()),
-        "immutable": sorted([i, h] for i, h in buf._immutable_hashes.items()),
+        "intents": sorted([gid, seq] for gid, seq in st.intents.items()),
+        "immutable": sorted([i, h] for i, h in st.immutable_hashes.items()),
         # the record that wrote each live protected or sealed entry (claims.py)
-        "protected": sorted([i, q] for i, q in buf._protected_at.items() if i in head.live),
-        "counts": sorted([k, v] for k, v in buf._counts.items()),
-        "refusals": sorted([r.value, v] for r, v in buf._refusals.items()),
+        "protected": sorted([i, q] for i, q in st.protected_at.items() if i in head.live),
+        "counts": sorted([k, v] for k, v in st.counts.items()),
+        "refusals": sorted([r.value, v] for r, v in st.refusals.items()),
     }
 
 
@@ -192,11 +191,12 @@ def _listed_tombs(tombs: Tombs) -> dict[str, Any]:
     }
 
 
-def build_checkpoint(buf: Buffer, at: float) -> tuple[LogRecord, LogRecord]:
+def build_checkpoint(st: BufferState | HasState, at: float) -> tuple[LogRecord, LogRecord]:
     """The anchor and checkpoint records for the current state, seqs
-    ``len(buf._records)`` and the next (call under the write lock, then
+    ``len(st.records)`` and the next (call under the write lock, then
     append both, in order, in one batch)."""
-    state = checkpoint_state(buf)
+    st = state_of(st)
+    state = checkpoint_state(st)
     return checkpoint_records(state, _digest(state), at)
 
 
@@ -304,13 +304,13 @@ def restore_tombs(state: dict[str, Any]) -> tuple[Tombs, bool]:
     return Tombs.of(again), False
 
 
-def _restore(buf: Buffer, rec: LogRecord, state: dict[str, Any]) -> None:
-    """Make ``buf`` (fresh) hold ``state``, with the log ending at ``rec``."""
+def _restore(st: BufferState, rec: LogRecord, state: dict[str, Any]) -> None:
+    """Make ``st`` (fresh) hold ``state``, with the log ending at ``rec``."""
     draft = Draft(Version.empty())
     for entry_d, key, changed in state["live"]:
         if entry_d.get("streaming") is True:  # an open stream's logged prefix
             header = stream_header(entry_d)
-            entry: Entry = reopen(buf, header, float(key), check_body(entry_d["body"]))
+            entry: Entry = reopen(st, header, float(key), check_body(entry_d["body"]))
         else:
             entry = Entry.from_dict(entry_d)
         draft.add(entry, float(key), int(changed))
@@ -319,58 +319,58 @@ def _restore(buf: Buffer, rec: LogRecord, state: dict[str, Any]) -> None:
         draft.marks[i] = Mark(i, reason, turn, version)
     if "tomb_index" in state:
         # the store's indexes; every tombstone is read back from its record
-        if buf._records.reader is None or state.get("compacted_from") is not None:
+        if st.records.reader is None or state.get("compacted_from") is not None:
             raise LogFormatError("its tombstones are in log records this buffer cannot read")
-        draft.tombs = Tombs.imported(state["tomb_index"], rec.seq, buf._records)
+        draft.tombs = Tombs.imported(state["tomb_index"], rec.seq, st.records)
     else:
         tombs, in_order = restore_tombs(state)
         runs = state.get("tomb_runs")
         if in_order and isinstance(runs, list) and state.get("compacted_from") is None:
             # where each tombstone's record is, so they can leave memory (tombs.py)
-            tombs.relocate(runs, rec.seq, buf._records)
+            tombs.relocate(runs, rec.seq, st.records)
         draft.tombs = tombs
-    buf._head = draft.finish(int(state["version"]))
+    st.head = draft.finish(int(state["version"]))
     # a compacted log (``quiesce compact``) starts at this checkpoint: the
     # records it summarises are not in this log (check.py allows for it)
-    buf._compacted = state.get("compacted_from") is not None
-    buf._immutable_hashes = {i: h for i, h in state["immutable"]}
-    buf._protected_at = {i: q for i, q in state.get("protected", ())}
-    buf._counts = Counter({k: v for k, v in state["counts"]})
-    buf._refusals = Counter({Refusal(r): v for r, v in state["refusals"]})
-    buf._staged = []
-    buf._staged_ids = {}
+    st.compacted = state.get("compacted_from") is not None
+    st.immutable_hashes = {i: h for i, h in state["immutable"]}
+    st.protected_at = {i: q for i, q in state.get("protected", ())}
+    st.counts = Counter({k: v for k, v in state["counts"]})
+    st.refusals = Counter({Refusal(r): v for r, v in state["refusals"]})
+    st.staged = []
+    st.staged_ids = {}
     for gid, ids, grace, staged, reason, actor, turn, retracted in state["groups"]:
         g = Group(gid, tuple(ids), grace, staged, reason, actor, turn, frozenset(retracted))
-        heapq.heappush(buf._staged, (g.grace, g.gid, g))
-    records = buf._records
+        heapq.heappush(st.staged, (g.grace, g.gid, g))
+    records = st.records
     assert type(records) is Records
     records.first = rec.seq
     records.append(rec)
 
 
-def _reset(buf: Buffer) -> None:
+def _reset(st: BufferState) -> None:
     """Back to the state of a fresh buffer (after a rejected checkpoint)."""
-    reader = buf._records.reader
-    buf._records.clear()
-    buf._records.first = 0
-    buf._records.dropped = 0
-    buf._records.reader = reader
-    buf._head = Version.empty()
-    buf._streams = {}
-    buf._immutable_hashes = {}
-    buf._protected_at = {}
-    buf._counts = Counter()
-    buf._refusals = Counter()
-    buf._staged = []
-    buf._staged_ids = {}
-    buf._unmarked = set()
-    buf._unmarked_new = []
-    buf._gids = itertools.count(1)
-    buf._compacted = False
+    reader = st.records.reader
+    st.records.clear()
+    st.records.first = 0
+    st.records.dropped = 0
+    st.records.reader = reader
+    st.head = Version.empty()
+    st.streams = {}
+    st.immutable_hashes = {}
+    st.protected_at = {}
+    st.counts = Counter()
+    st.refusals = Counter()
+    st.staged = []
+    st.staged_ids = {}
+    st.unmarked = set()
+    st.unmarked_new = []
+    st.gids = itertools.count(1)
+    st.compacted = False
 
 
-def _try(buf: Buffer, sink: ReadableSink, seq: int, total: int) -> None:
-    """Recover ``buf`` from checkpoint ``seq`` and the tail; raises
+def _try(st: BufferState, sink: ReadableSink, seq: int, total: int) -> None:
+    """Recover ``st`` from checkpoint ``seq`` and the tail; raises
     LogFormatError or AssertionError if the checkpoint cannot be used."""
     start = max(seq - 1, 0)
     got = check_read(sink.read_range(start, seq + 1), start, seq + 1)
@@ -380,15 +380,15 @@ def _try(buf: Buffer, sink: ReadableSink, seq: int, total: int) -> None:
         check_anchor(got[0] if seq else None, rec)  # the claim made before it was written
     check_claims(state, seq, sink.read_range)  # claims.py: before anything is applied
     try:
-        _restore(buf, rec, state)
+        _restore(st, rec, state)
     except Exception as exc:  # KeyError, TypeError, the tombstone decoder's own checks
         raise LogFormatError(f"checkpoint {seq} is malformed: {exc!r}") from exc
     tail = check_read(sink.read_range(seq + 1, total), seq + 1, total)
-    replay(buf, tail)
+    replay(st, tail)
     # The invariant checker over the checkpoint and its tail only: the
     # records before it are treated like a retention cut (log.py), so the
     # check costs O(live + tail), not O(history).
-    check_buffer(buf, True, since=buf._records.first)
+    check_buffer(st, True, since=st.records.first)
 
 
 @contextlib.contextmanager
@@ -407,21 +407,22 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def recover(buf: Buffer, sink: CheckpointSink) -> bool:
-    """Recover a fresh ``buf`` from the newest usable checkpoint of ``sink``
-    and the records after it. Returns False (``buf`` left fresh) when there
+def recover(st: BufferState | HasState, sink: CheckpointSink) -> bool:
+    """Recover a fresh ``st`` from the newest usable checkpoint of ``sink``
+    and the records after it. Returns False (``st`` left fresh) when there
     is none: the caller replays the whole log. Each rejected checkpoint is
     logged (warning) and the one before it tried. Runs with the cyclic
     collector paused (:func:`_gc_paused`)."""
+    st = state_of(st)
     with _gc_paused():
-        return _recover(buf, sink)
+        return _recover(st, sink)
 
 
-def _recover(buf: Buffer, sink: CheckpointSink) -> bool:
+def _recover(st: BufferState, sink: CheckpointSink) -> bool:
     total, seqs = sink.checkpoints()
     for seq in reversed(seqs):
         try:
-            _try(buf, sink, seq, total)
+            _try(st, sink, seq, total)
         except (LogFormatError, AssertionError) as exc:
             _log.warning(
                 "skipping checkpoint %d of %r: %s; falling back to %s",
@@ -430,7 +431,7 @@ def _recover(buf: Buffer, sink: CheckpointSink) -> bool:
                 exc or type(exc).__name__,
                 "an older checkpoint" if seq != seqs[0] else "a full replay",
             )
-            _reset(buf)
+            _reset(st)
             if seq == 0:  # a compacted log's base: nothing else holds its history
                 raise LogFormatError(
                     f"{sink!r}: the checkpoint this compacted log starts from is unusable: {exc}"
@@ -445,39 +446,41 @@ def _is_compacted_base(rec: LogRecord) -> bool:
     return rec.seq == 0 and isinstance(state, dict) and state.get("compacted_from") is not None
 
 
-def replay_log(buf: Buffer, records: Sequence[LogRecord]) -> None:
-    """Load a whole log into a fresh ``buf``: :func:`replay`, except that a
+def replay_log(st: BufferState | HasState, records: Sequence[LogRecord]) -> None:
+    """Load a whole log into a fresh ``st``: :func:`replay`, except that a
     compacted log (its record 0 is the checkpoint ``quiesce compact``
     wrote) starts from that checkpoint's state. Raises
     :class:`LogFormatError` for a damaged one. Runs with the cyclic
     collector paused (:func:`_gc_paused`)."""
+    st = state_of(st)
     with _gc_paused():
-        _replay_log(buf, records)
+        _replay_log(st, records)
 
 
-def _replay_log(buf: Buffer, records: Sequence[LogRecord]) -> None:
+def _replay_log(st: BufferState, records: Sequence[LogRecord]) -> None:
     if records and _is_compacted_base(records[0]):
         rec = records[0]
         state = verify_checkpoint(rec)
         check_claims(state, 0, None)  # its history is elsewhere: no record vouches
         try:
-            _restore(buf, rec, state)
+            _restore(st, rec, state)
         except Exception as exc:  # KeyError, TypeError, the tombstone decoder's own checks
             raise LogFormatError(f"checkpoint 0 is malformed: {exc!r}") from exc
-        replay(buf, records[1:])
+        replay(st, records[1:])
         return
-    replay(buf, records)
+    replay(st, records)
 
 
-def compacted_records(buf: Buffer, source: str, at: float) -> list[LogRecord]:
-    """The records of a compacted copy of ``buf``'s log: one checkpoint
+def compacted_records(st: BufferState | HasState, source: str, at: float) -> list[LogRecord]:
+    """The records of a compacted copy of ``st``'s log: one checkpoint
     (seq 0) holding the current state, marked as compacted from ``source``
-    (``len(buf.log)`` records). O(live + tombstones)."""
-    state = checkpoint_state(buf, listed=True)  # their records are not carried over
+    (``len(st.log)`` records). O(live + tombstones)."""
+    st = state_of(st)
+    state = checkpoint_state(st, listed=True)  # their records are not carried over
     state["records"] = 0
     state["intents"] = []  # intent records are not carried over
     state["tomb_runs"] = []
-    state["compacted_from"] = {"source": source, "records": len(buf._records)}
+    state["compacted_from"] = {"source": source, "records": len(st.records)}
     return [_record(state, at)]
 
 

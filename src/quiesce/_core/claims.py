@@ -53,13 +53,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from .edit import HOST_ACTOR
 from .entry import Entry, Kind
 from .errors import LogFormatError
 from .ledger import guarded
 from .log import check_read
 from .policy import IMMUTABLE_KINDS, PROTECTED_KINDS
-from .records import LogRecord
+from .records import HOST_ACTOR, LogRecord
 
 __all__ = ["check_claims", "protected_ledger", "record_of_version"]
 

@@ -24,23 +24,18 @@ from .draft import Draft
 from .entry import Entry, Kind
 from .errors import DanglingReference, DuplicateEntry, InvalidArgument, InvalidType, LogWriteError
 from .grace import Group
+from .graph import sealed_conflicts, sealed_lookups
 from .ledger import note_written
 from .plan import EditPlan, Move, Prune, Rewrite, Summarize
 from .policy import IMMUTABLE_KINDS as _IMMUTABLE
-from .policy import PROTECTED_KINDS, sealed_conflicts, sealed_lookups
+from .policy import PROTECTED_KINDS
 from .publish import Publisher
-from .records import EditReport, Escalation, EscalationKind, Mark, Refusal
+from .records import HOST_ACTOR, EditReport, Escalation, EscalationKind, Mark, Refusal
 from .tombs import Prefetched
 from .version import Slot, Version
 from .wire import edit_record, edit_refused_record, staged_rows
 
 __all__ = ["HOST_ACTOR", "WHY_KEPT", "Editor"]
-
-#: the ``EditPlan.actor`` of the host application: with an ``override``, its
-#: plans may create entries of protected and immutable kinds (a summary into a
-#: system instruction) and *retract* entries of any kind (a ``Prune`` of a user
-#: message: the host's undo); no other actor's may
-HOST_ACTOR = "host"
 
 #: Distinct refusal reasons a refused plan's record and escalation keep
 #: (the rest are counted): a refused 800-op plan logs a bounded record.
@@ -102,10 +97,10 @@ class Editor(Publisher):
         """
         if type(plan) is not EditPlan:
             raise InvalidType(f"edit takes an EditPlan, not {type(plan).__name__}")
-        if self._sink is not None and self.pending_records:
+        if self._st.sink is not None and self.pending_records:
             self.flush()  # a failing disk refuses before anything changes
-        held = _prefetch(self._head, plan) if self._head.tombs.spilled else None
-        self._write_lock.acquire()
+        held = _prefetch(self._st.head, plan) if self._st.head.tombs.spilled else None
+        self._st.write_lock.acquire()
         try:
             report = self._edit_locked(plan)
         finally:
@@ -118,7 +113,7 @@ class Editor(Publisher):
             # Outside the write lock, like prune().
             with contextlib.suppress(LogWriteError):  # stays deferred; stats() tells
                 self.apply_due()
-        head = self._head
+        head = self._st.head
         tombs = head.tombs.by_id
         removed = report.deferred
         return dataclasses.replace(
@@ -129,7 +124,7 @@ class Editor(Publisher):
         )
 
     def _edit_locked(self, plan: EditPlan) -> EditReport:
-        head = self._head
+        head = self._st.head
         if plan.base is not None and plan.base > head.number:
             raise InvalidArgument(f"plan base {plan.base} is newer than the head {head.number}")
         refusals: dict[Refusal, None] = {}
@@ -310,12 +305,12 @@ class Editor(Publisher):
         """Log and escalate a refused plan. ``why`` holds the first
         :data:`WHY_KEPT` distinct reasons and, if there were more, a last
         ``"and N more"``: a huge refused plan costs a bounded record."""
-        head = self._head
+        head = self._st.head
         detail = "; ".join(dict.fromkeys(why))
         esc = Escalation(EscalationKind.REFUSED_EDIT, detail, plan, refusals, head.number)
         self._append_record(
             edit_refused_record(
-                len(self._records),
+                len(self._st.records),
                 time.time(),
                 _plan_ids(plan),
                 plan=plan,
@@ -331,7 +326,7 @@ class Editor(Publisher):
         # Provenance separation (seed 002): the log keeps the rationale's bytes.
         out: list[dict[str, Any]] = []
         for i in plan.rationale:
-            slot = self._head.live.get(i)
+            slot = self._st.head.live.get(i)
             if slot is not None:
                 out.append({"id": i, "hash": slot.entry.content_hash, "body": slot.entry.body})
             else:
@@ -355,7 +350,7 @@ class Editor(Publisher):
         for _old, new_entry in rewrites:
             draft.replace(new_entry, n)
             if new_entry.kind in _IMMUTABLE:  # pragma: no cover - immutables refused above
-                self._immutable_hashes[new_entry.id] = new_entry.content_hash
+                self._st.immutable_hashes[new_entry.id] = new_entry.content_hash
         keys: dict[str, float] = {}
         renumbered: set[str] | None = None
         if summaries or moves:
@@ -364,9 +359,9 @@ class Editor(Publisher):
         for op, _covered in summaries:
             inserted.append({"entry": op.into.to_dict(), "key": draft.live[op.into.id].key})
             if op.into.kind in _IMMUTABLE:
-                self._immutable_hashes[op.into.id] = op.into.content_hash
+                self._st.immutable_hashes[op.into.id] = op.into.content_hash
         new_marks: list[list[Any]] = []
-        staged_ids = [i for i in removed if i not in self._staged_ids]
+        staged_ids = [i for i in removed if i not in self._st.staged_ids]
         for i in staged_ids:
             if i not in draft.marks:
                 draft.marks[i] = Mark(i, plan.reason, plan.turn, n)
@@ -375,7 +370,7 @@ class Editor(Publisher):
         if staged_ids:
             grace = max(draft.marks[i].version for i in staged_ids)
             group = Group(
-                next(self._gids),
+                next(self._st.gids),
                 tuple(staged_ids),
                 grace,
                 n,
@@ -387,7 +382,7 @@ class Editor(Publisher):
             )
         self._append_record(
             edit_record(
-                len(self._records),
+                len(self._st.records),
                 time.time(),
                 n,
                 _plan_ids(plan),
@@ -405,8 +400,8 @@ class Editor(Publisher):
             )
         )
         written = [new for _old, new in rewrites] + [op.into for op, _ in summaries]
-        note_written(self._protected_at, len(self._records) - 1, written)  # claims.py
-        self._head = draft.finish(n)
+        note_written(self._st.protected_at, len(self._st.records) - 1, written)  # claims.py
+        self._st.head = draft.finish(n)
         markable = self._markable()
         markable.update(op.into.id for op, _ in summaries if op.into.kind not in _IMMUTABLE)
         markable.difference_update(i for i, _r, _t in new_marks)

@@ -26,7 +26,6 @@ nesting deeper than :data:`MAX_DEPTH` — raises :class:`InvalidType` or
 
 from __future__ import annotations
 
-import enum
 import hashlib
 import json
 import math
@@ -36,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import InvalidArgument, InvalidType
+from .kinds import Kind
 
 __all__ = [
     "MAX_DEPTH",
@@ -69,22 +69,6 @@ _MIN_STORED_INT = -(2**63)
 #: ``reasoning`` item counts only when it has ``encrypted_content``). An entry
 #: whose ``content`` is such a block is :attr:`Entry.sealed`.
 SEALED_TYPES = frozenset({"thinking", "redacted_thinking"})
-
-
-class Kind(enum.Enum):
-    """What an entry is. The policy's rule table (``policy.py``) says which
-    kinds are protected (never removed or paraphrased) and immutable (never
-    marked, rewritten or summarized; they may be moved)."""
-
-    REASONING = "reasoning"
-    NEGATIVE = "negative"
-    PROHIBITION = "prohibition"
-    CONSTRAINT = "constraint"
-    INSTRUCTION = "instruction"
-    TOOL_CALL = "tool_call"
-    TOOL_OUTPUT = "tool_output"
-    RATIONALE = "rationale"
-    SUMMARY = "summary"
 
 
 def result_id(call_id: str) -> str:

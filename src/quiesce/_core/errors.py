@@ -15,17 +15,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .base_errors import LogFormatError as LogFormatError
+from .base_errors import QuiesceError as QuiesceError
+
 if TYPE_CHECKING:
-    from .records import Tombstone
-
-
-class QuiesceError(Exception):
-    """Base class of every error raised by quiesce."""
-
-    def __str__(self) -> str:
-        # KeyError's str() repr-quotes its argument; every quiesce error reads as
-        # the plain message instead.
-        return str(self.args[0]) if self.args else ""
+    from .tombstone import Tombstone
 
 
 class InvalidArgument(QuiesceError, ValueError):
@@ -126,11 +120,6 @@ class LogWriteError(QuiesceError, OSError):
         self.pending = pending
 
 
-class LogFormatError(QuiesceError, ValueError):
-    """A log file is not a quiesce log, is corrupt beyond a torn tail, or was
-    written by a newer format. Nothing is written to it."""
-
-
 class LogRecordDropped(QuiesceError, LookupError):
     """A log record was dropped from memory by the retention of a buffer that
     has no durable sink to read it back from (``buf.log.dropped`` says how many
@@ -147,3 +136,28 @@ class LogLocked(QuiesceError, BlockingIOError):
     """The log file is open for writing by another sink object, in this or
     another process: one writer per log file. Raised at once when the second
     one opens it (it never waits); nothing is written."""
+
+
+# -- the admission checks' errors (append, extend, open_stream share them) ----
+
+
+def duplicate_id(
+    entry_id: str, tomb: Tombstone | None, what: str = "already in the buffer"
+) -> DuplicateEntry:
+    """The error for an id in use: live (``what`` says how) or tombstoned."""
+    if tomb is not None:
+        return DuplicateEntry(
+            f"entry {entry_id!r} was pruned at version {tomb.version}; ids are not reused"
+        )
+    return DuplicateEntry(f"entry {entry_id!r} is {what}")
+
+
+def dangling_ref(entry_id: str, ref: str, tomb: Tombstone | None) -> DanglingReference:
+    """The error for a ref to an entry not live: tombstoned or never seen."""
+    if tomb is not None:
+        return DanglingReference(
+            f"entry {entry_id!r} cites {ref!r}, pruned at version {tomb.version}: {tomb.reason}",
+            ref,
+            tomb,
+        )
+    return DanglingReference(f"entry {entry_id!r} cites unknown entry {ref!r}", ref, None)

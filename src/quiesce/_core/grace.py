@@ -36,74 +36,25 @@ from __future__ import annotations
 
 import contextlib
 import heapq
-import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from .callbacks import WriteGuard
 from .errors import LogWriteError
-from .log import LogSink, Records
-from .observe import Observer
-from .pins import Pins
-from .policy import Policy
+from .pins import PinRegistry
 from .records import Escalation, EscalationKind, LogRecord
-from .version import Version
+from .state import BufferState, Group
 from .wire import escalate_record
 
-__all__ = ["Grace", "Group", "components"]
+__all__ = ["Grace", "Group"]
 
 
-@dataclass(slots=True)
-class Group:
-    """Ids staged for removal together (one transaction).
-
-    ``grace`` is the version from which every reader saw all members marked:
-    the group is due once no reader pinned below it remains.
-    """
-
-    gid: int
-    ids: tuple[str, ...]
-    grace: int
-    staged: int  #: version that staged it; members changed after it are refused
-    reason: str
-    actor: str | None
-    turn: int | None
-    #: members the host retracts (a host plan with an override, :mod:`.edit`):
-    #: removed at the grace point even if protected or immutable
-    retracted: frozenset[str] = frozenset()
-    #: the members passed the policy when staged (by this process): with the
-    #: library's own policy a member unchanged since is not classified again
-    #: at removal (issue 13: classify once). False for recovered groups.
-    checked: bool = False
-
-
-class Grace(Pins):
+class Grace:
     """The grace scheduler of a :class:`~.buffer.Buffer` (a base class: the
     buffer's ``__init__`` sets the fields below)."""
 
-    #: serializes writers; readers never take it (a WriteGuard while a callback runs)
-    _write_lock: threading.RLock | WriteGuard
-    _policy: Policy
-    _sink: LogSink | None
-    _staged: list[tuple[int, int, Group]]  #: the due heap: (grace, gid, group)
-    _staged_ids: dict[str, Group]  #: every staged id (also those being applied)
-    _applying: dict[int, Group]  #: popped, being made durable
-    _gids: Iterator[int]
-    _backlog_alarm: bool
-    _due_hook: Callable[[], None] | None  #: the runtime's wake-up, else None
-    _due_flag: bool  #: a due removal waits for the writer holding the lock
-    _due_since: float | None
-    #: The lowest version readers in *other processes* may still hold (a
-    #: shared buffer's members, set by ``quiesce._shared``), or ``None`` for
-    #: none; ``-1`` holds every removal back (a replica never applies one).
-    _grace_floor: int | None
-    _counts: Counter[str]
-    _records: Records  #: the log tail (set by .buffer.Buffer)
-    #: told of due signals and applied batches (observe.py), or None
-    _observer: Observer | None = None
+    _st: BufferState  #: the buffer's fields (state.py)
+    _registry: PinRegistry  #: the reader registry (pins.py)
 
     if TYPE_CHECKING:  # provided by .publish.Publisher and .buffer.Buffer
 
@@ -117,32 +68,32 @@ class Grace(Pins):
         a staged group is due once its grace is at or below it. The local
         oldest pin, lowered to ``_grace_floor`` (the other processes'
         readers of a shared buffer). O(1) amortized."""
-        with self._pin_lock:
-            oldest = self._oldest_pin()
-        floor = self._grace_floor
+        with self._st.pin_lock:
+            oldest = self._registry.oldest_locked()
+        floor = self._st.grace_floor
         if floor is None or (oldest is not None and oldest <= floor):
             return oldest
         return floor
 
     def _signal_due(self) -> None:
-        if self._due_since is None:
-            self._due_since = self._clock()
-            if self._observer is not None:
+        if self._st.due_since is None:
+            self._st.due_since = self._st.clock()
+            if self._st.observer is not None:
                 self._observe_due()
-        hook = self._due_hook
+        hook = self._st.due_hook
         if hook is not None:
             hook()
             return
-        self._due_flag = True
+        self._st.due_flag = True
         self._drain_due()
 
     def _observe_due(self) -> None:
-        observer = self._observer
+        observer = self._st.observer
         try:
             if observer is not None:
                 observer.due()
         except Exception:
-            self._counts["callback_errors"] += 1
+            self._st.counts["callback_errors"] += 1
 
     def _drain_due(self) -> None:
         # Apply due removals unless a writer holds the lock; that writer sees
@@ -150,33 +101,33 @@ class Grace(Pins):
         # That writer may be this very thread (a snapshot released inside a
         # policy callback): the lock is re-entrant, so ask it, or the removal
         # would be published in the middle of the outer write.
-        if self._write_lock._is_owned():  # type: ignore[union-attr]
-            self._due_flag = True
+        if self._st.write_lock._is_owned():  # type: ignore[union-attr]
+            self._st.due_flag = True
             return
-        while self._due_flag:
-            if self._sink is not None:
-                self._due_flag = False
+        while self._st.due_flag:
+            if self._st.sink is not None:
+                self._st.due_flag = False
                 with contextlib.suppress(LogWriteError):  # stays staged; stats() tells
                     if self._apply_due_durable(blocking=False) is None:
                         return  # a writer holds the lock and drains on release
                 continue
-            if not self._write_lock.acquire(blocking=False):
+            if not self._st.write_lock.acquire(blocking=False):
                 return
             try:
-                self._due_flag = False
+                self._st.due_flag = False
                 with contextlib.suppress(LogWriteError):  # stays staged; stats() tells
                     self._apply_due_locked()
             finally:
-                self._write_lock.release()
+                self._st.write_lock.release()
 
     def _release(self) -> None:
-        self._write_lock.release()
-        if self._due_flag and self._due_hook is None:
+        self._st.write_lock.release()
+        if self._st.due_flag and self._st.due_hook is None:
             self._drain_due()
 
     def has_due(self) -> bool:
         """Whether some staged removal is due now. O(1)."""
-        staged = self._staged
+        staged = self._st.staged
         if not staged:
             return False
         oldest = self._horizon()
@@ -189,13 +140,13 @@ class Grace(Pins):
     def next_grace(self) -> int | None:
         """The smallest grace version among staged removals, or ``None``."""
         try:
-            return self._staged[0][0]
+            return self._st.staged[0][0]
         except IndexError:
             return None
 
     def _pop_due(self) -> list[Group]:
         oldest = self._horizon()
-        staged = self._staged
+        staged = self._st.staged
         groups: list[Group] = []
         while staged and (oldest is None or staged[0][0] <= oldest):
             groups.append(heapq.heappop(staged)[2])
@@ -203,70 +154,44 @@ class Grace(Pins):
 
     def _requeue(self, groups: list[Group]) -> None:
         for g in groups:
-            self._applying.pop(g.gid, None)
-            heapq.heappush(self._staged, (g.grace, g.gid, g))
+            self._st.applying.pop(g.gid, None)
+            heapq.heappush(self._st.staged, (g.grace, g.gid, g))
 
     def _stage(self, g: Group) -> None:
         for i in g.ids:
-            self._staged_ids[i] = g
-        heapq.heappush(self._staged, (g.grace, g.gid, g))
-        if self._due_hook is not None:
-            self._due_hook()
+            self._st.staged_ids[i] = g
+        heapq.heappush(self._st.staged, (g.grace, g.gid, g))
+        if self._st.due_hook is not None:
+            self._st.due_hook()
 
     def _after_stage(self) -> None:
-        bound = self._policy.max_backlog
-        if len(self._staged_ids) > bound and not self._backlog_alarm:
-            self._backlog_alarm = True
+        bound = self._st.policy.max_backlog
+        if len(self._st.staged_ids) > bound and not self._st.backlog_alarm:
+            self._st.backlog_alarm = True
             detail = (
-                f"deferred backlog {len(self._staged_ids)} exceeds {bound}: marked entries "
+                f"deferred backlog {len(self._st.staged_ids)} exceeds {bound}: marked entries "
                 f"accumulate faster than grace periods drain them"
             )
-            with self._pin_lock:
-                oldest = self._oldest_pin()
-            data = {"deferred": len(self._staged_ids), "bound": bound, "oldest_pin": oldest}
-            esc = Escalation(EscalationKind.BACKLOG, detail, None, (), self._head.number, data)
+            with self._st.pin_lock:
+                oldest = self._registry.oldest_locked()
+            data = {"deferred": len(self._st.staged_ids), "bound": bound, "oldest_pin": oldest}
+            esc = Escalation(EscalationKind.BACKLOG, detail, None, (), self._st.head.number, data)
             self._append_record(
                 escalate_record(
-                    len(self._records), time.time(), (), detail, EscalationKind.BACKLOG.value, data
+                    len(self._st.records),
+                    time.time(),
+                    (),
+                    detail,
+                    EscalationKind.BACKLOG.value,
+                    data,
                 )
             )
             self._escalate(esc)
 
     def _after_unstage(self) -> None:
-        if self._backlog_alarm and len(self._staged_ids) <= self._policy.max_backlog // 2:
-            self._backlog_alarm = False
+        if self._st.backlog_alarm and len(self._st.staged_ids) <= self._st.policy.max_backlog // 2:
+            self._st.backlog_alarm = False
 
     def staged(self) -> Mapping[str, int]:
         """Ids staged for removal → their grace version."""
-        return {i: g.grace for i, g in self._staged_ids.items()}
-
-
-def components(head: Version, ids: Mapping[str, Any]) -> list[tuple[str, ...]]:
-    """Connected components of ``ids`` under refs (either direction), each in
-    request order: ids that cite each other are removed as one transaction."""
-    parent = {i: i for i in ids}
-
-    def find(x: str) -> str:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for i in ids:
-        for ref in head.live[i].entry.refs:
-            if ref in parent:
-                a, b = find(i), find(ref)
-                if a != b:
-                    parent[a] = b
-    comps: dict[str, list[str]] = {}
-    for i in ids:
-        comps.setdefault(find(i), []).append(i)
-    return [tuple(c) for c in comps.values()]
-
-
-
-
-
-
-
-
+        return {i: g.grace for i, g in self._st.staged_ids.items()}

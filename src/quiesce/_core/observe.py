@@ -20,7 +20,26 @@ Cancellation: nothing here awaits.
 
 from __future__ import annotations
 
-__all__ = ["Observer"]
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from .state import HasState, state_of, tap_head
+
+if TYPE_CHECKING:
+    from .version import Version
+
+__all__ = ["Observer", "tap_publications"]
+
+
+def tap_publications(buffer: HasState, tap: Callable[[Version], None]) -> Callable[[], None]:
+    """Call ``tap(version)`` right after every publication of ``buffer``
+    (every store of its head, by any writer, on the writer's thread, under
+    its write lock), until the returned undo is called; for test tools that
+    record a history (``quiesce.testing.Recorder``). Costs nothing while
+    untapped (see :func:`~.state.tap_head`); ``tap`` must be O(1) and must
+    not write to the buffer. Raises :class:`RuntimeError` if the buffer is
+    tapped already. O(1)."""
+    return tap_head(state_of(buffer), tap)
 
 
 class Observer:

@@ -6,8 +6,8 @@ the oldest pin this registry reports is never newer than a pinned reader's
 version (the grace scheduler's horizon, :mod:`.grace`, rests on it).
 
 Protocol. A pin is one entry in the set of readers of its version
-(``_pins``: version number -> dict of snapshots) plus, for the first pin of
-a version, its number at the right end of ``_pin_order``, a deque whose front
+(the state's ``pins``: version number -> dict of snapshots) plus, for the first pin of
+a version, its number at the right end of ``pin_order``, a deque whose front
 is the oldest pinned version. Pin and unpin take no lock (they are the
 readers' fast path): under the GIL each step is one atomic C-level operation
 (``dict.setdefault``, a dict store or delete, a deque append), and a pin is
@@ -21,8 +21,8 @@ must see, and the walk reads the sets after the head). Two rules make the
 unlocked cleanup safe, both resting on the head number only growing: (2) an
 empty set is deleted only by someone who first saw that its version is no
 longer the head (no pin there can succeed any more) and *then* saw it
-empty; (3) ``_pin_order`` is popped only at its front, only under
-``_pin_lock`` (which serializes the walkers, never the readers), by the same
+empty; (3) ``pin_order`` is popped only at its front, only under
+``pin_lock`` (which serializes the walkers, never the readers), by the same
 rule. A pin whose validation fails withdraws and, if it leaves its set
 empty, takes the last-unpin path, so no set and no due removal is lost.
 Pin and unpin are O(1) amortized, independent of the buffer's size and of
@@ -30,7 +30,8 @@ the number of readers. This relies on the GIL: ``Buffer()`` refuses to run
 in a free-threaded interpreter whose GIL is off.
 
 The hand-off. The last reader of a version asks the grace scheduler whether
-the earliest staged removal is now due (``Grace._horizon``) and signals it;
+the earliest staged removal is now due (the grace queue's horizon, a hook
+:class:`PinRegistry` is handed) and signals it;
 what a signal does (apply inline, or wake the runtime's scheduler) is
 :mod:`.grace`'s business.
 
@@ -44,22 +45,18 @@ bytecode by bytecode) under chosen schedules; keep the protocol's lines here.
 from __future__ import annotations
 
 import threading
-from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import tasks as _tasks
 from .entry import Entry, check_id
 from .errors import EntryPruned, SnapshotReleased, UnknownEntry
 from .records import Mark, ReaderInfo, Tombstone
+from .state import BufferState
 from .version import Version
 
-if TYPE_CHECKING:
-    from .buffer import Buffer
-    from .grace import Group
-
-__all__ = ["Pins", "Snapshot", "reader_of"]
+__all__ = ["PinRegistry", "Snapshot", "reader_of"]
 
 
 _NOT_ENTERED: Any = object()
@@ -82,17 +79,17 @@ class Snapshot:
     use raises :class:`SnapshotReleased`. A snapshot is pinned at most once.
     """
 
-    __slots__ = ("__weakref__", "_buffer", "_readers", "_since", "_task", "_version")
+    __slots__ = ("__weakref__", "_readers", "_registry", "_since", "_task", "_version")
 
     _since: float
     _readers: dict[Snapshot, None]
 
-    def __init__(self, buffer: Buffer) -> None:
+    def __init__(self, registry: PinRegistry) -> None:
         # Buffer.snapshot() builds snapshots without this frame (the pin fast
         # path); both set exactly these three slots. ``_task`` is _NOT_ENTERED
         # until the one pin, then the pinning task; ``_since`` and
         # ``_readers`` (the set this snapshot is registered in) are set at pin.
-        self._buffer = buffer
+        self._registry = registry
         self._version: Version | None = None
         self._task: object = _NOT_ENTERED
 
@@ -129,12 +126,13 @@ class Snapshot:
         if task is None:
             task = _current_task_of(ident, ref)
         self._task = task
-        buf = self._buffer
-        self._since = buf._clock()
-        pins = buf._pins
-        order = buf._pin_order
+        reg = self._registry
+        st = reg.st
+        self._since = st.clock()
+        pins = st.pins
+        order = st.pin_order
         while True:
-            v = buf._head
+            v = st.head
             n = v.number
             readers = pins.get(n)
             if readers is None:
@@ -148,13 +146,13 @@ class Snapshot:
                 last = None
             if last != n:
                 order.append(n)
-                buf._trim_pins()
-            if buf._head is v:
+                reg.trim()
+            if st.head is v:
                 break
             # A write landed meanwhile: withdraw, then pin the new head.
             del readers[self]
             if not readers:
-                buf._last_unpin(n, readers)
+                reg.last_unpin(n, readers)
         self._readers = readers
         self._version = v
         return self
@@ -175,10 +173,11 @@ class Snapshot:
         del readers[self]
         if readers:
             return
-        buf = self._buffer
-        if buf._head is v and not buf._staged:
+        reg = self._registry
+        st = reg.st
+        if st.head is v and not st.staged:
             return  # the head's set is kept for its next reader
-        buf._last_unpin(v.number, readers)
+        reg.last_unpin(v.number, readers)
 
     def _v(self) -> Version:
         v = self._version
@@ -297,50 +296,48 @@ def _missing(v: Version, entry_id: str) -> Exception:
     return UnknownEntry(f"no entry {entry_id!r} in version {v.number}")
 
 
-class Pins:
-    """The reader registry of a :class:`~.buffer.Buffer` (a base class: the
-    buffer's ``__init__`` sets the fields below). Pinning and unpinning are
-    :meth:`Snapshot.__enter__` and :meth:`Snapshot.__exit__`; here are their
-    slow path and the walk of the pin order."""
+class PinRegistry:
+    """The reader registry of one buffer: the slow path of pinning and
+    unpinning (:meth:`Snapshot.__enter__` and :meth:`Snapshot.__exit__` are
+    the fast path) and the walk of the pin order.
 
-    _head: Version  #: the head version (one attribute store publishes)
-    _clock: Callable[[], float]
-    _pins: dict[int, dict[Snapshot, None]]  #: version number -> its readers
-    _pin_order: deque[int]  #: pinned version numbers, oldest at the front
-    _pin_lock: threading.Lock  #: serializes the walkers of _pin_order, never a reader
-    #: entries popped off the front of ``_pin_order`` so far (under
-    #: ``_pin_lock``): ``_pin_popped + i`` numbers ``_pin_order[i]`` for good,
-    #: so a walker (the reader-age alarm) can keep a position across calls
-    _pin_popped: int = 0
+    It is handed the buffer's :class:`~.state.BufferState` (whose ``pins``,
+    ``pin_order``, ``pin_lock`` and ``pin_popped`` only this module and the
+    readers' fast path write) and, once the grace queue exists, two hooks:
+    ``horizon`` (the oldest version a reader may hold, :mod:`.grace`) and
+    ``signal_due`` (a staged removal is due). It never calls up into the
+    buffer that holds it."""
 
-    if TYPE_CHECKING:  # provided by .grace.Grace
-        _staged: list[tuple[int, int, Group]]
+    __slots__ = ("horizon", "signal_due", "st")
 
-        def _horizon(self) -> int | None: ...
-        def _signal_due(self) -> None: ...
+    def __init__(self, st: BufferState) -> None:
+        self.st = st
+        #: the grace queue's horizon and due signal (installed by the buffer)
+        self.horizon: Callable[[], int | None] = self.oldest_pin
+        self.signal_due: Callable[[], None] = _no_signal
 
-    @property
-    def _readers(self) -> list[Snapshot]:
+    def readers(self) -> list[Snapshot]:
         """Every pinned snapshot. Safe from any thread: each copy is one
         C-level operation, atomic under the GIL. A snapshot whose pin is still
         being validated in another thread may be listed with ``_version``
         ``None``; callers skip those."""
-        return [s for readers in list(self._pins.values()) for s in list(readers)]
+        return [s for readers in list(self.st.pins.values()) for s in list(readers)]
 
-    def _reader_infos(self, now: float) -> tuple[tuple[ReaderInfo, ...], set[int], int | None]:
+    def reader_infos(self, now: float) -> tuple[tuple[ReaderInfo, ...], set[int], int | None]:
         """What ``stats()`` reports of the readers: one :class:`ReaderInfo`
         per pinned reader (age against ``now``, never negative), the pinned
         version numbers and the oldest pinned version. The reader sets are
-        copied under ``_pin_lock`` (walkers only: readers never take it);
+        copied under ``pin_lock`` (walkers only: readers never take it);
         names are found outside it. A reader's task and pin time never
         change once it is pinned, so a reader unpinning meanwhile is either
         listed whole or not at all. O(readers + pinned versions), one tuple
         per reader: a task's name is found by its type
         (:func:`.tasks.task_name`)."""
         name = _task_name
-        with self._pin_lock:
-            oldest = self._oldest_pin()
-            snaps = [s for readers in list(self._pins.values()) for s in list(readers)]
+        st = self.st
+        with st.pin_lock:
+            oldest = self.oldest_locked()
+            snaps = [s for readers in list(st.pins.values()) for s in list(readers)]
         infos: tuple[ReaderInfo, ...] = tuple(
             [
                 _tuple_new(
@@ -353,25 +350,26 @@ class Pins:
         )
         return infos, {r[1] for r in infos}, oldest
 
-    def _last_unpin(self, n: int, readers: dict[Snapshot, None]) -> None:
+    def last_unpin(self, n: int, readers: dict[Snapshot, None]) -> None:
         """The last reader of version ``n`` left (``readers``: the set it
         left). Frees the set unless ``n`` is the head, and if removals are
         staged, sees whether the earliest is due now (the barrier's signal;
         also retries one left due earlier, e.g. after a failed log write)."""
-        if self._head.number != n and not readers:  # the head first, then the set
-            self._pins.pop(n, None)
-        staged = self._staged
+        st = self.st
+        if st.head.number != n and not readers:  # the head first, then the set
+            st.pins.pop(n, None)
+        staged = st.staged
         if not staged:
             return
-        oldest = self._horizon()
+        oldest = self.horizon()
         try:
             grace = staged[0][0]
         except IndexError:  # applied meanwhile by a writer in another thread
             return
         if oldest is None or grace <= oldest:
-            self._signal_due()
+            self.signal_due()
 
-    def _trim_pins(self) -> None:
+    def trim(self) -> None:
         """Drop finished versions from the front of the pin order, if no
         other walker is at it (never waits). Called when a new version is
         first pinned. The order then holds the pinned versions plus a few
@@ -379,30 +377,31 @@ class Pins:
         head, and what stands behind it (an entry appended by a pin that
         withdrew, or duplicates); later walks free them once they reach the
         front."""
-        lock = self._pin_lock
+        lock = self.st.pin_lock
         if lock.acquire(False):
             try:
-                self._oldest_pin()
+                self.oldest_locked()
             finally:
                 lock.release()
 
-    def _oldest_pin(self) -> int | None:
-        """The oldest pinned version (call under ``_pin_lock``). Pops finished
+    def oldest_locked(self) -> int | None:
+        """The oldest pinned version (call under ``pin_lock``). Pops finished
         versions off the front of the order: a version is finished once it is
         not the head and then its set is seen empty (no pin of it can succeed
         any more). O(1) amortized. May answer a version whose only reader is
         a pin still being validated (conservative: that reader withdraws and
         signals)."""
-        order = self._pin_order
-        pins = self._pins
+        st = self.st
+        order = st.pin_order
+        pins = st.pins
         while order:
             n = order[0]
-            if self._head.number == n:  # the head first, then its set
+            if st.head.number == n:  # the head first, then its set
                 return n if pins.get(n) else None
             if pins.get(n):
                 return n
             order.popleft()
-            self._pin_popped += 1
+            st.pin_popped += 1
             readers = pins.get(n)
             if readers is not None and not readers:
                 pins.pop(n, None)
@@ -410,5 +409,9 @@ class Pins:
 
     def oldest_pin(self) -> int | None:
         """The oldest version any reader has pinned, or ``None``. O(1) amortized."""
-        with self._pin_lock:
-            return self._oldest_pin()
+        with self.st.pin_lock:
+            return self.oldest_locked()
+
+
+def _no_signal() -> None:
+    """The due signal before a grace queue is installed: nothing is staged."""

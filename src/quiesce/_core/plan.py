@@ -11,11 +11,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .entry import Entry, check_body, check_id, check_refs, check_text, check_turn
+from .entry import Entry, check_body, check_id, check_int, check_refs, check_text, check_turn
 from .errors import InvalidArgument, InvalidType
-from .records import Override
 
-__all__ = ["EditPlan", "Move", "Op", "Prune", "Rewrite", "Summarize"]
+__all__ = ["EditPlan", "Move", "Op", "Override", "Prune", "Rewrite", "Summarize"]
 
 
 def _ids(values: object, what: str) -> tuple[str, ...]:
@@ -27,6 +26,20 @@ def _ids(values: object, what: str) -> tuple[str, ...]:
     if len(set(out)) != len(out):
         raise InvalidArgument(f"{what} lists an id twice")
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class Override:
+    """An explicit, logged permission: to re-admit content that matches a
+    tombstone, and — in an :class:`EditPlan` whose actor is ``"host"`` — to
+    create protected summaries and retract entries of any kind."""
+
+    reason: str
+    turn: int
+
+    def __post_init__(self) -> None:
+        check_text(self.reason, "override reason")
+        check_int(self.turn, "override turn")
 
 
 @dataclass(frozen=True, slots=True)

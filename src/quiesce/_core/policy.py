@@ -16,15 +16,11 @@ and ``edit``.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from .entry import Entry, Kind, check_int, result_id
+from .entry import Entry, Kind, check_int
 from .errors import InvalidType
-
-if TYPE_CHECKING:
-    from .version import Version
 
 __all__ = [
     "IMMUTABLE_KINDS",
@@ -32,8 +28,6 @@ __all__ = [
     "Policy",
     "default_negative_classifier",
     "preclassify",
-    "sealed_conflicts",
-    "sealed_lookups",
 ]
 
 #: kind → (protected, immutable). Protected: never removed or paraphrased.
@@ -168,77 +162,3 @@ class Policy:
         if self.negative(entry):
             return "negative"
         return None
-
-
-def sealed_lookups(head: Version, removing: Iterable[str]) -> list[str]:
-    """The tombstone ids :func:`sealed_conflicts` may look up for removing
-    ``removing``: the results (``result_id``) of the tool calls citing a
-    live sealed entry among them — for a caller to read back before the
-    write lock (issue 21). From memory, O(removing · citers); empty when
-    nothing in ``removing`` is sealed."""
-    live = head.live
-    out: list[str] = []
-    for i in removing:
-        slot = live.get(i)
-        if slot is None or not slot.entry.sealed:
-            continue
-        for c in head.cited_by(i):
-            call = live.get(c)
-            if call is not None and call.entry.kind is Kind.TOOL_CALL:
-                out.append(result_id(c))
-    return out
-
-
-def sealed_conflicts(head: Version, removing: Collection[str]) -> dict[str, str]:
-    """The ids in ``removing`` that must stay because of signed reasoning,
-    each with why. A sealed entry and the live entries citing it (its turn:
-    the adapters make every other block of an assistant turn cite the turn's
-    signed blocks) leave together:
-
-    * a sealed entry stays while a ``TOOL_CALL`` citing it has no result —
-      no live ``TOOL_OUTPUT`` citing it and no tombstone of
-      ``result_id(call)`` (the call still awaits its result: the API rejects
-      a tool loop whose signed block went missing);
-    * an entry stays if removing it would leave a surviving sealed entry it
-      cites with no live entry citing it (a signed block alone, without its
-      turn).
-
-    O(removing · refs · citers). Returns an empty dict when nothing in
-    ``removing`` touches sealed content (the common case: one ``refs`` scan).
-    """
-    out: dict[str, str] = {}
-    remaining = dict.fromkeys(removing)
-    while True:  # to a fixpoint: an id kept may make another one stay
-        found = _sealed_pass(head, remaining)
-        if not found:
-            return out
-        for i, why in found.items():
-            out[i] = why
-            del remaining[i]
-
-
-def _sealed_pass(head: Version, removing: Collection[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    live = head.live
-    for i in removing:
-        slot = live.get(i)
-        if slot is None:
-            continue
-        e = slot.entry
-        if e.sealed:
-            for c in head.cited_by(i):
-                call = live[c].entry
-                if (
-                    call.kind is Kind.TOOL_CALL
-                    and result_id(c) not in head.tombs.by_id
-                    and not any(live[r].entry.kind is Kind.TOOL_OUTPUT for r in head.cited_by(c))
-                ):
-                    out[i] = f"{i!r} is signed reasoning whose tool call {c!r} awaits its result"
-                    break
-        for ref in e.refs:
-            target = live.get(ref)
-            if target is None or ref in removing or not target.entry.sealed:
-                continue
-            if all(c in removing for c in head.cited_by(ref)):
-                out[i] = f"removing {i!r} would leave the signed reasoning {ref!r} without its turn"
-    return out

@@ -44,6 +44,7 @@ def preload(buf: Buffer, entries: Sequence[Entry], *, marked: int = 0) -> None:
     for e in entries[:marked]:
         draft.marks[e.id] = Mark(e.id, "bench: seeded", None, 1)
     version = draft.finish(1)
-    with buf._write_lock:
-        buf._head = version
-        buf._unmarked = {e.id for e in entries[marked:]}  # the mark fast path's index
+    st = buf._st
+    with st.write_lock:
+        st.head = version
+        st.unmarked = {e.id for e in entries[marked:]}  # the mark fast path's index

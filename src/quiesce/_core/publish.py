@@ -28,8 +28,7 @@ import contextlib
 import json
 import threading
 import time
-from collections import Counter, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .callbacks import WriteGuard
@@ -37,13 +36,14 @@ from .draft import Draft
 from .entry import Entry, check_text
 from .errors import InvalidArgument, InvalidType, LogWriteError, ReentrantWrite
 from .grace import Grace, Group
-from .log import DURABLE_TAIL, Records, materialize_range
+from .graph import cascade
+from .log import DURABLE_TAIL, materialize_range
 from .policy import Policy, default_negative_classifier
 from .records import Escalation, EscalationKind, LogRecord, Refusal, Tombstone
-from .version import Version
+from .state import BufferState
 from .wire import escalate_record, intent_record, remove_record
 
-__all__ = ["Publisher", "cascade", "count_record"]
+__all__ = ["Publisher", "count_record"]
 
 _get_ident = threading.get_ident
 
@@ -52,38 +52,11 @@ class Publisher(Grace):
     """The log and the removal path of a :class:`~.buffer.Buffer` (a base
     class: the buffer's ``__init__`` sets the fields below)."""
 
-    _flush_lock: threading.Lock  #: one sink write at a time
-    _records: Records  #: LogRecords and compact records (log.py)
-    _synced: int  #: records [0, _synced) are durable in the sink
-    _retention: int  #: records kept in memory without a sink (log.py)
-    _checkpoint_every: int  #: records between automatic checkpoints (checkpoint.py)
-    _checkpoint_due: int  #: the record count at which flush() writes the next one
-    _checkpoints_ok: bool  #: the sink recovers from checkpoints (CheckpointSink)
-
     def _append_checkpoint(self) -> None:
         """Append a checkpoint record of the current state (Buffer, which
         imports :mod:`.checkpoint`; this module must not, to stay out of an
         import circle)."""
         raise NotImplementedError
-
-    _log_failing: bool
-    _counts: Counter[str]
-    _refusals: Counter[Refusal]
-    _max_removed_grace: int  #: invariant 5's witness (check.py)
-    _latency_last: float | None
-    _latency_max: float | None
-    _escalation_hook: Callable[[Escalation], bool] | None  #: the runtime's, else None
-    _escalations: deque[Escalation]  #: queued while no runtime consumes them
-    _escalations_dropped: int
-    _intents: dict[int, int]  #: gid -> seq of the intent record logged for it
-    _in_sink_write: int | None  #: the thread in sink.write, if any (callbacks.py)
-    _immutable_hashes: dict[str, str]  #: invariant 4: each live immutable's admitted bytes
-    _protected_at: dict[str, int]  #: seq of the record writing each protected entry (claims.py)
-    #: passes every record of the record path (not the fast paths' compact
-    #: ones) before it is appended: a shared buffer's stamp (replication.py)
-    _record_hook: Callable[[LogRecord], LogRecord] | None = None
-
-    _streams: dict[str, Any]  #: the open streams (stream.py)
 
     def _log_streams(self) -> None:
         """Log the open streams' text since their last records (stream.py)."""
@@ -112,9 +85,9 @@ class Publisher(Grace):
         that moment, publish one version and log the ``remove`` record. A
         crash between (2) and the next flush recovers the groups staged again.
         """
-        if self._sink is not None:
+        if self._st.sink is not None:
             return self._apply_due_durable(blocking=True) or ()
-        self._write_lock.acquire()
+        self._st.write_lock.acquire()
         try:
             return self._apply_due_locked()
         finally:
@@ -135,24 +108,24 @@ class Publisher(Grace):
         """The three phases of :meth:`apply_due` with a durable sink. Returns
         ``None`` when ``blocking`` is false and a writer holds the lock (the
         due flag is left for it)."""
-        lock = self._write_lock
+        lock = self._st.write_lock
         if not lock.acquire(blocking):
-            self._due_flag = True
+            self._st.due_flag = True
             return None
         try:
             groups = self._pop_due()
             if not groups:
                 return ()
             for g in groups:
-                self._applying[g.gid] = g
+                self._st.applying[g.gid] = g
             # One intent per group, however often a failing disk makes us
             # retry: a group logged already keeps the intent it has.
-            fresh = [g for g in groups if g.gid not in self._intents]
+            fresh = [g for g in groups if g.gid not in self._st.intents]
             if fresh:
                 seq = self._log_intent(fresh)
                 for g in fresh:
-                    self._intents[g.gid] = seq
-            intent = max(self._intents[g.gid] for g in groups)
+                    self._st.intents[g.gid] = seq
+            intent = max(self._st.intents[g.gid] for g in groups)
         finally:
             lock.release()
         try:
@@ -166,10 +139,10 @@ class Publisher(Grace):
             # A group the sink took back out of ``_applying`` while making the
             # intent durable (a shared buffer whose remote readers turned out
             # to be below its grace) is requeued, not published.
-            vetoed = [g for g in groups if g.gid not in self._applying]
+            vetoed = [g for g in groups if g.gid not in self._st.applying]
             if vetoed:
                 self._requeue(vetoed)
-                groups = [g for g in groups if g.gid in self._applying]
+                groups = [g for g in groups if g.gid in self._st.applying]
                 if not groups:
                     return ()
             try:
@@ -190,7 +163,7 @@ class Publisher(Grace):
         """Log the tombstones the groups would write (version not yet known).
         Called once per group: a retry after a failed flush reuses the intent
         already logged (see ``_intents``)."""
-        live = self._head.live
+        live = self._st.head.live
         tombs = []
         for g in groups:
             for i in g.ids:
@@ -200,7 +173,7 @@ class Publisher(Grace):
                     tomb = Tombstone(i, e.content_hash, g.reason, g.turn, g.actor, 0, e.kind, e.key)
                     tombs.append(tomb)
         record = intent_record(
-            len(self._records),
+            len(self._st.records),
             time.time(),
             tuple(i for g in groups for i in g.ids),
             [g.gid for g in groups],
@@ -210,7 +183,7 @@ class Publisher(Grace):
         return record.seq
 
     def _remove_groups(self, groups: list[Group], intent: int | None = None) -> tuple[str, ...]:
-        head = self._head
+        head = self._st.head
         refused: dict[str, Refusal] = {}
         removal: dict[str, Group] = {}
         for g in groups:
@@ -250,7 +223,7 @@ class Publisher(Grace):
         ids = tuple(i for g in groups for i in g.ids)
         retracted = [i for i, g in removal.items() if i in g.retracted]
         record = remove_record(
-            len(self._records),
+            len(self._st.records),
             time.time(),
             n if removal else None,
             ids,
@@ -267,41 +240,45 @@ class Publisher(Grace):
             # Invariant: a tombstone is durable before the removal it records
             # is published. With a sink, the caller made it durable in the
             # intent record (_apply_due_durable); without one there is no disk.
-            assert intent is not None or self._sink is None
+            assert intent is not None or self._st.sink is None
             self._append_record(record)
             assert draft is not None
             new = draft.finish(n)
             # the record holds the new tombstones: once it is durable they
             # can leave memory (tombs.py, spill)
-            new.tombs.locate(len(head.tombs), record.seq, self._records)
-            self._max_removed_grace = max(self._max_removed_grace, max(g.grace for g in groups))
-            self._head = new
+            new.tombs.locate(len(head.tombs), record.seq, self._st.records)
+            self._st.max_removed_grace = max(
+                self._st.max_removed_grace, max(g.grace for g in groups)
+            )
+            self._st.head = new
             self._markable().difference_update(removal)
             for i in retracted:  # a retracted immutable is gone, with its tombstone
-                self._immutable_hashes.pop(i, None)
-            protected_at = self._protected_at
+                self._st.immutable_hashes.pop(i, None)
+            protected_at = self._st.protected_at
             if protected_at:
                 for i in removal:  # claims.py: the ledger holds live entries only
                     protected_at.pop(i, None)
-            observer = self._observer
+            observer = self._st.observer
             if observer is not None:
                 try:
                     observer.applied(tuple(removal))
                 except Exception:  # observe.py: an observer never breaks a write
-                    self._counts["callback_errors"] += 1
+                    self._st.counts["callback_errors"] += 1
         else:
             self._append_record(record)
         for g in groups:
-            self._applying.pop(g.gid, None)
-            self._intents.pop(g.gid, None)
+            self._st.applying.pop(g.gid, None)
+            self._st.intents.pop(g.gid, None)
             for i in g.ids:
-                self._staged_ids.pop(i, None)
+                self._st.staged_ids.pop(i, None)
         self._after_unstage()
-        if self._due_since is not None:
-            lat = max(0.0, self._clock() - self._due_since)
-            self._latency_last = lat
-            self._latency_max = lat if self._latency_max is None else max(self._latency_max, lat)
-            self._due_since = None
+        if self._st.due_since is not None:
+            lat = max(0.0, self._st.clock() - self._st.due_since)
+            self._st.latency_last = lat
+            self._st.latency_max = (
+                lat if self._st.latency_max is None else max(self._st.latency_max, lat)
+            )
+            self._st.due_since = None
         return tuple(removal)
 
     # -- the policy, called as untrusted code (callbacks.py) -------------------
@@ -310,7 +287,7 @@ class Publisher(Grace):
         """True when the policy is the library's own (``Policy`` with the
         default classifier): its verdicts depend on an entry's content alone,
         never raise and never write. O(1)."""
-        policy = self._policy
+        policy = self._st.policy
         return type(policy) is Policy and policy.negative is default_negative_classifier
 
     def _protection(self, entry: Entry) -> str | None:
@@ -318,37 +295,37 @@ class Publisher(Grace):
         the write lock). If it raises, the entry counts as ``"negative"`` (kept)
         and the failure is escalated; see :mod:`.callbacks`. The library's own
         policy and classifier are called directly (they neither raise nor write)."""
-        policy = self._policy
+        policy = self._st.policy
         if self._own_policy():
             return policy.protection(entry)
-        lock = self._write_lock
-        self._write_lock = WriteGuard(lock, "policy classifier")
+        lock = self._st.write_lock
+        self._st.write_lock = WriteGuard(lock, "policy classifier")
         try:
             return policy.protection(entry)
         except Exception as exc:
-            self._write_lock = lock
+            self._st.write_lock = lock
             self._callback_failed("policy.protection", entry.id, exc)
             return "negative"
         finally:
-            self._write_lock = lock
+            self._st.write_lock = lock
 
     def _is_immutable(self, entry: Entry) -> bool:
         """``Policy.is_immutable(entry)``, guarded like :meth:`_protection`; if
         it raises, the entry counts as immutable (kept). ``Policy``'s own (a
         kind lookup) is called directly."""
-        policy = self._policy
+        policy = self._st.policy
         if type(policy) is Policy:
             return policy.is_immutable(entry)
-        lock = self._write_lock
-        self._write_lock = WriteGuard(lock, "policy")
+        lock = self._st.write_lock
+        self._st.write_lock = WriteGuard(lock, "policy")
         try:
             return bool(policy.is_immutable(entry))
         except Exception as exc:
-            self._write_lock = lock
+            self._st.write_lock = lock
             self._callback_failed("policy.is_immutable", entry.id, exc)
             return True
         finally:
-            self._write_lock = lock
+            self._st.write_lock = lock
 
     def _callback_failed(self, callback: str, entry_id: str, exc: Exception) -> None:
         """Log, escalate and count a user callback's failure (under the write
@@ -359,19 +336,21 @@ class Publisher(Grace):
         )
         data = {"callback": callback, "id": entry_id, "error": type(exc).__name__}
         kind = EscalationKind.REFUSED_EDIT
-        esc = Escalation(kind, detail, None, (Refusal.NEGATIVE,), self._head.number, data)
+        esc = Escalation(kind, detail, None, (Refusal.NEGATIVE,), self._st.head.number, data)
         self._append_record(
-            escalate_record(len(self._records), time.time(), (entry_id,), detail, kind.value, data)
+            escalate_record(
+                len(self._st.records), time.time(), (entry_id,), detail, kind.value, data
+            )
         )
         self._escalate(esc)
 
     def _append_record(self, record: LogRecord) -> None:
-        hook = self._record_hook
+        hook = self._st.record_hook
         if hook is not None:
             record = hook(record)
-        self._records.append(record)
-        count_record(self, record)
-        if self._sink is None:
+        self._st.records.append(record)
+        count_record(self._st, record)
+        if self._st.sink is None:
             self._trim_log()
 
     def _trim_log(self) -> None:
@@ -380,11 +359,11 @@ class Publisher(Grace):
         :data:`~.log.DURABLE_TAIL` records; without a sink, keep the newest
         ``log_retention`` records and count the rest as dropped; a sink that
         cannot read back keeps everything. Amortized O(1) per record."""
-        records = self._records
+        records = self._st.records
         if records.reader is not None:
-            records.trim(self._synced, DURABLE_TAIL)
-        elif self._sink is None:
-            records.trim(len(records), self._retention)
+            records.trim(self._st.synced, DURABLE_TAIL)
+        elif self._st.sink is None:
+            records.trim(len(records), self._st.retention)
 
     def flush(self, *, checkpoint: bool = False) -> None:
         """Return once every change made before the call is durable in the sink.
@@ -403,41 +382,42 @@ class Publisher(Grace):
         checkpoint stays pending like any record (it is never half-written:
         a sink write is atomic).
         """
-        sink = self._sink
+        sink = self._st.sink
         if sink is None:
             self._trim_log()
             return
         me = _get_ident()
-        if self._in_sink_write == me:  # the sink's write called back (callbacks.py)
+        if self._st.in_sink_write == me:  # the sink's write called back (callbacks.py)
             raise ReentrantWrite(
                 "flush() from inside the log sink's write: a sink must not flush, prune "
                 "or edit the buffer it serves"
             )
-        guard = self._write_lock
+        guard = self._st.write_lock
         if type(guard) is WriteGuard:  # a policy callback runs: refused if in this thread
             guard.refuse_owner("flush()")
-        if self._streams:  # stream.py: the text since each stream's last record
+        if self._st.streams:  # stream.py: the text since each stream's last record
             self._log_streams()
-        if self._checkpoints_ok and (
-            checkpoint or (self._checkpoint_every and len(self._records) >= self._checkpoint_due)
+        if self._st.checkpoints_ok and (
+            checkpoint
+            or (self._st.checkpoint_every and len(self._st.records) >= self._st.checkpoint_due)
         ):
             self._append_checkpoint()
-        with self._flush_lock:
-            start = self._synced
+        with self._st.flush_lock:
+            start = self._st.synced
             # a stable prefix; appends go on meanwhile
-            batch = materialize_range(self._records, start, len(self._records))
+            batch = materialize_range(self._st.records, start, len(self._st.records))
             if not batch:
                 return
-            self._in_sink_write = me
+            self._st.in_sink_write = me
             try:
                 sink.write(batch)
             except Exception as exc:
-                self._log_failing = True
+                self._st.log_failing = True
                 raise LogWriteError(f"edit log write failed: {exc}") from exc
             finally:
-                self._in_sink_write = None
-            self._log_failing = False
-            self._synced = start + len(batch)
+                self._st.in_sink_write = None
+            self._st.log_failing = False
+            self._st.synced = start + len(batch)
             self._trim_log()
         self._spill_tombs()
 
@@ -445,10 +425,10 @@ class Publisher(Grace):
         """Let the tombstones whose records are durable leave memory
         (issue 13; tombs.py): only their index slots stay. Skipped when the
         write lock is busy (the next flush does it). O(tombstones kept)."""
-        lock = self._write_lock
+        lock = self._st.write_lock
         if lock.acquire(blocking=False):
             try:
-                self._head.tombs.spill(self._synced)
+                self._st.head.tombs.spill(self._st.synced)
             finally:
                 lock.release()
 
@@ -456,28 +436,28 @@ class Publisher(Grace):
     def pending_records(self) -> int:
         """Records not yet durable in the sink (an open stream's text that
         no record holds yet counts as one: the next flush logs it)."""
-        if self._sink is None:
+        if self._st.sink is None:
             return 0
-        n = len(self._records) - self._synced
-        return n + 1 if not n and self._streams and self._unlogged_text() else n
+        n = len(self._st.records) - self._st.synced
+        return n + 1 if not n and self._st.streams and self._unlogged_text() else n
 
     # -- escalations -------------------------------------------------------
 
     def _escalate(self, esc: Escalation) -> None:
         """Deliver an escalation (never blocks). Undeliverable ones are counted."""
-        hook = self._escalation_hook
+        hook = self._st.escalation_hook
         if hook is not None:
             if not hook(esc):
-                self._escalations_dropped += 1
+                self._st.escalations_dropped += 1
             return
-        if len(self._escalations) == self._escalations.maxlen:
-            self._escalations_dropped += 1
-        self._escalations.append(esc)
+        if len(self._st.escalations) == self._st.escalations.maxlen:
+            self._st.escalations_dropped += 1
+        self._st.escalations.append(esc)
 
     def drain_escalations(self) -> list[Escalation]:
         """Escalations queued while no runtime consumes them (oldest first)."""
-        out = list(self._escalations)
-        self._escalations.clear()
+        out = list(self._st.escalations)
+        self._st.escalations.clear()
         return out
 
     def escalate(
@@ -504,12 +484,12 @@ class Publisher(Grace):
                 json.dumps(data, allow_nan=False)
             except (TypeError, ValueError, RecursionError) as exc:
                 raise InvalidArgument(f"data cannot go to the log as JSON: {exc}") from None
-        esc = Escalation(kind, detail, None, (), self._head.number, dict(data or {}))
-        self._write_lock.acquire()
+        esc = Escalation(kind, detail, None, (), self._st.head.number, dict(data or {}))
+        self._st.write_lock.acquire()
         try:
             self._append_record(
                 escalate_record(
-                    len(self._records),
+                    len(self._st.records),
                     time.time(),
                     tuple(str(i) for i in (data or {}).get("ids", ())),
                     detail,
@@ -523,34 +503,12 @@ class Publisher(Grace):
         return esc
 
 
-def cascade(head: Version, removal: Mapping[str, Any], refused: dict[str, Refusal]) -> list[str]:
-    """Refuse (``REFERENCED``) every id in ``removal`` cited by an entry that
-    survives; a refused id survives, so what it cites is rechecked (the
-    cascade). Fills ``refused``; returns the ids to drop from ``removal``.
-    O(removal + their referrers)."""
-    keep: set[str] = set(removal)
-    stack = list(removal)
-    dropped: list[str] = []
-    while stack:
-        i = stack.pop()
-        if i not in keep:
-            continue
-        for r in head.cited_by(i):
-            if r not in keep:
-                keep.discard(i)
-                refused[i] = Refusal.REFERENCED
-                dropped.append(i)
-                stack.extend(ref for ref in head.live[i].entry.refs if ref in keep)
-                break
-    return dropped
-
-
-def count_record(buf: Publisher, record: LogRecord) -> None:
+def count_record(st: BufferState, record: LogRecord) -> None:
     """Derive the statistics counters from a record (used live and on replay)."""
-    counts = buf._counts
+    counts = st.counts
     detail = record.detail
     for r in detail.get("refusals", ()):
-        buf._refusals[Refusal(r)] += 1
+        st.refusals[Refusal(r)] += 1
     op = record.op
     if op in ("stream_text", "stream_close", "stream_abort"):
         # versions a stream's writes published with no record of their own

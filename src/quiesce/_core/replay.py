@@ -38,18 +38,18 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from .draft import Draft as _Draft
-from .edit import HOST_ACTOR
 from .entry import Entry, Kind
 from .errors import LogFormatError
 from .grace import Group as _Group
 from .ledger import guarded, note_written
 from .policy import IMMUTABLE_KINDS, PROTECTED_KINDS
 from .publish import count_record as _count
-from .records import FORMAT, LogRecord, Mark
+from .records import FORMAT, HOST_ACTOR, LogRecord, Mark
+from .state import BufferState, HasState, state_of
 from .stream import reopen, reopen_entry, replay_finish, replay_text, stream_header
 from .version import Slot
 from .wire import (
@@ -62,9 +62,6 @@ from .wire import (
     parse_stream_open,
     parse_stream_text,
 )
-
-if TYPE_CHECKING:
-    from .buffer import Buffer
 
 __all__ = ["replay"]
 
@@ -161,21 +158,27 @@ def _publishes(v: int | None, number: int, streaming: bool = False) -> int:
     return v
 
 
-def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
-    """Load ``records`` into ``buf``: a new, empty buffer, or one whose log
+def _list(value: object, what: str) -> Iterable[Any]:
+    _require(isinstance(value, list), f"{what} is not a list")
+    return value  # type: ignore[return-value]
+
+
+def replay(st: BufferState | HasState, records: Sequence[LogRecord]) -> None:
+    """Load ``records`` into ``st``: a new, empty buffer, or one whose log
     they continue (a replica following a shared log; call under its write
     lock), checking each record against the invariants first. The head is
     replaced once, only if the records publish a version. Raises
     :class:`LogFormatError` naming the first record from a newer format, out
     of order, malformed or impossible (see the module docstring); a new
-    ``buf`` must then be discarded. O(records · log n + live entries)."""
-    draft = _Draft(buf._head)
-    number = buf._head.number
-    groups: dict[int, _Group] = {g.gid: g for _, _, g in buf._staged}
+    ``st`` must then be discarded. O(records · log n + live entries)."""
+    st = state_of(st)
+    draft = _Draft(st.head)
+    number = st.head.number
+    groups: dict[int, _Group] = {g.gid: g for _, _, g in st.staged}
     keys = _Keys(draft)
     batch_at: int | None = None  # the version of the append record just read
-    streams = buf._streams  # the open streams (stream.py), as the records leave them
-    for index, rec in enumerate(records, len(buf._records)):
+    streams = st.streams  # the open streams (stream.py), as the records leave them
+    for index, rec in enumerate(records, len(st.records)):
         if rec.format > FORMAT:
             raise LogFormatError(
                 f"log record {index} has format {rec.format}; this quiesce reads up to {FORMAT}"
@@ -195,9 +198,9 @@ def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
                 keys.take(key, entry.id)
                 draft.add(entry, key, v)
                 if entry.kind in IMMUTABLE_KINDS:
-                    buf._immutable_hashes[entry.id] = entry.content_hash
+                    st.immutable_hashes[entry.id] = entry.content_hash
                 if guarded(entry):
-                    buf._protected_at[entry.id] = rec.seq  # claims.py: its record
+                    st.protected_at[entry.id] = rec.seq  # claims.py: its record
             elif op == "mark":
                 v = _publishes(v, number, bool(streams))
                 i, reason, turn = parse_mark(rec)
@@ -221,14 +224,14 @@ def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
                         for ref in entry.refs:
                             _require(ref in draft.live, f"{entry.id!r} cites {ref!r}, not live")
                         draft.replace(entry, n)
-                        note_written(buf._protected_at, rec.seq, (entry,))
+                        note_written(st.protected_at, rec.seq, (entry,))
                     for entry, key in change.inserted:
                         _check_new(draft, entry)
                         keys.take(key, entry.id)
                         draft.add(entry, key, n)
                         if entry.kind in IMMUTABLE_KINDS:
-                            buf._immutable_hashes[entry.id] = entry.content_hash
-                        note_written(buf._protected_at, rec.seq, (entry,))
+                            st.immutable_hashes[entry.id] = entry.content_hash
+                        note_written(st.protected_at, rec.seq, (entry,))
                     placed = change.placed  # present after a renumbering
                     new_keys = change.keys
                     for i in new_keys:
@@ -292,9 +295,9 @@ def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
                     _require(t.version == n, f"the tombstone of {t.id!r} has version {t.version}")
                     keys.drop(slot.key)
                     draft.remove(t)
-                    buf._immutable_hashes.pop(t.id, None)
-                    buf._protected_at.pop(t.id, None)
-                draft.tombs.locate(located, rec.seq, buf._records)  # tombs.py: spill
+                    st.immutable_hashes.pop(t.id, None)
+                    st.protected_at.pop(t.id, None)
+                draft.tombs.locate(located, rec.seq, st.records)  # tombs.py: spill
                 for t in tombs:
                     cited = draft.referrers.get(t.id)
                     if cited:
@@ -307,7 +310,7 @@ def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
                 header = stream_header(header_dict)
                 _check_new(draft, header)
                 keys.take(key, header.id)
-                draft.add(reopen(buf, header, key, ""), key, v)
+                draft.add(reopen(st, header, key, ""), key, v)
             elif op == "stream_text":
                 _require(v is None, "a stream_text record publishes a version")
                 text = parse_stream_text(rec)
@@ -338,12 +341,12 @@ def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
                 else:
                     _require(not aborted or w.id in draft.marks, f"aborted {w.id!r} is unmarked")
                 if guarded(final):
-                    buf._protected_at[w.id] = rec.seq  # claims.py: its close carries it
+                    st.protected_at[w.id] = rec.seq  # claims.py: its close carries it
             elif op in ("refuse", "escalate", "tombstone", "checkpoint", "anchor"):
                 _require(v is None, f"a {op} record publishes a version")  # checkpoint.py
             else:
                 raise _Invalid(f"unknown op {op!r}")
-            _count(buf, rec)
+            _count(st, rec)
         except LogFormatError:
             raise
         except _Invalid as exc:
@@ -353,24 +356,24 @@ def replay(buf: Buffer, records: Sequence[LogRecord]) -> None:
         if v is not None:
             number = v
         batch_at = v if op == "append" else None
-        buf._records.append(rec)
+        st.records.append(rec)
     for g in groups.values():
         for i in g.ids:
             if i in draft.live and i not in draft.marks:  # pragma: no cover - marks stay
                 raise LogFormatError(f"staged {i!r} of group {g.gid} is live but not marked")
-    if number != buf._head.number:
-        buf._head = draft.finish(number)
-    head = buf._head
-    buf._unmarked_new.clear()
-    buf._unmarked = {
+    if number != st.head.number:
+        st.head = draft.finish(number)
+    head = st.head
+    st.unmarked_new.clear()
+    st.unmarked = {
         i
         for i, slot in head.live.items()
         if i not in head.marks and slot.entry.kind not in IMMUTABLE_KINDS
     }
-    buf._staged.clear()
-    buf._staged_ids.clear()
+    st.staged.clear()
+    st.staged_ids.clear()
     for g in groups.values():
         for i in g.ids:
-            buf._staged_ids[i] = g
-        heapq.heappush(buf._staged, (g.grace, g.gid, g))
-    buf._gids = itertools.count(max(groups, default=0) + 1 + len(buf._records))
+            st.staged_ids[i] = g
+        heapq.heappush(st.staged, (g.grace, g.gid, g))
+    st.gids = itertools.count(max(groups, default=0) + 1 + len(st.records))

@@ -104,22 +104,25 @@ class Replication:
     buffer (a second raises :class:`InvalidArgument`).
     """
 
-    __slots__ = ("_buf", "_epoch", "_serving")
+    __slots__ = ("_buf", "_epoch", "_serving", "_st")
 
     def __init__(self, buf: Buffer) -> None:
         from .buffer import Buffer
 
         if not isinstance(buf, Buffer):
             raise InvalidType(f"Replication takes a Buffer, not {type(buf).__name__}")
-        if buf._record_hook is not None:
+        st = buf._st
+        if st.record_hook is not None:
             raise InvalidArgument("this buffer has a replication handle already")
         self._buf = buf
+        #: the buffer's fields (state.py): what this handle drives
+        self._st = st
         #: the epoch of the attached sink (None: detached)
         self._epoch: int | None = None
         #: (thread, stamp) while that thread serves a request
         self._serving: tuple[int, Stamp] | None = None
-        buf._flush_lock = threading.RLock()  # type: ignore[assignment]
-        buf._record_hook = self._hook
+        st.flush_lock = threading.RLock()  # type: ignore[assignment]
+        st.record_hook = self._hook
 
     # -- state ---------------------------------------------------------------
 
@@ -131,14 +134,14 @@ class Replication:
     def applied(self) -> int:
         """Records in this buffer's log (appended or applied): the ``seq``
         of the next one. O(1), lock-free."""
-        return len(self._buf._records)
+        return len(self._st.records)
 
     @property
     def durable(self) -> int:
         """Records known durable in the attached sink (records ``0`` ..
         ``durable - 1``); the records applied from a shared log count as
         durable once a sink is attached. O(1), lock-free."""
-        return self._buf._synced
+        return self._st.synced
 
     @property
     def epoch(self) -> int | None:
@@ -161,14 +164,14 @@ class Replication:
             raise InvalidType(f"sink must be a LogSink, not {type(sink).__name__}")
         if type(epoch) is not int:
             raise InvalidType(f"epoch must be an int, not {type(epoch).__name__}")
-        buf = self._buf
-        with buf._write_lock:
-            buf._synced = len(buf._records)
-            buf._sink = sink
-            buf._checkpoints_ok = isinstance(sink, CheckpointSink)
-            buf._checkpoint_every = checkpoint_every
-            buf._checkpoint_due = len(buf._records) + checkpoint_every
-            buf._grace_floor = grace_floor
+        st = self._st
+        with st.write_lock:
+            st.synced = len(st.records)
+            st.sink = sink
+            st.checkpoints_ok = isinstance(sink, CheckpointSink)
+            st.checkpoint_every = checkpoint_every
+            st.checkpoint_due = len(st.records) + checkpoint_every
+            st.grace_floor = grace_floor
             self._epoch = epoch
 
     def detach(self, epoch: int | None = None) -> int:
@@ -178,12 +181,13 @@ class Replication:
         nothing). Returns the records that were not durable: they are in
         this buffer only, lost to the shared log. O(1), under the write lock."""
         buf = self._buf
-        with buf._write_lock:
+        st = self._st
+        with st.write_lock:
             if epoch is not None and epoch != self._epoch:
                 return 0
             lost = buf.pending_records
-            buf._sink = None
-            buf._grace_floor = -1
+            st.sink = None
+            st.grace_floor = -1
             self._epoch = None
             return lost
 
@@ -197,21 +201,22 @@ class Replication:
         if floor is not None and type(floor) is not int:
             raise InvalidType(f"floor must be an int or None, not {type(floor).__name__}")
         buf = self._buf
-        with buf._write_lock:
-            buf._grace_floor = floor
+        st = self._st
+        with st.write_lock:
+            st.grace_floor = floor
         if buf.has_due():
             buf._signal_due()
 
     @property
     def grace_floor(self) -> int | None:
-        return self._buf._grace_floor
+        return self._st.grace_floor
 
     def removals_in_flight(self, gids: Iterable[int]) -> dict[int, int]:
         """Of the removal groups ``gids`` (a ``tombstone`` intent record's
         ``detail["gids"]``), those being made durable now, gid -> grace
         version. Lock-free (a sink's ``before_commit`` calls it inside the
         flush). O(len(gids))."""
-        applying = self._buf._applying
+        applying = self._st.applying
         out: dict[int, int] = {}
         for gid in gids:
             g = applying.get(gid)
@@ -225,11 +230,11 @@ class Replication:
         (the intent record is harmless: recovery ignores an intent without
         its removal). Sets the grace floor to ``floor`` (without a due
         signal: the floor just rose no further). Under the write lock."""
-        buf = self._buf
-        with buf._write_lock:
+        st = self._st
+        with st.write_lock:
             for gid in gids:
-                buf._applying.pop(gid, None)
-            buf._grace_floor = floor
+                st.applying.pop(gid, None)
+            st.grace_floor = floor
 
     # -- records -----------------------------------------------------------------
 
@@ -253,15 +258,15 @@ class Replication:
         ``mark_stale``): a prune or edit may wait for a disk, which must not
         happen under the write lock. On an exception the records appended so
         far are stamped all the same, and both locks are released."""
-        buf = self._buf
-        with buf._flush_lock:
+        st = self._st
+        with st.flush_lock:
             self._serving = (_get_ident(), stamp)
             try:
                 if not exclusive:
                     yield
                     return
-                with buf._write_lock:
-                    start = len(buf._records)
+                with st.write_lock:
+                    start = len(st.records)
                     try:
                         yield
                     finally:
@@ -274,7 +279,7 @@ class Replication:
         locks): compact ones are built now. A reader of ``log`` that built one
         of them in between keeps a record equal to the stored one but for the
         stamp."""
-        records = self._buf._records
+        records = self._st.records
         with _build_lock:
             for seq in range(start, len(records)):
                 local = seq - records.first
@@ -295,16 +300,16 @@ class Replication:
         Raises :class:`LogFormatError` for a record replay refuses (then
         the buffer must be rebuilt). O(records · log n), under the write
         lock."""
-        buf = self._buf
-        with buf._write_lock:
-            start = len(buf._records)
+        st = self._st
+        with st.write_lock:
+            start = len(st.records)
             fresh = list(records) if strict else [r for r in records if r.seq >= start]
             if not fresh or (not strict and fresh[0].seq != start):
                 return 0
             if start == 0:
-                replay_log(buf, fresh)
+                replay_log(st, fresh)
             else:
-                replay(buf, fresh)
+                replay(st, fresh)
             return len(fresh)
 
     def load(self, sink: CheckpointSink) -> bool:
@@ -315,11 +320,11 @@ class Replication:
         :meth:`apply_records`). The records before the checkpoint stay in the
         sink only: this buffer (which has no sink) counts them as dropped
         from memory, as its retention would. Under the write lock."""
-        buf = self._buf
-        with buf._write_lock:
-            if not recover(buf, sink):
+        st = self._st
+        with st.write_lock:
+            if not recover(st, sink):
                 return False
-            buf._records.dropped = buf._records.first
+            st.records.dropped = st.records.first
             return True
 
     def forget_held_records(self) -> int:
@@ -327,9 +332,9 @@ class Replication:
         scratch buffer replaying a log chunk by chunk keeps its state, not
         its log); they count as dropped. Returns the number dropped. Under the write
         lock. Amortized O(1) per record."""
-        buf = self._buf
-        with buf._write_lock:
-            records = buf._records
+        st = self._st
+        with st.write_lock:
+            records = st.records
             return records.trim(len(records), 0)
 
     # -- reads -------------------------------------------------------------------
@@ -340,7 +345,7 @@ class Replication:
         fast path: O(1), never waits."""
         snap: GuardedSnapshot = _new_object(GuardedSnapshot)
         snap._read_guard = guard
-        snap._buffer = self._buf
+        snap._registry = self._buf._registry
         snap._version = None
         snap._task = _NOT_ENTERED
         return snap

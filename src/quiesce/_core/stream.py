@@ -60,16 +60,17 @@ from typing import Any, Required, Self, TypedDict
 from .edit import Editor
 from .entry import Entry, Kind, check_text, check_utf8, content_hash, freeze
 from .errors import (
-    DanglingReference,
-    DuplicateEntry,
     InvalidArgument,
     InvalidType,
     ReadmissionRefused,
     StreamClosed,
+    dangling_ref,
+    duplicate_id,
 )
 from .policy import _CACHE_FROM as _CLASSIFY_FROM
 from .policy import PROTECTED_KINDS, preclassify
 from .records import Mark, Refusal
+from .state import BufferState
 from .version import ADD, EMPTY_MAP, MAX_CHAIN, PATCH_MAX, REPLACE, Slot, Version
 from .wire import stream_finish_record, stream_open_record, stream_text_record
 
@@ -301,12 +302,13 @@ class StreamWriter:
         if not text.isascii():
             check_utf8(text, f"a chunk of stream {self.id!r}")
         buf = self._buffer
-        lock = buf._write_lock
+        st = buf._st
+        lock = st.write_lock
         lock.acquire()
         try:
             if self._state is not _OPEN:
                 raise StreamClosed(f"stream {self.id!r} is {self._state}: it takes no more text")
-            head = buf._head
+            head = st.head
             if not text:
                 return head.number
             store = self._text
@@ -325,11 +327,11 @@ class StreamWriter:
             new._entries = None
             new._view = None
             _replace_delta(new, head, key, entry)
-            buf._head = new
+            st.head = new
             return n
         finally:
             lock.release()
-            if buf._due_flag and buf._due_hook is None:
+            if st.due_flag and st.due_hook is None:
                 buf._drain_due()
 
     def close(self, *, content: object = None) -> int:
@@ -370,17 +372,17 @@ class StreamWriter:
         final = self._final(content)  # O(len), outside the lock
         if len(final.body) >= _CLASSIFY_FROM and buf._own_policy():
             preclassify(final)
-        tombs = buf._head.tombs
+        tombs = buf._st.head.tombs
         if tombs.spilled:  # (issue 21: no disk under the write lock)
             values = (final.content_hash,) if final.key is None else (final.content_hash, final.key)
             tombs.prefetch((), values)
-        buf._write_lock.acquire()
+        buf._st.write_lock.acquire()
         try:
             if self._state is not _OPEN:
                 raise StreamClosed(f"stream {self.id!r} is {self._state} already")
             if len(final.body) != self._text.size:  # written meanwhile (another thread)
                 final = self._final(content)
-            head = buf._head
+            head = buf._st.head
             refusal: str | None = None
             if state is _CLOSED and head.tombs.by_id:
                 tomb = head.tombs.matching(final.content_hash, final.key)
@@ -467,9 +469,6 @@ class Streams(Editor):
     """Open entries on a :class:`~.buffer.Buffer` (a base class; the
     buffer's ``__init__`` sets ``_streams``)."""
 
-    _streams: dict[str, StreamWriter]  #: the open streams, by id
-    _unmarked_new: list[str]  #: ids to fold into the markable index (buffer.py)
-
     def open_stream(
         self,
         id: str,
@@ -503,33 +502,23 @@ class Streams(Editor):
                     else "(a protected entry is appended whole)"
                 )
             )
-        tombs = self._head.tombs
+        tombs = self._st.head.tombs
         if tombs.spilled:  # (issue 21: no disk under the write lock)
             tombs.prefetch((header.id, *header.refs), () if header.key is None else (header.key,))
-        self._write_lock.acquire()
+        self._st.write_lock.acquire()
         try:
-            head = self._head
+            head = self._st.head
             eid = header.id
             live = head.live
             by_id = head.tombs.by_id
             if eid in live:
-                what = "open as a stream" if eid in self._streams else "already in the buffer"
-                raise DuplicateEntry(f"entry {eid!r} is {what}")
+                what = "open as a stream" if eid in self._st.streams else "already in the buffer"
+                raise duplicate_id(eid, None, what)
             if eid in by_id:
-                raise DuplicateEntry(
-                    f"entry {eid!r} was pruned at version {by_id[eid].version}; ids are not reused"
-                )
+                raise duplicate_id(eid, by_id[eid])
             for ref in header.refs:
                 if ref not in live:
-                    tomb = by_id.get(ref)
-                    if tomb is not None:
-                        raise DanglingReference(
-                            f"entry {eid!r} cites {ref!r}, pruned at version {tomb.version}: "
-                            f"{tomb.reason}",
-                            ref,
-                            tomb,
-                        )
-                    raise DanglingReference(f"entry {eid!r} cites unknown entry {ref!r}", ref, None)
+                    raise dangling_ref(eid, ref, by_id.get(ref))
             if header.key is not None and by_id:
                 tomb = head.tombs.matching("", header.key)
                 if tomb is not None and tomb.key == header.key:
@@ -551,11 +540,11 @@ class Streams(Editor):
                 order + 1.0,
             )
             new.derive(head, ADD, (entry, order))
-            self._unmarked_new.append(eid)
-            record = stream_open_record(len(self._records), _wall_clock(), n, header, order)
+            self._st.unmarked_new.append(eid)
+            record = stream_open_record(len(self._st.records), _wall_clock(), n, header, order)
             self._append_record(record)
-            self._streams[eid] = w
-            self._head = new
+            self._st.streams[eid] = w
+            self._st.head = new
             return w
         finally:
             self._release()
@@ -572,9 +561,16 @@ class Streams(Editor):
         w._state = _OPEN
         return w
 
+    def _reopen(self, header: Entry, key: float, text: str) -> StreamWriter:
+        """A writer for an open stream rebuilt from a log, registered as open
+        (the state's ``reopen_stream`` hook: recovery calls it). O(len(text))."""
+        w = self._new_writer(header, key, _Text(text))
+        self._st.streams[header.id] = w
+        return w
+
     def streams(self) -> Mapping[str, StreamWriter]:
         """The open streams by id (a copy). O(open streams)."""
-        return dict(self._streams)
+        return dict(self._st.streams)
 
     def _publish_finish(
         self,
@@ -587,7 +583,7 @@ class Streams(Editor):
         """Publish the close or abort of ``w`` (under the write lock): the
         finished entry in place, a mark if aborted, the record with the text
         not yet logged. O(log n + the unlogged text)."""
-        head = self._head
+        head = self._st.head
         eid = w.id
         n = head.number + 1
         marks = head.marks
@@ -609,7 +605,7 @@ class Streams(Editor):
         _replace_delta(new, head, w._key, final)
         self._append_record(
             stream_finish_record(
-                len(self._records),
+                len(self._st.records),
                 _wall_clock(),
                 n,
                 final,
@@ -625,11 +621,11 @@ class Streams(Editor):
         if mark is not None:
             self._markable().discard(eid)
         if final.sealed:
-            self._protected_at[eid] = len(self._records) - 1
+            self._st.protected_at[eid] = len(self._st.records) - 1
         w._state = state
         w._logged = w._text.size
-        del self._streams[eid]
-        self._head = new
+        del self._st.streams[eid]
+        self._st.head = new
         return n
 
     def _log_streams(self) -> None:
@@ -637,7 +633,7 @@ class Streams(Editor):
         stream, one ``stream_text`` record per stream (``flush`` calls it
         before it writes). O(open streams + that text), under the write
         lock."""
-        self._write_lock.acquire()
+        self._st.write_lock.acquire()
         try:
             self._log_streams_locked()
         finally:
@@ -647,8 +643,8 @@ class Streams(Editor):
         """:meth:`_log_streams`, under the write lock already held (a
         checkpoint logs them in the same hold: its state then has no write
         that no record counts)."""
-        live = self._head.live
-        for w in self._streams.values():
+        live = self._st.head.live
+        for w in self._st.streams.values():
             size = w._text.size
             if size > w._logged:
                 # the version of its last write: replay gives the entry
@@ -657,7 +653,13 @@ class Streams(Editor):
                 text = w._text.since(w._logged)
                 self._append_record(
                     stream_text_record(
-                        len(self._records), _wall_clock(), w.id, w._logged, text, through, w._writes
+                        len(self._st.records),
+                        _wall_clock(),
+                        w.id,
+                        w._logged,
+                        text,
+                        through,
+                        w._writes,
                     )
                 )
                 w._logged = size
@@ -665,13 +667,13 @@ class Streams(Editor):
 
     def _unlogged_text(self) -> bool:
         """Whether an open stream has text no record holds yet. O(streams)."""
-        return any(w._text.size > w._logged for w in self._streams.values())
+        return any(w._text.size > w._logged for w in self._st.streams.values())
 
     def _abort_recovered(self) -> None:
         """Finish every stream a recovery left open as aborted (the log ended
         before its close): the durable prefix stays, marked stale, and a
         ``stream_abort`` record says so."""
-        for w in list(self._streams.values()):
+        for w in list(self._st.streams.values()):
             w.abort(
                 "stream interrupted: the log ends before its close "
                 f"(recovered its durable prefix of {w._text.size} characters)"
@@ -688,14 +690,14 @@ def _cite(referrers: Any, entry: Entry) -> Any:
 # Durable forms: checkpoints and replay (checkpoint.py, replay.py, verify.py)
 
 
-def durable_dict(buf: Any, entry: Entry) -> dict[str, Any]:
+def durable_dict(st: Any, entry: Entry) -> dict[str, Any]:
     """The JSON form of a live entry as the log holds it: for an open
     entry, its header with the *logged* prefix as body and ``"streaming":
     true`` (what a checkpoint keeps, and what a replay of the log gives);
     any other entry's :meth:`Entry.to_dict`. O(len(body))."""
     if not entry.streaming:
         return entry.to_dict()
-    streams: dict[str, StreamWriter] = getattr(buf, "_streams", {})
+    streams: dict[str, StreamWriter] = st.streams
     w = streams.get(entry.id)
     if w is None:  # pragma: no cover - every open entry has its writer
         return entry.to_dict()
@@ -705,12 +707,11 @@ def durable_dict(buf: Any, entry: Entry) -> dict[str, Any]:
     return out
 
 
-def reopen(buf: Streams, header: Entry, key: float, text: str) -> OpenEntry:
+def reopen(st: BufferState, header: Entry, key: float, text: str) -> OpenEntry:
     """Register an open stream rebuilt from a log (a checkpoint's open
     entry, or a ``stream_open`` record) holding ``text``, all of it logged;
     returns its entry. O(len(text))."""
-    w = buf._new_writer(header, key, _Text(text))
-    buf._streams[header.id] = w
+    w: StreamWriter = st.reopen_stream(header, key, text)
     return _open_entry(header, w._text)
 
 

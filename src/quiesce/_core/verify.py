@@ -36,6 +36,7 @@ checked for its claims (:mod:`.claims`), not compared.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .checkpoint import CHECKPOINT_OP, _restore, check_anchor, replay_log, verify_checkpoint
@@ -43,10 +44,11 @@ from .errors import LogFormatError
 from .log import check_read
 from .records import LogRecord
 from .replay import replay
+from .state import state_of
 from .stream import durable_dict
 
 if TYPE_CHECKING:
-    from .buffer import Buffer
+    from .state import BufferState, HasState
 
 __all__ = ["Disagreement", "VerifyResult", "state_fields", "verify_records"]
 
@@ -76,25 +78,27 @@ class VerifyResult(NamedTuple):
     disagreement: Disagreement | None  #: None: every checkpoint agrees with the replay
 
 
-def state_fields(buf: Any) -> dict[str, Any]:
-    """The recoverable state of ``buf`` (a :class:`Buffer`, or an object
+def state_fields(st: Any) -> dict[str, Any]:
+    """The recoverable state of ``st`` (a :class:`Buffer`, or an object
     with the same fields copied from one) as comparable values, by field
     (what a checkpoint holds, intents aside). O(live + tombstones); reads
     spilled tombstones back through the buffer's log."""
-    head = buf._head
+    if not isinstance(st, SimpleNamespace):
+        st = state_of(st)
+    head = st.head
     tombs = head.tombs
     tomb_list = list(tombs.values())
     winners = sorted(
         (t.id, tombs.by_hash[t.content_hash].id, None if t.key is None else tombs.by_key[t.key].id)
         for t in tomb_list
     )
-    groups = [g for _, _, g in buf._staged]
-    groups.extend(buf._applying.values())
+    groups = [g for _, _, g in st.staged]
+    groups.extend(st.applying.values())
     return {
         "version": head.number,
         "next_key": head.next_key,
         "live": [
-            (s.entry.id, durable_dict(buf, s.entry), s.key, s.changed)
+            (s.entry.id, durable_dict(st, s.entry), s.key, s.changed)
             for s in sorted(head.live.values(), key=lambda s: s.key)
         ],
         "marks": sorted(tuple(m) for m in head.marks.values()),
@@ -104,10 +108,10 @@ def state_fields(buf: Any) -> dict[str, Any]:
             (g.gid, g.ids, g.grace, g.staged, g.reason, g.actor, g.turn, tuple(sorted(g.retracted)))
             for g in groups
         ),
-        "immutable": sorted(buf._immutable_hashes.items()),
-        "protected": sorted((i, q) for i, q in buf._protected_at.items() if i in head.live),
-        "counts": sorted((k, v) for k, v in buf._counts.items() if v),
-        "refusals": sorted((r.value, v) for r, v in buf._refusals.items() if v),
+        "immutable": sorted(st.immutable_hashes.items()),
+        "protected": sorted((i, q) for i, q in st.protected_at.items() if i in head.live),
+        "counts": sorted((k, v) for k, v in st.counts.items() if v),
+        "refusals": sorted((r.value, v) for r, v in st.refusals.items() if v),
     }
 
 
@@ -152,7 +156,9 @@ class _Removals:
 
 
 def _claimed(
-    rec: LogRecord, read: Callable[[int, int], Sequence[LogRecord]], new: Callable[[], Buffer]
+    rec: LogRecord,
+    read: Callable[[int, int], Sequence[LogRecord]],
+    new: Callable[[], BufferState | HasState],
 ) -> dict[str, Any] | Disagreement:
     """The state checkpoint ``rec`` claims, restored (into ``new()``, its
     spilled tombstones read through ``read``) as recovery restores it."""
@@ -162,8 +168,8 @@ def _claimed(
         return Disagreement(rec.seq, "sha256", str(exc))
     if "protected" not in state:
         state = {**state, "protected": []}
-    restored = new()
-    restored._records.reader = read
+    restored = state_of(new())
+    restored.records.reader = read
     try:
         _restore(restored, rec, state)
         return state_fields(restored)
@@ -173,9 +179,9 @@ def _claimed(
 
 def verify_records(
     records: Iterable[LogRecord],
-    new: Callable[[], Buffer],
+    new: Callable[[], BufferState | HasState],
     *,
-    into: Buffer | None = None,
+    into: BufferState | HasState | None = None,
     reader: Callable[[int, int], Sequence[LogRecord]] | None = None,
 ) -> VerifyResult:
     """Replay ``records`` (a whole log, in order, streamed) and compare every
@@ -190,10 +196,10 @@ def verify_records(
     :class:`LogFormatError` if the records themselves cannot be replayed.
     See the module docstring for memory and time; cancellation is not a
     concern (synchronous, touches only its own scratch buffers)."""
-    scratch = new() if into is None else into
+    scratch = state_of(new() if into is None else into)
     removals = _Removals()
     read = removals.read_range if reader is None else reader
-    scratch._records.reader = reader
+    scratch.records.reader = reader
     pending: list[LogRecord] = []
     total = 0
     checked = 0
@@ -209,19 +215,17 @@ def verify_records(
             started = True
         else:
             replay(scratch, pending)
-        held = len(scratch._records)
+        held = len(scratch.records)
         if reader is not None:
-            scratch._head.tombs.spill(held)  # their records are in the log
-        scratch._records.trim(held, 0)  # memory: the state only
+            scratch.head.tombs.spill(held)  # their records are in the log
+        scratch.records.trim(held, 0)  # memory: the state only
         pending.clear()
 
     for rec in records:
         total += 1
         if reader is None and rec.op == "remove" and rec.detail.get("tombstones"):
             # only what a tombstone index reads back (tombs.py)
-            removals.by_seq[rec.seq] = rec._replace(
-                detail={"tombstones": rec.detail["tombstones"]}
-            )
+            removals.by_seq[rec.seq] = rec._replace(detail={"tombstones": rec.detail["tombstones"]})
         if rec.op == CHECKPOINT_OP and not (rec.seq == 0 and _compacted(rec)):
             flush()
             claimed = _claimed(rec, read, new)

@@ -22,6 +22,7 @@ from typing import Any, Unpack
 
 from .._core.buffer import Buffer, Snapshot
 from .._core.entry import Entry
+from .._core.observe import tap_publications
 from .._core.pins import reader_of
 from .._core.plan import EditPlan
 from .._core.records import (
@@ -47,37 +48,8 @@ __all__ = ["RecordedSnapshot", "Recorder"]
 _current_op: contextvars.ContextVar[int | None] = contextvars.ContextVar(
     "quiesce_testing_op", default=None
 )
-_tapped_classes: dict[type[Buffer], type[Buffer]] = {}
-_tap_lock = threading.Lock()
-
 #: The records that carry tombstones: a removal and its intent.
 _TOMBSTONE_OPS = (Op.REMOVE.value, Op.TOMBSTONE.value)
-
-
-def _tapped_class(cls: type[Buffer]) -> type[Buffer]:
-    """A subclass of ``cls`` whose ``_head`` is a property: every store (every
-    publication) calls the buffer's tap. Reads cost one property call."""
-    with _tap_lock:
-        tapped = _tapped_classes.get(cls)
-        if tapped is None:
-
-            def get_head(self: Buffer) -> Version:
-                head: Version = self.__dict__["_head"]
-                return head
-
-            def set_head(self: Buffer, version: Version) -> None:
-                self.__dict__["_head"] = version
-                tap = self.__dict__.get("_recorder_tap")
-                if tap is not None:
-                    tap(version)
-
-            tapped = type(
-                f"Recorded{cls.__name__}",
-                (cls,),
-                {"_head": property(get_head, set_head), "__module__": cls.__module__},
-            )
-            _tapped_classes[cls] = tapped
-        return tapped
 
 
 # ---------------------------------------------------------------------------
@@ -97,9 +69,9 @@ class Recorder:
     the buffer. Safe to use from several tasks and from worker threads.
     :meth:`history` ends the recording and returns the :class:`History`.
 
-    How publications are seen: while recording, the buffer's class is a
-    subclass whose ``_head`` (the head pointer every publication stores) is a
-    property that reports each store; :meth:`history` restores the class.
+    How publications are seen: while recording, every store of the buffer's
+    head (every publication) is reported through the core's
+    ``tap_publications``; :meth:`history` removes the tap.
     Each publication is attributed to the recorded call in progress in the
     publishing task or thread (a ``contextvars`` variable), so the checker
     can tell a call's own changes from concurrent ones.
@@ -113,8 +85,6 @@ class Recorder:
     ) -> None:
         if not isinstance(buffer, Buffer):
             raise TypeError(f"Recorder wraps a Buffer, not {type(buffer).__name__}")
-        if "_recorder_tap" in buffer.__dict__:
-            raise RuntimeError("this buffer is already being recorded")
         self.buffer = buffer
         self._seq = itertools.count()
         self._lock = threading.Lock()
@@ -126,12 +96,13 @@ class Recorder:
         self._snapshots: list[SnapshotEvent] = []
         self._log_observations: list[tuple[int, LogRecord | None]] = []
         self._version_errors: list[str] = []
-        self._original_class = type(buffer)
         self._initial = buffer.head()
         self._last_published = self._initial
         self._closed = False
-        buffer.__dict__["_recorder_tap"] = self._on_publish
-        buffer.__class__ = _tapped_class(self._original_class)
+        try:
+            self._untap = tap_publications(buffer, self._on_publish)
+        except RuntimeError:
+            raise RuntimeError("this buffer is already being recorded") from None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.buffer, name)
@@ -280,11 +251,7 @@ class Recorder:
         if not self._closed:
             self._closed = True
             self.observe_log()
-            buf = self.buffer
-            head = buf.head()
-            buf.__dict__.pop("_recorder_tap", None)
-            buf.__class__ = self._original_class
-            buf.__dict__["_head"] = head
+            self._untap()
         return History(
             initial=self._initial,
             publications=tuple(self._publications),
