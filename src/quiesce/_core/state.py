@@ -44,13 +44,21 @@ from .version import Version
 
 if TYPE_CHECKING:
     from .callbacks import WriteGuard
-    from .observe import Observer
     from .policy import Policy
     from .records import Escalation, LogRecord, Refusal
 
 __all__ = ["BufferState", "Field", "Group", "HasState", "state_of", "tap_head"]
 
 T = TypeVar("T")
+
+
+class Hooks(Protocol):
+    """What the state calls on an observer (:class:`~.observe.Observer`
+    implements it; named here so the state needs no import of it)."""
+
+    def due(self) -> None: ...
+
+    def applied(self, removed: tuple[str, ...]) -> None: ...
 
 
 @dataclass(slots=True)
@@ -161,7 +169,7 @@ class BufferState:
     latency_last: float | None
     latency_max: float | None
     max_removed_grace: int  #: invariant 5's witness (check.py)
-    observer: Observer | None  #: told of due signals and applied batches
+    observer: Hooks | None  #: told of due signals and applied batches (an observe.Observer)
     # -- the mark index (buffer.py) ------------------------------------------------
     unmarked: set[str]  #: live, mutable, unmarked ids of the head, but ...
     unmarked_new: list[str]  #: ... the ids appended since the last fold
