@@ -43,13 +43,23 @@ Schema (created on first use in the connection's ``search_path`` schema;
 refuses ``\\u0000`` and lone surrogates, which the buffer accepts. ``op``,
 ``version`` and ``format`` repeat it for people and SQL.
 
-Connections: one synchronous psycopg 3 connection, used under a lock from
-whichever thread flushes (the runtime flushes from worker threads, so the
-sink works under asyncio and trio alike). A failed write rolls back, marks
-the connection broken, and the next write reconnects and re-reads where the
-log ends (a ``COMMIT`` that reached the server but whose reply was lost is
-not written twice). A DSN that cannot connect raises :class:`LogWriteError`
-carrying the server's message, with no driver traceback chained.
+Connections: two synchronous psycopg 3 connections, each under a lock of
+its own, used from whichever thread flushes or reads (the runtime flushes
+from worker threads, so the sink works under asyncio and trio alike). The
+*writer's* carries every batch's transaction (and the writer token); the
+*reader's* (opened on the first read, autocommit, read-only) carries
+:meth:`~PostgresLog.read_range`, :meth:`~PostgresLog.read_from`,
+:meth:`~PostgresLog.read_containing` and :meth:`~PostgresLog.checkpoints`.
+So a read never waits for a batch in flight (a flush stuck on the
+server, a slow ``COMMIT``) and a batch never waits for a read (a long
+``buf.log`` page): neither holds the other's lock. A read sees the rows
+committed when its statement starts — every record a ``write`` returned
+for — and none of a batch still open. A failed write rolls back, marks
+the connection broken, and the next write reconnects and re-reads where
+the log ends (a ``COMMIT`` that reached the server but whose reply was lost
+is not written twice); a failed read does the same on the reader's. A DSN
+that cannot connect raises :class:`LogWriteError` carrying the server's
+message, with no driver traceback chained.
 
 Checkpoints and recovery (issue 13's, on PostgreSQL). A ``PostgresLog`` is a
 ``CheckpointSink``: ``Buffer(log=PostgresLog(...))`` writes a checkpoint
@@ -558,6 +568,12 @@ class PostgresLog:
         self._broken = False
         self._closed = False
         self._conn: psycopg.Connection[Any] | None = None
+        #: the reader's connection and its lock (see the module docstring):
+        #: never held with ``_lock``, so reads and writes do not wait on each
+        #: other; ``_seq_lock`` guards ``_next_seq`` (both advance it)
+        self._read_lock = threading.Lock()
+        self._read_conn: psycopg.Connection[Any] | None = None
+        self._seq_lock = threading.Lock()
         self._conn = self._connect()
         self.channel = self._channel_name()
 
@@ -613,7 +629,7 @@ class PostgresLog:
         rows = self._fetch(_SELECT, (self._buffer_id, seq))
         records = _decode_rows(rows, self.where, seq)
         if records:  # a follower's idea of where the log ends, for when it writes
-            with self._lock:
+            with self._seq_lock:
                 self._next_seq = max(self._next_seq, records[-1].seq + 1)
         return records
 
@@ -716,7 +732,8 @@ class PostgresLog:
                     # connection; another record in our place is LogDiverged
                     self._already_stored(self._usable_conn(), records, texts)
                 raise LogWriteError(message) from None
-            self._next_seq = expected
+            with self._seq_lock:
+                self._next_seq = max(self._next_seq, expected)
             self._commits += 1
             if committed is not None:
                 committed()
@@ -724,10 +741,15 @@ class PostgresLog:
             raise failure
 
     def close(self) -> None:
-        """Close the connection. Idempotent; ``write`` after it raises."""
+        """Close both connections. Idempotent; ``write`` after it raises
+        (reads go on, through a connection of their own each)."""
         with self._lock:
             self._closed = True
             conn, self._conn = self._conn, None
+            if conn is not None:
+                conn.close()
+        with self._read_lock:
+            conn, self._read_conn = self._read_conn, None
             if conn is not None:
                 conn.close()
 
@@ -807,29 +829,54 @@ class PostgresLog:
             self._broken = False
         return conn
 
+    def _reader(self) -> psycopg.Connection[Any]:
+        """The reader's connection, opened (or replaced after a failure) on
+        demand: autocommit, read-only, the same statement timeout and session
+        name as the writer's. Call under ``_read_lock``."""
+        conn = self._read_conn
+        if conn is not None and not conn.closed:
+            return conn
+        self._read_conn = None
+        conn = connect(self._dsn, timeout=self._timeout, application_name=self._application_name)
+        try:
+            conn.execute(f"SET statement_timeout = {int(self._timeout * 1000)}")
+            conn.execute("SET default_transaction_read_only = on")
+        except psycopg.Error as exc:
+            conn.close()
+            raise LogWriteError(f"{self.where}: {_server_message(exc)}") from None
+        self._read_conn = conn
+        return conn
+
     def _fetch(
         self, query: str, params: Sequence[Any] | dict[str, Any], *, count: bool = True
     ) -> list[tuple[Any, ...]]:
-        """Rows of a read-only ``query``, under the lock. A lost connection is
-        retried once on a fresh one (reads are idempotent); any other failure
+        """Rows of a read-only ``query`` on the reader's connection, under
+        ``_read_lock`` only: a batch in flight on the writer's connection
+        neither delays it nor is delayed by it. A lost connection is retried
+        once on a fresh one (reads are idempotent); any other failure
         raises :class:`LogWriteError` with the server's message. After
         :meth:`close`, a connection of its own, closed again."""
         for attempt in (1, 2):
-            with self._lock:
+            with self._read_lock:
                 try:
                     if self._closed:
                         with connect(self._dsn, timeout=self._timeout) as own:
                             rows = own.execute(query, params).fetchall()
                     else:
-                        rows = self._usable_conn().execute(query, params).fetchall()
+                        rows = self._reader().execute(query, params).fetchall()
                 except psycopg.Error as exc:
-                    if not self._closed:
-                        self._broken = True
+                    conn, self._read_conn = self._read_conn, None
+                    if conn is not None:
+                        try:
+                            conn.close()
+                        except psycopg.Error:  # pragma: no cover - closing a dead connection
+                            pass
                     if attempt == 1 and isinstance(exc, psycopg.OperationalError):
                         continue
                     raise LogWriteError(f"{self.where}: {_server_message(exc)}") from None
                 if count:
-                    self._rows_read += len(rows)
+                    with self._seq_lock:
+                        self._rows_read += len(rows)
                 return rows
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -846,7 +893,8 @@ class PostgresLog:
             except psycopg.Error as exc:
                 self._broken = True
                 raise LogWriteError(f"{self.where}: {_server_message(exc)}") from None
-            self._rows_read += len(rows)
+            with self._seq_lock:
+                self._rows_read += len(rows)
             return [row[1] for row in rows]
 
         return already_stored(records[0].seq, self._next_seq, texts, read, LogDiverged)
