@@ -2,7 +2,9 @@
 server; ``partition()`` stops relaying in both directions (bytes are held,
 connections stay open, as when the network drops packets), ``heal()``
 resumes. The kernel here has no netem, so this is how a member is cut off
-from PostgreSQL while the server and the other members carry on."""
+from PostgreSQL while the server and the other members carry on.
+``hold(i)`` / ``release(i)`` do the same to the ``i``-th connection
+accepted (0-based) alone, to cut off one of a client's connections."""
 
 from __future__ import annotations
 
@@ -18,6 +20,9 @@ class Proxy:
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
         self._sockets: list[socket.socket] = []
+        #: one gate per accepted connection, in accept order
+        self.gates: list[threading.Event] = []
+        self._held: dict[int, int] = {}  # gate index -> pumps holding bytes at it
         self._closed = False
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -27,9 +32,21 @@ class Proxy:
     def heal(self) -> None:
         self._open.set()
 
+    def hold(self, index: int) -> None:
+        self.gates[index].clear()
+
+    def release(self, index: int) -> None:
+        self.gates[index].set()
+
+    def holding(self, index: int) -> bool:
+        """Whether bytes of connection ``index`` wait at its closed gate."""
+        return self._held.get(index, 0) > 0
+
     def close(self) -> None:
         self._closed = True
         self._open.set()
+        for gate in self.gates:
+            gate.set()
         self._listener.close()
         for s in self._sockets:
             try:
@@ -50,16 +67,27 @@ class Proxy:
                 client.close()
                 continue
             self._sockets += [client, server]
+            gate = threading.Event()
+            gate.set()
+            self.gates.append(gate)
+            index = len(self.gates) - 1
             for a, b in ((client, server), (server, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+                args = (a, b, gate, index)
+                threading.Thread(target=self._pump, args=args, daemon=True).start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+    def _pump(
+        self, src: socket.socket, dst: socket.socket, gate: threading.Event, index: int
+    ) -> None:
         try:
             while True:
                 data = src.recv(65536)
                 if not data:
                     break
                 self._open.wait()  # partitioned: hold the bytes
+                if not gate.is_set():
+                    self._held[index] = self._held.get(index, 0) + 1
+                    gate.wait()
+                    self._held[index] -= 1
                 dst.sendall(data)
         except OSError:
             pass

@@ -9,6 +9,7 @@ import io
 import random
 import sys
 import threading
+import time
 from contextlib import redirect_stdout
 from typing import Any
 
@@ -283,6 +284,96 @@ class TestFence:
             writer.execute("INSERT INTO quiesce_log VALUES ('b', 3, 1, 1, 'mark', 9, '{}')")
         assert info.value.sqlstate == "QF001"
         writer.close()
+
+
+def _in_thread(fn: Any) -> tuple[threading.Thread, dict[str, Any]]:
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            out["value"] = fn()
+        except BaseException as exc:  # reported by the test
+            out["error"] = exc
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, out
+
+
+class TestReadConnection:
+    """Reads have a connection of their own: a read never waits on the
+    writer's transaction, nor a write on a read in flight."""
+
+    def test_a_read_proceeds_while_a_flush_is_held_open(self, pg_dsn: str) -> None:
+        """A batch held open inside its transaction (after its COPY, before
+        COMMIT) does not delay ``read_range``, ``read_from`` or
+        ``checkpoints``, and they see none of its rows."""
+        buf = _filled(pg_dsn, 3)
+        log = buf.sink
+        assert isinstance(log, PostgresLog)
+        stored = len(_rows(pg_dsn))
+        entered, release = threading.Event(), threading.Event()
+
+        def hold(cur: Any, batch: Any) -> None:
+            entered.set()
+            release.wait(30)
+
+        log.before_commit = hold
+        buf.append(Entry("late", Kind.REASONING, "written while a read runs"))
+        flusher, flushed = _in_thread(buf.flush)
+        try:
+            assert entered.wait(10)
+            reader, read = _in_thread(
+                lambda: (log.read_range(0, stored), log.read_from(0), log.checkpoints())
+            )
+            reader.join(5)
+            assert not reader.is_alive(), "the read waited for the writer's open transaction"
+            assert "error" not in read, read
+            ranged, tail, (total, _seqs) = read["value"]
+            assert [r.seq for r in ranged] == list(range(stored))
+            assert [r.seq for r in tail] == list(range(stored))  # nothing uncommitted
+            assert total == stored
+        finally:
+            release.set()
+            flusher.join(10)
+        assert "error" not in flushed, flushed
+        assert len(_rows(pg_dsn)) > stored
+        _close(buf)
+
+    def test_a_flush_proceeds_while_a_read_is_in_flight(self, pg_cluster: Any, pg_dsn: str) -> None:
+        """The reader's connection is cut off mid-read (its query held in a
+        TCP proxy): a flush meanwhile commits on the writer's connection;
+        the read completes once its bytes flow again."""
+        from _proxy import Proxy
+
+        proxy = Proxy(("127.0.0.1", pg_cluster.port))
+        options = pg_dsn.split("options=", 1)[1]
+        via_proxy = f"{pg_cluster.tcp_dsn(port=proxy.port)}?options={options}"
+        try:
+            buf = _filled(via_proxy, 3)
+            log = buf.sink
+            assert isinstance(log, PostgresLog)
+            stored = len(_rows(pg_dsn))
+            assert len(log.read_range(0, stored)) == stored
+            assert len(proxy.gates) == 2, "reads share the writer's connection"
+            proxy.hold(1)
+            reader, read = _in_thread(lambda: log.read_range(0, stored))
+            deadline = time.monotonic() + 10
+            while not proxy.holding(1) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert proxy.holding(1) and reader.is_alive()
+            buf.append(Entry("late", Kind.REASONING, "written while a read is stuck"))
+            flusher, flushed = _in_thread(buf.flush)
+            flusher.join(5)
+            assert not flusher.is_alive(), "the flush waited for a read in flight"
+            assert "error" not in flushed, flushed
+            assert [r[0] for r in _rows(pg_dsn)] == list(range(stored + 1))
+            proxy.release(1)
+            reader.join(10)
+            assert [r.seq for r in read["value"]] == list(range(stored))
+            _close(buf)
+        finally:
+            proxy.close()
 
 
 class TestGroupCommit:

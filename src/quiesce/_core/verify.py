@@ -16,17 +16,23 @@ and alters nothing. What a full replay of the records builds is, by definition, 
 impossible record fails the replay (``LogFormatError``) as it fails
 ``Buffer(log=...)``.
 
-Memory: the replayed state plus one chunk of records (the scratch
-buffer's in-memory log is cut after each chunk). Given the log's
-``read_range`` (``Buffer.verify()``), the replayed tombstones leave memory
-as a durable buffer's do (their index slots stay, 10-17 bytes each): the
-same bound as the buffer's own. From a stream alone (``quiesce verify``)
-the tombstones stay in memory, with the removal records' tombstone lists a
-checkpoint's index reads back: O(tombstones), a few hundred bytes each —
-the one part that grows with history. Each comparison also lists every
-tombstone of both sides (:func:`state_fields`): O(tombstones) for the
-moment it runs. Time: O(records · log n) to replay plus O(state) per
-checkpoint.
+Memory: constant in the log's length, given a bounded live window: the
+replayed state plus one chunk of records (the scratch buffer's in-memory
+log is cut after each chunk). The replayed tombstones leave memory as a
+durable buffer's do (their index slots stay, 10-17 bytes each, the
+buffer's own bound) whenever the removal records can be read back: through
+the log's ``read_range`` (``Buffer.verify()``) or, from a stream alone
+(``quiesce verify``, ``quiesce compact``), through a :class:`RemovalStore`
+the caller gives (``_log/verify.py`` keeps the removal records' tombstone
+lists in a temporary file, 16 bytes of memory per removal record); only a
+caller that gives neither keeps those lists in memory (O(tombstones)).
+Each comparison is streaming too: the tombstones of both sides are
+compared as a count and a keyed multiset digest of their rows and of which
+one is the newest of each content hash and key (:class:`TombDigest`,
+O(1) memory, O(tombstones) time reading each spilled one back once); a
+mismatch is named by a second pass over 256 digest buckets and the items
+of the first differing one (O(tombstones / 256) for that moment). Time:
+O(records · log n) to replay plus O(state) per checkpoint.
 
 A compacted log (``quiesce compact``) starts from its base checkpoint
 (seq 0): its history is in SRC, so it is the replay's starting point —
@@ -35,9 +41,11 @@ checked for its claims (:mod:`.claims`), not compared.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import hashlib
+import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from .checkpoint import CHECKPOINT_OP, _restore, check_anchor, replay_log, verify_checkpoint
 from .errors import LogFormatError
@@ -50,7 +58,15 @@ from .stream import durable_dict
 if TYPE_CHECKING:
     from .state import BufferState, HasState
 
-__all__ = ["Disagreement", "VerifyResult", "state_fields", "verify_records"]
+__all__ = [
+    "Disagreement",
+    "RemovalStore",
+    "TombDigest",
+    "VerifyResult",
+    "state_fields",
+    "tomb_digests",
+    "verify_records",
+]
 
 #: records replayed into the scratch buffer at a time
 CHUNK = 2048
@@ -78,20 +94,161 @@ class VerifyResult(NamedTuple):
     disagreement: Disagreement | None  #: None: every checkpoint agrees with the replay
 
 
-def state_fields(st: Any) -> dict[str, Any]:
-    """The recoverable state of ``st`` (a :class:`Buffer`, or an object
+#: the multiset digests' key: drawn per process, never written anywhere, so
+#: whoever crafts a checkpoint cannot aim at a digest collision
+_DIGEST_KEY = os.urandom(16)
+_DIGEST_MOD = 1 << 128
+#: buckets of the second pass that names a mismatch (see TombDigest.items_in)
+_BUCKETS = 256
+
+
+_DIGEST_BASE = hashlib.blake2b(digest_size=16, key=_DIGEST_KEY, person=b"quiesce-verify")
+
+
+def _item_hash(item: tuple[Any, ...]) -> int:
+    """The keyed 128-bit BLAKE2b of ``repr(item)`` (values are str, int,
+    None, enums and tuples of them: their repr is exact)."""
+    h = _DIGEST_BASE.copy()
+    h.update(repr(item).encode("utf-8", "surrogatepass"))
+    return int.from_bytes(h.digest(), "little")
+
+
+class TombDigest:
+    """A version's tombstones as one comparable value, in O(1) memory.
+
+    ``kind`` ``"rows"``: each tombstone's fields; ``"winners"``: each id
+    the id index finds, and for each content hash (and each key) the id of
+    the newest tombstone with it (what ``by_hash`` / ``by_key`` answer).
+    The value is the count and the sum, mod 2**128, of a keyed BLAKE2b of
+    each item: independent of the order (a restored checkpoint may hold
+    its tombstones in another), and, the key being secret, no crafted set
+    of rows sums to another's. Two are equal iff kind, count and sum are
+    (a collision: chance 2**-128).
+    :func:`tomb_digests` builds both kinds in one pass; :class:`_Running`
+    keeps a replay's up to date in O(new tombstones). Iterating yields the
+    items again, oldest first; :meth:`items_in` gives those of one digest
+    bucket, to name a mismatch."""
+
+    __slots__ = ("_tombs", "count", "digest", "kind")
+
+    def __init__(self, tombs: Any, kind: str, digest: int) -> None:
+        self._tombs = tombs  # a Tombs: an immutable prefix of its store
+        self.kind = kind
+        self.count = len(tombs)
+        self.digest = digest % _DIGEST_MOD
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        for rows, winners in _items(self._tombs):
+            yield from (rows if self.kind == "rows" else winners)
+
+    def items_in(self, bucket: int) -> list[tuple[Any, ...]]:
+        """The items whose digest falls in ``bucket`` (of :data:`_BUCKETS`)."""
+        return [i for i in self if _item_hash(i) % _BUCKETS == bucket]
+
+    def buckets(self) -> list[int]:
+        """The digest of each bucket (the second pass of a mismatch)."""
+        out = [0] * _BUCKETS
+        for item in self:
+            h = _item_hash(item)
+            out[h % _BUCKETS] = (out[h % _BUCKETS] + h) % _DIGEST_MOD
+        return out
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TombDigest):
+            return NotImplemented
+        return (self.kind, self.count, self.digest) == (other.kind, other.count, other.digest)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"<{self.count} tombstone {self.kind}, digest {self.digest:032x}>"
+
+
+def _items(
+    tombs: Any, start: int = 0
+) -> Iterator[tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]]:
+    """For each tombstone from position ``start``: its row item and its
+    winner items (``("id", id)`` if the id index finds it, ``("hash", h,
+    id)`` if it is the newest of its content hash, ``("key", k, id)`` of its
+    key), as judged by the index of ``tombs`` (a claimed checkpoint's own)."""
+    store = tombs._store
+    if store is None:
+        return
+    n = tombs._n
+    for p in range(start, n):
+        t = store.tomb(p)
+        winners: list[tuple[Any, ...]] = [("id", t.id)] if store.find_id(t.id, n) == p else []
+        if store.newest_hash(t.content_hash, n) == p:
+            winners.append(("hash", t.content_hash, t.id))
+        if t.key is not None and store.newest_key(t.key, n) == p:
+            winners.append(("key", t.key, t.id))
+        yield [tuple(t)], winners
+
+
+def tomb_digests(tombs: Any) -> tuple[TombDigest, TombDigest]:
+    """The rows and winners digests of ``tombs``, in one pass. O(tombstones)
+    time (each spilled one read back from its record), O(1) memory."""
+    rows_sum = winners_sum = 0
+    for rows, winners in _items(tombs):
+        rows_sum += _item_hash(rows[0])
+        for w in winners:
+            winners_sum += _item_hash(w)
+    return TombDigest(tombs, "rows", rows_sum), TombDigest(tombs, "winners", winners_sum)
+
+
+class _Running:
+    """A replay's tombstone digests, kept up to date as its store grows:
+    each new tombstone adds its row and makes itself the winner of its
+    content hash and key (the replay's newest always wins), taking the
+    place of the one before it. O(new tombstones) per :meth:`digests`, so
+    a checkpoint costs O(its own tombstones), not O(the log's), on the
+    replay's side."""
+
+    def __init__(self) -> None:
+        self.store: Any = None
+        self.done = 0
+        self.rows = 0
+        self.winners = 0
+
+    def digests(self, tombs: Any) -> tuple[TombDigest, TombDigest]:
+        store = tombs._store
+        n = tombs._n
+        if store is None:
+            return TombDigest(tombs, "rows", 0), TombDigest(tombs, "winners", 0)
+        if store is not self.store or n < self.done:  # a new store: start again
+            self.store, self.done, self.rows, self.winners = store, 0, 0, 0
+        for p in range(self.done, n):
+            t = store.tomb(p)
+            self.rows += _item_hash(tuple(t))
+            self.winners += _item_hash(("id", t.id))  # found by its id
+            for field, value, newest in (
+                ("hash", t.content_hash, store.newest_hash),
+                ("key", t.key, store.newest_key),
+            ):
+                if value is None:
+                    continue
+                before = newest(value, p)
+                if before >= 0:
+                    self.winners -= _item_hash((field, value, store.id_at(before)))
+                self.winners += _item_hash((field, value, t.id))
+        self.done = n
+        self.rows %= _DIGEST_MOD
+        self.winners %= _DIGEST_MOD
+        return TombDigest(tombs, "rows", self.rows), TombDigest(tombs, "winners", self.winners)
+
+
+def state_fields(st: Any, running: _Running | None = None) -> dict[str, Any]:
+    """The recoverable state of ``st`` (a :class:`Buffer` or its state, or an object
     with the same fields copied from one) as comparable values, by field
-    (what a checkpoint holds, intents aside). O(live + tombstones); reads
-    spilled tombstones back through the buffer's log."""
+    (what a checkpoint holds, intents aside). O(live) memory (the
+    tombstones are :class:`TombDigest` values) and O(live + tombstones)
+    time, or O(live + new tombstones) with the ``running`` digests of a
+    replay; reads spilled tombstones back through the buffer's log."""
     if not isinstance(st, SimpleNamespace):
         st = state_of(st)
     head = st.head
     tombs = head.tombs
-    tomb_list = list(tombs.values())
-    winners = sorted(
-        (t.id, tombs.by_hash[t.content_hash].id, None if t.key is None else tombs.by_key[t.key].id)
-        for t in tomb_list
-    )
+    rows, winners = tomb_digests(tombs) if running is None else running.digests(tombs)
     groups = [g for _, _, g in st.staged]
     groups.extend(st.applying.values())
     return {
@@ -102,7 +259,7 @@ def state_fields(st: Any) -> dict[str, Any]:
             for s in sorted(head.live.values(), key=lambda s: s.key)
         ],
         "marks": sorted(tuple(m) for m in head.marks.values()),
-        "tombstones": sorted(tuple(t) for t in tomb_list),
+        "tombstones": rows,
         "tombstone winners": winners,
         "groups": sorted(
             (g.gid, g.ids, g.grace, g.staged, g.reason, g.actor, g.turn, tuple(sorted(g.retracted)))
@@ -117,6 +274,12 @@ def state_fields(st: Any) -> dict[str, Any]:
 
 def _first_difference(claimed: Any, replayed: Any) -> str:
     """The first item where two field values differ, for people."""
+    if isinstance(claimed, TombDigest) and isinstance(replayed, TombDigest):
+        mine, theirs = claimed.buckets(), replayed.buckets()
+        bucket = next((b for b in range(_BUCKETS) if mine[b] != theirs[b]), None)
+        if bucket is None:  # pragma: no cover - equal sums, unequal counts: impossible
+            return f"the checkpoint has {claimed.count} tombstones, the replay {replayed.count}"
+        claimed, replayed = claimed.items_in(bucket), replayed.items_in(bucket)
     if isinstance(claimed, list) and isinstance(replayed, list):
         a, b = set(map(repr, claimed)), set(map(repr, replayed))
         extra, missing = sorted(a - b), sorted(b - a)
@@ -137,13 +300,27 @@ def compare(claimed: dict[str, Any], replayed: dict[str, Any], seq: int) -> Disa
     return None
 
 
+class RemovalStore(Protocol):
+    """Where a stream-only verify keeps the removal records it has seen, to
+    read each tombstone back from its record (tombs.py), as a durable
+    buffer reads its sink: ``keep`` a removal record (reduced to its
+    tombstone list), ``read_range`` records by seq (a seq that is not a
+    removal is :class:`LogFormatError`)."""
+
+    def keep(self, rec: LogRecord) -> None: ...
+
+    def read_range(self, start: int, stop: int) -> Sequence[LogRecord]: ...
+
+
 class _Removals:
-    """The removal records seen so far, as a ``read_range`` for a
-    checkpoint's tombstone index (tombs.py reads each tombstone back from
-    its record): a seq that is not a removal is an error."""
+    """A :class:`RemovalStore` in memory (O(tombstones): for callers that
+    give none, e.g. tests over a list of records)."""
 
     def __init__(self) -> None:
         self.by_seq: dict[int, LogRecord] = {}
+
+    def keep(self, rec: LogRecord) -> None:
+        self.by_seq[rec.seq] = rec
 
     def read_range(self, start: int, stop: int) -> Sequence[LogRecord]:
         out = []
@@ -183,6 +360,7 @@ def verify_records(
     *,
     into: BufferState | HasState | None = None,
     reader: Callable[[int, int], Sequence[LogRecord]] | None = None,
+    removals: RemovalStore | None = None,
 ) -> VerifyResult:
     """Replay ``records`` (a whole log, in order, streamed) and compare every
     checkpoint with the state replayed up to it. Returns the counts and the
@@ -190,21 +368,28 @@ def verify_records(
     makes a fresh, sinkless buffer (``Buffer``: the core imports no class
     above it); ``into``: the fresh scratch buffer to replay into (the caller
     compares its final state; default ``new()``); ``reader``: the log's
-    ``read_range`` (a readable sink): the replayed tombstones then leave
-    memory as a durable buffer's do, read back from their records when
-    compared; without one the removal records' tombstones are kept. Raises
-    :class:`LogFormatError` if the records themselves cannot be replayed.
-    See the module docstring for memory and time; cancellation is not a
-    concern (synchronous, touches only its own scratch buffers)."""
+    ``read_range`` (a readable sink), or else ``removals``: a
+    :class:`RemovalStore` that keeps the removal records seen (default: in
+    memory). Either way the replayed tombstones leave memory as a durable
+    buffer's do, read back from their records when looked up or compared.
+    Raises :class:`LogFormatError` if the records themselves cannot be
+    replayed. See the module docstring for memory and time; cancellation is
+    not a concern (synchronous, touches only its own scratch buffers)."""
     scratch = state_of(new() if into is None else into)
-    removals = _Removals()
-    read = removals.read_range if reader is None else reader
-    scratch.records.reader = reader
+    store: RemovalStore | None = None
+    read: Callable[[int, int], Sequence[LogRecord]]
+    if reader is None:
+        store = _Removals() if removals is None else removals
+        read = store.read_range
+    else:
+        read = reader
+    scratch.records.reader = read
     pending: list[LogRecord] = []
     total = 0
     checked = 0
     started = False
     before: LogRecord | None = None  # the record before ``rec``: a checkpoint's anchor
+    running = _Running()  # the replay's tombstone digests
 
     def flush() -> None:
         nonlocal started
@@ -216,16 +401,15 @@ def verify_records(
         else:
             replay(scratch, pending)
         held = len(scratch.records)
-        if reader is not None:
-            scratch.head.tombs.spill(held)  # their records are in the log
+        scratch.head.tombs.spill(held)  # their records are readable back
         scratch.records.trim(held, 0)  # memory: the state only
         pending.clear()
 
     for rec in records:
         total += 1
-        if reader is None and rec.op == "remove" and rec.detail.get("tombstones"):
+        if store is not None and rec.op == "remove" and rec.detail.get("tombstones"):
             # only what a tombstone index reads back (tombs.py)
-            removals.by_seq[rec.seq] = rec._replace(detail={"tombstones": rec.detail["tombstones"]})
+            store.keep(rec._replace(detail={"tombstones": rec.detail["tombstones"]}))
         if rec.op == CHECKPOINT_OP and not (rec.seq == 0 and _compacted(rec)):
             flush()
             claimed = _claimed(rec, read, new)
@@ -235,7 +419,7 @@ def verify_records(
                 check_anchor(before, rec)  # recovery would not use it
             except LogFormatError as exc:
                 return VerifyResult(total, checked, Disagreement(rec.seq, "anchor", str(exc)))
-            found = compare(claimed, state_fields(scratch), rec.seq)
+            found = compare(claimed, state_fields(scratch, running), rec.seq)
             if found is not None:
                 return VerifyResult(total, checked, found)
             checked += 1

@@ -25,7 +25,8 @@ What it keeps true:
 4. A schema or record written by a newer quiesce is refused with
    :class:`LogFormatError` on open, before anything is written.
 
-Schema (created on first use in the connection's ``search_path`` schema;
+Schema (its SQL text is in :mod:`._postgres_sql`; created on first use in
+the connection's ``search_path`` schema;
 ``buffer_id`` lets many buffers share the tables)::
 
     quiesce_meta    (key PK, value)                    -- schema, format
@@ -43,13 +44,23 @@ Schema (created on first use in the connection's ``search_path`` schema;
 refuses ``\\u0000`` and lone surrogates, which the buffer accepts. ``op``,
 ``version`` and ``format`` repeat it for people and SQL.
 
-Connections: one synchronous psycopg 3 connection, used under a lock from
-whichever thread flushes (the runtime flushes from worker threads, so the
-sink works under asyncio and trio alike). A failed write rolls back, marks
-the connection broken, and the next write reconnects and re-reads where the
-log ends (a ``COMMIT`` that reached the server but whose reply was lost is
-not written twice). A DSN that cannot connect raises :class:`LogWriteError`
-carrying the server's message, with no driver traceback chained.
+Connections: two synchronous psycopg 3 connections, each under a lock of
+its own, used from whichever thread flushes or reads (the runtime flushes
+from worker threads, so the sink works under asyncio and trio alike). The
+*writer's* carries every batch's transaction (and the writer token); the
+*reader's* (opened on the first read, autocommit, read-only) carries
+:meth:`~PostgresLog.read_range`, :meth:`~PostgresLog.read_from`,
+:meth:`~PostgresLog.read_containing` and :meth:`~PostgresLog.checkpoints`.
+So a read never waits for a batch in flight (a flush stuck on the
+server, a slow ``COMMIT``) and a batch never waits for a read (a long
+``buf.log`` page): neither holds the other's lock. A read sees the rows
+committed when its statement starts — every record a ``write`` returned
+for — and none of a batch still open. A failed write rolls back, marks
+the connection broken, and the next write reconnects and re-reads where
+the log ends (a ``COMMIT`` that reached the server but whose reply was lost
+is not written twice); a failed read does the same on the reader's. A DSN
+that cannot connect raises :class:`LogWriteError` carrying the server's
+message, with no driver traceback chained.
 
 Checkpoints and recovery (issue 13's, on PostgreSQL). A ``PostgresLog`` is a
 ``CheckpointSink``: ``Buffer(log=PostgresLog(...))`` writes a checkpoint
@@ -90,6 +101,21 @@ from .._core.errors import InvalidArgument, InvalidType, LogFormatError, LogWrit
 from .._core.log import check_read
 from .._core.records import FORMAT, LogRecord
 from ._format import encode_batch
+from ._postgres_sql import (
+    _CHECKPOINT_INDEX,
+    _CHECKPOINTS,
+    _COPY,
+    _DDL,
+    _NEWEST_FORMAT,
+    _NOT_NEXT,
+    _SELECT,
+    _SELECT_CONTAINING,
+    _SELECT_RANGE,
+    _WRITER_TOKEN_MIGRATION,
+    FENCED_SQLSTATE,
+    FOREIGN_SQLSTATE,
+    SCHEMA,
+)
 from ._sink import SinkBase
 from ._stored import already_stored
 from .sqlite import _decode_rows, stream_pages
@@ -113,163 +139,6 @@ __all__ = [
     "read_postgres",
     "stream_postgres",
 ]
-
-#: The version of the tables below; a database holding a newer one is refused.
-SCHEMA = 1
-
-#: SQLSTATE of the fence: an insert by a writer whose epoch is not current.
-FENCED_SQLSTATE = "QF001"
-#: SQLSTATE of the token fence: an insert of the current epoch from a session
-#: that does not hold the writer lease (a foreign client).
-FOREIGN_SQLSTATE = "QF002"
-#: The insert trigger's words for a seq that is not the next one (the log
-#: ends elsewhere than this writer thought: another record is where it writes).
-_NOT_NEXT = "is not the next one"
-
-_DDL_TEMPLATE = """
-CREATE TABLE quiesce_meta (
-    key   text PRIMARY KEY,
-    value text NOT NULL
-);
-CREATE TABLE quiesce_writer (
-    buffer_id   text PRIMARY KEY,
-    epoch       bigint NOT NULL,
-    holder      text NOT NULL,
-    lease_until timestamptz NOT NULL,
-    token       bytea,
-    token_epoch bigint
-);
-CREATE TABLE quiesce_log (
-    buffer_id    text     NOT NULL,
-    seq          bigint   NOT NULL CHECK (seq >= 0),
-    writer_epoch bigint   NOT NULL,
-    format       smallint NOT NULL,
-    op           text     NOT NULL,
-    version      bigint,
-    record       text     NOT NULL,
-    PRIMARY KEY (buffer_id, seq)
-);
-CREATE TABLE quiesce_member (
-    buffer_id   text NOT NULL,
-    member_id   text NOT NULL,
-    incarnation text NOT NULL,
-    lease_until timestamptz NOT NULL,
-    horizon     bigint,
-    applied_seq bigint NOT NULL DEFAULT -1,
-    info        text NOT NULL DEFAULT '',
-    PRIMARY KEY (buffer_id, member_id)
-);
-CREATE TABLE quiesce_request (
-    buffer_id   text NOT NULL,
-    request_id  text NOT NULL,
-    member_id   text NOT NULL,
-    op          text NOT NULL,
-    args        text NOT NULL,
-    created     timestamptz NOT NULL DEFAULT now(),
-    result      text,
-    applied_seq bigint,
-    PRIMARY KEY (buffer_id, request_id)
-);
-CREATE INDEX quiesce_request_open ON quiesce_request (buffer_id, created)
-    WHERE result IS NULL;
-CREATE INDEX quiesce_log_checkpoints ON quiesce_log (buffer_id, seq)
-    WHERE op = 'checkpoint';
-
-{insert_function}
-CREATE FUNCTION quiesce_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    RAISE EXCEPTION '% is append-only: % refused', TG_TABLE_NAME, TG_OP;
-END $$;
-CREATE TRIGGER quiesce_log_insert BEFORE INSERT ON quiesce_log
-    FOR EACH ROW EXECUTE FUNCTION quiesce_log_insert();
-CREATE TRIGGER quiesce_log_no_change BEFORE UPDATE OR DELETE ON quiesce_log
-    FOR EACH ROW EXECUTE FUNCTION quiesce_refuse();
-CREATE TRIGGER quiesce_log_no_truncate BEFORE TRUNCATE ON quiesce_log
-    FOR EACH STATEMENT EXECUTE FUNCTION quiesce_refuse();
-CREATE TRIGGER quiesce_meta_no_change BEFORE UPDATE OR DELETE ON quiesce_meta
-    FOR EACH ROW EXECUTE FUNCTION quiesce_refuse();
-CREATE TRIGGER quiesce_meta_no_truncate BEFORE TRUNCATE ON quiesce_meta
-    FOR EACH STATEMENT EXECUTE FUNCTION quiesce_refuse();
-"""
-
-#: The insert trigger's function (in the DDL of a new schema; replaced once
-#: in a schema-1 database whose function predates the writer token). The
-#: token check applies when the lease row carries a token of its current
-#: epoch (``open_shared_buffer``'s sequencers set one at takeover): the row
-#: must come from a session that set ``quiesce.writer_token`` to the secret
-#: whose SHA-256 is stored, i.e. from the sequencer's own sink.
-_INSERT_FUNCTION = """
-CREATE OR REPLACE FUNCTION quiesce_log_insert() RETURNS trigger LANGUAGE plpgsql
-SET search_path FROM CURRENT AS $$
-DECLARE
-    current_epoch bigint;
-    current_token bytea;
-    current_token_epoch bigint;
-    next_seq bigint;
-BEGIN
-    SELECT epoch, token, token_epoch INTO current_epoch, current_token, current_token_epoch
-        FROM quiesce_writer WHERE buffer_id = NEW.buffer_id FOR SHARE;
-    IF NEW.writer_epoch IS DISTINCT FROM COALESCE(current_epoch, 0) THEN
-        RAISE EXCEPTION 'quiesce_log: writer epoch % of buffer % is fenced (current epoch %)',
-            NEW.writer_epoch, NEW.buffer_id, COALESCE(current_epoch, 0)
-            USING ERRCODE = 'QF001';
-    END IF;
-    IF current_token IS NOT NULL AND current_token_epoch = current_epoch
-        AND current_token IS DISTINCT FROM sha256(convert_to(
-            COALESCE(current_setting('quiesce.writer_token', true), ''), 'UTF8')) THEN
-        RAISE EXCEPTION 'quiesce_log: a row of buffer % (epoch %, seq %) from a session '
-            'that does not hold the writer lease (no or wrong writer token): refused',
-            NEW.buffer_id, NEW.writer_epoch, NEW.seq
-            USING ERRCODE = 'QF002';
-    END IF;
-    SELECT COALESCE(MAX(seq) + 1, 0) INTO next_seq FROM quiesce_log
-        WHERE buffer_id = NEW.buffer_id;
-    IF NEW.seq <> next_seq THEN
-        RAISE EXCEPTION 'quiesce_log is append-only: seq % of buffer % is not the next one (%)',
-            NEW.seq, NEW.buffer_id, next_seq;
-    END IF;
-    RETURN NEW;
-END $$;
-"""
-_DDL = _DDL_TEMPLATE.replace("{insert_function}", _INSERT_FUNCTION)
-#: Brings a schema-1 database whose trigger predates the writer token up to
-#: date (same schema number: two nullable columns and a stricter trigger).
-_WRITER_TOKEN_MIGRATION = (
-    "ALTER TABLE quiesce_writer ADD COLUMN IF NOT EXISTS token bytea, "
-    "ADD COLUMN IF NOT EXISTS token_epoch bigint;" + _INSERT_FUNCTION
-)
-
-_COPY = "COPY quiesce_log (buffer_id, seq, writer_epoch, format, op, version, record) FROM STDIN"
-_SELECT = "SELECT seq, record FROM quiesce_log WHERE buffer_id = %s AND seq >= %s ORDER BY seq"
-_SELECT_CONTAINING = (
-    "SELECT seq, record FROM quiesce_log WHERE buffer_id = %s AND seq >= %s AND seq < %s "
-    "AND record LIKE %s ORDER BY seq"
-)
-_SELECT_RANGE = (
-    "SELECT seq, record FROM quiesce_log WHERE buffer_id = %s AND seq >= %s AND seq < %s "
-    "ORDER BY seq"
-)
-#: The checkpoint index (issue 13): recovery finds the checkpoints without
-#: reading the log. In the DDL of a new schema; added once to a schema-1
-#: database that predates it (same tables, one more index: no new schema).
-_CHECKPOINT_INDEX = (
-    "CREATE INDEX IF NOT EXISTS quiesce_log_checkpoints ON quiesce_log (buffer_id, seq) "
-    "WHERE op = 'checkpoint'"
-)
-#: The number of records (the primary key's last entry) and the checkpoint
-#: seqs below it (the partial index), in one statement and one snapshot.
-_CHECKPOINTS = """
-SELECT COALESCE(MAX(seq) + 1, 0), NULL FROM quiesce_log WHERE buffer_id = %(b)s
-UNION ALL
-SELECT NULL, seq FROM quiesce_log WHERE buffer_id = %(b)s AND op = 'checkpoint'
-"""
-#: The newest record format from the newest checkpoint on (see the module
-#: docstring): two index lookups and the tail, not the whole log.
-_NEWEST_FORMAT = """
-SELECT MAX(format) FROM quiesce_log WHERE buffer_id = %(b)s AND seq >= COALESCE(
-    (SELECT MAX(seq) FROM quiesce_log WHERE buffer_id = %(b)s AND op = 'checkpoint'), 0)
-"""
-
 
 class WriterFenced(LogWriteError):
     """A write by a writer whose epoch is no longer the buffer's current one:
@@ -558,6 +427,12 @@ class PostgresLog(SinkBase):
         self._broken = False
         self._closed = False
         self._conn: psycopg.Connection[Any] | None = None
+        #: the reader's connection and its lock (see the module docstring):
+        #: never held with ``_lock``, so reads and writes do not wait on each
+        #: other; ``_seq_lock`` guards ``_next_seq`` (both advance it)
+        self._read_lock = threading.Lock()
+        self._read_conn: psycopg.Connection[Any] | None = None
+        self._seq_lock = threading.Lock()
         self._conn = self._connect()
         self.channel = self._channel_name()
 
@@ -613,7 +488,7 @@ class PostgresLog(SinkBase):
         rows = self._fetch(_SELECT, (self._buffer_id, seq))
         records = _decode_rows(rows, self.where, seq)
         if records:  # a follower's idea of where the log ends, for when it writes
-            with self._lock:
+            with self._seq_lock:
                 self._next_seq = max(self._next_seq, records[-1].seq + 1)
         return records
 
@@ -716,7 +591,8 @@ class PostgresLog(SinkBase):
                     # connection; another record in our place is LogDiverged
                     self._already_stored(self._usable_conn(), records, texts)
                 raise LogWriteError(message) from None
-            self._next_seq = expected
+            with self._seq_lock:
+                self._next_seq = max(self._next_seq, expected)
             self._commits += 1
             if committed is not None:
                 committed()
@@ -724,10 +600,15 @@ class PostgresLog(SinkBase):
             raise failure
 
     def close(self) -> None:
-        """Close the connection. Idempotent; ``write`` after it raises."""
+        """Close both connections. Idempotent; ``write`` after it raises
+        (reads go on, through a connection of their own each)."""
         with self._lock:
             self._closed = True
             conn, self._conn = self._conn, None
+            if conn is not None:
+                conn.close()
+        with self._read_lock:
+            conn, self._read_conn = self._read_conn, None
             if conn is not None:
                 conn.close()
 
@@ -791,29 +672,54 @@ class PostgresLog(SinkBase):
             self._broken = False
         return conn
 
+    def _reader(self) -> psycopg.Connection[Any]:
+        """The reader's connection, opened (or replaced after a failure) on
+        demand: autocommit, read-only, the same statement timeout and session
+        name as the writer's. Call under ``_read_lock``."""
+        conn = self._read_conn
+        if conn is not None and not conn.closed:
+            return conn
+        self._read_conn = None
+        conn = connect(self._dsn, timeout=self._timeout, application_name=self._application_name)
+        try:
+            conn.execute(f"SET statement_timeout = {int(self._timeout * 1000)}")
+            conn.execute("SET default_transaction_read_only = on")
+        except psycopg.Error as exc:
+            conn.close()
+            raise LogWriteError(f"{self.where}: {_server_message(exc)}") from None
+        self._read_conn = conn
+        return conn
+
     def _fetch(
         self, query: str, params: Sequence[Any] | dict[str, Any], *, count: bool = True
     ) -> list[tuple[Any, ...]]:
-        """Rows of a read-only ``query``, under the lock. A lost connection is
-        retried once on a fresh one (reads are idempotent); any other failure
+        """Rows of a read-only ``query`` on the reader's connection, under
+        ``_read_lock`` only: a batch in flight on the writer's connection
+        neither delays it nor is delayed by it. A lost connection is retried
+        once on a fresh one (reads are idempotent); any other failure
         raises :class:`LogWriteError` with the server's message. After
         :meth:`close`, a connection of its own, closed again."""
         for attempt in (1, 2):
-            with self._lock:
+            with self._read_lock:
                 try:
                     if self._closed:
                         with connect(self._dsn, timeout=self._timeout) as own:
                             rows = own.execute(query, params).fetchall()
                     else:
-                        rows = self._usable_conn().execute(query, params).fetchall()
+                        rows = self._reader().execute(query, params).fetchall()
                 except psycopg.Error as exc:
-                    if not self._closed:
-                        self._broken = True
+                    conn, self._read_conn = self._read_conn, None
+                    if conn is not None:
+                        try:
+                            conn.close()
+                        except psycopg.Error:  # pragma: no cover - closing a dead connection
+                            pass
                     if attempt == 1 and isinstance(exc, psycopg.OperationalError):
                         continue
                     raise LogWriteError(f"{self.where}: {_server_message(exc)}") from None
                 if count:
-                    self._rows_read += len(rows)
+                    with self._seq_lock:
+                        self._rows_read += len(rows)
                 return rows
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -830,7 +736,8 @@ class PostgresLog(SinkBase):
             except psycopg.Error as exc:
                 self._broken = True
                 raise LogWriteError(f"{self.where}: {_server_message(exc)}") from None
-            self._rows_read += len(rows)
+            with self._seq_lock:
+                self._rows_read += len(rows)
             return [row[1] for row in rows]
 
         return already_stored(records[0].seq, self._next_seq, texts, read, LogDiverged)

@@ -7,7 +7,12 @@ content). Its records are streamed once, in order, through
 :func:`quiesce._core.verify.verify_records`: a full replay into a scratch
 buffer that compares every checkpoint with the state replayed up to it.
 Memory holds the replayed state and one chunk of records, never the whole
-log; time is one read of the log plus O(state) per checkpoint.
+log, whatever its length: the removal records' tombstone lists, which the
+replayed tombstones and each checkpoint's index are read back from, go to
+a temporary file (:class:`TempRemovals`: 16 bytes of memory per removal
+record, removed when the run ends), and checkpoints are compared as
+digests (``_core/verify.py``). Time is one read of the log, one write and
+one read back of its removals, plus O(state) per checkpoint.
 
 Output: one line on stdout when every checkpoint agrees (``PATH: quiesce
 KIND edit log, format F: N records, C checkpoints agree with a full
@@ -21,16 +26,75 @@ through :func:`~.inspect.printable` (a log is untrusted input).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+import tempfile
+from array import array
+from bisect import bisect_left
 from collections.abc import Sequence
+from types import TracebackType
 
 from .._core.buffer import Buffer
 from .._core.errors import LogFormatError
+from .._core.records import LogRecord
 from .._core.verify import VerifyResult, verify_records
 from .inspect import _open, printable
 
-__all__ = ["main", "verify_path"]
+__all__ = ["TempRemovals", "main", "verify_path"]
+
+
+class TempRemovals:
+    """A ``RemovalStore`` (``_core/verify.py``) in a temporary file: each
+    kept removal record's tombstone list is appended as one JSON line; in
+    memory only its seq and offset (two ``array('q')`` items, 16 bytes).
+    ``read_range`` seeks and decodes (a seq that is not a kept removal is
+    :class:`LogFormatError`, as the tombstone index must point at one).
+    Seqs come in ascending order (a log's). The file is unlinked when
+    created (``tempfile.TemporaryFile``) and closed by :meth:`close` or the
+    ``with`` block. O(1) memory per record; O(log removals) per read."""
+
+    def __init__(self) -> None:
+        self._file = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
+        self._seqs = array("q")
+        self._offsets = array("q")
+        self._end = 0
+        self._template: LogRecord | None = None
+
+    def keep(self, rec: LogRecord) -> None:
+        line = json.dumps(rec.detail["tombstones"], ensure_ascii=True).encode("ascii") + b"\n"
+        self._file.seek(self._end)
+        self._file.write(line)
+        self._seqs.append(rec.seq)
+        self._offsets.append(self._end)
+        self._end += len(line)
+        if self._template is None:
+            self._template = rec._replace(detail={})
+
+    def read_range(self, start: int, stop: int) -> Sequence[LogRecord]:
+        out = []
+        for s in range(start, stop):
+            j = bisect_left(self._seqs, s)
+            if j == len(self._seqs) or self._seqs[j] != s or self._template is None:
+                raise LogFormatError(f"the tombstone index points at record {s}, no removal")
+            self._file.seek(self._offsets[j])
+            tombs = json.loads(self._file.readline())
+            out.append(self._template._replace(seq=s, detail={"tombstones": tombs}))
+        return out
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> TempRemovals:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
 
 
 def verify_path(path: str) -> tuple[str, int, VerifyResult]:
@@ -38,7 +102,8 @@ def verify_path(path: str) -> tuple[str, int, VerifyResult]:
     (a file or a ``postgresql://`` URI). Raises :class:`LogFormatError` for
     a log that cannot be replayed, ``OSError`` for one that cannot be read."""
     kind, fmt, _torn, stream = _open(path)
-    return kind, fmt, verify_records(stream(), Buffer)
+    with TempRemovals() as removals:
+        return kind, fmt, verify_records(stream(), Buffer, removals=removals)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
