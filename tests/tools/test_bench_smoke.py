@@ -3,8 +3,8 @@
 Never checks speed: the numbers depend on the machine; only their shape is
 checked. By default the command runs every section once at tiny sizes
 (:data:`TINY` and the per-section sizes of :func:`tiny_sizes`): each
-section's code path, every goal and every figure, in a few CPU seconds; the
-real ``quiesce bench --quick`` runs under ``-m slow``
+section's code path, every goal and every figure; the real ``quiesce
+bench --quick`` runs under ``-m slow``
 (:func:`test_the_quick_run_writes_every_goal_and_figure`).
 """
 
