@@ -39,6 +39,7 @@ import itertools
 import sys
 import threading
 import time
+import weakref
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType, SimpleNamespace
@@ -118,6 +119,20 @@ def _not_markable(head: Version, entry_id: str) -> Mark:
 # The buffer
 
 
+
+def _weakly(method: Callable[..., Any]) -> Any:
+    """``method`` (a bound method of a buffer) called through a weak
+    reference to its buffer: a part handed it keeps no buffer alive. Once the
+    buffer is gone the call does nothing and returns ``None``. O(1)."""
+    ref = weakref.WeakMethod(method)
+
+    def call(*args: Any) -> Any:
+        bound = ref()
+        return None if bound is None else bound(*args)
+
+    return call
+
+
 class Buffer(Streams):
     """A versioned context buffer. See the module docstring for the design.
 
@@ -190,9 +205,12 @@ class Buffer(Streams):
         )
         #: the reader registry (pins.py), told the grace queue's horizon and signal
         reg = self._registry = PinRegistry(st)
-        reg.horizon = self._horizon
-        reg.signal_due = self._signal_due
-        st.reopen_stream = self._reopen
+        # Weakly: a part holding a bound method of its buffer would make every
+        # buffer cyclic garbage, freed (its log's file lock released) only by
+        # the cycle collector instead of when the last reference goes.
+        reg.horizon = _weakly(self._horizon)
+        reg.signal_due = _weakly(self._signal_due)
+        st.reopen_stream = _weakly(self._reopen)
         if isinstance(log, ReadableSink):
             # the in-memory tail of the log (log.py): a readable sink holds the rest
             st.records.reader = log.read_range
