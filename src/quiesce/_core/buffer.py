@@ -119,7 +119,6 @@ def _not_markable(head: Version, entry_id: str) -> Mark:
 # The buffer
 
 
-
 def _weakly(method: Callable[..., Any]) -> Any:
     """``method`` (a bound method of a buffer) called through a weak
     reference to its buffer: a part handed it keeps no buffer alive. Once the
