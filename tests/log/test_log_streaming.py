@@ -211,6 +211,7 @@ class TestInspectPostgres:
         ends, and when it is dropped unread (inspect opens one per pass)."""
         _closed_log(PostgresLog(pg_dsn, "b"), 3)
         uri = pg_dsn + "&buffer_id=b"
+        gc.collect()  # what earlier tests left for the collector is not this stream's
         before = _open_fds()
         _fmt, records = postgres_mod.stream_postgres(uri)
         assert _open_fds() == before + 1

@@ -53,7 +53,7 @@ def check_buffer(
     """Assert every invariant of ``st``. ``since``: check only the log
     records from that seq on, as if the ones before were cut (recovery from
     a checkpoint: O(live + tail), whatever the history)."""
-    st = state_of(st)
+    st, _owner = state_of(st), st  # the owner held: its parts reach it weakly
     head = st.head
     live = head.live
     # (2) no live entry cites a removed or unknown entry; referrers index exact.

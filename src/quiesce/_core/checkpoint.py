@@ -140,7 +140,7 @@ def checkpoint_state(st: BufferState | HasState, *, listed: bool = False) -> dic
     checkpoint's own seq: one past the anchor that goes first, at
     ``len(st.records)``. O(live + staged + index slots), or
     O(tombstones) when listed."""
-    st = state_of(st)
+    st, _owner = state_of(st), st  # the owner held: its parts reach it weakly
     head = st.head
     tombs = head.tombs
     slots = sorted(head.live.values(), key=lambda s: s.key)
@@ -195,7 +195,7 @@ def build_checkpoint(st: BufferState | HasState, at: float) -> tuple[LogRecord, 
     """The anchor and checkpoint records for the current state, seqs
     ``len(st.records)`` and the next (call under the write lock, then
     append both, in order, in one batch)."""
-    st = state_of(st)
+    st, _owner = state_of(st), st  # the owner held: its parts reach it weakly
     state = checkpoint_state(st)
     return checkpoint_records(state, _digest(state), at)
 
@@ -413,7 +413,7 @@ def recover(st: BufferState | HasState, sink: CheckpointSink) -> bool:
     is none: the caller replays the whole log. Each rejected checkpoint is
     logged (warning) and the one before it tried. Runs with the cyclic
     collector paused (:func:`_gc_paused`)."""
-    st = state_of(st)
+    st, _owner = state_of(st), st  # the owner held: its parts reach it weakly
     with _gc_paused():
         return _recover(st, sink)
 
@@ -452,7 +452,7 @@ def replay_log(st: BufferState | HasState, records: Sequence[LogRecord]) -> None
     wrote) starts from that checkpoint's state. Raises
     :class:`LogFormatError` for a damaged one. Runs with the cyclic
     collector paused (:func:`_gc_paused`)."""
-    st = state_of(st)
+    st, _owner = state_of(st), st  # the owner held: its parts reach it weakly
     with _gc_paused():
         _replay_log(st, records)
 
@@ -475,7 +475,7 @@ def compacted_records(st: BufferState | HasState, source: str, at: float) -> lis
     """The records of a compacted copy of ``st``'s log: one checkpoint
     (seq 0) holding the current state, marked as compacted from ``source``
     (``len(st.log)`` records). O(live + tombstones)."""
-    st = state_of(st)
+    st, _owner = state_of(st), st  # the owner held: its parts reach it weakly
     state = checkpoint_state(st, listed=True)  # their records are not carried over
     state["records"] = 0
     state["intents"] = []  # intent records are not carried over

@@ -171,7 +171,7 @@ def replay(st: BufferState | HasState, records: Sequence[LogRecord]) -> None:
     :class:`LogFormatError` naming the first record from a newer format, out
     of order, malformed or impossible (see the module docstring); a new
     ``st`` must then be discarded. O(records · log n + live entries)."""
-    st = state_of(st)
+    st, _owner = state_of(st), st  # the owner held: its parts reach it weakly
     draft = _Draft(st.head)
     number = st.head.number
     groups: dict[int, _Group] = {g.gid: g for _, _, g in st.staged}

@@ -245,7 +245,7 @@ def state_fields(st: Any, running: _Running | None = None) -> dict[str, Any]:
     time, or O(live + new tombstones) with the ``running`` digests of a
     replay; reads spilled tombstones back through the buffer's log."""
     if not isinstance(st, SimpleNamespace):
-        st = state_of(st)
+        st, _owner = state_of(st), st  # the owner held: its parts reach it weakly
     head = st.head
     tombs = head.tombs
     rows, winners = tomb_digests(tombs) if running is None else running.digests(tombs)
@@ -345,7 +345,8 @@ def _claimed(
         return Disagreement(rec.seq, "sha256", str(exc))
     if "protected" not in state:
         state = {**state, "protected": []}
-    restored = state_of(new())
+    owner = new()  # held while its state is restored: its parts reach it weakly
+    restored = state_of(owner)
     restored.records.reader = read
     try:
         _restore(restored, rec, state)
@@ -375,7 +376,8 @@ def verify_records(
     Raises :class:`LogFormatError` if the records themselves cannot be
     replayed. See the module docstring for memory and time; cancellation is
     not a concern (synchronous, touches only its own scratch buffers)."""
-    scratch = state_of(new() if into is None else into)
+    owner = new() if into is None else into  # held: its parts reach it weakly
+    scratch = state_of(owner)
     store: RemovalStore | None = None
     read: Callable[[int, int], Sequence[LogRecord]]
     if reader is None:
