@@ -589,6 +589,52 @@ class RuntimeBuffer(Buffer):
             self._esc_receive.close()
         self._esc_send = self._esc_receive = None
 
+    @asynccontextmanager
+    async def serving(
+        self, *, max_pin_age: float | None, durable: bool, close_timeout: float
+    ) -> AsyncIterator[None]:
+        """The buffer's life inside :func:`open_buffer`: its barrier
+        scheduler, reader-age alarm (``max_pin_age``, ``None``: none) and,
+        for a ``durable`` log, its flusher run in a task group around the
+        body; removals due at entry and at exit are applied; leaving stops
+        the buffer and waits at most ``close_timeout`` for the final flush
+        (:class:`LogWriteError` naming what is pending). The body's exception
+        propagates as itself, not wrapped in an exception group. Entered once
+        per buffer (``open_buffer`` owns it)."""
+        host_error: Exception | None = None
+        try:
+            async with anyio.create_task_group() as tg:
+                self._start()
+                try:
+                    await tg.start(self._scheduler)
+                    if max_pin_age is not None:
+                        tg.start_soon(self._alarm, max_pin_age)
+                    if durable:
+                        tg.start_soon(self._flusher)
+                    if self.has_due():
+                        await self.quiesce()
+                    yield
+                    await self.quiesce()
+                except Exception as exc:
+                    # The body's exception (or a LogWriteError of the final quiesce)
+                    # is raised again below, outside the task group, so that it is
+                    # not wrapped in an exception group. Cancellation (a
+                    # BaseException) goes through the task group as it must.
+                    host_error = exc
+                finally:
+                    tg.cancel_scope.cancel()
+                    self._stop()
+        finally:
+            # Outside the task group, so that a timeout is raised as itself; runs
+            # also while a cancellation propagates (and then replaces it).
+            timed_out = None if not durable else await self._final_flush(close_timeout)
+            if timed_out is not None:
+                if host_error is None:
+                    raise timed_out
+                host_error.add_note(f"and on leaving open_buffer: {timed_out}")
+        if host_error is not None:
+            raise host_error
+
     @property
     def running(self) -> bool:
         """Whether the scheduler is running (inside ``open_buffer``)."""
@@ -653,36 +699,7 @@ async def open_buffer(
     )
     if verify:
         await anyio.to_thread.run_sync(buf.verify)
-    host_error: Exception | None = None
-    try:
-        async with anyio.create_task_group() as tg:
-            buf._start()
-            try:
-                await tg.start(buf._scheduler)
-                if max_pin_age is not None:
-                    tg.start_soon(buf._alarm, max_pin_age)
-                if log is not None:
-                    tg.start_soon(buf._flusher)
-                if buf.has_due():
-                    await buf.quiesce()
-                yield buf
-                await buf.quiesce()
-            except Exception as exc:
-                # The body's exception (or a LogWriteError of the final quiesce)
-                # is raised again below, outside the task group, so that it is
-                # not wrapped in an exception group. Cancellation (a
-                # BaseException) goes through the task group as it must.
-                host_error = exc
-            finally:
-                tg.cancel_scope.cancel()
-                buf._stop()
-    finally:
-        # Outside the task group, so that a timeout is raised as itself; runs
-        # also while a cancellation propagates (and then replaces it).
-        timed_out = None if log is None else await buf._final_flush(close_timeout)
-        if timed_out is not None:
-            if host_error is None:
-                raise timed_out
-            host_error.add_note(f"and on leaving open_buffer: {timed_out}")
-    if host_error is not None:
-        raise host_error
+    async with buf.serving(
+        max_pin_age=max_pin_age, durable=log is not None, close_timeout=close_timeout
+    ):
+        yield buf
