@@ -43,8 +43,6 @@ wherever it awaits. ``append_stream`` is a checkpoint at its start and end.
 from __future__ import annotations
 
 import re
-import threading
-import weakref
 from collections.abc import AsyncIterable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
@@ -67,6 +65,7 @@ from ._common import (
     fingerprint,
     recognise,
 )
+from ._per_buffer import PerBuffer
 
 __all__ = ["StreamFailed", "drop_none", "hidden", "streamed_ids"]
 
@@ -185,19 +184,11 @@ class _Streamed:
         self.scanned = False
 
 
-_STREAMED: weakref.WeakKeyDictionary[Buffer, dict[str, _Streamed]] = weakref.WeakKeyDictionary()
-_STREAMED_LOCK = threading.Lock()
+_STREAMED_BY_BUFFER: PerBuffer[_Streamed] = PerBuffer(_Streamed)
 
 
 def _streamed(buf: Buffer, api: str) -> _Streamed:
-    with _STREAMED_LOCK:
-        per = _STREAMED.get(buf)
-        if per is None:
-            per = _STREAMED[buf] = {}
-        got = per.get(api)
-        if got is None:
-            got = per[api] = _Streamed()
-        return got
+    return _STREAMED_BY_BUFFER.get(buf, api)
 
 
 def register_streamed(
@@ -444,9 +435,11 @@ def at_event(index: int, exc: QuiesceError) -> QuiesceError:
     if text.startswith("event "):
         return exc
     m = _NAMED.match(text)
-    text = f"event {m.group(1)}: {text[m.end():]}" if m else f"event {index}: {text}"
+    text = f"event {m.group(1)}: {text[m.end() :]}" if m else f"event {index}: {text}"
     exc.args = (text, *exc.args[1:])
     return exc
+
+
 class EventReader(Protocol):
     """An API's stream reader as :func:`run_stream` drives it: fed each
     event, then told the stream ended (where it sets its final form)."""

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import threading
-import weakref
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -30,6 +29,7 @@ from ._admit import Read, SyncReport, admit, check_readmit
 from ._checks import check_messages
 from ._keys import Keys
 from ._notes import recognise, rendered_ids
+from ._per_buffer import PerBuffer
 from ._sdk import to_plain
 
 __all__ = ["TailReader", "sync_history"]
@@ -58,19 +58,11 @@ class _SyncState:
 #: set when that module loads: it imports this one, so this one cannot import it).
 STREAMED: Callable[[Buffer, str, Version, Mapping[str, Any]], tuple[str, ...] | None] | None = None
 
-_STATES: weakref.WeakKeyDictionary[Buffer, dict[str, _SyncState]] = weakref.WeakKeyDictionary()
-_STATES_LOCK = threading.Lock()
+_STATES_BY_BUFFER: PerBuffer[_SyncState] = PerBuffer(_SyncState)
 
 
 def _state(buf: Buffer, api: str) -> _SyncState:
-    with _STATES_LOCK:
-        per = _STATES.get(buf)
-        if per is None:
-            per = _STATES[buf] = {}
-        st = per.get(api)
-        if st is None:
-            st = per[api] = _SyncState()
-        return st
+    return _STATES_BY_BUFFER.get(buf, api)
 
 
 def _copy(value: object) -> Any:
