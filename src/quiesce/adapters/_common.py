@@ -119,16 +119,3 @@ from ._window import render_options as render_options
 from ._window import render_with as render_with
 from ._window import snapshot_of as snapshot_of
 from ._window import tool_name as tool_name
-
-__all__ = [
-    "NOTE_LIMIT",
-    "NOTE_NAMES",
-    "NOTE_PREFIX",
-    "OSCILLATION_WINDOW",
-    "PLACEHOLDER_IDS",
-    "RESERVED",
-    "Readmission",
-    "ReadmitPolicy",
-    "SyncReport",
-    "result_id",
-]

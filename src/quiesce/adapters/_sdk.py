@@ -45,28 +45,19 @@ def to_plain(value: object, depth: int = 0) -> Any:
     t = type(value)
     if t in _SCALARS or depth > MAX_DEPTH:
         return value
-    if t is dict:
-        out: dict[str, Any] | None = None
-        for k, v in value.items():  # type: ignore[attr-defined]
+    if t is dict or t is list or t is tuple:
+        # copy on the first changed child: a dict stays a dict, a list or a
+        # tuple becomes a list (what the SDK's serializer makes of it)
+        children = value.items() if t is dict else enumerate(value)  # type: ignore[attr-defined, arg-type]
+        out: Any = None
+        for k, v in children:
             if type(v) in _SCALARS:
                 continue
             c = to_plain(v, depth + 1)
             if c is not v:
                 if out is None:
-                    out = dict(value)  # type: ignore[call-overload]
+                    out = dict(value) if t is dict else list(value)  # type: ignore[call-overload]
                 out[k] = c
         return value if out is None else out
-    if t is list or t is tuple:
-        items: list[Any] | None = None
-        for n, v in enumerate(value):  # type: ignore[arg-type]
-            if type(v) in _SCALARS:
-                continue
-            c = to_plain(v, depth + 1)
-            if c is not v:
-                if items is None:
-                    items = list(value)  # type: ignore[call-overload]
-                items[n] = c
-        return value if items is None else items
     dumped = sdk_dump(value)
     return value if dumped is value else to_plain(dumped, depth + 1)
-

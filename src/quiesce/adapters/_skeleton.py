@@ -21,14 +21,18 @@ What it keeps true, for every API alike:
   ``sync_messages`` (keys matching the buffer's, live ones first) and the
   streams (:meth:`Adapter.read`) read through one checked reader, so one
   message gets the same entries on every path.
+* **One stream driver.** ``append_stream`` runs the API's stream reader
+  through :func:`~quiesce.adapters._stream.run_stream` (checks, the sink,
+  aborting on any exception); the reader returns the API's final form.
 * **Render options checked, windows cached.** ``render`` checks the note
   options, and a window rendered again for the same version is the cached
   JSON text (:func:`~quiesce.adapters._window.render_with`); a renderer is
   handed a :class:`~quiesce.adapters._window.Window` and never reads a
   buffer.
 
-The skeleton adds one call per public call and no per-message work: the
-per-turn cost (a no-op sync and a render) is the shared helpers'. Nothing
+The skeleton adds one call per public call and no per-message or per-event
+work: the per-turn cost (a no-op sync and a render) is the shared helpers',
+a stream's per-event cost its reader's. Nothing
 here awaits or touches a disk.
 """
 
@@ -42,13 +46,14 @@ from .._core.buffer import Buffer, Snapshot
 from .._core.entry import Entry, Kind
 from ._admit import Read, SyncReport, read_and_admit, read_entries
 from ._checks import NOUN, check_kind
-from ._stream import renderable
+from ._stream import ReaderFactory, renderable, run_stream
 from ._sync import sync_history
 from ._window import Window, render_options
 
 __all__ = ["Adapter"]
 
 _W = TypeVar("_W")
+_F = TypeVar("_F")
 
 #: An API's reader: ``reader(messages, *, head, keys, calls, turn,
 #: user_kind, assistant_kind, start=0, prev=None, rewritable=(), first=True)``
@@ -57,21 +62,24 @@ _W = TypeVar("_W")
 ApiReader = Callable[..., list[Read]]
 
 
-class Adapter(Generic[_W]):
+class Adapter(Generic[_W, _F]):
     """An API's adapter: its ``name`` (``meta["api"]`` of what it reads, and
     the default actor ``quiesce.adapters.<name>``), its ``noun`` in errors,
-    its reader and its renderer (a :class:`~quiesce.adapters._window.Window`
-    to what ``render`` returns, ``_W``). ``system``: the API takes a system
-    prompt beside its messages (Anthropic), passed to the reader as
-    ``system=``. Immutable once made; one per API module."""
+    its reader, its renderer (a :class:`~quiesce.adapters._window.Window`
+    to what ``render`` returns, ``_W``) and its stream reader (what
+    ``append_stream`` runs over a :class:`~quiesce.adapters._stream.Sink`,
+    returning ``_F``). ``system``: the API takes a system prompt beside its
+    messages (Anthropic), passed to the reader as ``system=``. Immutable
+    once made; one per API module."""
 
-    __slots__ = ("_read", "_render", "name", "noun", "system")
+    __slots__ = ("_read", "_render", "_stream", "name", "noun", "system")
 
     def __init__(
         self,
         name: str,
         read: ApiReader,
         render: Callable[[Window], _W],
+        stream: ReaderFactory[_F],
         *,
         noun: str = "message",
         system: bool = False,
@@ -81,6 +89,7 @@ class Adapter(Generic[_W]):
         self.system = system
         self._read = read
         self._render = render
+        self._stream = stream
 
     def read(
         self, messages: object, *, user_kind: Kind, assistant_kind: Kind, **options: Any
@@ -157,6 +166,30 @@ class Adapter(Generic[_W]):
             actor=actor,
             noun=self.noun,
             system=system,
+        )
+
+    async def stream(
+        self,
+        buf: object,
+        events: object,
+        readmit: object,
+        turn: int | None,
+        actor: str | None,
+        assistant_kind: Kind,
+    ) -> _F:
+        """``append_stream``: the API's stream reader run over ``events``
+        (:func:`~quiesce.adapters._stream.run_stream`: every open entry
+        aborted on any exception, cancellation included). Per event: the
+        reader's ``handle``, nothing added here."""
+        return await run_stream(
+            buf,
+            events,
+            self._stream,
+            api=self.name,
+            readmit=readmit,
+            turn=turn,
+            actor=actor,
+            assistant_kind=assistant_kind,
         )
 
     def render(

@@ -57,6 +57,7 @@ from . import _sync
 from ._checks import check_kind
 from ._common import (
     RESERVED,
+    Keys,
     Read,
     aadmit,
     admit,
@@ -68,6 +69,9 @@ from ._common import (
 from ._per_buffer import PerBuffer
 
 __all__ = ["StreamFailed", "drop_none", "hidden", "streamed_ids"]
+
+_T = TypeVar("_T")
+_T_co = TypeVar("_T_co", covariant=True)
 
 
 class StreamFailed(QuiesceError):
@@ -111,6 +115,20 @@ def field(obj: object, name: str) -> Any:
     if type(obj) is dict:
         return obj.get(name)
     return getattr(obj, name, None)
+
+
+def event_type(index: int, event: object) -> str:
+    """The ``type`` of event ``index`` (a dict's key or an SDK object's
+    attribute, as :func:`field` reads it); a malformed event without a str
+    one. O(1): it stands in for the ``field`` read, adding no call."""
+    kind = event.get("type") if type(event) is dict else getattr(event, "type", None)
+    if not isinstance(kind, str):
+        raise malformed(
+            index,
+            f"must be a stream event with a type, not {type(event).__name__}",
+            type_error=True,
+        )
+    return kind
 
 
 #: Block and item kinds that are signed reasoning: never rendered before
@@ -302,6 +320,22 @@ class Sink:
     def head(self) -> Version:
         return self.buf.head()  # type: ignore[no-any-return]
 
+    def read(self, reader: Callable[..., list[Read]], items: list[Any], kind: Kind) -> list[Read]:
+        """What ``append_messages`` reads ``items`` (messages or items) as
+        against the head now (``reader``: the adapter's checked reader;
+        ``kind``: the assistant kind); the caller renames its validation
+        errors to its event (:func:`as_event`). O(size of ``items``)."""
+        head = self.head()
+        return reader(
+            items,
+            head=head,
+            keys=Keys(head),
+            calls=(),
+            turn=self.turn,
+            user_kind=Kind.INSTRUCTION,
+            assistant_kind=kind,
+        )
+
     def open(
         self,
         eid: str,
@@ -440,41 +474,57 @@ def at_event(index: int, exc: QuiesceError) -> QuiesceError:
     return exc
 
 
-class EventReader(Protocol):
+def as_event(index: int, exc: QuiesceError) -> QuiesceError:
+    """An adapter's validation error about what event ``index`` completed
+    (a tool call, a block, an item, read as ``"message 0: ..."`` or
+    ``"item 2: ..."``) as the malformed event ``index``; an error that names
+    its event already is ``exc`` itself."""
+    text = str(exc)
+    if text.startswith("event "):
+        return exc
+    m = _NAMED.match(text)
+    return malformed(index, text[m.end() :] if m else text, type_error=isinstance(exc, TypeError))
+
+
+class EventReader(Protocol[_T_co]):
     """An API's stream reader as :func:`run_stream` drives it: fed each
-    event, then told the stream ended (where it sets its final form)."""
+    event, told the stream ended (where it sets its final form), then asked
+    for what ``append_stream`` returns (where a reader whose message has
+    generated ids registers it: :func:`register_streamed`)."""
 
     def handle(self, count: int, event: Any) -> None: ...
 
     def finish(self, count: int) -> None: ...
 
+    def result(self) -> _T_co: ...
 
-_R = TypeVar("_R", bound=EventReader)
+
+#: An API's stream reader of a :class:`Sink`, given the kind its text entries take.
+ReaderFactory = Callable[[Sink, Kind], EventReader[_T]]
 
 
 async def run_stream(
     buf: object,
     events: object,
-    reader: Callable[[Sink, Kind], _R],
+    reader: ReaderFactory[_T],
     *,
     api: str,
     readmit: object = "record",
     turn: int | None = None,
     actor: str | None = None,
     assistant_kind: Kind = Kind.REASONING,
-) -> _R:
-    """What every ``append_stream`` does before its API's ending: check
-    ``assistant_kind``, open a :class:`Sink` on ``buf`` (which checks
-    ``buf``, ``readmit`` and ``turn``), make the API's reader of it and
-    :func:`drive` ``events`` through it. Returns the reader, its final form
-    set. On any exception, cancellation included, every open entry is
-    aborted (:func:`drive`) and it propagates. A checkpoint at the start
-    and the end."""
+) -> _T:
+    """What every ``append_stream`` does: check ``assistant_kind``, open a
+    :class:`Sink` on ``buf`` (which checks ``buf``, ``readmit`` and
+    ``turn``), make the API's reader of it, :func:`drive` ``events``
+    through it and return the reader's result. On any exception,
+    cancellation included, every open entry is aborted (:func:`drive`) and
+    it propagates. A checkpoint at the start and the end."""
     check_kind(assistant_kind, "assistant_kind")
     sink = Sink(buf, api=api, readmit=readmit, turn=turn, actor=actor)
     stream = reader(sink, assistant_kind)
     await drive(events, sink, stream.handle, stream.finish)
-    return stream
+    return stream.result()
 
 
 def interrupted(exc: BaseException) -> str:

@@ -1,5 +1,6 @@
 """Anthropic Messages stream events (``RawMessageStreamEvent`` or their dicts)
-into open entries: the body of :func:`quiesce.adapters.anthropic.append_stream`.
+into open entries: the reader :func:`quiesce.adapters.anthropic.append_stream`
+runs (:func:`~quiesce.adapters._stream.run_stream`).
 
 What it keeps true (see :mod:`quiesce.adapters._stream` for what every
 stream keeps): the message it returns is the SDK's — what
@@ -39,11 +40,12 @@ from ._stream import (
     ASSEMBLERS,
     Sink,
     StreamFailed,
+    as_event,
+    event_type,
     field,
     malformed,
     plain_event,
     register_streamed,
-    run_stream,
     stream_key,
 )
 
@@ -137,13 +139,7 @@ class AnthropicStream:
                 if text:
                     w.write(text)  # its text is the block's from now on
                 return
-        kind = field(event, "type")
-        if not isinstance(kind, str):
-            raise malformed(
-                index,
-                f"must be a stream event with a type, not {type(event).__name__}",
-                type_error=True,
-            )
+        kind = event_type(index, event)
         if kind == "message_start":
             if self.started:
                 raise malformed(index, "a second message_start")
@@ -329,12 +325,7 @@ class AnthropicStream:
                 ekind = self.kind
             e = Entry(eid, ekind, body, refs, self.sink.turn, call_key, meta, block)
         except QuiesceError as exc:
-            text = str(exc)
-            if text.startswith("message 0: "):
-                text = text[len("message 0: ") :]
-            if text.startswith("event "):
-                raise
-            raise malformed(index, text, type_error=isinstance(exc, TypeError)) from None
+            raise as_event(index, exc) from None
         if e.id in self.ids:
             raise malformed(index, f"content[{n}]: id {e.id!r} is used twice")
         self.ids.append(e.id)
@@ -355,6 +346,14 @@ class AnthropicStream:
     def entry_ids(self) -> list[str]:
         """The message's entries, in block order."""
         return [b.eid for b in self.blocks if b.eid is not None]
+
+    def result(self) -> dict[str, Any]:
+        """The final message, remembered as the entries it streamed into (a
+        sync given it back finds them)."""
+        final = self.final
+        assert final is not None
+        register_streamed(self.sink.local, API, final, self.entry_ids())
+        return final
 
 
 def assemble(entries: list[Entry]) -> dict[str, Any] | None:
@@ -383,28 +382,3 @@ def _foreign(index: int, value: object, what: str) -> str:
     if RESERVED in value:
         raise malformed(index, f"{what} {value!r} contains {RESERVED!r}, which quiesce reserves")
     return value
-
-
-async def append_stream(
-    buf: object,
-    events: object,
-    *,
-    block_text: Any,
-    is_server_result: Any,
-    **options: Any,
-) -> dict[str, Any]:
-    """See :func:`quiesce.adapters.anthropic.append_stream` (``options``: its
-    ``readmit``, ``turn``, ``actor`` and ``assistant_kind``, for
-    :func:`~quiesce.adapters._stream.run_stream`; ``block_text``
-    and ``is_server_result`` are that adapter's block readers)."""
-    stream = await run_stream(
-        buf,
-        events,
-        lambda sink, kind: AnthropicStream(sink, kind, block_text, is_server_result),
-        api=API,
-        **options,
-    )
-    final = stream.final
-    assert final is not None
-    register_streamed(stream.sink.local, API, final, stream.entry_ids())
-    return final

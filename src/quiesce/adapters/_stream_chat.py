@@ -1,5 +1,6 @@
 """Chat Completions chunks (``ChatCompletionChunk`` or their dicts) into open
-entries: the body of :func:`quiesce.adapters.openai.append_stream`.
+entries: the reader :func:`quiesce.adapters.openai.append_stream` runs
+(:func:`~quiesce.adapters._stream.run_stream`).
 
 What it keeps true (see :mod:`quiesce.adapters._stream` for what every
 stream keeps): the message it returns is the SDK's —
@@ -26,15 +27,14 @@ from typing import Any
 
 from .._core.entry import Entry, Kind, thaw
 from .._core.errors import QuiesceError
-from ._common import Keys
 from ._stream import (
     ASSEMBLERS,
     Sink,
+    as_event,
     drop_none,
     malformed,
     plain_event,
     register_streamed,
-    run_stream,
     stream_key,
 )
 
@@ -255,7 +255,7 @@ class ChatStream:
         try:
             call_id, name, arguments = self.call(0, n, raw, set(self.call_ids))
         except QuiesceError as exc:
-            raise _at(index, exc) from None
+            raise as_event(index, exc) from None
         self.call_ids.append(call_id)
         key = self._key()
         env = {k: v for k, v in self._message().items() if k != "tool_calls"}
@@ -272,7 +272,7 @@ class ChatStream:
         try:
             e = Entry(call_id, Kind.TOOL_CALL, call_key, (), self.sink.turn, call_key, meta, raw)
         except QuiesceError as exc:
-            raise _at(index, exc) from None
+            raise as_event(index, exc) from None
         self.sink.add(index, e)
 
     def finish(self, count: int) -> None:
@@ -288,19 +288,10 @@ class ChatStream:
     def _whole(self, index: int, final: dict[str, Any]) -> None:
         """A message with no text and no call (``content`` ``""`` or none):
         appended whole, as ``append_messages`` reads it."""
-        head = self.sink.head()
         try:
-            reads = self.read(
-                [final],
-                head=head,
-                keys=Keys(head),
-                calls=(),
-                turn=self.sink.turn,
-                user_kind=Kind.INSTRUCTION,
-                assistant_kind=self.kind,
-            )
+            reads = self.sink.read(self.read, [final], self.kind)
         except QuiesceError as exc:
-            raise _at(index, exc) from None
+            raise as_event(index, exc) from None
         self.sink.pending.extend(reads)
 
     # -- the message ----------------------------------------------------------
@@ -329,6 +320,14 @@ class ChatStream:
         out = [self.writer.id] if self.writer is not None else []
         return out + [i for i in self.sink.appended]
 
+    def result(self) -> dict[str, Any]:
+        """The final message, its ``None`` fields left out, remembered as
+        the entries it streamed into (a sync given it back finds them)."""
+        final = self.final
+        assert final is not None
+        register_streamed(self.sink.local, API, final, self.ids())
+        return drop_none(final)  # type: ignore[no-any-return]
+
 
 def assemble(entries: list[Entry]) -> dict[str, Any] | None:
     """The message a streamed message's entries (window order) make: the
@@ -345,36 +344,3 @@ def assemble(entries: list[Entry]) -> dict[str, Any] | None:
 
 
 ASSEMBLERS[API] = assemble
-
-
-def _at(index: int, exc: QuiesceError) -> QuiesceError:
-    """An adapter's validation error, renamed to the event it came from."""
-    text = str(exc)
-    if text.startswith("message 0: "):
-        text = text[len("message 0: ") :]
-    return malformed(index, text, type_error=isinstance(exc, TypeError))
-
-
-async def append_stream(
-    buf: object,
-    chunks: object,
-    *,
-    call: Any,
-    read: Any,
-    **options: Any,
-) -> dict[str, Any]:
-    """See :func:`quiesce.adapters.openai.append_stream` (``options``: its
-    ``readmit``, ``turn``, ``actor`` and ``assistant_kind``, for
-    :func:`~quiesce.adapters._stream.run_stream`; ``call`` and
-    ``read`` are that adapter's tool-call and message readers)."""
-    stream = await run_stream(
-        buf,
-        chunks,
-        lambda sink, kind: ChatStream(sink, kind, call, read),
-        api=API,
-        **options,
-    )
-    final = stream.final
-    assert final is not None
-    register_streamed(stream.sink.local, API, final, stream.ids())
-    return drop_none(final)  # type: ignore[no-any-return]

@@ -1,6 +1,7 @@
 """Responses API stream events (the SDK's ``ResponseStreamEvent`` types or
-their dicts) into open entries: the body of
-:func:`quiesce.adapters.responses.append_stream`.
+their dicts) into open entries: the reader
+:func:`quiesce.adapters.responses.append_stream` runs
+(:func:`~quiesce.adapters._stream.run_stream`).
 
 What it keeps true (see :mod:`quiesce.adapters._stream` for what every
 stream keeps): the items it returns are the SDK's — the output of the
@@ -34,15 +35,16 @@ from typing import Any
 
 from .._core.entry import Entry, Kind
 from .._core.errors import QuiesceError
-from ._common import Keys, Read
+from ._common import Read
 from ._stream import (
     Sink,
     StreamFailed,
+    as_event,
     drop_none,
+    event_type,
     field,
     malformed,
     plain_event,
-    run_stream,
 )
 
 API = "responses"
@@ -108,7 +110,14 @@ class _Item:
 
 
 class ResponsesStream:
-    """One Responses stream: its output items and their entries."""
+    """One Responses stream: its output items and their entries. ``read`` is
+    the adapter's checked item reader.
+
+    ``held`` (the Agents SDK's ``feed_stream``, whose run's session may add
+    an item before the stream reaches it): an item whose entry the buffer
+    already holds when its first text arrives, or when it is done, is
+    neither written nor appended — the session's copy is the whole item.
+    Without it, a used id is a :class:`~quiesce.DuplicateEntry`."""
 
     def __init__(self, sink: Sink, assistant_kind: Kind, read: Any, held: bool = False) -> None:
         self.sink = sink
@@ -122,13 +131,7 @@ class ResponsesStream:
     # -- events ---------------------------------------------------------------
 
     def handle(self, index: int, event: object) -> None:
-        kind = field(event, "type")
-        if not isinstance(kind, str):
-            raise malformed(
-                index,
-                f"must be a stream event with a type, not {type(event).__name__}",
-                type_error=True,
-            )
+        kind = event_type(index, event)
         if kind == "response.output_text.delta":
             self._text(index, event, "output_text", "text")
         elif kind == "response.refusal.delta":
@@ -283,21 +286,10 @@ class ResponsesStream:
         """The entry ``append_messages`` makes of ``item`` at output index
         ``n``, read (by the adapter's own reader) after the items before it."""
         before = [self.items[k].item for k in sorted(self.items) if k < n]
-        head = self.sink.head()
         try:
-            reads = self.read(
-                [*before, item],
-                head=head,
-                keys=Keys(head),
-                calls=(),
-                turn=self.sink.turn,
-                user_kind=Kind.INSTRUCTION,
-                assistant_kind=self.kind,
-            )
+            reads = self.sink.read(self.read, [*before, item], self.kind)
         except QuiesceError as exc:
-            text = str(exc)
-            text = text.split(": ", 1)[1] if text.startswith("item ") else text
-            raise malformed(index, text, type_error=isinstance(exc, TypeError)) from None
+            raise as_event(index, exc) from None
         made: Entry = reads[-1].entries[0]
         return made
 
@@ -325,6 +317,12 @@ class ResponsesStream:
             raise malformed(count, f"the stream ended with the item at {open_items[0]} unfinished")
         self.final = [self.items[n].item for n in sorted(self.items)]
 
+    def result(self) -> list[dict[str, Any]]:
+        """The response's output items, their ``None`` fields left out (the
+        items carry their own ids: nothing to register)."""
+        assert self.final is not None
+        return drop_none(self.final)  # type: ignore[no-any-return]
+
 
 def _part_text(part: object) -> str:
     """What a content or summary part adds to the body (see the adapter's
@@ -339,32 +337,3 @@ def _part_text(part: object) -> str:
         text = part.get("refusal", "")
         return text if isinstance(text, str) else ""
     return f"[{kind}]"
-
-
-async def append_stream(
-    buf: object,
-    events: object,
-    *,
-    read: Any,
-    held: bool = False,
-    **options: Any,
-) -> list[dict[str, Any]]:
-    """See :func:`quiesce.adapters.responses.append_stream` (``options``: its
-    ``readmit``, ``turn``, ``actor`` and ``assistant_kind``, for
-    :func:`~quiesce.adapters._stream.run_stream`; ``read`` is that
-    adapter's item reader).
-
-    ``held`` (the Agents SDK's ``feed_stream``, whose run's session may add
-    an item before the stream reaches it): an item whose entry the buffer
-    already holds when its first text arrives, or when it is done, is
-    neither written nor appended — the session's copy is the whole item.
-    Without it, a used id is a :class:`~quiesce.DuplicateEntry`."""
-    stream = await run_stream(
-        buf,
-        events,
-        lambda sink, kind: ResponsesStream(sink, kind, read, held),
-        api=API,
-        **options,
-    )
-    assert stream.final is not None
-    return drop_none(stream.final)  # type: ignore[no-any-return]

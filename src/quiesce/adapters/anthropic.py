@@ -62,7 +62,6 @@ from .._core.buffer import Buffer, Snapshot
 from .._core.entry import SEALED_TYPES, Entry, Kind, canonical_json, result_id
 from .._core.version import Version
 from .._protocol import AsyncBuffer
-from . import _stream_anthropic
 from ._admit import Read, ReadmitPolicy, SyncReport
 from ._checks import (
     check_messages,
@@ -82,6 +81,8 @@ from ._render_anthropic import SYSTEM_ROLES as SYSTEM_ROLES
 from ._render_anthropic import Block as Block
 from ._sdk import to_plain
 from ._skeleton import Adapter
+from ._stream import Sink
+from ._stream_anthropic import AnthropicStream
 
 __all__ = [
     "ROLES",
@@ -392,16 +393,7 @@ async def append_stream(
     :func:`append_messages`. Per text delta: O(1) amortized plus one
     ``write``.
     """
-    return await _stream_anthropic.append_stream(
-        buf,
-        events,
-        readmit=readmit,
-        turn=turn,
-        actor=actor,
-        assistant_kind=assistant_kind,
-        block_text=_block_text,
-        is_server_result=_is_server_result,
-    )
+    return await _ADAPTER.stream(buf, events, readmit, turn, actor, assistant_kind)
 
 
 # -- render (the renderer is in _render_anthropic) ---------------------------
@@ -431,8 +423,17 @@ def render(
     return _ADAPTER.render(source, annotate_stale, tombstone_notes, note_names, note_limit)
 
 
-#: This API's adapter: the skeleton bound to the reader above and the renderer.
-_ADAPTER: Adapter[dict[str, Any]] = Adapter(API, _read_messages, render_window, system=True)
+def _stream(sink: Sink, kind: Kind) -> AnthropicStream:
+    """The stream reader ``append_stream`` runs: whole blocks read with this
+    module's block readers."""
+    return AnthropicStream(sink, kind, _block_text, _is_server_result)
+
+
+#: This API's adapter: the skeleton bound to the reader above, the renderer
+#: and the stream reader.
+_ADAPTER: Adapter[dict[str, Any], Message] = Adapter(
+    API, _read_messages, render_window, _stream, system=True
+)
 
 #: The checked reader (kinds, the noun in errors): what the streams and the
 #: integrations read this API's messages with.
@@ -447,9 +448,7 @@ def _check_thinking(index: int, what: str, kind: str, role: str, answered: bool)
     if role != "assistant":
         raise fail(index, f"{what}: a {kind} block belongs in an assistant message")
     if answered:
-        raise fail(
-            index, f"{what}: a {kind} block must come before the tool uses of its message"
-        )
+        raise fail(index, f"{what}: a {kind} block must come before the tool uses of its message")
 
 
 def validate(messages: Sequence[Mapping[str, Any]], *, system: object = None) -> None:

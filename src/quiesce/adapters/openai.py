@@ -59,7 +59,6 @@ from .._core.buffer import Buffer, Snapshot
 from .._core.entry import Entry, Kind, result_id
 from .._core.version import Version
 from .._protocol import AsyncBuffer
-from . import _stream_chat
 from ._admit import Read, ReadmitPolicy, SyncReport
 from ._checks import (
     check_messages,
@@ -75,6 +74,8 @@ from ._checks import (
 from ._keys import Keys
 from ._notes import NOTE_LIMIT, NOTE_NAMES, annotated, escape_blocks, escape_text
 from ._skeleton import Adapter
+from ._stream import Sink
+from ._stream_chat import ChatStream
 from ._window import Window, arguments_json, groups, plain, tool_name
 
 __all__ = [
@@ -302,9 +303,7 @@ def sync_messages(
     and leaves the buffer unchanged. Returns a frozen
     :class:`~quiesce.adapters.SyncReport`.
     """
-    return _ADAPTER.admit(
-        buf, messages, readmit, turn, actor, user_kind, assistant_kind, sync=True
-    )
+    return _ADAPTER.admit(buf, messages, readmit, turn, actor, user_kind, assistant_kind, sync=True)
 
 
 async def append_stream(
@@ -350,16 +349,7 @@ async def append_stream(
     checkpoint at the start and the end (a sync iterable is read without
     yielding in between).
     """
-    return await _stream_chat.append_stream(
-        buf,
-        chunks,
-        readmit=readmit,
-        turn=turn,
-        actor=actor,
-        assistant_kind=assistant_kind,
-        call=_call,
-        read=_read,
-    )
+    return await _ADAPTER.stream(buf, chunks, readmit, turn, actor, assistant_kind)
 
 
 # -- render -------------------------------------------------------------------
@@ -480,8 +470,15 @@ def _as_read(live: list[Entry], start: object, order: Mapping[str, int]) -> list
     return out + rest
 
 
-#: This API's adapter: the skeleton bound to the reader and renderer above.
-_ADAPTER: Adapter[list[Message]] = Adapter(API, _read_messages, _render)
+def _stream(sink: Sink, kind: Kind) -> ChatStream:
+    """The stream reader ``append_stream`` runs: chunks read with this
+    module's tool-call and message readers."""
+    return ChatStream(sink, kind, _call, _read)
+
+
+#: This API's adapter: the skeleton bound to the reader, renderer and
+#: stream reader above.
+_ADAPTER: Adapter[list[Message], Message] = Adapter(API, _read_messages, _render, _stream)
 
 #: The checked reader (kinds, the noun in errors): what the streams and the
 #: integrations read this API's messages with.

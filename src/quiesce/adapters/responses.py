@@ -62,7 +62,6 @@ from .._core.buffer import Buffer, Snapshot
 from .._core.entry import Entry, Kind, result_id
 from .._core.version import Version
 from .._protocol import AsyncBuffer
-from . import _stream_responses
 from ._admit import Read, ReadmitPolicy, SyncReport
 from ._checks import (
     check_messages,
@@ -78,6 +77,8 @@ from ._checks import (
 from ._keys import PLACEHOLDER_IDS, Keys, fingerprint
 from ._notes import NOTE_LIMIT, NOTE_NAMES, escape_blocks, escape_text, stale_note
 from ._skeleton import Adapter
+from ._stream import Sink
+from ._stream_responses import ResponsesStream
 from ._window import Window, arguments_json, plain, tool_name
 
 __all__ = [
@@ -294,9 +295,7 @@ def append_messages(
     """Append ``items`` (all new) to ``buf``; returns the head version. See
     :func:`quiesce.adapters.openai.append_messages` for ``readmit`` and the
     all-or-nothing validation."""
-    report = _ADAPTER.admit(
-        buf, items, readmit, turn, actor, user_kind, assistant_kind, sync=False
-    )
+    report = _ADAPTER.admit(buf, items, readmit, turn, actor, user_kind, assistant_kind, sync=False)
     return report.version
 
 
@@ -315,9 +314,7 @@ def sync_messages(
     content key; idempotent; pruned items sent back are reported
     ``tombstoned``, not re-appended. See
     :func:`quiesce.adapters.openai.sync_messages`."""
-    return _ADAPTER.admit(
-        buf, items, readmit, turn, actor, user_kind, assistant_kind, sync=True
-    )
+    return _ADAPTER.admit(buf, items, readmit, turn, actor, user_kind, assistant_kind, sync=True)
 
 
 async def append_stream(
@@ -357,15 +354,7 @@ async def append_stream(
     item is never rendered — and propagates. Options as
     :func:`append_messages`. Per delta: O(1) amortized plus one ``write``.
     """
-    return await _stream_responses.append_stream(
-        buf,
-        events,
-        readmit=readmit,
-        turn=turn,
-        actor=actor,
-        assistant_kind=assistant_kind,
-        read=_read,
-    )
+    return await _ADAPTER.stream(buf, events, readmit, turn, actor, assistant_kind)
 
 
 # -- render -------------------------------------------------------------------
@@ -460,8 +449,15 @@ def _render(w: Window) -> list[Item]:
     return w.end_with_removals(out)
 
 
-#: This API's adapter: the skeleton bound to the reader and renderer above.
-_ADAPTER: Adapter[list[Item]] = Adapter(API, _read_items, _render, noun="item")
+def _stream(sink: Sink, kind: Kind) -> ResponsesStream:
+    """The stream reader ``append_stream`` runs: each item read with this
+    module's item reader."""
+    return ResponsesStream(sink, kind, _read)
+
+
+#: This API's adapter: the skeleton bound to the reader, renderer and
+#: stream reader above.
+_ADAPTER: Adapter[list[Item], list[Item]] = Adapter(API, _read_items, _render, _stream, noun="item")
 
 #: The checked reader (kinds, the noun in errors): what the streams and the
 #: integrations read this API's messages with.

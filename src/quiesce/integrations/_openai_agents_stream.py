@@ -17,11 +17,14 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from .._core.buffer import Buffer
+from .._core.entry import Kind
 from .._core.errors import InvalidArgument
 from .._pool import BufferPool
 from .._protocol import AsyncBuffer
-from ..adapters import _stream_responses, responses
+from ..adapters import responses
 from ..adapters._common import ReadmitPolicy
+from ..adapters._stream import Sink, run_stream
+from ..adapters._stream_responses import ResponsesStream
 from ._conversation import Target
 from ._openai_agents_session import QuiesceSession
 
@@ -96,13 +99,19 @@ async def feed_stream(
 
     async for event in events:
         if getattr(event, "type", None) == "raw_response_event":
-            items = await _stream_responses.append_stream(
-                face, one_response(event), readmit=readmit, read=responses._read, held=True
+            items = await run_stream(
+                face, one_response(event), _held_reader, api=responses.API, readmit=readmit
             )
             outputs.append(items)
         else:
             await deliver(event)
     return outputs
+
+
+def _held_reader(sink: Sink, kind: Kind) -> ResponsesStream:
+    """The Responses adapter's stream reader, holding the items the run's
+    session added first (``held``: nothing is appended twice)."""
+    return ResponsesStream(sink, kind, responses._read, held=True)
 
 
 async def _stream_target(buffer: object, conversation: str | None) -> AsyncBuffer:
