@@ -647,6 +647,89 @@ class TestErrors:
         assert buf.version == 0
 
 
+class TestEventErrors:
+    """Every reader names the event its error comes from: an event without
+    a type, and a part the adapter's own reader refuses once the stream
+    completed it (a tool call, a block, an item: its ``message 0:`` /
+    ``item 0:`` renamed to the event), for each API alike; nothing of the
+    refused part is appended."""
+
+    @pytest.mark.anyio
+    @pytest.mark.parametrize(
+        ("api", "events", "message"),
+        [
+            (
+                "openai",
+                [
+                    {
+                        "id": "c1",
+                        "choices": [
+                            {
+                                "index": 0,
+                                "delta": {
+                                    "role": "assistant",
+                                    "tool_calls": [
+                                        {
+                                            "index": 0,
+                                            "id": "call_1",
+                                            "type": "function",
+                                            "function": {"arguments": "{}"},
+                                        }
+                                    ],
+                                },
+                            }
+                        ],
+                    }
+                ],
+                "event 1: tool_calls[0].function.name must be a str, not NoneType",
+            ),
+            (
+                "anthropic",
+                [
+                    {
+                        "type": "message_start",
+                        "message": {
+                            "id": "msg_x",
+                            "role": "assistant",
+                            "content": [{"type": "redacted_thinking"}],
+                        },
+                    }
+                ],
+                "event 0: content[0].data must be a str, not NoneType",
+            ),
+            (
+                "responses",
+                [
+                    {
+                        "type": "response.output_item.added",
+                        "output_index": 0,
+                        "item": {"type": "function_call", "call_id": "call_1", "arguments": ""},
+                    },
+                    {
+                        "type": "response.output_item.done",
+                        "output_index": 0,
+                        "item": {"type": "function_call", "call_id": "call_1", "arguments": "{}"},
+                    },
+                ],
+                "event 1: name must be a str, not NoneType",
+            ),
+            (
+                "anthropic",
+                [{"type": "message_start", "message": {"id": "m", "role": "assistant"}}, 5],
+                "event 1: must be a stream event with a type, not int",
+            ),
+            ("responses", [{"nope": 1}], "event 0: must be a stream event with a type, not dict"),
+        ],
+    )
+    async def test_the_error_names_its_event(
+        self, api: str, events: list[Any], message: str
+    ) -> None:
+        buf = Buffer()
+        with pytest.raises(InvalidType, match=f"^{re.escape(message)}$"):
+            await APIS[api][0].append_stream(buf, events)
+        assert buf.version == 0
+
+
 def _failed_text(kind: str, buf: Buffer) -> str:
     with buf.snapshot() as snap:
         mark = snap.mark("msg_1")

@@ -372,26 +372,17 @@ class Sink:
             if callable(applied):
                 await applied(version)
         reads, self.pending = self.pending, []
+        # the same admission, made sync on an in-process buffer
+        how: dict[str, Any] = {
+            "api": self.api,
+            "readmit": self.readmit,
+            "turn": self.turn,
+            "actor": self.actor,
+        }
         if self.local is not None:
-            admit(
-                self.local,
-                reads,
-                api=self.api,
-                readmit=self.readmit,
-                turn=self.turn,
-                sync=False,
-                actor=self.actor,
-            )
+            admit(self.local, reads, sync=False, **how)
         else:
-            await aadmit(
-                self.buf,
-                reads,
-                api=self.api,
-                readmit=self.readmit,
-                turn=self.turn,
-                sync=False,
-                actor=self.actor,
-            )
+            await aadmit(self.buf, reads, sync=False, **how)
         self.appended.extend(r.key for r in reads)
 
     def abort(self, reason: str) -> None:
