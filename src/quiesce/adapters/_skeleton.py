@@ -1,6 +1,6 @@
 """The one adapter skeleton: what ``to_entries``, ``append_messages``,
-``sync_messages`` and ``render`` do for every API, given that API's reader
-and renderer.
+``sync_messages``, ``render`` and ``append_stream`` do for every API, given
+that API's reader, renderer and stream reader.
 
 An API module (:mod:`~quiesce.adapters.openai`,
 :mod:`~quiesce.adapters.responses`, :mod:`~quiesce.adapters.anthropic`)
@@ -32,8 +32,8 @@ What it keeps true, for every API alike:
 
 The skeleton adds one call per public call and no per-message or per-event
 work: the per-turn cost (a no-op sync and a render) is the shared helpers',
-a stream's per-event cost its reader's. Nothing
-here awaits or touches a disk.
+a stream's per-event cost its reader's. Nothing here touches a disk; only
+:meth:`Adapter.stream` awaits (the driver's checkpoints and the events).
 """
 
 from __future__ import annotations
