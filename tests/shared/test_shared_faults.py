@@ -142,6 +142,40 @@ class TestPoisonRequests:
             a._check()
             b._check()
 
+    @pytest.mark.anyio
+    async def test_a_replica_prune_with_turn_2_63_through_the_public_api(
+        self, pg_dsn: str, anyio_backend: str
+    ) -> None:
+        """Regression (issue 21, defect 2), the red team's call as a user
+        makes it: ``prune(..., turn=2**63)`` on a replica. Before the bounds
+        it was accepted (``DEFERRED``) and the sequencer died applying it
+        (``OverflowError`` out of the serving pump); now it is refused with
+        InvalidArgument, the head is unchanged, and the same sequencer goes
+        on serving the replica's next writes (no failover)."""
+        async with (
+            open_shared_buffer(pg_dsn, "b", **FAST) as a,
+            open_shared_buffer(pg_dsn, "b", **FAST) as b,
+        ):
+            assert (a.role, b.role) == ("sequencer", "replica")
+            await b.append(Entry("x", Kind.REASONING, "x"))
+            await b.append(Entry("y", Kind.REASONING, "y"))
+            head = a.version
+            too_big = r"^prune request: integer 9223372036854775808 does not fit in 64 bits$"
+            with anyio.fail_after(15), pytest.raises(InvalidArgument, match=too_big):
+                await b.prune(["x", "y"], reason="stale", turn=2**63)
+            assert a.version == head and not a.staged()
+            with anyio.fail_after(15):
+                await b.append(Entry("next", Kind.REASONING, "served after the refusal"))
+                report = await b.prune(["x"], reason="stale", turn=3)
+            assert report["x"].status.name in ("PRUNED", "DEFERRED")
+            with anyio.fail_after(10):
+                while "x" not in b.head().tombs.by_id:
+                    await anyio.sleep(0.02)
+            assert b.head().tombs.by_id["x"].turn == 3 and "y" in b.head().live
+            assert (a.role, a.epoch, a.failovers, b.failovers) == ("sequencer", 1, 0, 0)
+            a._check()
+            b._check()
+
 
 # -- multi-process: a partitioned replica's reads stop at its lease deadline --
 
