@@ -249,6 +249,49 @@ def test_a_partitioned_replica_stops_reading_at_its_lease_deadline(
         proxy.close()
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_partitioned_sequencer_stops_reading_at_its_lease_deadline(
+    pg_cluster: Any, pg_dsn: str, members: list[Member], backend: str
+) -> None:
+    """Regression (issue 21, defect 3, "same for a partitioned sequencer"):
+    lease 1 s, timeout 4 s. Sequencer A pins x and is cut off through a TCP
+    proxy while it reads its pin every 5 ms, its heartbeat stuck in a
+    database call. Replica B takes the lease once A's has expired on the
+    database and removes x. A's reads fail with LeaseLost before the remove
+    record's time (before the fix they went on for seconds after it), and
+    the merged history passes once A is healed and demoted."""
+    from _proxy import Proxy
+
+    proxy = Proxy(("127.0.0.1", pg_cluster.port))
+    try:
+        options = pg_dsn.split("options=", 1)[1]
+        via_proxy = f"{pg_cluster.tcp_dsn(port=proxy.port)}?options={options}"
+        a = start(members, via_proxy, backend, lease=1.0, timeout=4.0)
+        b = start(members, pg_dsn, backend, lease=1.0, timeout=4.0)
+        assert a("stats")["role"] == "sequencer"
+        v = a("append", ("x", "read by A until its lease ends"))
+        b("wait_applied", v)
+        a("pin")
+        proxy.partition()
+        a.send("read_loop", (10.0, 0.005))
+        wait_for(lambda: b("stats")["role"] == "sequencer", timeout=30)
+        assert b("prune", ["x"])["x"] in ("PRUNED", "DEFERRED")
+        wait_for(lambda: b("summary")["tombstones"] == ["x"], timeout=20)
+        removed_at = _removal_time(pg_dsn, "x")
+        reads = a._reply(60)
+        assert reads["last_ok"] is not None
+        assert reads["error"].startswith("LeaseLost: "), reads
+        assert reads["last_ok"] < reads["failed_at"] < removed_at + 5
+        assert reads["last_ok"] < removed_at  # never served after the removal
+        proxy.heal()
+        wait_for(lambda: a("stats")["connected"] and a("stats")["role"] == "replica", timeout=30)
+        check_merged(pg_dsn, members)
+        a("unpin")
+        converge(members)
+    finally:
+        proxy.close()
+
+
 # -- multi-process: a sequencer paused inside a transaction ------------------
 
 #: the SIGSTOP sweep: three seeds by default, 12 under -m slow
