@@ -331,7 +331,7 @@ def _old_format(ix: dict[str, object]) -> None:
         ix[name] = [size, shift, used, raw]
 
 
-def _fill_slots(ix: dict[str, object]) -> None:
+def _fill_slots(ix: dict[str, object], recount: bool = True) -> None:
     import base64
     from array import array
 
@@ -341,7 +341,16 @@ def _fill_slots(ix: dict[str, object]) -> None:
         if not v:
             slots[i] = 0xFFFF0000 | 0x7FFF
     gen[4] = base64.b64encode(slots.tobytes()).decode("ascii")
-    gen[2] = len(slots)
+    if recount:
+        gen[2] = len(slots)
+
+
+def _zero_every_slot(ix: dict[str, object]) -> None:
+    """Every id and content-hash slot zeroed, the counts left as written:
+    before issue 21 this checkpoint was used, and all 120 pruned entries
+    were appended again without an ``Override``."""
+    for name in ("by_id", "by_hash"):
+        _zero_slots(ix, name, 1 << 20, False)
 
 
 @pytest.mark.parametrize(
@@ -351,6 +360,11 @@ def _fill_slots(ix: dict[str, object]) -> None:
         pytest.param(lambda ix: _zero_slots(ix, "by_id", 3, True), id="zeroed-and-recounted"),
         pytest.param(lambda ix: _zero_slots(ix, "by_hash", 2, True), id="zeroed-hash-slots"),
         pytest.param(_fill_slots, id="every-slot-non-zero"),
+        # the two lies as they passed the checks before issue 21 (counts as
+        # written): every pruned entry re-admitted, and an append probing
+        # a full index forever
+        pytest.param(_zero_every_slot, id="zeroed-id-and-hash-slots-counts-kept"),
+        pytest.param(lambda ix: _fill_slots(ix, False), id="every-slot-non-zero-count-kept"),
         pytest.param(lambda ix: ix.__setitem__("n", ix["n"] - 10), id="fewer-tombstones"),
         pytest.param(_old_format, id="old-crc-format"),
         pytest.param(lambda ix: ix.pop("v"), id="no-format"),

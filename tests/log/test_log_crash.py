@@ -13,6 +13,8 @@ child reports it is running), so kills land in appends, in flushes, inside
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import random
@@ -28,6 +30,7 @@ import pytest
 from _workload import digest, state
 from quiesce import Buffer, JsonlLog, SQLiteLog
 from quiesce._core.replay import replay
+from quiesce._log.verify import main as verify_main
 
 CHILD = Path(__file__).resolve().parents[1].joinpath("_crash_child.py")
 KILLS = 15  # per sink: 30 kills in the default run
@@ -107,6 +110,17 @@ def _check_recovery(kind: str, path: Path, reports: list[dict[str, Any]]) -> tup
         sink.close()
 
 
+def _verify_command(path: Path) -> None:
+    """``quiesce verify`` (its entry point, in this process) on the file a
+    kill left, once recovered: every checkpoint in it agrees with a full
+    streaming replay (issue 21)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = verify_main([str(path)])
+    assert (code, err.getvalue()) == (0, ""), err.getvalue()
+    assert "checkpoints agree with a full replay" in out.getvalue()
+
+
 def _crash_loop(kind: str, tmp_path: Path, kills: int, seed: int, every: int = 0) -> None:
     rng = random.Random(seed)
     path = tmp_path / f"log-0.{kind}"
@@ -120,6 +134,7 @@ def _crash_loop(kind: str, tmp_path: Path, kills: int, seed: int, every: int = 0
         delay = rng.choice([0.0, rng.uniform(0, 0.01), rng.uniform(0, 0.1), rng.uniform(0, 0.1)])
         reports = _run_and_kill(kind, path, seed * 1000 + k, delay, every)
         length, aborted = _check_recovery(kind, path, reports)
+        _verify_command(path)
         lengths.append(length)
         in_flight += aborted
     assert max(lengths) > 0, "no child ever made anything durable"

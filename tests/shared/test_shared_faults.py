@@ -142,6 +142,40 @@ class TestPoisonRequests:
             a._check()
             b._check()
 
+    @pytest.mark.anyio
+    async def test_a_replica_prune_with_turn_2_63_through_the_public_api(
+        self, pg_dsn: str, anyio_backend: str
+    ) -> None:
+        """Regression (issue 21, defect 2), the red team's call as a user
+        makes it: ``prune(..., turn=2**63)`` on a replica. Before the bounds
+        it was accepted (``DEFERRED``) and the sequencer died applying it
+        (``OverflowError`` out of the serving pump); now it is refused with
+        InvalidArgument, the head is unchanged, and the same sequencer goes
+        on serving the replica's next writes (no failover)."""
+        async with (
+            open_shared_buffer(pg_dsn, "b", **FAST) as a,
+            open_shared_buffer(pg_dsn, "b", **FAST) as b,
+        ):
+            assert (a.role, b.role) == ("sequencer", "replica")
+            await b.append(Entry("x", Kind.REASONING, "x"))
+            await b.append(Entry("y", Kind.REASONING, "y"))
+            head = a.version
+            too_big = r"^prune request: integer 9223372036854775808 does not fit in 64 bits$"
+            with anyio.fail_after(15), pytest.raises(InvalidArgument, match=too_big):
+                await b.prune(["x", "y"], reason="stale", turn=2**63)
+            assert a.version == head and not a.staged()
+            with anyio.fail_after(15):
+                await b.append(Entry("next", Kind.REASONING, "served after the refusal"))
+                report = await b.prune(["x"], reason="stale", turn=3)
+            assert report["x"].status.name in ("PRUNED", "DEFERRED")
+            with anyio.fail_after(10):
+                while "x" not in b.head().tombs.by_id:
+                    await anyio.sleep(0.02)
+            assert b.head().tombs.by_id["x"].turn == 3 and "y" in b.head().live
+            assert (a.role, a.epoch, a.failovers, b.failovers) == ("sequencer", 1, 0, 0)
+            a._check()
+            b._check()
+
 
 # -- multi-process: a partitioned replica's reads stop at its lease deadline --
 
@@ -210,6 +244,49 @@ def test_a_partitioned_replica_stops_reading_at_its_lease_deadline(
             assert [str(f.kind) for f in found] == ["early-removal"]
             assert "read it " in found[0].detail and "after the removal" in found[0].detail
         b("unpin")
+        converge(members)
+    finally:
+        proxy.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_partitioned_sequencer_stops_reading_at_its_lease_deadline(
+    pg_cluster: Any, pg_dsn: str, members: list[Member], backend: str
+) -> None:
+    """Regression (issue 21, defect 3, "same for a partitioned sequencer"):
+    lease 1 s, timeout 4 s. Sequencer A pins x and is cut off through a TCP
+    proxy while it reads its pin every 5 ms, its heartbeat stuck in a
+    database call. Replica B takes the lease once A's has expired on the
+    database and removes x. A's reads fail with LeaseLost before the remove
+    record's time (before the fix they went on for seconds after it), and
+    the merged history passes once A is healed and demoted."""
+    from _proxy import Proxy
+
+    proxy = Proxy(("127.0.0.1", pg_cluster.port))
+    try:
+        options = pg_dsn.split("options=", 1)[1]
+        via_proxy = f"{pg_cluster.tcp_dsn(port=proxy.port)}?options={options}"
+        a = start(members, via_proxy, backend, lease=1.0, timeout=4.0)
+        b = start(members, pg_dsn, backend, lease=1.0, timeout=4.0)
+        assert a("stats")["role"] == "sequencer"
+        v = a("append", ("x", "read by A until its lease ends"))
+        b("wait_applied", v)
+        a("pin")
+        proxy.partition()
+        a.send("read_loop", (10.0, 0.005))
+        wait_for(lambda: b("stats")["role"] == "sequencer", timeout=30)
+        assert b("prune", ["x"])["x"] in ("PRUNED", "DEFERRED")
+        wait_for(lambda: b("summary")["tombstones"] == ["x"], timeout=20)
+        removed_at = _removal_time(pg_dsn, "x")
+        reads = a._reply(60)
+        assert reads["last_ok"] is not None
+        assert reads["error"].startswith("LeaseLost: "), reads
+        assert reads["last_ok"] < reads["failed_at"] < removed_at + 5
+        assert reads["last_ok"] < removed_at  # never served after the removal
+        proxy.heal()
+        wait_for(lambda: a("stats")["connected"] and a("stats")["role"] == "replica", timeout=30)
+        check_merged(pg_dsn, members)
+        a("unpin")
         converge(members)
     finally:
         proxy.close()
