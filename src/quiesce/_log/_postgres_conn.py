@@ -32,6 +32,7 @@ __all__ = [
     "check_meta",
     "connect",
     "ensure_schema",
+    "psycopg",  # the driver, imported here only, with the extra's name if missing
     "redacted",
     "server_message",
 ]

@@ -147,6 +147,8 @@ class JsonlLog(SinkBase):
     Use it as a context manager or call :meth:`close`.
     """
 
+    _SINK = "JsonlLog"
+
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self._fd = -1
         self._path = log_path(path, "JsonlLog")
@@ -332,9 +334,8 @@ class JsonlLog(SinkBase):
         """Whether :meth:`close` was called."""
         return self._fd < 0
 
-    def __repr__(self) -> str:
-        state = "closed" if self._fd < 0 else f"{self._next_seq} records"
-        return f"<JsonlLog {self._path!r}: {state}>"
+    def _place(self) -> str:
+        return repr(self._path)
 
     def _check_open(self) -> None:
         if self._fd < 0:

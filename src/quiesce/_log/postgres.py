@@ -102,11 +102,12 @@ from .._core.errors import InvalidArgument, InvalidType, LogFormatError, LogWrit
 from .._core.log import check_read
 from .._core.records import FORMAT, LogRecord
 from ._format import encode_batch
-from ._postgres_conn import (
+from ._postgres_conn import (  # psycopg from there: a missing driver names the extra
     check_buffer_id,
     check_meta,
     connect,
     ensure_schema,
+    psycopg,
     redacted,
     server_message,
 )
@@ -125,14 +126,6 @@ from ._postgres_sql import (
 from ._sink import SinkBase
 from ._stored import already_stored
 from .sqlite import _decode_rows, stream_pages
-
-try:
-    import psycopg
-except ImportError as _exc:  # pragma: no cover - the extra is installed in dev
-    raise ImportError(
-        "PostgresLog needs psycopg 3: install quiesce with its PostgreSQL extra, "
-        "pip install 'quiesce[postgres]'"
-    ) from _exc
 
 __all__ = [
     "SCHEMA",
@@ -296,6 +289,8 @@ class PostgresLog(SinkBase):
     records after it, reading nothing older (:meth:`checkpoints`,
     :meth:`read_range`); older records are fetched when ``buf.log`` is read.
     """
+
+    _SINK = "PostgresLog"
 
     def __init__(
         self,
@@ -546,11 +541,11 @@ class PostgresLog(SinkBase):
 
     @property
     def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
         return self._closed
 
-    def __repr__(self) -> str:
-        state = "closed" if self._closed else f"{self._next_seq} records"
-        return f"<PostgresLog {redacted(self._dsn)!r} {self._buffer_id!r}: {state}>"
+    def _place(self) -> str:
+        return f"{redacted(self._dsn)!r} {self._buffer_id!r}"
 
     # -- internals --------------------------------------------------------
 
