@@ -454,9 +454,6 @@ class PostgresLog(SinkBase):
                 raise ValueError(f"batch is not contiguous: seq {rec.seq} where {expected} was due")
             expected += 1
         texts, failure = encode_batch(records)
-        if not texts:
-            assert failure is not None
-            raise failure
         records = records[: len(texts)]
         expected = records[0].seq + len(texts)
         with self._lock:

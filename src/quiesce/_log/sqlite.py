@@ -435,9 +435,6 @@ class SQLiteLog(SinkBase):
         if not records:
             return
         texts, failure = encode_batch(records)
-        if not texts:
-            assert failure is not None
-            raise failure
         with self._lock:
             conn = self._open_conn()
             if self._broken:
