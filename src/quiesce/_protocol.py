@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, Unpack, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, TypeVar, Unpack, runtime_checkable
 
 import anyio
 
@@ -54,10 +54,18 @@ from ._core.stream import PruneOptions, StreamWriter
 from ._core.version import Version
 from ._runtime import RuntimeBuffer
 
-__all__ = ["AsyncBuffer", "async_buffer", "local_buffer"]
+__all__ = ["AsyncBuffer", "StreamOptions", "async_buffer", "local_buffer"]
 
-if TYPE_CHECKING:
-    from ._shared import SharedBuffer
+
+class StreamOptions(TypedDict, total=False):
+    """The keyword options of ``open_stream`` (as :meth:`Buffer.open_stream`
+    takes them: ``refs=()``, ``turn=None``, ``key=None``, ``meta=None``),
+    spelled once for every face that passes them on."""
+
+    refs: Iterable[str]
+    turn: int | None
+    key: str | None
+    meta: Mapping[str, Any] | None
 
 _T = TypeVar("_T")
 
@@ -94,17 +102,9 @@ class AsyncBuffer(Protocol):
         """Ids staged for removal → their grace version."""
         ...
 
-    def open_stream(
-        self,
-        id: str,
-        kind: Kind,
-        *,
-        refs: Iterable[str] = (),
-        turn: int | None = None,
-        key: str | None = None,
-        meta: Mapping[str, Any] | None = None,
-    ) -> StreamWriter:
-        """:meth:`Buffer.open_stream`: publish an entry still being written.
+    def open_stream(self, id: str, kind: Kind, **options: Unpack[StreamOptions]) -> StreamWriter:
+        """:meth:`Buffer.open_stream` (its options: :class:`StreamOptions`):
+        publish an entry still being written.
         Sync, like its writes (the ``mark_stale`` fast-path contract:
         durability happens later, coalesced, in the buffer's flusher)."""
         ...
@@ -178,17 +178,8 @@ class _BufferFace:
     def staged(self) -> Mapping[str, int]:
         return self.buffer.staged()
 
-    def open_stream(
-        self,
-        id: str,
-        kind: Kind,
-        *,
-        refs: Iterable[str] = (),
-        turn: int | None = None,
-        key: str | None = None,
-        meta: Mapping[str, Any] | None = None,
-    ) -> StreamWriter:
-        return self.buffer.open_stream(id, kind, refs=refs, turn=turn, key=key, meta=meta)
+    def open_stream(self, id: str, kind: Kind, **options: Unpack[StreamOptions]) -> StreamWriter:
+        return self.buffer.open_stream(id, kind, **options)
 
     async def _inline(self, call: Callable[[], _T]) -> _T:
         await anyio.lowlevel.checkpoint()
@@ -267,7 +258,3 @@ if TYPE_CHECKING:
     def _runtime_conforms(runtime: RuntimeBuffer) -> AsyncBuffer:
         """A static check (``mypy --strict src``): a RuntimeBuffer is an AsyncBuffer."""
         return runtime
-
-    def _shared_conforms(shared: SharedBuffer) -> AsyncBuffer:
-        """The same check for SharedBuffer."""
-        return shared

@@ -48,6 +48,9 @@ itself (not wrapped in an exception group). The final flush is bounded by
 ``close_timeout``: a hung sink makes exit raise :class:`LogWriteError` with
 the records still pending, never wait for ever.
 
+The bridge between the loop and threads (the thread-safe wake, the loop's
+clock, the bounded final flush) is :mod:`._runtime_loop`.
+
 ``quiesce()`` waits for a batch the scheduler is still making durable: its
 groups have left the staged queue but are not published yet, so ``has_due()``
 alone would let ``quiesce()`` return too early.
@@ -89,42 +92,11 @@ from ._core.records import (
 )
 from ._core.stream import PruneOptions
 from ._core.tasks import task_name
+from ._runtime_loop import bounded_flush, loop_clock, threadsafe_caller
 
 __all__ = ["DEFAULT_CLOSE_TIMEOUT", "RuntimeBuffer", "open_buffer"]
 
 _T = TypeVar("_T")
-
-
-def _threadsafe_caller() -> Callable[[Callable[[], None]], None]:
-    """A non-blocking 'run this in the loop soon' for the running backend."""
-    import asyncio
-
-    loop = asyncio._get_running_loop()
-    if loop is not None:
-
-        def call_soon(fn: Callable[[], None]) -> None:
-            loop.call_soon_threadsafe(fn)
-
-        return call_soon
-    import trio
-
-    token = trio.lowlevel.current_trio_token()
-    return lambda fn: token.run_sync_soon(fn)
-
-
-def _loop_clock() -> Callable[[], float]:
-    """The running backend's clock, readable from any thread: asyncio's
-    ``loop.time`` (``time.monotonic``), or trio's current clock (a test's
-    ``MockClock`` included). Pin ages measured on it agree with the alarm's
-    ``anyio.sleep``."""
-    import asyncio
-
-    loop = asyncio._get_running_loop()
-    if loop is not None:
-        return loop.time
-    import trio
-
-    return trio.lowlevel.current_clock().current_time
 
 
 #: Seconds leaving :func:`open_buffer` waits for the final flush of a durable
@@ -526,7 +498,7 @@ class RuntimeBuffer(Buffer):
 
     def _start(self) -> None:
         self._loop_thread = threading.get_ident()
-        self._call_soon = _threadsafe_caller()
+        self._call_soon = threadsafe_caller()
         self._esc_send, self._esc_receive = anyio.create_memory_object_stream[Escalation](
             self._escalation_buffer
         )
@@ -537,45 +509,6 @@ class RuntimeBuffer(Buffer):
         self._due_hook = self._wake_scheduler
         self._escalation_hook = self._deliver
         self._running = True
-
-    async def _final_flush(self, timeout: float) -> LogWriteError | None:
-        """The flush on leaving ``open_buffer``: shielded from the caller's
-        cancellation, but bounded by ``timeout`` seconds of real time. Returns
-        ``None`` once the log is durable (or the sink *failed*: that is
-        ``stats().log_failing``, as for any flush), else the
-        :class:`LogWriteError` to raise, naming the records still pending;
-        they stay pending in memory, and the flush thread (a daemon) still
-        makes them durable if the sink wakes up.
-
-        The bound is measured by a worker thread waiting on the flush thread,
-        not by the loop's clock: a test clock that jumps while threads run
-        (trio's ``MockClock`` with autojump) cannot cut a healthy flush short.
-        """
-        done = threading.Event()
-
-        def flush() -> None:
-            try:
-                self.flush()
-            except LogWriteError:
-                pass  # stats().log_failing tells; the records stay pending
-            finally:
-                done.set()
-
-        threading.Thread(target=flush, name="quiesce-final-flush", daemon=True).start()
-        with anyio.CancelScope(shield=True):
-            finished = await anyio.to_thread.run_sync(
-                done.wait, timeout, abandon_on_cancel=True
-            )
-        pending = self.pending_records
-        if finished or not pending:
-            return None
-        total = len(self.log)
-        return LogWriteError(
-            f"the log sink did not finish the final flush within close_timeout="
-            f"{timeout:g}s: {pending} record(s) still pending "
-            f"(seq {total - pending}..{total - 1}), not durable",
-            pending=pending,
-        )
 
     def _stop(self) -> None:
         self._running = False
@@ -627,7 +560,7 @@ class RuntimeBuffer(Buffer):
         finally:
             # Outside the task group, so that a timeout is raised as itself; runs
             # also while a cancellation propagates (and then replaces it).
-            timed_out = None if not durable else await self._final_flush(close_timeout)
+            timed_out = None if not durable else await bounded_flush(self, close_timeout)
             if timed_out is not None:
                 if host_error is None:
                     raise timed_out
@@ -686,7 +619,7 @@ async def open_buffer(
     """
     check_seconds(close_timeout, "close_timeout")
     if clock is None:
-        clock = _loop_clock()
+        clock = loop_clock()
     if type(verify) is not bool:
         raise InvalidType(f"verify must be a bool, not {type(verify).__name__}")
     buf = RuntimeBuffer(

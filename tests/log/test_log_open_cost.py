@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+import quiesce._log._jsonl_scan as jsonl_scan_mod
 import quiesce._log.jsonl as jsonl_mod
 from quiesce import (
     Buffer,
@@ -146,7 +147,9 @@ class TestJsonlOpen:
             calls[0] += 1
             return real(obj, where)
 
+        # the sink decodes what it reads back, the scanner what opening reads
         monkeypatch.setattr(jsonl_mod, "decode_record", counting)
+        monkeypatch.setattr(jsonl_scan_mod, "decode_record", counting)
         return calls
 
     def test_open_decodes_no_record(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import inspect
 import threading
+import typing
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,18 @@ STREAMS = ("open_stream",)
 ASYNC = ("aappend", "amark_stale", "aprune", "aedit", "aescalate", "aflush", "quiesce")
 
 
+def _unpacked(fn: Callable[..., Any], p: inspect.Parameter) -> tuple[str, ...] | None:
+    """The keys of the TypedDict a ``**p: Unpack[TD]`` parameter of ``fn``
+    takes (``StreamOptions``, ``PruneOptions``), else None."""
+    if p.kind is not inspect.Parameter.VAR_KEYWORD:
+        return None
+    hint = typing.get_type_hints(fn, include_extras=True).get(p.name)
+    if typing.get_origin(hint) is not typing.Unpack:
+        return None
+    (options,) = typing.get_args(hint)
+    return tuple(options.__annotations__)
+
+
 class TestShape:
     """Both classes have every member, with the protocol's signature."""
 
@@ -64,7 +77,9 @@ class TestShape:
     def test_members_and_signatures(self, cls: type) -> None:
         """Each member exists with the protocol's kind (property, sync or
         async); every parameter of the protocol's method is accepted the same
-        way (kind, default), and any extra one has a default."""
+        way (kind, default; options taken as ``**options: Unpack[TD]`` may be
+        spelled out as keywords with defaults), and any extra one has a
+        default."""
         for name in PROPERTIES:
             assert isinstance(inspect.getattr_static(cls, name), property), name
         streams = STREAMS if cls is RuntimeBuffer or hasattr(cls, "open_stream") else ()
@@ -74,6 +89,14 @@ class TestShape:
             assert inspect.iscoroutinefunction(impl) == (name in ASYNC), name
             have = inspect.signature(impl).parameters
             for p in want.parameters.values():
+                keys = _unpacked(getattr(AsyncBuffer, name), p)
+                if keys is not None and p.name not in have:
+                    # the options spelled out: each a keyword with a default
+                    for key in keys:
+                        assert key in have, f"{cls.__name__}.{name} lacks {key}"
+                        assert have[key].kind is inspect.Parameter.KEYWORD_ONLY, key
+                        assert have[key].default is not inspect.Parameter.empty, key
+                    continue
                 assert p.name in have, f"{cls.__name__}.{name} lacks {p.name}"
                 assert (have[p.name].kind, have[p.name].default) == (p.kind, p.default), (
                     f"{cls.__name__}.{name}({p.name})"

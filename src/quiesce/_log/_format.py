@@ -274,7 +274,9 @@ def encode_batch(records: Sequence[LogRecord]) -> tuple[list[str], ValueError | 
     (or ``None``). A sink writes the prefix and then raises the error, so one
     record that cannot be encoded never holds back the records before it
     (and :func:`encode_json` is total, so in practice none fails). Raises
-    ``ValueError`` at once for a batch that is empty or not contiguous."""
+    ``ValueError`` at once for a batch that is empty or not contiguous, and
+    the error itself when not even the first record encodes (the prefix is
+    never empty)."""
     if not records:
         raise ValueError("empty batch")
     expected = records[0].seq
@@ -287,10 +289,13 @@ def encode_batch(records: Sequence[LogRecord]) -> tuple[list[str], ValueError | 
         try:
             texts.append(encode_record(rec))
         except Exception as exc:
-            return texts, ValueError(
+            failure = ValueError(
                 f"log record {rec.seq} ({rec.op}) cannot be encoded: {exc!r}; "
                 f"the {len(texts)} record(s) before it in the batch were written"
             )
+            if not texts:
+                raise failure from None
+            return texts, failure
     return texts, None
 
 

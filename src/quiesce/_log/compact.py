@@ -33,7 +33,7 @@ from .._core.checkpoint import compacted_records
 from .._core.claims import check_claims
 from .._core.errors import LogFormatError
 from .._core.verify import verify_records
-from .inspect import _open
+from .inspect import _open, parse_command
 from .jsonl import JsonlLog
 from .sqlite import SQLiteLog
 
@@ -53,10 +53,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("src", metavar="SRC", help="a SQLiteLog or JsonlLog file (only read)")
     parser.add_argument("dst", metavar="DST", help="the new log (must not exist)")
-    try:
-        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else 2
+    args = parse_command(parser, argv)
+    if isinstance(args, int):
+        return args
     src, dst = args.src, args.dst
     if not os.path.isfile(src):
         return _fail(f"{src} is not a regular file")

@@ -58,7 +58,7 @@ from ._format import OPS, encode_json, log_path, sniff
 from .jsonl import stream_jsonl
 from .sqlite import stream_sqlite
 
-__all__ = ["main", "printable"]
+__all__ = ["main", "not_a_regular_file", "parse_command", "printable"]
 
 _UNSAFE = re.compile(r"[^ -~]|\\")  # anything but printable ASCII, and backslashes
 
@@ -86,6 +86,28 @@ def printable(text: str) -> str:
     if text.isascii() and text.isprintable() and "\\" not in text:
         return text
     return _UNSAFE.sub(_escape, text)
+
+
+def parse_command(
+    parser: argparse.ArgumentParser, argv: Sequence[str] | None
+) -> argparse.Namespace | int:
+    """``argv`` (``None``: ``sys.argv[1:]``) parsed by ``parser``, or the exit
+    status argparse chose instead of raising ``SystemExit`` (2 for a usage
+    error, 0 after ``--help``): the log commands return their status."""
+    try:
+        return parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 2
+
+
+def not_a_regular_file(command: str, path: str) -> bool:
+    """Whether ``path`` exists but is not a regular file (a FIFO or a device
+    would block the read; a folder is not a log either); if so, says so on
+    stderr as ``command``'s error."""
+    if os.path.exists(path) and not os.path.isfile(path):
+        sys.stderr.write(f"{command}: error: {printable(path)} is not a regular file\n")
+        return True
+    return False
 
 
 def _when(t: float) -> str:
@@ -237,14 +259,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--op", choices=OPS, metavar="OP", help=f"only one operation: {', '.join(OPS)}"
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    try:
-        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else 2
+    args = parse_command(parser, argv)
+    if isinstance(args, int):
+        return args
     out = sys.stdout
-    if os.path.exists(args.path) and not os.path.isfile(args.path):
-        # a FIFO or a device would block the read; a folder is not a log either
-        sys.stderr.write(f"quiesce inspect: error: {printable(args.path)} is not a regular file\n")
+    if not_a_regular_file("quiesce inspect", args.path):
         return 2
 
     def wanted(r: LogRecord) -> bool:

@@ -73,24 +73,17 @@ from __future__ import annotations
 
 import errno
 import json
-import mmap
 import os
-import re
 import threading
-import time
 import weakref
 import zlib
-from array import array
 from bisect import bisect_right
 from collections.abc import Generator, Iterator, Sequence
-from typing import NamedTuple
 
 from .._core.errors import LogFormatError
 from .._core.log import check_read
-from .._core.records import FORMAT, LogRecord
+from .._core.records import LogRecord
 from ._format import (
-    JSONL_TAG,
-    check_log_format,
     decode_json,
     decode_record,
     encode_batch,
@@ -101,6 +94,7 @@ from ._format import (
     sniff,
     temp_name,
 )
+from ._jsonl_scan import COMMIT_PREFIX, JsonlContents, header_line, open_fd, pread_all, scan
 from ._sink import SinkBase
 
 try:
@@ -112,229 +106,6 @@ __all__ = ["JsonlContents", "JsonlLog", "read_jsonl", "stream_jsonl"]
 
 _READ_ONLY_ERRNOS = frozenset((errno.EACCES, errno.EPERM, errno.EROFS))
 
-#: What the scanners read: the file's bytes, or a read-only map of them.
-_Bytes = bytes | mmap.mmap
-
-
-class JsonlContents(NamedTuple):
-    """What a JSONL log holds: its committed records, where the committed
-    data ends, and how many bytes of torn tail follow it (ignored)."""
-
-    format: int
-    records: list[LogRecord]
-    committed_size: int
-    torn_bytes: int
-
-
-def _header_end(data: _Bytes, path: str) -> tuple[int, int]:
-    """The header line's format and where the records start. Raises
-    :class:`LogFormatError` for a file that is not a quiesce log or is from
-    a newer format."""
-    end = data.find(b"\n")
-    try:
-        header = decode_json(data[:end] if end >= 0 else data[:])
-    except ValueError:
-        header = None
-    if not isinstance(header, dict) or header.get("quiesce") != JSONL_TAG or end < 0:
-        raise LogFormatError(f"{path} is not a quiesce JSONL edit log (no header line)")
-    fmt = header.get("format")
-    if type(fmt) is not int or fmt < 1:
-        raise LogFormatError(f"{path}: the header has no valid format field")
-    check_log_format(path, fmt)
-    return fmt, end + 1
-
-
-def _scan(data: _Bytes, path: str) -> JsonlContents:
-    """Parse a whole JSONL log. O(size). Raises :class:`LogFormatError` for a
-    file that is not a quiesce log, is from a newer format, or is damaged
-    before its last commit line."""
-    fmt, start = _header_end(data, path)
-    records, committed_size = _scan_from(data, path, start, 0, None)
-    return JsonlContents(fmt, records, committed_size, len(data) - committed_size)
-
-
-def _scan_from(
-    data: _Bytes,
-    path: str,
-    start: int,
-    first_seq: int,
-    batches: list[tuple[int, int]] | None,
-) -> tuple[list[LogRecord], int]:
-    """Decode and check every line from ``start`` (a line start; the next
-    record is ``first_seq``): the committed records and where the committed
-    data ends. Notes ``(first seq, offset)`` of each committed batch in
-    ``batches``. O(bytes from ``start``). Raises :class:`LogFormatError` for
-    damage followed by a second commit line or an invalid record in a
-    committed batch (see the module docstring)."""
-    committed: list[LogRecord] = []
-    pending: list[LogRecord] = []
-    committed_size = batch_start = pos = start
-    # The batch being read: its record lines, and the first of them that is
-    # not a valid record. Whether that is damage or a torn tail is decided at
-    # the commit line: if the batch's CRC and count match, the batch was
-    # written whole, so an invalid record in it is refused (crafted or
-    # written so); otherwise the batch is torn.
-    batch_lines = 0
-    batch_error: LogFormatError | None = None
-    # The first failed commit, and how many commit lines were seen from it
-    # on: the torn batch may own one; a second means that committed data
-    # follows the damage, which no crash can produce.
-    damaged: LogFormatError | None = None
-    commits_since_damage = 0
-    line_no = 1
-    while True:
-        end = data.find(b"\n", pos)
-        if end < 0:
-            break  # what is left has no newline: torn, whatever it looks like
-        line_no += 1
-        line_start, line = pos, data[pos:end]
-        pos = end + 1
-        where = f"{path}: line {line_no}"
-        try:
-            obj = decode_json(line)
-        except ValueError:
-            obj = None
-        if isinstance(obj, dict) and "commit" in obj:
-            if damaged is None:
-                intact = (
-                    type(obj.get("n")) is int
-                    and obj["n"] == batch_lines
-                    and type(obj.get("crc")) is int
-                    and obj["crc"] == zlib.crc32(data[batch_start:line_start])
-                )
-                if intact and batch_error is not None:
-                    raise LogFormatError(f"{batch_error} (in a committed batch)")
-                last = pending[-1].seq if pending else None
-                if intact and type(obj["commit"]) is type(last) and obj["commit"] == last:
-                    if batches is not None:
-                        batches.append((pending[0].seq, batch_start))
-                    committed.extend(pending)
-                    pending = []
-                    batch_lines = 0
-                    committed_size = batch_start = pos
-                    continue
-                damaged = batch_error or LogFormatError(
-                    f"{where}: the commit does not match the {batch_lines} record(s) before it"
-                )
-            commits_since_damage += 1
-            if commits_since_damage > 1:
-                raise LogFormatError(f"{damaged}; committed data follows (not a torn tail)")
-            continue
-        if damaged is not None:
-            continue
-        batch_lines += 1
-        if batch_error is not None:
-            continue
-        if isinstance(obj, dict) and type(obj.get("format")) is int and obj["format"] > FORMAT:
-            decode_record(obj, where)  # a newer writer's record: raises, never skipped
-        try:
-            if obj is None:
-                raise LogFormatError(f"{where} is not valid JSON")
-            rec = decode_record(obj, where)
-            expected = first_seq + len(committed) + len(pending)
-            if rec.seq != expected:
-                raise LogFormatError(f"{where} has seq {rec.seq}, expected {expected}")
-        except LogFormatError as exc:
-            batch_error = exc  # a torn tail, unless its commit line vouches for it
-            continue
-        pending.append(rec)
-    return committed, committed_size
-
-
-#: How every record line of this format starts (``LogRecord.to_dict``'s key
-#: order, encoded by ``_format``): the open's fast path checks batches by it.
-_RECORD_START = b'{"format":%d,"seq":' % FORMAT
-_CHECKPOINT_LINE = re.compile(
-    rb'\{"format":%d,"seq":(\d+),"time":[-+.0-9eE]+,"op":"checkpoint",' % FORMAT
-)
-_CHECKPOINT_OP = b',"op":"checkpoint",'
-
-
-class _Opened(NamedTuple):
-    """What opening a JSONL log learns without decoding its records."""
-
-    format: int
-    next_seq: int
-    committed_size: int
-    torn_bytes: int
-    starts: array[int]  #: first seq of each committed batch, ascending
-    offsets: array[int]  #: file offset of each committed batch
-    checkpoints: list[int]  #: seqs of the checkpoint records
-
-
-def _open_scan(data: _Bytes, path: str) -> _Opened:
-    """Open a JSONL log without decoding its records (issue 13): each
-    committed batch is checked at C speed — its commit line parsed, its
-    CRC-32 and line count compared, every line starting with this format's
-    record prefix, its first and last ``seq`` read from those prefixes —
-    and noted in a batch index (first seq, offset); checkpoint records are
-    found by their line prefix. From the first batch that does not pass (a
-    torn tail, damage, a record of another format, anything unusual), the
-    rest is decoded and checked line by line exactly as :func:`_scan` does,
-    so a torn tail, damage followed by committed data, and a newer record
-    behave as before. A record inside a batch that passed is decoded only
-    when it is read (``read_range``, ``load``), and refused then if invalid.
-    O(file size) byte work, O(batches) Python steps, no per-record objects."""
-    fmt, pos = _header_end(data, path)
-    starts: array[int] = array("q")
-    offsets: array[int] = array("q")
-    checkpoints: list[int] = []
-    seq = 0
-    while True:
-        c = data.find(b"\n" + _COMMIT_PREFIX, pos - 1)
-        if c < 0 or c + 1 <= pos:
-            break
-        cend = data.find(b"\n", c + 1)
-        if cend < 0:
-            break
-        try:
-            obj = decode_json(data[c + 1 : cend])
-        except ValueError:
-            break
-        if not isinstance(obj, dict):
-            break
-        n, crc, last = obj.get("n"), obj.get("crc"), obj.get("commit")
-        if type(n) is not int or type(crc) is not int or type(last) is not int or n < 1:
-            break
-        if last != seq + n - 1:
-            break
-        batch = data[pos : c + 1]
-        if (
-            batch.count(b"\n") != n
-            or not batch.startswith(_RECORD_START + b"%d," % seq)
-            or batch.count(b"\n" + _RECORD_START) != n - 1
-            or not batch.startswith(
-                _RECORD_START + b"%d," % last, batch.rfind(b"\n", 0, len(batch) - 1) + 1
-            )
-            or zlib.crc32(batch) != crc
-        ):
-            break
-        i = batch.find(_CHECKPOINT_OP)
-        while i >= 0:  # a checkpoint record's line starts with its prefix
-            m = _CHECKPOINT_LINE.match(batch, batch.rfind(b"\n", 0, i) + 1)
-            if m is not None and m.end() == i + len(_CHECKPOINT_OP):
-                checkpoints.append(int(m.group(1)))
-            i = batch.find(_CHECKPOINT_OP, i + 1)
-        starts.append(seq)
-        offsets.append(pos)
-        seq += n
-        pos = cend + 1
-    batches: list[tuple[int, int]] = []
-    records, committed_size = _scan_from(data, path, pos, seq, batches)
-    for first, offset in batches:
-        starts.append(first)
-        offsets.append(offset)
-    checkpoints.extend(r.seq for r in records if r.op == "checkpoint")
-    return _Opened(
-        fmt,
-        seq + len(records),
-        committed_size,
-        len(data) - committed_size,
-        starts,
-        offsets,
-        checkpoints,
-    )
-
 
 def read_jsonl(path: str | os.PathLike[str]) -> JsonlContents:
     """Read a JSONL log without opening it for writing (for ``quiesce
@@ -342,55 +113,18 @@ def read_jsonl(path: str | os.PathLike[str]) -> JsonlContents:
     p = log_path(path, "JSONL log")
     with open(p, "rb") as f:
         data = f.read()
-    return _scan(data, p)
-
-
-def _header() -> bytes:
-    obj = {"quiesce": JSONL_TAG, "format": FORMAT, "created": time.time()}
-    return (json.dumps(obj, separators=(",", ":")) + "\n").encode("ascii")
+    return scan(data, p)
 
 
 def _create(path: str) -> None:
     tmp = temp_name(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
-        os.write(fd, _header())
+        os.write(fd, header_line())
         os.fsync(fd)
     finally:
         os.close(fd)
     install(tmp, path)
-
-
-def _open_fd(fd: int, path: str, may_map: bool = True) -> _Opened:
-    """:func:`_open_scan` of the file open on ``fd``, through a read-only
-    memory map when ``may_map`` (the file is not copied into memory): only
-    while a lock keeps every writer out, since a writer truncating a mapped
-    file would crash the reader (``SIGBUS``); otherwise read whole."""
-    size = os.fstat(fd).st_size
-    if size == 0:
-        return _open_scan(b"", path)
-    if not may_map:
-        return _open_scan(_pread_all(fd, size), path)
-    try:
-        data = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
-    except (OSError, ValueError):  # pragma: no cover - a file system without mmap
-        return _open_scan(_pread_all(fd, size), path)
-    try:
-        return _open_scan(data, path)
-    finally:
-        data.close()
-
-
-def _pread_all(fd: int, size: int) -> bytes:
-    chunks = []
-    offset = 0
-    while offset < size:
-        chunk = os.pread(fd, min(size - offset, 1 << 30), offset)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        offset += len(chunk)
-    return b"".join(chunks)
 
 
 def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
@@ -412,6 +146,8 @@ class JsonlLog(SinkBase):
     ``pwrite`` + one ``fsync`` per batch, however many records. Thread-safe.
     Use it as a context manager or call :meth:`close`.
     """
+
+    _SINK = "JsonlLog"
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self._fd = -1
@@ -438,7 +174,7 @@ class JsonlLog(SinkBase):
             self._read_only = True
         try:
             lock_exclusive(fd, self._path, "JsonlLog")
-            opened = _open_fd(fd, self._path)
+            opened = open_fd(fd, self._path)
         except BaseException:
             os.close(fd)
             raise
@@ -459,11 +195,11 @@ class JsonlLog(SinkBase):
 
     def load(self) -> Sequence[LogRecord]:
         """The committed records in ``seq`` order (a torn tail is left out),
-        decoded and checked line by line (:func:`_scan`). O(size)."""
+        decoded and checked line by line (:func:`scan`). O(size)."""
         with self._lock:
             self._check_open()
-            data = _pread_all(self._fd, self._size)
-        return _scan(data, self._path).records
+            data = pread_all(self._fd, self._size)
+        return scan(data, self._path).records
 
     # -- reading back (ReadableSink, issue 13) -----------------------------
 
@@ -494,21 +230,13 @@ class JsonlLog(SinkBase):
             slot = bisect_right(self._starts, start) - 1
             if slot < 0:
                 raise LogFormatError(f"{self._path}: record {start} is not in the file")
-            seq = self._starts[slot]
             out: list[LogRecord] = []
-            for offset, line in _lines(self._fd, self._offsets[slot], self._size):
-                if line.startswith(_COMMIT_PREFIX):
-                    continue
+            lines = _record_lines(self._fd, self._starts[slot], self._offsets[slot], self._size)
+            for seq, offset, line in lines:
                 if seq >= start:
-                    where = f"{self._path}: record {seq} (byte {offset})"
-                    try:
-                        obj = decode_json(line)
-                    except ValueError:
-                        raise LogFormatError(f"{where} is not valid JSON") from None
-                    out.append(decode_record(obj, where))
+                    out.append(_decode_line(self._path, seq, offset, line))
                     if len(out) == stop - start:
                         break
-                seq += 1
         return check_read(out, start, stop)
 
     def checkpoints(self) -> tuple[int, Sequence[int]]:
@@ -533,9 +261,6 @@ class JsonlLog(SinkBase):
         if not records:
             return
         lines, failure = encode_batch(records)
-        if not lines:
-            assert failure is not None
-            raise failure
         records = records[: len(lines)]
         expected = records[-1].seq + 1
         batch = ("\n".join(lines) + "\n").encode("ascii")
@@ -606,9 +331,8 @@ class JsonlLog(SinkBase):
         """Whether :meth:`close` was called."""
         return self._fd < 0
 
-    def __repr__(self) -> str:
-        state = "closed" if self._fd < 0 else f"{self._next_seq} records"
-        return f"<JsonlLog {self._path!r}: {state}>"
+    def _place(self) -> str:
+        return repr(self._path)
 
     def _check_open(self) -> None:
         if self._fd < 0:
@@ -636,7 +360,6 @@ class JsonlLog(SinkBase):
         self._read_only = False
 
 
-_COMMIT_PREFIX = b'{"commit":'
 _READ_CHUNK = 1 << 20
 
 
@@ -661,6 +384,28 @@ def _lines(fd: int, pos: int, end: int) -> Iterator[tuple[int, bytes]]:
             continue
         yield base + i, data[i:nl]
         i = nl + 1
+
+
+def _record_lines(fd: int, seq: int, pos: int, end: int) -> Iterator[tuple[int, int, bytes]]:
+    """``(seq, offset, line)`` of each record line of ``fd`` from ``pos`` (the
+    start of the batch whose first record is ``seq``) to ``end``, commit
+    lines skipped, undecoded. Streaming, like :func:`_lines`."""
+    for offset, line in _lines(fd, pos, end):
+        if not line.startswith(COMMIT_PREFIX):
+            yield seq, offset, line
+            seq += 1
+
+
+def _decode_line(path: str, seq: int, offset: int, line: bytes) -> LogRecord:
+    """The record on ``line`` (record ``seq``, at byte ``offset``), decoded
+    and checked field by field; :class:`LogFormatError` naming it if it is
+    not valid JSON or not a valid record. O(line)."""
+    where = f"{path}: record {seq} (byte {offset})"
+    try:
+        obj = decode_json(line)
+    except ValueError:
+        raise LogFormatError(f"{where} is not valid JSON") from None
+    return decode_record(obj, where)
 
 
 def _lock_shared(fd: int) -> bool:
@@ -702,7 +447,7 @@ def stream_jsonl(
         # gets LogLocked, as against any other holder).
         shared = _lock_shared(fd)
         try:
-            opened = _open_fd(fd, p, may_map=shared)
+            opened = open_fd(fd, p, may_map=shared)
         finally:
             if shared:
                 fcntl.flock(fd, fcntl.LOCK_UN)
@@ -715,23 +460,18 @@ def stream_jsonl(
             slot = max(bisect_right(opened.starts, start) - 1, 0)
             if slot >= len(opened.offsets):
                 return
-            seq = opened.starts[slot]
-            for offset, line in _lines(fd, opened.offsets[slot], opened.committed_size):
-                if line.startswith(_COMMIT_PREFIX):
-                    continue
+            read = first = opened.starts[slot]
+            for seq, offset, line in _record_lines(
+                fd, first, opened.offsets[slot], opened.committed_size
+            ):
                 if seq >= start:
-                    where = f"{p}: record {seq} (byte {offset})"
-                    try:
-                        obj = decode_json(line)
-                    except ValueError:
-                        raise LogFormatError(f"{where} is not valid JSON") from None
-                    rec = decode_record(obj, where)
+                    rec = _decode_line(p, seq, offset, line)
                     if rec.seq != seq:
-                        raise LogFormatError(f"{where} has seq {rec.seq}")
+                        raise LogFormatError(f"{p}: record {seq} (byte {offset}) has seq {rec.seq}")
                     yield rec
-                seq += 1
-            if seq != opened.next_seq:
-                raise LogFormatError(f"{p}: {seq} records read, {opened.next_seq} committed")
+                read = seq + 1
+            if read != opened.next_seq:
+                raise LogFormatError(f"{p}: {read} records read, {opened.next_seq} committed")
         finally:
             release()
 

@@ -26,7 +26,8 @@ What it keeps true:
    :class:`LogFormatError` on open, before anything is written.
 
 Schema (its SQL text is in :mod:`._postgres_sql`; created on first use in
-the connection's ``search_path`` schema;
+the connection's ``search_path`` schema by :mod:`._postgres_conn`, which
+also connects;
 ``buffer_id`` lets many buffers share the tables)::
 
     quiesce_meta    (key PK, value)                    -- schema, format
@@ -101,17 +102,23 @@ from .._core.errors import InvalidArgument, InvalidType, LogFormatError, LogWrit
 from .._core.log import check_read
 from .._core.records import FORMAT, LogRecord
 from ._format import encode_batch
+from ._postgres_conn import (  # psycopg from there: a missing driver names the extra
+    check_buffer_id,
+    check_meta,
+    connect,
+    ensure_schema,
+    psycopg,
+    redacted,
+    server_message,
+)
 from ._postgres_sql import (
-    _CHECKPOINT_INDEX,
     _CHECKPOINTS,
     _COPY,
-    _DDL,
     _NEWEST_FORMAT,
     _NOT_NEXT,
     _SELECT,
     _SELECT_CONTAINING,
     _SELECT_RANGE,
-    _WRITER_TOKEN_MIGRATION,
     FENCED_SQLSTATE,
     FOREIGN_SQLSTATE,
     SCHEMA,
@@ -119,15 +126,6 @@ from ._postgres_sql import (
 from ._sink import SinkBase
 from ._stored import already_stored
 from .sqlite import _decode_rows, stream_pages
-
-try:
-    import psycopg
-    from psycopg import sql
-except ImportError as _exc:  # pragma: no cover - the extra is installed in dev
-    raise ImportError(
-        "PostgresLog needs psycopg 3: install quiesce with its PostgreSQL extra, "
-        "pip install 'quiesce[postgres]'"
-    ) from _exc
 
 __all__ = [
     "SCHEMA",
@@ -140,6 +138,7 @@ __all__ = [
     "stream_postgres",
 ]
 
+
 class WriterFenced(LogWriteError):
     """A write by a writer whose epoch is no longer the buffer's current one:
     another process took the writer lease. Nothing of the batch is stored."""
@@ -151,106 +150,6 @@ class LogDiverged(WriterFenced, ValueError):
     fences): this writer is no longer the log's only author and must stop
     writing (a shared buffer's sequencer steps down and rebuilds from the
     log). Nothing of the batch is stored."""
-
-
-def _server_message(exc: BaseException) -> str:
-    """The server's (or libpq's) own words, without the driver's class name."""
-    text = str(exc).strip()
-    return text or type(exc).__name__
-
-
-def connect(
-    dsn: str, *, timeout: float, autocommit: bool = True, application_name: str | None = None
-) -> psycopg.Connection[Any]:
-    """A connection, or :class:`LogWriteError` with the server's message and
-    no chained driver traceback. ``application_name`` (if given) names the
-    session in ``pg_stat_activity`` (a shared buffer's members name theirs
-    after the lease holder, so a successor can find a paused holder's)."""
-    extra: dict[str, Any] = (
-        {} if application_name is None else {"application_name": application_name}
-    )
-    try:
-        conn = psycopg.connect(
-            dsn, autocommit=autocommit, connect_timeout=max(1, round(timeout)), **extra
-        )
-    except psycopg.ProgrammingError as exc:  # a malformed DSN (libpq's parser)
-        raise InvalidArgument(f"invalid PostgreSQL DSN: {_server_message(exc)}") from None
-    except psycopg.Error as exc:
-        message = _server_message(exc)
-    except (ValueError, TypeError) as exc:  # a malformed DSN
-        raise InvalidArgument(f"invalid PostgreSQL DSN: {exc}") from None
-    else:
-        return conn
-    raise LogWriteError(f"cannot connect to PostgreSQL: {message}")
-
-
-def _check_meta(conn: psycopg.Connection[Any], where: str) -> None:
-    meta = dict(conn.execute("SELECT key, value FROM quiesce_meta").fetchall())
-    schema = int(meta.get("schema", "0"))
-    if schema > SCHEMA:
-        raise LogFormatError(
-            f"{where} holds quiesce tables of schema {schema}, written by a newer quiesce; "
-            f"this quiesce knows schema {SCHEMA} (upgrade quiesce to use it)"
-        )
-    if schema < 1:
-        raise LogFormatError(f"{where} has a quiesce_meta table but no quiesce schema version")
-
-
-def ensure_schema(conn: psycopg.Connection[Any], where: str) -> None:
-    """Create the tables in the current schema if they are missing (once, under
-    an advisory lock, so processes starting together do not race), then refuse
-    a newer schema with :class:`LogFormatError`. A schema-1 database without
-    the checkpoint index gets it (once: later calls see it and take no lock).
-    ``conn`` is in autocommit."""
-    exists = conn.execute(
-        "SELECT to_regclass('quiesce_meta') IS NOT NULL, "
-        "to_regclass('quiesce_log_checkpoints') IS NOT NULL, "
-        "COALESCE((SELECT position('QF002' in prosrc) > 0 FROM pg_proc "
-        "WHERE oid = to_regproc('quiesce_log_insert')), false)"
-    ).fetchone()
-    if exists and exists[0] and not (exists[1] and exists[2]):
-        _check_meta(conn, where)  # a newer schema is refused before anything is created
-        with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(hashtext('quiesce schema'))")
-            conn.execute(_CHECKPOINT_INDEX)
-            conn.execute(_WRITER_TOKEN_MIGRATION)
-    if not (exists and exists[0]):
-        with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(hashtext('quiesce schema'))")
-            # pg_tables through this statement's snapshot (to_regclass may use
-            # a catalog cache that predates the lock)
-            row = conn.execute(
-                "SELECT EXISTS (SELECT 1 FROM pg_tables WHERE schemaname = current_schema() "
-                "AND tablename = 'quiesce_meta')"
-            ).fetchone()
-            if not (row and row[0]):
-                conn.execute(_DDL)
-                conn.execute(
-                    "INSERT INTO quiesce_meta (key, value) VALUES "
-                    "('schema', %s), ('format', %s), ('writer', 'quiesce')",
-                    (str(SCHEMA), str(FORMAT)),
-                )
-    _check_meta(conn, where)
-
-
-def _check_buffer_id(buffer_id: object) -> str:
-    if not isinstance(buffer_id, str):
-        raise InvalidType(f"buffer_id must be a str, not {type(buffer_id).__name__}")
-    if not buffer_id or len(buffer_id) > 200 or "\x00" in buffer_id:
-        raise InvalidArgument("buffer_id must be 1 to 200 characters, without NUL")
-    return buffer_id
-
-
-def _redacted(dsn: str) -> str:
-    """The DSN without a password, for messages and reprs."""
-    try:
-        parts = urllib.parse.urlsplit(dsn)
-    except ValueError:
-        return "<dsn>"
-    if parts.password is None:
-        return dsn
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
 def read_postgres(uri: str, *, timeout: float = 10.0) -> tuple[int, list[LogRecord]]:
@@ -301,14 +200,14 @@ def stream_postgres(
     dsn = urllib.parse.urlunsplit(
         parts._replace(query=urllib.parse.urlencode([(k, v) for k, v in query if k != "buffer_id"]))
     )
-    where = _redacted(dsn)
+    where = redacted(dsn)
     conn = connect(dsn, timeout=timeout)
     try:
         try:
             exists = conn.execute("SELECT to_regclass('quiesce_meta') IS NOT NULL").fetchone()
             if not (exists and exists[0]):
                 raise LogFormatError(f"{where} holds no quiesce edit log (no quiesce_meta table)")
-            _check_meta(conn, where)
+            check_meta(conn, where)
             if wanted:
                 buffer_id = wanted[-1]
             else:
@@ -323,7 +222,7 @@ def stream_postgres(
                 "SELECT MAX(format) FROM quiesce_log WHERE buffer_id = %s", (buffer_id,)
             ).fetchone()
         except psycopg.Error as exc:
-            raise LogWriteError(f"{where}: {_server_message(exc)}") from None
+            raise LogWriteError(f"{where}: {server_message(exc)}") from None
         if newest is None or newest[0] is None:
             raise LogFormatError(f"{where} has no records for buffer {buffer_id!r}")
     except BaseException:
@@ -339,7 +238,7 @@ def stream_postgres(
         try:
             rows = conn.execute(_SELECT_PAGE, (buffer_id, first, size)).fetchall()
         except psycopg.Error as exc:
-            raise LogWriteError(f"{named}: {_server_message(exc)}") from None
+            raise LogWriteError(f"{named}: {server_message(exc)}") from None
         formats.clear()
         formats.update((row[0], row[2]) for row in rows)
         return [(row[0], row[1]) for row in rows]
@@ -391,6 +290,8 @@ class PostgresLog(SinkBase):
     :meth:`read_range`); older records are fetched when ``buf.log`` is read.
     """
 
+    _SINK = "PostgresLog"
+
     def __init__(
         self,
         dsn: str,
@@ -402,7 +303,7 @@ class PostgresLog(SinkBase):
     ) -> None:
         if not isinstance(dsn, str):
             raise InvalidType(f"dsn must be a str, not {type(dsn).__name__}")
-        self._buffer_id = _check_buffer_id(buffer_id)
+        self._buffer_id = check_buffer_id(buffer_id)
         if not isinstance(timeout, int | float) or not timeout > 0:
             raise InvalidArgument(f"timeout must be a positive number of seconds, not {timeout!r}")
         self._dsn = dsn
@@ -461,7 +362,7 @@ class PostgresLog(SinkBase):
             self._next_seq = int(row[0]) if row else 0
         except psycopg.Error as exc:
             conn.close()
-            raise LogWriteError(f"{self.where}: {_server_message(exc)}") from None
+            raise LogWriteError(f"{self.where}: {server_message(exc)}") from None
         except BaseException:
             conn.close()
             raise
@@ -553,9 +454,6 @@ class PostgresLog(SinkBase):
                 raise ValueError(f"batch is not contiguous: seq {rec.seq} where {expected} was due")
             expected += 1
         texts, failure = encode_batch(records)
-        if not texts:
-            assert failure is not None
-            raise failure
         records = records[: len(texts)]
         expected = records[0].seq + len(texts)
         with self._lock:
@@ -582,7 +480,7 @@ class PostgresLog(SinkBase):
                     cur.execute("SELECT pg_notify(%s, %s)", (self.channel, str(expected - 1)))
             except psycopg.Error as exc:
                 self._broken = True
-                message = f"{self.where}: {_server_message(exc)}"
+                message = f"{self.where}: {server_message(exc)}"
                 state = getattr(exc, "sqlstate", None)
                 if state in (FENCED_SQLSTATE, FOREIGN_SQLSTATE):
                     raise WriterFenced(message) from None
@@ -625,7 +523,7 @@ class PostgresLog(SinkBase):
     @property
     def where(self) -> str:
         """The DSN (password hidden) and buffer, for messages."""
-        return f"PostgreSQL {_redacted(self._dsn)} buffer {self._buffer_id!r}"
+        return f"PostgreSQL {redacted(self._dsn)} buffer {self._buffer_id!r}"
 
     @property
     def next_seq(self) -> int:
@@ -640,11 +538,11 @@ class PostgresLog(SinkBase):
 
     @property
     def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
         return self._closed
 
-    def __repr__(self) -> str:
-        state = "closed" if self._closed else f"{self._next_seq} records"
-        return f"<PostgresLog {_redacted(self._dsn)!r} {self._buffer_id!r}: {state}>"
+    def _place(self) -> str:
+        return f"{redacted(self._dsn)!r} {self._buffer_id!r}"
 
     # -- internals --------------------------------------------------------
 
@@ -686,7 +584,7 @@ class PostgresLog(SinkBase):
             conn.execute("SET default_transaction_read_only = on")
         except psycopg.Error as exc:
             conn.close()
-            raise LogWriteError(f"{self.where}: {_server_message(exc)}") from None
+            raise LogWriteError(f"{self.where}: {server_message(exc)}") from None
         self._read_conn = conn
         return conn
 
@@ -716,7 +614,7 @@ class PostgresLog(SinkBase):
                             pass
                     if attempt == 1 and isinstance(exc, psycopg.OperationalError):
                         continue
-                    raise LogWriteError(f"{self.where}: {_server_message(exc)}") from None
+                    raise LogWriteError(f"{self.where}: {server_message(exc)}") from None
                 if count:
                     with self._seq_lock:
                         self._rows_read += len(rows)
@@ -735,14 +633,9 @@ class PostgresLog(SinkBase):
                 rows = conn.execute(_SELECT_RANGE, (self._buffer_id, start, stop)).fetchall()
             except psycopg.Error as exc:
                 self._broken = True
-                raise LogWriteError(f"{self.where}: {_server_message(exc)}") from None
+                raise LogWriteError(f"{self.where}: {server_message(exc)}") from None
             with self._seq_lock:
                 self._rows_read += len(rows)
             return [row[1] for row in rows]
 
         return already_stored(records[0].seq, self._next_seq, texts, read, LogDiverged)
-
-
-def quote_channel(channel: str) -> sql.Composable:
-    """``channel`` as an identifier for ``LISTEN``."""
-    return sql.Identifier(channel)

@@ -274,6 +274,8 @@ class SQLiteLog(SinkBase):
     :meth:`close`.
     """
 
+    _SINK = "SQLiteLog"
+
     def __init__(self, path: str | os.PathLike[str], *, timeout: float = 5.0) -> None:
         self._conn: sqlite3.Connection | None = None
         self._lock_fd = -1
@@ -433,9 +435,6 @@ class SQLiteLog(SinkBase):
         if not records:
             return
         texts, failure = encode_batch(records)
-        if not texts:
-            assert failure is not None
-            raise failure
         with self._lock:
             conn = self._open_conn()
             if self._broken:
@@ -502,9 +501,8 @@ class SQLiteLog(SinkBase):
         """Whether :meth:`close` was called."""
         return self._conn is None
 
-    def __repr__(self) -> str:
-        state = "closed" if self._conn is None else f"{self._next_seq} records"
-        return f"<SQLiteLog {self._path!r}: {state}>"
+    def _place(self) -> str:
+        return repr(self._path)
 
     # -- internals --------------------------------------------------------
 

@@ -27,24 +27,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 from array import array
 from bisect import bisect_left
 from collections.abc import Sequence
-from types import TracebackType
 
 from .._core.buffer import Buffer
 from .._core.errors import LogFormatError
 from .._core.records import LogRecord
 from .._core.verify import VerifyResult, verify_records
-from .inspect import _open, printable
+from ._sink import ClosesOnExit
+from .inspect import _open, not_a_regular_file, parse_command, printable
 
 __all__ = ["TempRemovals", "main", "verify_path"]
 
 
-class TempRemovals:
+class TempRemovals(ClosesOnExit):
     """A ``RemovalStore`` (``_core/verify.py``) in a temporary file: each
     kept removal record's tombstone list is appended as one JSON line; in
     memory only its seq and offset (two ``array('q')`` items, 16 bytes).
@@ -83,18 +82,8 @@ class TempRemovals:
         return out
 
     def close(self) -> None:
+        """Close (and so remove) the temporary file. Idempotent."""
         self._file.close()
-
-    def __enter__(self) -> TempRemovals:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def verify_path(path: str) -> tuple[str, int, VerifyResult]:
@@ -116,13 +105,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         ),
     )
     parser.add_argument("path", metavar="LOG", help="a SQLiteLog or JsonlLog file, or a URI")
-    try:
-        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else 2
+    args = parse_command(parser, argv)
+    if isinstance(args, int):
+        return args
     path = args.path
-    if os.path.exists(path) and not os.path.isfile(path):
-        sys.stderr.write(f"quiesce verify: error: {printable(path)} is not a regular file\n")
+    if not_a_regular_file("quiesce verify", path):
         return 2
     try:
         kind, fmt, result = verify_path(path)

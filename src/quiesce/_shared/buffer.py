@@ -15,7 +15,7 @@ import json
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any, Unpack
+from typing import TYPE_CHECKING, Any, Unpack
 
 import anyio
 import anyio.abc
@@ -29,6 +29,7 @@ from .._core.policy import Policy
 from .._core.records import EditReport, Escalation, EscalationKind, Mark, Override, PruneReport
 from .._core.stream import PruneOptions, StreamWriter
 from .._log.postgres import WriterFenced
+from .._protocol import StreamOptions
 from .._runtime import check_seconds
 from .codec import _error_from_dict, _result_from_dict
 from .member import _REPLICA, _SEQUENCER, LeaseLost, SharedWriteTimeout, _logger
@@ -37,6 +38,9 @@ from .sql import _ENQUEUE, _LEAVE, _RELEASE_LEASE
 from .stream import SharedStreamWriter, check_header
 
 __all__ = ["SharedBuffer", "open_shared_buffer"]
+
+if TYPE_CHECKING:
+    from .._protocol import AsyncBuffer
 
 
 class SharedBuffer(_Serving):
@@ -124,16 +128,7 @@ class SharedBuffer(_Serving):
                 f"durable: those writes are not in the log"
             )
 
-    def open_stream(
-        self,
-        id: str,
-        kind: Kind,
-        *,
-        refs: Iterable[str] = (),
-        turn: int | None = None,
-        key: str | None = None,
-        meta: Mapping[str, Any] | None = None,
-    ) -> StreamWriter:
+    def open_stream(self, id: str, kind: Kind, **options: Unpack[StreamOptions]) -> StreamWriter:
         """:meth:`Buffer.open_stream` for a shared member (sync): returns a
         :class:`~quiesce._shared.stream.SharedStreamWriter` whose text the
         member forwards to the sequencer, coalesced (at most one request per
@@ -148,7 +143,7 @@ class SharedBuffer(_Serving):
         (:class:`DanglingReference`); a race another member won is refused
         by the sequencer (:meth:`SharedStreamWriter.wait_closed` raises it).
         O(refs)."""
-        header = check_header(self.local.head(), id, kind, refs, turn, key, meta)
+        header = check_header(self.local.head(), id, kind, **options)
         mine = self._writers.get(header.id)
         if mine is not None and not mine.closed:
             raise DuplicateEntry(f"entry {header.id!r} is already open as a stream")
@@ -423,3 +418,10 @@ def _single(group: BaseExceptionGroup[BaseException]) -> BaseException:
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
     return exc
+
+
+if TYPE_CHECKING:
+
+    def _conforms(shared: SharedBuffer) -> AsyncBuffer:
+        """A static check (``mypy --strict src``): a SharedBuffer is an AsyncBuffer."""
+        return shared

@@ -111,6 +111,19 @@ def _escalation_to_dict(e: Escalation | None) -> dict[str, Any] | None:
     }
 
 
+def _escalation_from_dict(d: dict[str, Any], plan: EditPlan | None) -> Escalation:
+    """The inverse of :func:`_escalation_to_dict` (``plan``: the refused plan
+    an edit's escalation carries, which the wire does not)."""
+    return Escalation(
+        EscalationKind(d["kind"]),
+        d["detail"],
+        plan,
+        tuple(Refusal(r) for r in d["refusals"]),
+        d["version"],
+        d["data"],
+    )
+
+
 def _result_to_dict(op: str, value: Any) -> dict[str, Any]:
     if op in _VERSION_RESULT:
         return {"version": value}
@@ -151,28 +164,12 @@ def _result_from_dict(op: str, d: dict[str, Any], plan: EditPlan | None) -> Any:
             d["version"],
         )
     if op == "escalate":
-        return Escalation(
-            EscalationKind(d["kind"]),
-            d["detail"],
-            None,
-            tuple(Refusal(r) for r in d["refusals"]),
-            d["version"],
-            d["data"],
-        )
+        return _escalation_from_dict(d, None)
     esc = d["escalation"]
     return EditReport(
         applied=d["applied"],
         refusals=tuple(Refusal(r) for r in d["refusals"]),
-        escalation=None
-        if esc is None
-        else Escalation(
-            EscalationKind(esc["kind"]),
-            esc["detail"],
-            plan,
-            tuple(Refusal(r) for r in esc["refusals"]),
-            esc["version"],
-            esc["data"],
-        ),
+        escalation=None if esc is None else _escalation_from_dict(esc, plan),
         version=d["version"],
         removed=tuple(d["removed"]),
         deferred=tuple(d["deferred"]),

@@ -47,8 +47,8 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Unpack
 
 import anyio
 
@@ -57,6 +57,7 @@ from .._core.errors import InvalidArgument, InvalidType, QuiesceError, StreamClo
 from .._core.policy import PROTECTED_KINDS
 from .._core.stream import StreamWriter
 from .._core.version import Version
+from .._protocol import StreamOptions
 
 __all__ = ["FORWARD_INTERVAL", "SharedStreamWriter", "check_header", "header_to_dict"]
 
@@ -73,23 +74,18 @@ _OPEN, _CLOSING, _CLOSED, _ABORTED, _FAILED = "open", "closing", "closed", "abor
 Send = Callable[[str, dict[str, Any]], Awaitable[Any]]
 
 
-def check_header(
-    head: Version,
-    id: str,
-    kind: Kind,
-    refs: Iterable[str],
-    turn: int | None,
-    key: str | None,
-    meta: Mapping[str, Any] | None,
-) -> Entry:
+def check_header(head: Version, id: str, kind: Kind, **options: Unpack[StreamOptions]) -> Entry:
     """The stream's entry (body ``""``), checked as the core's
     ``open_stream`` checks it, against ``head`` (this member's): the
     :class:`Entry` fields, the kind, a used id (:class:`DuplicateEntry`) and
     unknown refs (:class:`DanglingReference`). O(refs)."""
     from .._core.errors import DanglingReference, DuplicateEntry
 
+    refs = options.get("refs", ())
     if isinstance(refs, str | bytes) or not hasattr(refs, "__iter__"):
         raise InvalidType(f"refs must be a collection of str ids, not {type(refs).__name__}")
+    meta = options.get("meta")
+    turn, key = options.get("turn"), options.get("key")
     header = Entry(id, kind, "", tuple(refs), turn, key, {} if meta is None else meta)
     if header.kind in _REFUSED_KINDS:
         raise InvalidArgument(
