@@ -13,6 +13,7 @@ is changed before the last step.
 
 from __future__ import annotations
 
+import bisect
 import operator
 from collections import deque
 from collections.abc import Callable, Container, Generator, Sequence
@@ -37,6 +38,8 @@ from ..adapters._common import (
     admit,
 )
 from ._units import (
+    _UNIT,
+    Flat,
     Seen,
     SyncState,
     Unit,
@@ -45,11 +48,12 @@ from ._units import (
     _entries,
     _held,
     _Index,
-    _plain_model,
     _primaries,
     _primary,
     digest,
     equal,
+    fields_of,
+    flat_of,
     matched,
     state_of,
 )
@@ -172,15 +176,8 @@ SYNC_STEP = 128
 #: New messages read (converted to units) per step of a sync on the loop.
 _READ_STEP = 32
 
-_DICT = operator.attrgetter("__dict__")
-_OBJ = operator.attrgetter("obj")
-_UNIT = operator.attrgetter("unit")
-_PRIVATE = operator.attrgetter("__pydantic_private__")
-_EXTRA = operator.attrgetter("__pydantic_extra__")
-
-
 def _equal_prefix(
-    seen: list[Seen],
+    flat: Flat,
     messages: Sequence[object],
     k: int,
     n: int,
@@ -188,25 +185,26 @@ def _equal_prefix(
     """``k``, or ``n`` when every message in ``messages[k:n]`` is an equal
     copy (:func:`equal`) of the one synced at its position last time — the
     common turn with a checkpointer, which hands back a new copy of every
-    message. The copies then take the old objects' places (``seen[i].obj``,
-    which is also the object synced under the message's id).
-    All or nothing: any difference (a changed,
-    moved or dropped message, another class) leaves ``k``, and the caller
-    compares message by message. O(n) with no Python frame per message:
-    the types, field dicts, private and extra values are compared as lists,
-    in C."""
+    message. The copies then take the old objects' places
+    (in ``flat`` and in ``flat.seen``, whose objects are also the ones
+    synced under the messages' ids). All or nothing: any difference (a
+    changed, moved or dropped message, another class) leaves ``k``, and the
+    caller compares message by message. O(n) with no Python frame per
+    message: the new objects' types, field dicts and extra values are
+    compared, as lists in C, with the ones kept in ``flat`` (the old objects
+    themselves are not read again)."""
     if k >= n:
         return k
-    olds = list(map(_OBJ, seen[k:n]))
     news = list(messages[k:n])
-    if not _equal_copies(olds, news):
+    got = _equal_copies(flat, news, k, n)
+    if got is None:
         return k
-    deque(map(setattr, seen[k:n], repeat("obj"), news), maxlen=0)  # in C
+    _took(flat, news, k, n, got)
     return n
 
 
 def _equal_prefix_steps(
-    seen: list[Seen], messages: Sequence[object], k: int, n: int
+    flat: Flat, messages: Sequence[object], k: int, n: int
 ) -> Generator[None, None, int]:
     """:func:`_equal_prefix` in steps of :data:`SYNC_STEP` messages,
     yielding (a pause) after each. A step whose copies are all equal lets
@@ -216,30 +214,45 @@ def _equal_prefix_steps(
     start = k
     while start < n:
         end = min(start + SYNC_STEP, n)
-        olds, news = list(map(_OBJ, seen[start:end])), list(messages[start:end])
-        if not _equal_copies(olds, news):
+        news = list(messages[start:end])
+        got = _equal_copies(flat, news, start, end)
+        if got is None:
             return k
-        deque(map(setattr, seen[start:end], repeat("obj"), news), maxlen=0)  # in C
+        _took(flat, news, start, end, got)
         start = end
         yield None
     return n
 
 
-def _equal_copies(olds: list[object], news: list[object]) -> bool:
-    """Each of ``news`` is an equal copy of the same place's ``olds``
-    (pydantic models of one plain class, compared as lists in C; see
-    :func:`equal`). O(n), no Python frame per message."""
-    types = list(map(type, news))
-    if types != list(map(type, olds)) or not all(map(_plain_model, set(types))):
-        return False
-    try:
-        return (
-            list(map(_DICT, news)) == list(map(_DICT, olds))
-            and list(map(_PRIVATE, news)) == list(map(_PRIVATE, olds))
-            and list(map(_EXTRA, news)) == list(map(_EXTRA, olds))
-        )
-    except AttributeError:  # a model built without pydantic's __init__
-        return False
+def _took(flat: Flat, news: list[object], k: int, n: int, got: list[Any]) -> None:
+    """The equal copies ``news`` (of fields ``got``) take the places ``k:n``
+    of the objects they copy, in ``flat`` and in its ``Seen`` records (the
+    old objects are not kept alive). O(n - k), in C."""
+    flat.objs[k:n] = news
+    if flat.fields is not None:
+        for part, more in zip(flat.fields, got, strict=True):
+            part[k:n] = more
+    deque(map(setattr, flat.seen[k:n], repeat("obj"), news), maxlen=0)
+
+
+def _equal_copies(flat: Flat, news: list[object], k: int, n: int) -> list[Any] | None:
+    """The :func:`fields_of` lists of ``news`` if each is an equal copy of
+    the object at the same place ``k:n`` of ``flat`` (pydantic models of
+    one plain class, compared as lists in C; see :func:`equal`), else
+    ``None``. Reads the new objects once and ``flat``'s kept lists (the
+    fields of the old objects are made once, on first need). O(n - k), no
+    Python frame per message."""
+    if flat.fields is None:
+        flat.fields = fields_of(flat.objs)
+        if flat.fields is None:
+            return None
+    got = fields_of(news)
+    if got is None:
+        return None
+    types, dicts, extras = flat.fields
+    if got[0] != types[k:n] or got[1] != dicts[k:n] or got[2] != extras[k:n]:
+        return None
+    return list(got)
 
 
 def _sync_history(
@@ -287,15 +300,16 @@ def _sync_once(
     new_ids, ident, pause = job.new_ids, job.ident, job.pause
     state = state_of(buf, framework)
     seen = state.seen
+    flat = flat_of(state)
     n = min(len(seen), len(messages))
     # the first place whose message is not the object synced there, in C
-    k = next(compress(count(), map(operator.is_not, messages[:n], map(_OBJ, seen))), n)
+    k = next(compress(count(), map(operator.is_not, messages[:n], flat.objs)), n)
     if pause and n - k > SYNC_STEP:
-        k = yield from _equal_prefix_steps(seen, messages, k, n)
+        k = yield from _equal_prefix_steps(flat, messages, k, n)
         if state.seen is not seen:  # another sync of this buffer ran meanwhile
             return None
     else:
-        k = _equal_prefix(seen, messages, k, n)
+        k = _equal_prefix(flat, messages, k, n)
     state.generation += 1
     state.prefix = k
     head = buf.head()
@@ -303,7 +317,7 @@ def _sync_once(
     tombstoned: list[int] = []
     taken: set[str] = set()
     if k:
-        units = list(map(_UNIT, seen[:k]))
+        units = flat.units[:k]
         held = list(compress(range(k), map(operator.is_not, units, repeat(None))))
         tombs_by_id = head.tombs.by_id
         if tombs_by_id:  # one C-level look-up per unit, the tombstones only for the rest
@@ -354,8 +368,8 @@ def _sync_once(
         fresh = [f if f is not None else next(it) for f in fresh]
         report = replace(
             report,
-            held=tuple(sorted({*held, *report.held})),
-            tombstoned=tuple(sorted({*tombstoned, *report.tombstoned})),
+            held=_merged(held, report.held, k),
+            tombstoned=_merged(tombstoned, report.tombstoned, k),
         )
     else:
         report = SyncReport((), tuple(held), tuple(tombstoned), (), (), head.number)
@@ -376,7 +390,30 @@ def _sync_once(
     ]
     changes.state = state
     state.seen = seen[:k] + fresh_seen
+    # every message now stands in ``seen`` as itself, in order
+    fields = flat.fields
+    if fields is not None:
+        tail = fields_of(messages[k:])
+        fields = None if tail is None else _joined(fields, tail, k)
+    units = [*flat.units[:k], *map(_UNIT, fresh_seen)]
+    state.flat = Flat(state.seen, list(messages), units, fields)
     return report, changes
+
+
+def _merged(prefix: list[int], more: Sequence[int], k: int) -> tuple[int, ...]:
+    """Sorted positions: ``prefix`` (ascending, the first ones below ``k``
+    among them) and ``more``, without repeats. O(n) to copy, O(m log m)
+    for the m positions from ``k`` on."""
+    cut = bisect.bisect_left(prefix, k)
+    return (*prefix[:cut], *sorted({*prefix[cut:], *more}))
+
+
+def _joined(
+    fields: tuple[list[type], list[Any], list[Any]],
+    tail: tuple[list[type], list[Any], list[Any]],
+    k: int,
+) -> tuple[list[type], list[Any], list[Any]]:
+    return fields[0][:k] + tail[0], fields[1][:k] + tail[1], fields[2][:k] + tail[2]
 
 
 def _reason(framework: str) -> str:

@@ -352,6 +352,70 @@ class Seen:
     digest: str | None
 
 
+class Flat:
+    """The last synced history of a :class:`SyncState` as flat lists, for
+    the prefix checks of a sync (:mod:`quiesce.integrations._history`).
+
+    Invariant: ``seen`` is the very list (``SyncState.seen``) these lists
+    were made for, and ``objs[i]`` / ``units[i]`` are ``seen[i].obj`` /
+    ``seen[i].unit`` (``objs`` as the last sync found them: a later copy
+    replaces its object in both). ``fields`` is ``None`` until first needed
+    (or when a message is no plain pydantic model), else the types, field
+    dicts and extra values of ``objs``, in order: what an equal copy must
+    match (see :func:`equal`). Reading compact lists instead of the
+    ``Seen`` records and the old objects keeps a turn's check of a
+    checkpointer's copies to one pass over the new objects. O(history)
+    memory (pointers only)."""
+
+    __slots__ = ("fields", "objs", "seen", "units")
+
+    def __init__(
+        self,
+        seen: list[Seen],
+        objs: list[object],
+        units: list[str | None],
+        fields: tuple[list[type], list[Any], list[Any]] | None = None,
+    ) -> None:
+        self.seen = seen
+        self.objs = objs
+        self.units = units
+        self.fields = fields
+
+
+_DICT = operator.attrgetter("__dict__")
+_EXTRA = operator.attrgetter("__pydantic_extra__")
+_PRIVATE = operator.attrgetter("__pydantic_private__")
+_OBJ = operator.attrgetter("obj")
+_UNIT = operator.attrgetter("unit")
+
+
+def fields_of(objs: Sequence[object]) -> tuple[list[type], list[Any], list[Any]] | None:
+    """The types, field dicts and extra values of ``objs`` (``None`` unless
+    every one is a plain pydantic model whose class has no private
+    attributes: then these three lists decide ``==`` between two of them,
+    see :func:`equal`). O(n), no Python frame per object."""
+    types = list(map(type, objs))
+    kinds = set(types)
+    if not all(map(_plain_model, kinds)) or any(
+        getattr(t, "__private_attributes__", None) for t in kinds
+    ):
+        return None
+    try:
+        return types, list(map(_DICT, objs)), list(map(_EXTRA, objs))
+    except AttributeError:  # a model built without pydantic's __init__
+        return None
+
+
+def flat_of(state: SyncState) -> Flat:
+    """``state``'s :class:`Flat`, made from ``state.seen`` if it is not the
+    list the cached one was made for. O(1) when current, else O(n)."""
+    flat = state.flat
+    seen = state.seen
+    if flat is None or flat.seen is not seen:
+        flat = state.flat = Flat(seen, list(map(_OBJ, seen)), list(map(_UNIT, seen)))
+    return flat
+
+
 class SyncState:
     """What one buffer holds of one framework's history, as last synced.
 
@@ -394,6 +458,9 @@ class SyncState:
         #: previous history's objects or equal copies of them, in place
         self.generation = 0
         self.prefix = 0
+        #: ``seen`` as flat lists (see :class:`Flat`; stale when ``seen`` is
+        #: replaced, and then rebuilt on first use)
+        self.flat: Flat | None = None
 
     def forget(self) -> None:
         """Forget what was synced (after a sync whose appends were cut short):
