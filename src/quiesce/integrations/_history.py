@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Callable, Container, Generator, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import compress, count, repeat
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import anyio.lowlevel
 
@@ -50,6 +50,7 @@ from ._units import (
     _Index,
     _primaries,
     _primary,
+    appended,
     digest,
     equal,
     fields_of,
@@ -80,17 +81,58 @@ class Changes:
         return bool(self.rewrites or self.dropped or self.summary is not None)
 
 
+class HistoryOptions(TypedDict, total=False):
+    """The options of :func:`sync_history` and :func:`async_sync_history`:
+    ``readmit`` (default ``"record"``), ``turn`` and ``actor`` as in the
+    adapters' sync; ``new_ids`` the prefix of generated ids (default
+    ``"#q:"``); ``ident(message)`` the framework's own id of a message
+    (default: none)."""
+
+    readmit: ReadmitPolicy
+    turn: int | None
+    new_ids: str
+    actor: str | None
+    ident: Callable[[object], str | None] | None
+
+
+def _begin(
+    buf: Buffer | AsyncBuffer,
+    messages: Sequence[object],
+    read: Callable[[int, object], Unit | None],
+    framework: str,
+    options: HistoryOptions,
+    pause: bool,
+) -> tuple[Generator[list[Read] | None, SyncReport | None, tuple[SyncReport, Changes]], Any]:
+    """The diff of one sync, and the keyword arguments of its admission."""
+    gen = _sync_history(
+        buf,
+        messages,
+        read,
+        framework=framework,
+        new_ids=options.get("new_ids", "#q:"),
+        ident=options.get("ident"),
+        pause=pause,
+    )
+    admission = _admit_options(
+        framework, options.get("readmit", "record"), options.get("turn"), options.get("actor")
+    )
+    return gen, admission
+
+
+def _done(stop: StopIteration, options: HistoryOptions) -> tuple[SyncReport, Changes]:
+    """The result a finished diff returned, its changes under the sync's actor."""
+    done: tuple[SyncReport, Changes] = stop.value
+    done[1].actor = options.get("actor")
+    return done
+
+
 def sync_history(
     buf: Buffer,
     messages: Sequence[object],
     read: Callable[[int, object], Unit | None],
     *,
     framework: str,
-    readmit: ReadmitPolicy = "record",
-    turn: int | None = None,
-    new_ids: str = "#q:",
-    actor: str | None = None,
-    ident: Callable[[object], str | None] | None = None,
+    **options: Unpack[HistoryOptions],
 ) -> tuple[SyncReport, Changes]:
     """Sync the framework's whole history ``messages`` (see the module
     docstring): append what is new, and return the framework's own edits.
@@ -109,18 +151,13 @@ def sync_history(
     :func:`apply_changes` (sync) or :func:`aapply_changes` (on an event loop:
     the durable part off the loop). Synchronous; nothing awaits.
     """
-    gen = _sync_history(
-        buf, messages, read, framework=framework, new_ids=new_ids, ident=ident, pause=False
-    )
-    options = _admit_options(framework, readmit, turn, actor)
+    gen, admission = _begin(buf, messages, read, framework, options, pause=False)
     try:
         reads = next(gen)
         while True:
-            reads = gen.send(None if reads is None else admit(buf, reads, **options))
+            reads = gen.send(None if reads is None else admit(buf, reads, **admission))
     except StopIteration as stop:
-        done: tuple[SyncReport, Changes] = stop.value
-        done[1].actor = actor
-        return done
+        return _done(stop, options)
 
 
 async def async_sync_history(
@@ -129,11 +166,7 @@ async def async_sync_history(
     read: Callable[[int, object], Unit | None],
     *,
     framework: str,
-    readmit: ReadmitPolicy = "record",
-    turn: int | None = None,
-    new_ids: str = "#q:",
-    actor: str | None = None,
-    ident: Callable[[object], str | None] | None = None,
+    **options: Unpack[HistoryOptions],
 ) -> tuple[SyncReport, Changes]:
     """:func:`sync_history` for code on the event loop, on any
     :class:`~quiesce.AsyncBuffer`: the same diff against a local snapshot,
@@ -142,10 +175,7 @@ async def async_sync_history(
     Cancelled during the appends, the sync state is forgotten (the next sync
     reads the whole history again against what the buffer holds), so nothing
     is taken as synced that may not be."""
-    gen = _sync_history(
-        buf, messages, read, framework=framework, new_ids=new_ids, ident=ident, pause=True
-    )
-    options = _admit_options(framework, readmit, turn, actor)
+    gen, admission = _begin(buf, messages, read, framework, options, pause=True)
     try:
         reads = next(gen)
         while True:
@@ -158,16 +188,14 @@ async def async_sync_history(
                 reads = gen.send(None)
                 continue
             try:
-                report = await aadmit(buf, reads, **options)
+                report = await aadmit(buf, reads, **admission)
             except BaseException:
                 gen.close()
                 state_of(buf, framework).forget()
                 raise
             reads = gen.send(report)
     except StopIteration as stop:
-        done: tuple[SyncReport, Changes] = stop.value
-        done[1].actor = actor
-        return done
+        return _done(stop, options)
 
 
 #: Messages compared (or read) per step of a sync on the event loop: a
@@ -175,6 +203,7 @@ async def async_sync_history(
 SYNC_STEP = 128
 #: New messages read (converted to units) per step of a sync on the loop.
 _READ_STEP = 32
+
 
 def _equal_prefix(
     flat: Flat,
@@ -455,6 +484,7 @@ def _diff(
     held: list[int] = []
     tombstoned: list[int] = []
     with buf.snapshot() as snap:
+        at = snap.version
         call_entry = _Calls(snap, state.calls)
         by_content = any(u is not None and u.id is None for _, _, u in pairs)
         if not by_content:
@@ -508,6 +538,7 @@ def _diff(
             if unit.summary and changes.summary is None:
                 changes.summary = entries[0]
     report = yield reads  # admitted by the caller (admit, or aadmit on a loop)
+    appended(buf, state, at, reads, report)
     state.index = None
     if index is not None:
         added = [

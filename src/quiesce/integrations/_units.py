@@ -18,7 +18,7 @@ import operator
 import weakref
 from collections.abc import Container, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from .._core.buffer import Buffer, Snapshot
 from .._core.entry import Entry, Kind, content_hash
@@ -189,15 +189,23 @@ def _primaries(snap: Snapshot) -> tuple[dict[str, list[str]], dict[str, list[str
     return live, tombs
 
 
+class UnitOptions(TypedDict, total=False):
+    """The options of :func:`sync_units` and :func:`async_sync_units`:
+    ``readmit`` (default ``"record"``), ``turn`` and ``actor`` as in the
+    adapters' sync; ``new_ids`` the prefix of generated ids (default ``"#q:"``)."""
+
+    readmit: ReadmitPolicy
+    turn: int | None
+    new_ids: str
+    actor: str | None
+
+
 def sync_units(
     buf: Buffer,
     units: Sequence[Unit],
     *,
     framework: str,
-    readmit: ReadmitPolicy = "record",
-    turn: int | None = None,
-    new_ids: str = "#q:",
-    actor: str | None = None,
+    **options: Unpack[UnitOptions],
 ) -> SyncReport:
     """Append the units the buffer does not hold yet (see the module docstring).
 
@@ -219,11 +227,8 @@ def sync_units(
     Raises :class:`InvalidArgument` (nothing appended) if two new units share
     an id or an entry cannot be built.
     """
-    version = buf.version
-    reads = _reads(buf, units, framework=framework, new_ids=new_ids)
-    report = admit(buf, reads, **_admit_options(framework, readmit, turn, actor))
-    _extend_index(buf, framework, version, reads, report)
-    return report
+    version, reads, admission = _begin(buf, units, framework, options)
+    return _after(buf, framework, version, reads, admit(buf, reads, **admission))
 
 
 async def async_sync_units(
@@ -231,20 +236,36 @@ async def async_sync_units(
     units: Sequence[Unit],
     *,
     framework: str,
-    readmit: ReadmitPolicy = "record",
-    turn: int | None = None,
-    new_ids: str = "#q:",
-    actor: str | None = None,
+    **options: Unpack[UnitOptions],
 ) -> SyncReport:
     """:func:`sync_units` for code on the event loop, on any
     :class:`~quiesce.AsyncBuffer` (a shared buffer included): the same
     matching against a local snapshot, then the adapters'
     :func:`~quiesce.adapters._common.aadmit` (its atomicity and cancellation
     notes hold). Always a checkpoint; never touches a disk on the loop."""
+    version, reads, admission = _begin(buf, units, framework, options)
+    return _after(buf, framework, version, reads, await aadmit(buf, reads, **admission))
+
+
+def _begin(
+    buf: Buffer | AsyncBuffer, units: Sequence[Unit], framework: str, options: UnitOptions
+) -> tuple[int, list[Read], dict[str, Any]]:
+    """The head version a sync of ``units`` starts at, its reads, and the
+    keyword arguments of their admission."""
     version = buf.version
-    reads = _reads(buf, units, framework=framework, new_ids=new_ids)
-    report = await aadmit(buf, reads, **_admit_options(framework, readmit, turn, actor))
+    reads = _reads(buf, units, framework=framework, new_ids=options.get("new_ids", "#q:"))
+    admission = _admit_options(
+        framework, options.get("readmit", "record"), options.get("turn"), options.get("actor")
+    )
+    return version, reads, admission
+
+
+def _after(
+    buf: Buffer | AsyncBuffer, framework: str, version: int, reads: list[Read], report: SyncReport
+) -> SyncReport:
+    """``report``, once the sync state knows what the admission appended."""
     _extend_index(buf, framework, version, reads, report)
+    appended(buf, state_of(buf, framework), version, reads, report)
     return report
 
 
@@ -273,6 +294,31 @@ def _extend_index(
         if e.content is not None and e.meta.get("unit") == e.id:
             index[1].setdefault(e.content_hash, []).append(e.id)
     state.index = (buf.version, index[1], index[2])
+
+
+def appended(
+    buf: Buffer | AsyncBuffer, state: SyncState, version: int, reads: list[Read], report: SyncReport
+) -> None:
+    """Keep ``state.tail`` (what the buffer's window is since the last render)
+    after an admission of ``reads`` that began at ``version``: when the tail
+    was known at ``version`` and the buffer moved by exactly the one version
+    of this batch (no other writer, no rewrite), the entries of the appended
+    reads are added to it in order (appends go to the end of the window);
+    else it is forgotten, and the next render compares the whole window.
+    O(new)."""
+    tail = state.tail
+    state.tail = None
+    if tail is None or tail[0] != version:
+        return
+    if not report.appended:
+        if buf.version == version:
+            state.tail = tail
+        return
+    if buf.version != version + 1:
+        return
+    positions = set(report.appended)
+    ids = [e.id for r in reads if r.index in positions for e in r.entries]
+    state.tail = (version + 1, [*tail[1], *ids])
 
 
 def _reads(
@@ -461,6 +507,10 @@ class SyncState:
         #: ``seen`` as flat lists (see :class:`Flat`; stale when ``seen`` is
         #: replaced, and then rebuilt on first use)
         self.flat: Flat | None = None
+        #: (version, ids): the window at ``version`` is the last render's
+        #: entries followed by the entries ``ids`` this state's syncs
+        #: appended since, in order (``None``: not known; see :func:`appended`)
+        self.tail: tuple[int, list[str]] | None = None
 
     def forget(self) -> None:
         """Forget what was synced (after a sync whose appends were cut short):

@@ -59,9 +59,9 @@ from ..adapters._common import NOTE_PREFIX, ReadmitPolicy, SyncReport, fingerpri
 from ..pruner import Pruner
 from . import _store, _stream
 from ._conversation import Target, anonymous_id
-from ._glue import missing_extra, prune_round
+from ._glue import framework_imports, prune_round
 
-try:
+with framework_imports("pydantic-ai", "pydantic-ai"):
     from pydantic_ai.capabilities import AbstractCapability
     from pydantic_ai.messages import (
         AgentStreamEvent,
@@ -80,8 +80,6 @@ try:
         UserPromptPart,
     )
     from pydantic_ai.tools import RunContext
-except ImportError as exc:  # pragma: no cover - exercised without the extra
-    raise missing_extra("pydantic-ai", "pydantic-ai") from exc
 
 __all__ = [
     "QuiesceHistoryProcessor",
