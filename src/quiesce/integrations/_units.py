@@ -473,7 +473,10 @@ class SyncState:
     ``rendered`` holds digests of messages quiesce made that are no entry
     (notes, stand-in results); ``refused`` the ids whose drop the policy
     refused (they stay, and are not requested again); ``objects`` the last
-    object synced under each framework id. ``cache`` is the integration's render cache
+    object synced under each framework id; ``flat`` the last history as flat
+    lists (:class:`Flat`, valid while it was made for ``seen``); ``tail`` the
+    entries this state's own admissions appended since the last render
+    (:func:`appended`). ``cache`` is the integration's render cache
     (entry → framework object), rebuilt on every render so it never outgrows
     the window. Memory: O(history).
     """

@@ -61,9 +61,12 @@ def rendered(
     objects, in order, then new ones: the common turn), only the new slots are
     rebuilt — unless a new entry is a part (a call or result) of a message
     shown before. Otherwise every slot is rebuilt except those whose dump,
-    calls, results and text are the ones cached. ``rebuild`` must give
-    objects nobody mutates (or the caller copies them). O(n) identity checks
-    plus the rebuilt slots. Returns a new list."""
+    calls, results and text are the ones cached. When only ``state``'s own
+    syncs appended since the last render (its tracked ``tail``), the new
+    entries are taken by id and the window is not listed or compared:
+    O(new log n) plus O(n) list copies in C. ``rebuild`` must give
+    objects nobody mutates (or the caller copies them). Else O(n) identity
+    checks plus the rebuilt slots. Returns a new list."""
     prev = state.last_entries
     units = state.last_units
     appended = _known_tail(snap, state)
