@@ -12,13 +12,22 @@ SQLite or PostgreSQL I/O runs on the loop, and a
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 from .._core.buffer import Buffer
 from .._core.errors import InvalidType
 from .._core.records import EditReport
 from .._protocol import AsyncBuffer, async_buffer, local_buffer
 from ..pruner import Pruner, run_pruner
 
-__all__ = ["check_setup", "missing_extra", "prune_round", "sync_buffer"]
+__all__ = [
+    "check_setup",
+    "framework_imports",
+    "missing_extra",
+    "prune_round",
+    "sync_buffer",
+]
 
 
 def missing_extra(framework: str, extra: str) -> ImportError:
@@ -27,6 +36,22 @@ def missing_extra(framework: str, extra: str) -> ImportError:
         f"quiesce.integrations.{extra.replace('-', '_')} needs {framework}: "
         f'pip install "quiesce[{extra}]"'
     )
+
+
+@contextlib.contextmanager
+def framework_imports(framework: str, extra: str) -> Iterator[None]:
+    """The block that imports an integration's framework: an ``ImportError``
+    in it (the framework, or a part of it, is not installed) becomes the
+    :func:`missing_extra` error naming the extra to install, chained to the
+    original. Used at module level::
+
+        with framework_imports("LangChain", "langchain"):
+            from langchain_core.messages import AIMessage
+    """
+    try:
+        yield
+    except ImportError as exc:  # pragma: no cover - exercised without the extra
+        raise missing_extra(framework, extra) from exc
 
 
 def check_setup(buffer: object, pruner: object, owner: str) -> AsyncBuffer:

@@ -13,12 +13,13 @@ is changed before the last step.
 
 from __future__ import annotations
 
+import bisect
 import operator
 from collections import deque
 from collections.abc import Callable, Container, Generator, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import compress, count, repeat
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import anyio.lowlevel
 
@@ -37,6 +38,8 @@ from ..adapters._common import (
     admit,
 )
 from ._units import (
+    _UNIT,
+    Flat,
     Seen,
     SyncState,
     Unit,
@@ -45,11 +48,13 @@ from ._units import (
     _entries,
     _held,
     _Index,
-    _plain_model,
     _primaries,
     _primary,
+    appended,
     digest,
     equal,
+    fields_of,
+    flat_of,
     matched,
     state_of,
 )
@@ -76,17 +81,58 @@ class Changes:
         return bool(self.rewrites or self.dropped or self.summary is not None)
 
 
+class HistoryOptions(TypedDict, total=False):
+    """The options of :func:`sync_history` and :func:`async_sync_history`:
+    ``readmit`` (default ``"record"``), ``turn`` and ``actor`` as in the
+    adapters' sync; ``new_ids`` the prefix of generated ids (default
+    ``"#q:"``); ``ident(message)`` the framework's own id of a message
+    (default: none)."""
+
+    readmit: ReadmitPolicy
+    turn: int | None
+    new_ids: str
+    actor: str | None
+    ident: Callable[[object], str | None] | None
+
+
+def _begin(
+    buf: Buffer | AsyncBuffer,
+    messages: Sequence[object],
+    read: Callable[[int, object], Unit | None],
+    framework: str,
+    options: HistoryOptions,
+    pause: bool,
+) -> tuple[Generator[list[Read] | None, SyncReport | None, tuple[SyncReport, Changes]], Any]:
+    """The diff of one sync, and the keyword arguments of its admission."""
+    gen = _sync_history(
+        buf,
+        messages,
+        read,
+        framework=framework,
+        new_ids=options.get("new_ids", "#q:"),
+        ident=options.get("ident"),
+        pause=pause,
+    )
+    admission = _admit_options(
+        framework, options.get("readmit", "record"), options.get("turn"), options.get("actor")
+    )
+    return gen, admission
+
+
+def _done(stop: StopIteration, options: HistoryOptions) -> tuple[SyncReport, Changes]:
+    """The result a finished diff returned, its changes under the sync's actor."""
+    done: tuple[SyncReport, Changes] = stop.value
+    done[1].actor = options.get("actor")
+    return done
+
+
 def sync_history(
     buf: Buffer,
     messages: Sequence[object],
     read: Callable[[int, object], Unit | None],
     *,
     framework: str,
-    readmit: ReadmitPolicy = "record",
-    turn: int | None = None,
-    new_ids: str = "#q:",
-    actor: str | None = None,
-    ident: Callable[[object], str | None] | None = None,
+    **options: Unpack[HistoryOptions],
 ) -> tuple[SyncReport, Changes]:
     """Sync the framework's whole history ``messages`` (see the module
     docstring): append what is new, and return the framework's own edits.
@@ -105,18 +151,13 @@ def sync_history(
     :func:`apply_changes` (sync) or :func:`aapply_changes` (on an event loop:
     the durable part off the loop). Synchronous; nothing awaits.
     """
-    gen = _sync_history(
-        buf, messages, read, framework=framework, new_ids=new_ids, ident=ident, pause=False
-    )
-    options = _admit_options(framework, readmit, turn, actor)
+    gen, admission = _begin(buf, messages, read, framework, options, pause=False)
     try:
         reads = next(gen)
         while True:
-            reads = gen.send(None if reads is None else admit(buf, reads, **options))
+            reads = gen.send(None if reads is None else admit(buf, reads, **admission))
     except StopIteration as stop:
-        done: tuple[SyncReport, Changes] = stop.value
-        done[1].actor = actor
-        return done
+        return _done(stop, options)
 
 
 async def async_sync_history(
@@ -125,11 +166,7 @@ async def async_sync_history(
     read: Callable[[int, object], Unit | None],
     *,
     framework: str,
-    readmit: ReadmitPolicy = "record",
-    turn: int | None = None,
-    new_ids: str = "#q:",
-    actor: str | None = None,
-    ident: Callable[[object], str | None] | None = None,
+    **options: Unpack[HistoryOptions],
 ) -> tuple[SyncReport, Changes]:
     """:func:`sync_history` for code on the event loop, on any
     :class:`~quiesce.AsyncBuffer`: the same diff against a local snapshot,
@@ -138,10 +175,7 @@ async def async_sync_history(
     Cancelled during the appends, the sync state is forgotten (the next sync
     reads the whole history again against what the buffer holds), so nothing
     is taken as synced that may not be."""
-    gen = _sync_history(
-        buf, messages, read, framework=framework, new_ids=new_ids, ident=ident, pause=True
-    )
-    options = _admit_options(framework, readmit, turn, actor)
+    gen, admission = _begin(buf, messages, read, framework, options, pause=True)
     try:
         reads = next(gen)
         while True:
@@ -154,16 +188,14 @@ async def async_sync_history(
                 reads = gen.send(None)
                 continue
             try:
-                report = await aadmit(buf, reads, **options)
+                report = await aadmit(buf, reads, **admission)
             except BaseException:
                 gen.close()
                 state_of(buf, framework).forget()
                 raise
             reads = gen.send(report)
     except StopIteration as stop:
-        done: tuple[SyncReport, Changes] = stop.value
-        done[1].actor = actor
-        return done
+        return _done(stop, options)
 
 
 #: Messages compared (or read) per step of a sync on the event loop: a
@@ -172,15 +204,9 @@ SYNC_STEP = 128
 #: New messages read (converted to units) per step of a sync on the loop.
 _READ_STEP = 32
 
-_DICT = operator.attrgetter("__dict__")
-_OBJ = operator.attrgetter("obj")
-_UNIT = operator.attrgetter("unit")
-_PRIVATE = operator.attrgetter("__pydantic_private__")
-_EXTRA = operator.attrgetter("__pydantic_extra__")
-
 
 def _equal_prefix(
-    seen: list[Seen],
+    flat: Flat,
     messages: Sequence[object],
     k: int,
     n: int,
@@ -188,25 +214,26 @@ def _equal_prefix(
     """``k``, or ``n`` when every message in ``messages[k:n]`` is an equal
     copy (:func:`equal`) of the one synced at its position last time — the
     common turn with a checkpointer, which hands back a new copy of every
-    message. The copies then take the old objects' places (``seen[i].obj``,
-    which is also the object synced under the message's id).
-    All or nothing: any difference (a changed,
-    moved or dropped message, another class) leaves ``k``, and the caller
-    compares message by message. O(n) with no Python frame per message:
-    the types, field dicts, private and extra values are compared as lists,
-    in C."""
+    message. The copies then take the old objects' places
+    (in ``flat`` and in ``flat.seen``, whose objects are also the ones
+    synced under the messages' ids). All or nothing: any difference (a
+    changed, moved or dropped message, another class) leaves ``k``, and the
+    caller compares message by message. O(n) with no Python frame per
+    message: the new objects' types, field dicts and extra values are
+    compared, as lists in C, with the ones kept in ``flat`` (the old objects
+    themselves are not read again)."""
     if k >= n:
         return k
-    olds = list(map(_OBJ, seen[k:n]))
     news = list(messages[k:n])
-    if not _equal_copies(olds, news):
+    got = _equal_copies(flat, news, k, n)
+    if got is None:
         return k
-    deque(map(setattr, seen[k:n], repeat("obj"), news), maxlen=0)  # in C
+    _took(flat, news, k, n, got)
     return n
 
 
 def _equal_prefix_steps(
-    seen: list[Seen], messages: Sequence[object], k: int, n: int
+    flat: Flat, messages: Sequence[object], k: int, n: int
 ) -> Generator[None, None, int]:
     """:func:`_equal_prefix` in steps of :data:`SYNC_STEP` messages,
     yielding (a pause) after each. A step whose copies are all equal lets
@@ -216,30 +243,45 @@ def _equal_prefix_steps(
     start = k
     while start < n:
         end = min(start + SYNC_STEP, n)
-        olds, news = list(map(_OBJ, seen[start:end])), list(messages[start:end])
-        if not _equal_copies(olds, news):
+        news = list(messages[start:end])
+        got = _equal_copies(flat, news, start, end)
+        if got is None:
             return k
-        deque(map(setattr, seen[start:end], repeat("obj"), news), maxlen=0)  # in C
+        _took(flat, news, start, end, got)
         start = end
         yield None
     return n
 
 
-def _equal_copies(olds: list[object], news: list[object]) -> bool:
-    """Each of ``news`` is an equal copy of the same place's ``olds``
-    (pydantic models of one plain class, compared as lists in C; see
-    :func:`equal`). O(n), no Python frame per message."""
-    types = list(map(type, news))
-    if types != list(map(type, olds)) or not all(map(_plain_model, set(types))):
-        return False
-    try:
-        return (
-            list(map(_DICT, news)) == list(map(_DICT, olds))
-            and list(map(_PRIVATE, news)) == list(map(_PRIVATE, olds))
-            and list(map(_EXTRA, news)) == list(map(_EXTRA, olds))
-        )
-    except AttributeError:  # a model built without pydantic's __init__
-        return False
+def _took(flat: Flat, news: list[object], k: int, n: int, got: list[Any]) -> None:
+    """The equal copies ``news`` (of fields ``got``) take the places ``k:n``
+    of the objects they copy, in ``flat`` and in its ``Seen`` records (the
+    old objects are not kept alive). O(n - k), in C."""
+    flat.objs[k:n] = news
+    if flat.fields is not None:
+        for part, more in zip(flat.fields, got, strict=True):
+            part[k:n] = more
+    deque(map(setattr, flat.seen[k:n], repeat("obj"), news), maxlen=0)
+
+
+def _equal_copies(flat: Flat, news: list[object], k: int, n: int) -> list[Any] | None:
+    """The :func:`fields_of` lists of ``news`` if each is an equal copy of
+    the object at the same place ``k:n`` of ``flat`` (pydantic models of
+    one plain class, compared as lists in C; see :func:`equal`), else
+    ``None``. Reads the new objects once and ``flat``'s kept lists (the
+    fields of the old objects are made once, on first need). O(n - k), no
+    Python frame per message."""
+    if flat.fields is None:
+        flat.fields = fields_of(flat.objs)
+        if flat.fields is None:
+            return None
+    got = fields_of(news)
+    if got is None:
+        return None
+    types, dicts, extras = flat.fields
+    if got[0] != types[k:n] or got[1] != dicts[k:n] or got[2] != extras[k:n]:
+        return None
+    return list(got)
 
 
 def _sync_history(
@@ -287,15 +329,16 @@ def _sync_once(
     new_ids, ident, pause = job.new_ids, job.ident, job.pause
     state = state_of(buf, framework)
     seen = state.seen
+    flat = flat_of(state)
     n = min(len(seen), len(messages))
     # the first place whose message is not the object synced there, in C
-    k = next(compress(count(), map(operator.is_not, messages[:n], map(_OBJ, seen))), n)
+    k = next(compress(count(), map(operator.is_not, messages[:n], flat.objs)), n)
     if pause and n - k > SYNC_STEP:
-        k = yield from _equal_prefix_steps(seen, messages, k, n)
+        k = yield from _equal_prefix_steps(flat, messages, k, n)
         if state.seen is not seen:  # another sync of this buffer ran meanwhile
             return None
     else:
-        k = _equal_prefix(seen, messages, k, n)
+        k = _equal_prefix(flat, messages, k, n)
     state.generation += 1
     state.prefix = k
     head = buf.head()
@@ -303,7 +346,7 @@ def _sync_once(
     tombstoned: list[int] = []
     taken: set[str] = set()
     if k:
-        units = list(map(_UNIT, seen[:k]))
+        units = flat.units[:k]
         held = list(compress(range(k), map(operator.is_not, units, repeat(None))))
         tombs_by_id = head.tombs.by_id
         if tombs_by_id:  # one C-level look-up per unit, the tombstones only for the rest
@@ -354,8 +397,8 @@ def _sync_once(
         fresh = [f if f is not None else next(it) for f in fresh]
         report = replace(
             report,
-            held=tuple(sorted({*held, *report.held})),
-            tombstoned=tuple(sorted({*tombstoned, *report.tombstoned})),
+            held=_merged(held, report.held, k),
+            tombstoned=_merged(tombstoned, report.tombstoned, k),
         )
     else:
         report = SyncReport((), tuple(held), tuple(tombstoned), (), (), head.number)
@@ -376,7 +419,30 @@ def _sync_once(
     ]
     changes.state = state
     state.seen = seen[:k] + fresh_seen
+    # every message now stands in ``seen`` as itself, in order
+    fields = flat.fields
+    if fields is not None:
+        tail = fields_of(messages[k:])
+        fields = None if tail is None else _joined(fields, tail, k)
+    units = [*flat.units[:k], *map(_UNIT, fresh_seen)]
+    state.flat = Flat(state.seen, list(messages), units, fields)
     return report, changes
+
+
+def _merged(prefix: list[int], more: Sequence[int], k: int) -> tuple[int, ...]:
+    """Sorted positions: ``prefix`` (ascending, the first ones below ``k``
+    among them) and ``more``, without repeats. O(n) to copy, O(m log m)
+    for the m positions from ``k`` on."""
+    cut = bisect.bisect_left(prefix, k)
+    return (*prefix[:cut], *sorted({*prefix[cut:], *more}))
+
+
+def _joined(
+    fields: tuple[list[type], list[Any], list[Any]],
+    tail: tuple[list[type], list[Any], list[Any]],
+    k: int,
+) -> tuple[list[type], list[Any], list[Any]]:
+    return fields[0][:k] + tail[0], fields[1][:k] + tail[1], fields[2][:k] + tail[2]
 
 
 def _reason(framework: str) -> str:
@@ -418,6 +484,7 @@ def _diff(
     held: list[int] = []
     tombstoned: list[int] = []
     with buf.snapshot() as snap:
+        at = snap.version
         call_entry = _Calls(snap, state.calls)
         by_content = any(u is not None and u.id is None for _, _, u in pairs)
         if not by_content:
@@ -471,6 +538,7 @@ def _diff(
             if unit.summary and changes.summary is None:
                 changes.summary = entries[0]
     report = yield reads  # admitted by the caller (admit, or aadmit on a loop)
+    appended(buf, state, at, reads, report)
     state.index = None
     if index is not None:
         added = [

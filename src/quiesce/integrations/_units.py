@@ -18,7 +18,7 @@ import operator
 import weakref
 from collections.abc import Container, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from .._core.buffer import Buffer, Snapshot
 from .._core.entry import Entry, Kind, content_hash
@@ -189,15 +189,23 @@ def _primaries(snap: Snapshot) -> tuple[dict[str, list[str]], dict[str, list[str
     return live, tombs
 
 
+class UnitOptions(TypedDict, total=False):
+    """The options of :func:`sync_units` and :func:`async_sync_units`:
+    ``readmit`` (default ``"record"``), ``turn`` and ``actor`` as in the
+    adapters' sync; ``new_ids`` the prefix of generated ids (default ``"#q:"``)."""
+
+    readmit: ReadmitPolicy
+    turn: int | None
+    new_ids: str
+    actor: str | None
+
+
 def sync_units(
     buf: Buffer,
     units: Sequence[Unit],
     *,
     framework: str,
-    readmit: ReadmitPolicy = "record",
-    turn: int | None = None,
-    new_ids: str = "#q:",
-    actor: str | None = None,
+    **options: Unpack[UnitOptions],
 ) -> SyncReport:
     """Append the units the buffer does not hold yet (see the module docstring).
 
@@ -219,11 +227,8 @@ def sync_units(
     Raises :class:`InvalidArgument` (nothing appended) if two new units share
     an id or an entry cannot be built.
     """
-    version = buf.version
-    reads = _reads(buf, units, framework=framework, new_ids=new_ids)
-    report = admit(buf, reads, **_admit_options(framework, readmit, turn, actor))
-    _extend_index(buf, framework, version, reads, report)
-    return report
+    version, reads, admission = _begin(buf, units, framework, options)
+    return _after(buf, framework, version, reads, admit(buf, reads, **admission))
 
 
 async def async_sync_units(
@@ -231,20 +236,36 @@ async def async_sync_units(
     units: Sequence[Unit],
     *,
     framework: str,
-    readmit: ReadmitPolicy = "record",
-    turn: int | None = None,
-    new_ids: str = "#q:",
-    actor: str | None = None,
+    **options: Unpack[UnitOptions],
 ) -> SyncReport:
     """:func:`sync_units` for code on the event loop, on any
     :class:`~quiesce.AsyncBuffer` (a shared buffer included): the same
     matching against a local snapshot, then the adapters'
     :func:`~quiesce.adapters._common.aadmit` (its atomicity and cancellation
     notes hold). Always a checkpoint; never touches a disk on the loop."""
+    version, reads, admission = _begin(buf, units, framework, options)
+    return _after(buf, framework, version, reads, await aadmit(buf, reads, **admission))
+
+
+def _begin(
+    buf: Buffer | AsyncBuffer, units: Sequence[Unit], framework: str, options: UnitOptions
+) -> tuple[int, list[Read], dict[str, Any]]:
+    """The head version a sync of ``units`` starts at, its reads, and the
+    keyword arguments of their admission."""
     version = buf.version
-    reads = _reads(buf, units, framework=framework, new_ids=new_ids)
-    report = await aadmit(buf, reads, **_admit_options(framework, readmit, turn, actor))
+    reads = _reads(buf, units, framework=framework, new_ids=options.get("new_ids", "#q:"))
+    admission = _admit_options(
+        framework, options.get("readmit", "record"), options.get("turn"), options.get("actor")
+    )
+    return version, reads, admission
+
+
+def _after(
+    buf: Buffer | AsyncBuffer, framework: str, version: int, reads: list[Read], report: SyncReport
+) -> SyncReport:
+    """``report``, once the sync state knows what the admission appended."""
     _extend_index(buf, framework, version, reads, report)
+    appended(buf, state_of(buf, framework), version, reads, report)
     return report
 
 
@@ -273,6 +294,31 @@ def _extend_index(
         if e.content is not None and e.meta.get("unit") == e.id:
             index[1].setdefault(e.content_hash, []).append(e.id)
     state.index = (buf.version, index[1], index[2])
+
+
+def appended(
+    buf: Buffer | AsyncBuffer, state: SyncState, version: int, reads: list[Read], report: SyncReport
+) -> None:
+    """Keep ``state.tail`` (what the buffer's window is since the last render)
+    after an admission of ``reads`` that began at ``version``: when the tail
+    was known at ``version`` and the buffer moved by exactly the one version
+    of this batch (no other writer, no rewrite), the entries of the appended
+    reads are added to it in order (appends go to the end of the window);
+    else it is forgotten, and the next render compares the whole window.
+    O(new)."""
+    tail = state.tail
+    state.tail = None
+    if tail is None or tail[0] != version:
+        return
+    if not report.appended:
+        if buf.version == version:
+            state.tail = tail
+        return
+    if buf.version != version + 1:
+        return
+    positions = set(report.appended)
+    ids = [e.id for r in reads if r.index in positions for e in r.entries]
+    state.tail = (version + 1, [*tail[1], *ids])
 
 
 def _reads(
@@ -352,6 +398,70 @@ class Seen:
     digest: str | None
 
 
+class Flat:
+    """The last synced history of a :class:`SyncState` as flat lists, for
+    the prefix checks of a sync (:mod:`quiesce.integrations._history`).
+
+    Invariant: ``seen`` is the very list (``SyncState.seen``) these lists
+    were made for, and ``objs[i]`` / ``units[i]`` are ``seen[i].obj`` /
+    ``seen[i].unit`` (``objs`` as the last sync found them: a later copy
+    replaces its object in both). ``fields`` is ``None`` until first needed
+    (or when a message is no plain pydantic model), else the types, field
+    dicts and extra values of ``objs``, in order: what an equal copy must
+    match (see :func:`equal`). Reading compact lists instead of the
+    ``Seen`` records and the old objects keeps a turn's check of a
+    checkpointer's copies to one pass over the new objects. O(history)
+    memory (pointers only)."""
+
+    __slots__ = ("fields", "objs", "seen", "units")
+
+    def __init__(
+        self,
+        seen: list[Seen],
+        objs: list[object],
+        units: list[str | None],
+        fields: tuple[list[type], list[Any], list[Any]] | None = None,
+    ) -> None:
+        self.seen = seen
+        self.objs = objs
+        self.units = units
+        self.fields = fields
+
+
+_DICT = operator.attrgetter("__dict__")
+_EXTRA = operator.attrgetter("__pydantic_extra__")
+_PRIVATE = operator.attrgetter("__pydantic_private__")
+_OBJ = operator.attrgetter("obj")
+_UNIT = operator.attrgetter("unit")
+
+
+def fields_of(objs: Sequence[object]) -> tuple[list[type], list[Any], list[Any]] | None:
+    """The types, field dicts and extra values of ``objs`` (``None`` unless
+    every one is a plain pydantic model whose class has no private
+    attributes: then these three lists decide ``==`` between two of them,
+    see :func:`equal`). O(n), no Python frame per object."""
+    types = list(map(type, objs))
+    kinds = set(types)
+    if not all(map(_plain_model, kinds)) or any(
+        getattr(t, "__private_attributes__", None) for t in kinds
+    ):
+        return None
+    try:
+        return types, list(map(_DICT, objs)), list(map(_EXTRA, objs))
+    except AttributeError:  # a model built without pydantic's __init__
+        return None
+
+
+def flat_of(state: SyncState) -> Flat:
+    """``state``'s :class:`Flat`, made from ``state.seen`` if it is not the
+    list the cached one was made for. O(1) when current, else O(n)."""
+    flat = state.flat
+    seen = state.seen
+    if flat is None or flat.seen is not seen:
+        flat = state.flat = Flat(seen, list(map(_OBJ, seen)), list(map(_UNIT, seen)))
+    return flat
+
+
 class SyncState:
     """What one buffer holds of one framework's history, as last synced.
 
@@ -363,7 +473,10 @@ class SyncState:
     ``rendered`` holds digests of messages quiesce made that are no entry
     (notes, stand-in results); ``refused`` the ids whose drop the policy
     refused (they stay, and are not requested again); ``objects`` the last
-    object synced under each framework id. ``cache`` is the integration's render cache
+    object synced under each framework id; ``flat`` the last history as flat
+    lists (:class:`Flat`, valid while it was made for ``seen``); ``tail`` the
+    entries this state's own admissions appended since the last render
+    (:func:`appended`). ``cache`` is the integration's render cache
     (entry → framework object), rebuilt on every render so it never outgrows
     the window. Memory: O(history).
     """
@@ -394,6 +507,13 @@ class SyncState:
         #: previous history's objects or equal copies of them, in place
         self.generation = 0
         self.prefix = 0
+        #: ``seen`` as flat lists (see :class:`Flat`; stale when ``seen`` is
+        #: replaced, and then rebuilt on first use)
+        self.flat: Flat | None = None
+        #: (version, ids): the window at ``version`` is the last render's
+        #: entries followed by the entries ``ids`` this state's syncs
+        #: appended since, in order (``None``: not known; see :func:`appended`)
+        self.tail: tuple[int, list[str]] | None = None
 
     def forget(self) -> None:
         """Forget what was synced (after a sync whose appends were cut short):

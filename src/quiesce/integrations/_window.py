@@ -61,19 +61,26 @@ def rendered(
     objects, in order, then new ones: the common turn), only the new slots are
     rebuilt — unless a new entry is a part (a call or result) of a message
     shown before. Otherwise every slot is rebuilt except those whose dump,
-    calls, results and text are the ones cached. ``rebuild`` must give
-    objects nobody mutates (or the caller copies them). O(n) identity checks
-    plus the rebuilt slots. Returns a new list."""
-    entries = list(snap)
+    calls, results and text are the ones cached. When only ``state``'s own
+    syncs appended since the last render (its tracked ``tail``), the new
+    entries are taken by id and the window is not listed or compared:
+    O(new log n) plus O(n) list copies in C. ``rebuild`` must give
+    objects nobody mutates (or the caller copies them). Else O(n) identity
+    checks plus the rebuilt slots. Returns a new list."""
     prev = state.last_entries
     units = state.last_units
-    if len(prev) <= len(entries) and all(map(operator.is_, prev, entries)):  # C-level
+    appended = _known_tail(snap, state)
+    entries = [*prev, *appended] if appended is not None else list(snap)
+    if appended is not None or (
+        len(prev) <= len(entries) and all(map(operator.is_, prev, entries))  # C-level
+    ):
         tail = entries[len(prev) :]
         if not any(e.meta.get("unit") in units and e.meta.get("unit") != e.id for e in tail):
             slots = window_of(tail, state, keep=False, framework=framework)
             state.kept = len(state.last_render)
             out = [*state.last_render, *(m for m in map(rebuild, slots) if m is not None)]
             state.last_entries, state.last_render = entries, out
+            state.tail = (snap.version, [])
             units.update(s.unit for s in slots)
             return list(out)
     state.kept = 0
@@ -92,8 +99,24 @@ def rendered(
             out.append(m)
     state.cache = cache
     state.last_entries, state.last_render = entries, out
+    state.tail = (snap.version, [])
     state.last_units = {s.unit for s in slots}
     return list(out)
+
+
+def _known_tail(snap: Snapshot, state: SyncState) -> list[Entry] | None:
+    """The entries ``snap``'s window has after the last render's, when
+    ``state`` knows them (only its own syncs appended since: see
+    :func:`~quiesce.integrations._units.appended`), else ``None``. Checked
+    against the snapshot: each is live there, and the window is exactly as
+    long as the last render's entries and these. O(new log n)."""
+    tail = state.tail
+    if tail is None or tail[0] != snap.version:
+        return None
+    got = [snap.get(i) for i in tail[1]]
+    if None in got or len(snap) != len(state.last_entries) + len(got):
+        return None
+    return got
 
 
 def paired(

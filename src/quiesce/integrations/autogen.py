@@ -33,9 +33,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import anyio
+from pydantic import TypeAdapter
 
 from .._core.buffer import Buffer, Snapshot
 from .._core.entry import Kind
@@ -45,9 +47,9 @@ from .._protocol import AsyncBuffer
 from ..pruner import Pruner
 from . import _store
 from ._conversation import Target
-from ._glue import missing_extra, prune_round, sync_buffer
+from ._glue import framework_imports, prune_round, sync_buffer
 
-try:
+with framework_imports("AutoGen", "autogen"):
     from autogen_core import FunctionCall
     from autogen_core.model_context import ChatCompletionContext
     from autogen_core.model_context._chat_completion_context import ChatCompletionContextState
@@ -59,8 +61,6 @@ try:
         SystemMessage,
         UserMessage,
     )
-except ImportError as exc:  # pragma: no cover - exercised without the extra
-    raise missing_extra("AutoGen", "autogen") from exc
 
 __all__ = ["QuiesceChatCompletionContext", "render_messages", "to_units"]
 
@@ -71,12 +71,17 @@ SOURCE = "quiesce"
 _ASSISTANT_KINDS = frozenset({Kind.REASONING, Kind.RATIONALE, Kind.SUMMARY, Kind.TOOL_CALL})
 
 
+#: AutoGen's message union, as ``ChatCompletionContextState.messages`` holds
+#: each item: its JSON dump is the item of the state's own dump.
+_MESSAGE: TypeAdapter[LLMMessage] = TypeAdapter(LLMMessage)
+
+
 def _dump(m: LLMMessage) -> Any:
-    return ChatCompletionContextState(messages=[m]).model_dump(mode="json")["messages"][0]
+    return _MESSAGE.dump_python(m, mode="json")
 
 
 def _load(native: Any) -> LLMMessage:
-    return ChatCompletionContextState.model_validate({"messages": [native]}).messages[0]
+    return _MESSAGE.validate_python(native)
 
 
 def _unit(index: int, m: object) -> _store.Unit:
@@ -301,10 +306,9 @@ class QuiesceChatCompletionContext(ChatCompletionContext):
         A checkpoint (the admission's) before the append; O(size of the
         message) besides the buffer's append."""
         buffer = await self.abuffer()
-        (unit,) = to_units([message])
         unit_id = f"#ag:{buffer.version}.0"
-        fresh = _store.Unit(unit_id, unit.kind, unit.body, unit.native, unit.calls, unit.results)
-        await _store.async_sync_units(buffer, [fresh], framework=FRAMEWORK, actor=__name__)
+        unit = replace(_unit(0, message), id=unit_id)
+        await _store.async_sync_units(buffer, [unit], framework=FRAMEWORK, actor=__name__)
         self._originals[unit_id] = message
 
     async def get_messages(self) -> list[LLMMessage]:

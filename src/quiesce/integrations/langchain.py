@@ -33,6 +33,11 @@ Messages are held as LangChain's own dicts (``message_to_dict``); see
 :mod:`quiesce.integrations._store` for the entry layout. One middleware (and
 one buffer, or a :class:`~quiesce.BufferPool` of them) per conversation thread.
 
+The module is split by job: the middleware is here; reading, syncing and
+rendering a history are :mod:`quiesce.integrations.langchain_history`, and
+LangGraph's message stream :mod:`quiesce.integrations.langchain_stream`.
+Every public name is importable from this module.
+
 Framework work-arounds: none in the middleware. Sync ``wrap_model_call``
 runs an async pruner with ``anyio.run`` in the calling thread (LangGraph's
 sync ``invoke`` runs nodes without an event loop).
@@ -40,25 +45,29 @@ sync ``invoke`` runs nodes without an event loop).
 
 from __future__ import annotations
 
-import json
 import weakref
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
 
 from .._core.buffer import Buffer, Snapshot
 from .._core.entry import Kind
-from .._core.errors import InvalidArgument
 from .._pool import BufferPool
-from .._protocol import AsyncBuffer, async_buffer, local_buffer
-from ..adapters._common import ReadmitPolicy, SyncReport, fingerprint
+from .._protocol import AsyncBuffer, local_buffer
+from ..adapters._common import fingerprint
 from ..pruner import Pruner
-from . import _store, _stream
+from . import _store
 from ._conversation import Target
-from ._glue import missing_extra, prune_round, sync_buffer
+from ._glue import framework_imports, prune_round, sync_buffer
+from .langchain_history import FRAMEWORK, with_note, without_calls
+from .langchain_history import async_sync_messages as async_sync_messages
+from .langchain_history import render_messages as render_messages
+from .langchain_history import sync_messages as sync_messages
+from .langchain_history import to_units as to_units
+from .langchain_stream import stream_messages as stream_messages
 
-try:
+with framework_imports("LangChain", "langchain"):
     from langchain.agents.middleware.types import (
         AgentMiddleware,
         AgentState,
@@ -71,17 +80,12 @@ try:
         AIMessage,
         AnyMessage,
         BaseMessage,
-        HumanMessage,
         RemoveMessage,
-        SystemMessage,
         ToolMessage,
         message_to_dict,
-        messages_from_dict,
     )
     from langgraph.config import get_config
     from langgraph.types import Command
-except ImportError as exc:  # pragma: no cover - exercised without the extra
-    raise missing_extra("LangChain", "langchain") from exc
 
 __all__ = [
     "QuiesceMiddleware",
@@ -91,239 +95,6 @@ __all__ = [
     "sync_messages",
     "to_units",
 ]
-
-FRAMEWORK = "langchain"
-
-_KINDS: dict[type[BaseMessage], Kind] = {
-    SystemMessage: Kind.INSTRUCTION,
-    HumanMessage: Kind.INSTRUCTION,
-    AIMessage: Kind.REASONING,
-}
-
-
-#: Kinds an assistant wrote: a text slot of one of them renders as an ``AIMessage``.
-_ASSISTANT_KINDS = frozenset({Kind.REASONING, Kind.RATIONALE, Kind.SUMMARY, Kind.TOOL_CALL})
-
-
-def _is_summary(m: BaseMessage) -> bool:
-    """LangChain's ``SummarizationMiddleware`` marks its summary message so."""
-    return isinstance(m, HumanMessage) and m.additional_kwargs.get("lc_source") == "summarization"
-
-
-def _unit(index: int, m: object) -> _store.Unit:
-    if not isinstance(m, BaseMessage):
-        raise InvalidArgument(
-            f"langchain: message {index}: expected a BaseMessage, not {type(m).__name__}"
-        )
-    name = type(m).__name__
-    native = message_to_dict(m)
-    mid = m.id if isinstance(m.id, str) and m.id else f"#lc:{fingerprint(native)}"
-    if isinstance(m, ToolMessage):
-        call_id = m.tool_call_id
-        if not isinstance(call_id, str) or not call_id:
-            raise InvalidArgument(f"langchain: message {index}: ToolMessage.tool_call_id is empty")
-        text = str(m.text)
-        result = _store.Result(call_id, text)
-        return _store.Unit(mid, Kind.TOOL_OUTPUT, text, native, results=(result,), bare=True)
-    kind = next((k for t, k in _KINDS.items() if isinstance(m, t)), None)
-    if kind is None:
-        raise InvalidArgument(
-            f"langchain: message {index}: {name} (type={m.type!r}) is not supported"
-        )
-    calls: list[_store.Call] = []
-    if isinstance(m, AIMessage):
-        for j, tc in enumerate(m.tool_calls):
-            tc_id = tc.get("id")
-            if not isinstance(tc_id, str) or not tc_id:
-                raise InvalidArgument(
-                    f"langchain: message {index}: AIMessage.tool_calls[{j}].id is empty"
-                )
-            args = json.dumps(tc.get("args", {}), sort_keys=True, ensure_ascii=False)
-            calls.append(_store.Call(tc_id, tc["name"], args))
-    summary = _is_summary(m)
-    return _store.Unit(mid, kind, str(m.text), native, calls=tuple(calls), summary=summary)
-
-
-def to_units(messages: Sequence[object]) -> list[_store.Unit]:
-    """LangChain messages read into units (all checked before any is used).
-
-    Raises :class:`InvalidArgument` naming the message index and the type or
-    field it cannot represent (``RemoveMessage``, ``ChatMessage``, a tool call
-    without an id)."""
-    units = [_unit(i, m) for i, m in enumerate(messages)]
-    ids = [u.id for u in units]
-    if len(set(ids)) != len(ids):
-        dup = next(i for i in ids if ids.count(i) > 1)
-        raise InvalidArgument(f"langchain: message id {dup!r} appears twice")
-    return units
-
-
-def _checked(messages: Sequence[object]) -> Sequence[object]:
-    if not isinstance(messages, Sequence) or isinstance(messages, str | bytes):
-        raise InvalidArgument(f"langchain: messages must be a list, not {type(messages).__name__}")
-    return messages
-
-
-def _ident(m: object) -> str | None:
-    mid = getattr(m, "id", None)
-    return mid if isinstance(mid, str) and mid else None
-
-
-#: How this module's syncs read and name what they append.
-_SYNC: dict[str, Any] = {"framework": FRAMEWORK, "actor": __name__, "ident": _ident}
-
-
-def sync_messages(
-    buffer: Buffer, messages: Sequence[object], *, readmit: ReadmitPolicy = "record"
-) -> SyncReport:
-    """Sync the agent's history into the buffer, faithfully: append the
-    messages it does not hold yet (by ``message.id``; idempotent), and settle
-    the history's own edits through the policy — a message changed under its
-    id is a ``Rewrite``, a message gone is a prune request, a
-    ``SummarizationMiddleware`` summary a ``Summarize`` of what it replaced;
-    the policy refuses (and escalates) each of them for protected messages,
-    which stay in the window (see :mod:`quiesce.integrations._store`).
-    ``readmit`` and the report are the adapters'
-    (:func:`quiesce.adapters.openai.sync_messages`). For code not on an event
-    loop: with a durable log this writes the log in the calling thread (on a
-    loop, use :func:`async_sync_messages`). A no-op sync of the same message
-    objects is O(n) identity checks."""
-    report, changes = _store.sync_history(
-        buffer, _checked(messages), _unit, readmit=readmit, **_SYNC
-    )
-    if changes:
-        _store.apply_changes(buffer, changes)
-    return report
-
-
-async def async_sync_messages(
-    buffer: Buffer | AsyncBuffer, messages: Sequence[object], *, readmit: ReadmitPolicy = "record"
-) -> SyncReport:
-    """:func:`sync_messages` for code on an event loop, on any
-    :class:`~quiesce.AsyncBuffer` (a shared buffer included): the appends go
-    through the async admission and the edits through ``aedit``, so no log
-    write runs on the loop. A checkpoint when anything is appended or
-    settled."""
-    face = async_buffer(buffer, "langchain.async_sync_messages")
-    report, changes = await _store.async_sync_history(
-        face, _checked(messages), _unit, readmit=readmit, **_SYNC
-    )
-    if changes:
-        await _store.aapply_changes(face, changes)
-    return report
-
-
-def _without_calls(msg: AIMessage, live: set[str]) -> AIMessage:
-    """``msg`` keeping only the tool calls in ``live`` (also in its content blocks)."""
-    if all(tc.get("id") in live for tc in msg.tool_calls):
-        return msg
-    kept = [tc for tc in msg.tool_calls if tc.get("id") in live]
-    content = msg.content
-    if isinstance(content, list):
-        content = [
-            b
-            for b in content
-            if not (
-                isinstance(b, dict)
-                and b.get("type") in ("tool_use", "tool_call", "function_call")
-                and b.get("id") not in live
-            )
-        ]
-    return msg.model_copy(update={"tool_calls": kept, "content": content})
-
-
-def _text_message(slot: _store.Slot) -> BaseMessage:
-    """A plain message for a text slot (a summary, a rewritten message)."""
-    if slot.results:
-        return ToolMessage(content=slot.text, tool_call_id=slot.results[0], id=slot.unit)
-    if slot.calls or slot.kind in _ASSISTANT_KINDS:
-        tool_calls = [_tool_call(c) for c in slot.calls]
-        return AIMessage(content=slot.text, tool_calls=tool_calls, id=slot.unit)
-    return HumanMessage(content=slot.text, id=slot.unit)
-
-
-def _rebuild(slot: _store.Slot) -> BaseMessage | None:
-    if slot.native is None:
-        return _text_message(slot)
-    msg = messages_from_dict([slot.native])[0]
-    if isinstance(msg, ToolMessage):
-        return msg if slot.results else None
-    if isinstance(msg, AIMessage):
-        shown = {tc.get("id") for tc in msg.tool_calls}
-        added = [c for c in slot.calls if c.call_id not in shown]
-        if added:
-            # Calls the framework added to this message after it was stored
-            # (the stored dump predates them): rebuilt from their entries.
-            msg = msg.model_copy(update={"tool_calls": [*msg.tool_calls, *map(_tool_call, added)]})
-        if msg.tool_calls:
-            return _without_calls(msg, slot.call_ids)
-    return msg
-
-
-def _tool_call(c: _store.Call) -> Any:
-    return {"name": c.name, "args": json.loads(c.arguments), "id": c.call_id, "type": "tool_call"}
-
-
-def _paired(messages: list[BaseMessage]) -> list[BaseMessage]:
-    """Drop results whose call is not shown; add a stand-in result after the
-    results of each AI message for every call left unanswered."""
-    out: list[BaseMessage] = []
-    open_calls: dict[str, str] = {}  # call id -> tool name, of the latest AI message
-
-    def close() -> None:
-        for call_id, name in open_calls.items():
-            out.append(
-                ToolMessage(content=_store.stand_in(call_id), tool_call_id=call_id, name=name)
-            )
-        open_calls.clear()
-
-    for m in messages:
-        if isinstance(m, ToolMessage):
-            if open_calls.pop(m.tool_call_id, None) is not None:
-                out.append(m)
-            continue
-        close()
-        out.append(m)
-        if isinstance(m, AIMessage):
-            open_calls.update({str(tc["id"]): tc["name"] for tc in m.tool_calls})
-    close()
-    return out
-
-
-def render_messages(
-    snap: Snapshot, *, buffer: Buffer | AsyncBuffer | None = None
-) -> tuple[list[BaseMessage], str | None]:
-    """The window of ``snap`` as LangChain messages, and the quiesce note (or
-    ``None``). Every tool call in the result is answered. O(n).
-
-    With the ``buffer`` the snapshot is of, messages are rebuilt once and
-    reused while their entries are unchanged (LangChain's models do not
-    mutate their input): a render after k appends rebuilds k messages. A
-    message another framework stored (a shared conversation) renders as a
-    plain message."""
-    if buffer is None:
-        slots = _store.window(snap, FRAMEWORK)
-        rebuilt = [m for m in map(_rebuild, slots) if m is not None]
-        return _paired(rebuilt), _store.notes(snap)
-    state = _store.state_of(buffer, FRAMEWORK)
-    rebuilt = _store.rendered(snap, state, _rebuild, FRAMEWORK)
-    return _store.paired(state, rebuilt, _paired, _settled), _store.notes(snap)
-
-
-def _settled(m: BaseMessage) -> bool:
-    """No call is open after ``m`` (see :func:`_paired`)."""
-    return not isinstance(m, ToolMessage) and not (isinstance(m, AIMessage) and m.tool_calls)
-
-
-def _with_note(system: SystemMessage | None, note: str | None) -> SystemMessage | None:
-    if note is None:
-        return system
-    if system is None:
-        return SystemMessage(content=note)
-    content = system.content
-    if isinstance(content, str):
-        return system.model_copy(update={"content": f"{content}\n\n{note}"})
-    return system.model_copy(update={"content": [*content, {"type": "text", "text": note}]})
 
 
 class QuiesceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
@@ -390,7 +161,7 @@ class QuiesceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                         str(tc["id"]) for tc in m.tool_calls if f"{m.id}/{tc['id']}" not in tombs
                     }
                     if len(live) != len(m.tool_calls):
-                        updates.append(_without_calls(m, live))
+                        updates.append(without_calls(m, live))
         return {"messages": updates} if updates else None
 
     def _response(
@@ -424,7 +195,7 @@ class QuiesceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             return request  # idle: the model gets what LangChain built
         return request.override(
             messages=list[AnyMessage](messages),  # type: ignore[arg-type]
-            system_message=_with_note(request.system_message, note),
+            system_message=with_note(request.system_message, note),
         )
 
     def wrap_model_call(
@@ -602,112 +373,3 @@ def _same(a: Sequence[object], b: Sequence[object]) -> bool:
 
 def _is_live_call(snap: Snapshot, call_id: str) -> bool:
     return any(e.kind is Kind.TOOL_CALL and e.meta.get("call_id") == call_id for e in snap)
-
-
-# -- streaming (LangGraph ``stream_mode="messages"``) ---------------------------
-
-
-async def stream_messages(
-    buffer: Buffer | AsyncBuffer | BufferPool[Any],
-    stream: AsyncIterable[Any],
-    *,
-    nodes: Collection[str] | None = ("model",),
-    readmit: ReadmitPolicy = "record",
-) -> AsyncIterator[Any]:
-    """Feed an agent's answers into ``buffer`` while they stream; yield every
-    item of ``stream`` unchanged.
-
-    ``stream`` is LangGraph's ``agent.astream(..., stream_mode="messages")``
-    (items ``(message_chunk, metadata)``; with several modes, ``("messages",
-    (chunk, metadata))`` items are read and the others passed through).
-    Each ``AIMessageChunk`` of a node in ``nodes`` (``None``: any node;
-    default ``create_agent``'s model node) is written into an open entry
-    under the message's id before the item is yielded, so a reader pinning a
-    snapshot sees the answer grow (:mod:`quiesce.integrations._stream`).
-    When the message ends (its ``chunk_position="last"`` chunk, a chunk of
-    another message, or the end of the stream) the entry is closed with the
-    merged message's ``message_to_dict`` dump and its tool calls are
-    appended: the entry is the one :class:`QuiesceMiddleware`'s next sync
-    finds held by id, so nothing is appended twice. A partial tool call is
-    never a call, and a thinking block is never written into the open entry.
-
-    ``buffer`` is what :class:`QuiesceMiddleware` takes: one buffer, bound
-    to the run's ``thread_id`` as the middleware binds it
-    (:class:`~quiesce.ConversationMismatch` for another thread, raised at
-    that thread's first message, before it is written), or a
-    :class:`~quiesce.BufferPool`: each message goes to the buffer of the
-    ``thread_id`` in its item's metadata (LangGraph puts the config's there)
-    — the one the middleware syncs that thread into. With a pool, a message
-    of a run without a ``thread_id`` (no checkpointer) raises
-    :class:`~quiesce.InvalidArgument`, writing nothing of it.
-
-    Cut short — the run raises, the task is cancelled, or the consumer stops
-    iterating (``aclose``) — the open entry is aborted: the text that arrived
-    stays, marked stale with the reason, and nothing of it renders as a call.
-    The frameworks' loop is asyncio's (LangGraph runs on asyncio only).
-    O(1) amortized per chunk plus the final merge, O(message).
-    """
-    from langchain_core.messages import AIMessageChunk, message_chunk_to_message
-
-    target = Target(buffer, None, "langchain.stream_messages")
-    current: _stream.MessageStream | None = None
-    chunks: list[AIMessageChunk] = []
-
-    async def finish() -> None:
-        nonlocal current
-        assert current is not None
-        merged = chunks[0] if len(chunks) == 1 else chunks[0] + chunks[1:]
-        done, current = current, None
-        chunks.clear()
-        final = message_chunk_to_message(merged)
-        await done.finish(_unit(0, final), readmit=readmit)
-
-    try:
-        async for item in stream:
-            payload = item[1] if _is_mode_item(item) else item
-            chunk, meta = payload if _is_pair(payload) else (None, None)
-            ours = nodes is None or (isinstance(meta, dict) and meta.get("langgraph_node") in nodes)
-            streams = isinstance(chunk, AIMessageChunk) and isinstance(chunk.id, str) and chunk.id
-            if streams and ours:
-                assert isinstance(chunk, AIMessageChunk) and isinstance(chunk.id, str)
-                if current is not None and current.id != chunk.id:
-                    await finish()
-                if current is None:
-                    face = await _stream_buffer(target, meta)
-                    current = _stream.MessageStream(face, framework=FRAMEWORK, entry_id=chunk.id)
-                chunks.append(chunk)
-                current.write(str(chunk.text))
-                if chunk.chunk_position == "last":
-                    await finish()
-            yield item
-        if current is not None:
-            await finish()
-    except GeneratorExit:
-        if current is not None:
-            current.interrupt(_stream.interrupted_reason(FRAMEWORK, None))
-        raise
-    except BaseException as exc:
-        if current is not None:
-            current.interrupt(_stream.interrupted_reason(FRAMEWORK, exc))
-        raise
-
-
-async def _stream_buffer(target: Target, meta: object) -> AsyncBuffer:
-    """The buffer of a streamed message's thread (its item's ``thread_id``
-    metadata), resolved as :class:`QuiesceMiddleware` resolves a call's."""
-    thread = meta.get("thread_id") if isinstance(meta, dict) else None
-    if target.pool is not None and thread is None:
-        raise InvalidArgument(
-            "langchain.stream_messages: a BufferPool picks the buffer by the run's thread_id, "
-            "and this run has none (give the agent a checkpointer and the config a thread_id)"
-        )
-    return await target.buffer(None if thread is None else str(thread), None)
-
-
-def _is_mode_item(item: object) -> bool:
-    """A ``(mode, payload)`` item of a multi-mode stream carrying messages."""
-    return isinstance(item, tuple) and len(item) == 2 and item[0] == "messages"
-
-
-def _is_pair(payload: object) -> bool:
-    return isinstance(payload, tuple) and len(payload) == 2

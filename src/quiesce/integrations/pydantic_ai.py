@@ -63,13 +63,11 @@ from ..adapters._common import ReadmitPolicy, SyncReport, fingerprint
 from ..pruner import Pruner
 from . import _store
 from ._conversation import Target, anonymous_id
-from ._glue import missing_extra, prune_round
+from ._glue import framework_imports, prune_round
 
-try:
+with framework_imports("pydantic-ai", "pydantic-ai"):
     from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
     from pydantic_ai.tools import RunContext
-except ImportError as exc:  # pragma: no cover - exercised without the extra
-    raise missing_extra("pydantic-ai", "pydantic-ai") from exc
 
 # The parts of this integration, imported once pydantic-ai is known to be there.
 from ._pydantic_ai_parts import (
