@@ -15,13 +15,12 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
+import _cpu_profile
 from quiesce import Buffer, Entry, Kind, LogRecord
 
 # Shared, noisy CI machines: property tests check behaviour, never speed, so
 # no per-example deadline and no "too slow" health check anywhere.
-settings.register_profile(
-    "quiesce", deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+settings.register_profile("quiesce", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("quiesce")
 
 
@@ -58,6 +57,36 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return rank.get(name, len(rank))
 
     items.sort(key=place)
+
+
+# -- the opt-in CPU profile (QUIESCE_TEST_CPU=path; tests/_cpu_profile.py) ----
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Start the CPU profile when ``QUIESCE_TEST_CPU`` names an output path."""
+    if _cpu_profile.enabled():
+        _cpu_profile.configure()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The profile's collection time (imports of every test module)."""
+    if _cpu_profile.enabled():
+        _cpu_profile.collection_finished()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """One test's CPU (setup, call and teardown) when the profile is on."""
+    if _cpu_profile.enabled():
+        yield from _cpu_profile.measure(item.nodeid)
+    else:
+        yield
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Write the profile (each worker its part; the controller merges them)."""
+    if _cpu_profile.enabled():
+        _cpu_profile.session_finished(session.config)
 
 
 @pytest.fixture(params=["asyncio", "trio"])
@@ -139,9 +168,11 @@ def pg_cluster() -> Iterator[Any]:
             pytest.fail("PostgreSQL server binaries (initdb, pg_ctl) not found under CI=true")
         pytest.skip("PostgreSQL server binaries (initdb, pg_ctl) not found")
     cluster = Cluster.create(bindir, free_port())
+    _cpu_profile.cluster_started(cluster.datadir)
     try:
         yield cluster
     finally:
+        _cpu_profile.cluster_stopping(cluster.datadir)
         cluster.destroy()
 
 
