@@ -24,21 +24,28 @@ settings.register_profile("quiesce", deadline=None, suppress_health_check=[Healt
 settings.load_profile("quiesce")
 
 
-#: The longest test files (most CPU and wall time first, measured on two
-#: cores), run first: ``--dist loadfile`` gives a worker one file at a time,
-#: so a long file started last would leave the other worker idle while it
-#: runs (longest first keeps the two workers' ends within the length of the
-#: shortest files). Every other file keeps its place and each file its order.
+#: The longest test files (most CPU time first: ``QUIESCE_TEST_CPU=path``
+#: measures it, see tests/_cpu_profile.py), run first: ``--dist loadfile``
+#: gives a worker one file at a time, so a long file started last would leave
+#: the other worker idle while it runs (longest first keeps the two workers'
+#: ends within the length of the shortest files). Every other file keeps its
+#: place and each file its order.
 LONGEST_FIRST = (
+    "tools/test_bench_smoke.py",
     "shared/test_shared_faults.py",
     "shared/test_shared.py",
     "log/test_log_fuzz.py",
     "log/test_log_postgres_checkpoint.py",
-    "tools/test_bench_smoke.py",
+    "core/test_pin_interleavings.py",
     "project/test_examples.py",
-    "runtime/test_runtime_faults.py",
-    "core/test_tomb_index.py",
     "testing/test_simulation.py",
+    "adapters/test_adapter_streams.py",
+    "log/test_log_crash.py",
+    "core/test_tomb_index.py",
+    "runtime/test_runtime_random.py",
+    "runtime/test_runtime_faults.py",
+    "shared/test_shared_once.py",
+    "log/test_log_stateful.py",
     "log/test_log_open_cost.py",
 )
 _TESTS = Path(__file__).resolve().parent
