@@ -72,19 +72,30 @@ def _proc_cpu(pid: int, with_reaped: bool) -> tuple[float, int]:
     return ticks / _TICK, int(fields[1])
 
 
+#: per data directory, the postmaster last seen and its tree's CPU then: a
+#: test that restarts the server gets a new postmaster, and the old one's
+#: CPU (as last read) is kept in ``_retired_pg``
+_last: dict[str, tuple[int, float]] = {}
+
+
 def _tree_cpu(datadir: str) -> float:
     """CPU of one server: postmaster (with the backends it reaped) + live backends."""
+    global _retired_pg
     try:
         with open(os.path.join(datadir, "postmaster.pid")) as f:
             master = int(f.readline())
     except (OSError, ValueError):
-        return 0.0
+        return _last.get(datadir, (0, 0.0))[1]
     total, _ = _proc_cpu(master, with_reaped=True)
     for name in os.listdir("/proc"):
         if name.isdigit() and int(name) != master:
             child, parent = _proc_cpu(int(name), with_reaped=False)
             if parent == master:
                 total += child
+    pid, before = _last.get(datadir, (master, 0.0))
+    if pid != master:  # restarted since the last reading
+        _retired_pg += before
+    _last[datadir] = (master, total)
     return total
 
 
@@ -104,6 +115,7 @@ def cluster_stopping(datadir: str) -> None:
     if datadir in _clusters:
         _retired_pg += _tree_cpu(datadir)
         _clusters.remove(datadir)
+        _last.pop(datadir, None)
 
 
 def configure() -> None:
