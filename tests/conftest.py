@@ -15,31 +15,37 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
+import _cpu_profile
 from quiesce import Buffer, Entry, Kind, LogRecord
 
 # Shared, noisy CI machines: property tests check behaviour, never speed, so
 # no per-example deadline and no "too slow" health check anywhere.
-settings.register_profile(
-    "quiesce", deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+settings.register_profile("quiesce", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("quiesce")
 
 
-#: The longest test files (most CPU and wall time first, measured on two
-#: cores), run first: ``--dist loadfile`` gives a worker one file at a time,
-#: so a long file started last would leave the other worker idle while it
-#: runs (longest first keeps the two workers' ends within the length of the
-#: shortest files). Every other file keeps its place and each file its order.
+#: The longest test files (most CPU time first: ``QUIESCE_TEST_CPU=path``
+#: measures it, see tests/_cpu_profile.py), run first: ``--dist loadfile``
+#: gives a worker one file at a time, so a long file started last would leave
+#: the other worker idle while it runs (longest first keeps the two workers'
+#: ends within the length of the shortest files). Every other file keeps its
+#: place and each file its order.
 LONGEST_FIRST = (
+    "tools/test_bench_smoke.py",
     "shared/test_shared_faults.py",
     "shared/test_shared.py",
     "log/test_log_fuzz.py",
     "log/test_log_postgres_checkpoint.py",
-    "tools/test_bench_smoke.py",
+    "core/test_pin_interleavings.py",
     "project/test_examples.py",
-    "runtime/test_runtime_faults.py",
-    "core/test_tomb_index.py",
     "testing/test_simulation.py",
+    "adapters/test_adapter_streams.py",
+    "log/test_log_crash.py",
+    "core/test_tomb_index.py",
+    "runtime/test_runtime_random.py",
+    "runtime/test_runtime_faults.py",
+    "shared/test_shared_once.py",
+    "log/test_log_stateful.py",
     "log/test_log_open_cost.py",
 )
 _TESTS = Path(__file__).resolve().parent
@@ -58,6 +64,36 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return rank.get(name, len(rank))
 
     items.sort(key=place)
+
+
+# -- the opt-in CPU profile (QUIESCE_TEST_CPU=path; tests/_cpu_profile.py) ----
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Start the CPU profile when ``QUIESCE_TEST_CPU`` names an output path."""
+    if _cpu_profile.enabled():
+        _cpu_profile.configure()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The profile's collection time (imports of every test module)."""
+    if _cpu_profile.enabled():
+        _cpu_profile.collection_finished()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """One test's CPU (setup, call and teardown) when the profile is on."""
+    if _cpu_profile.enabled():
+        yield from _cpu_profile.measure(item.nodeid)
+    else:
+        yield
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Write the profile (each worker its part; the controller merges them)."""
+    if _cpu_profile.enabled():
+        _cpu_profile.session_finished(session.config)
 
 
 @pytest.fixture(params=["asyncio", "trio"])
@@ -139,9 +175,11 @@ def pg_cluster() -> Iterator[Any]:
             pytest.fail("PostgreSQL server binaries (initdb, pg_ctl) not found under CI=true")
         pytest.skip("PostgreSQL server binaries (initdb, pg_ctl) not found")
     cluster = Cluster.create(bindir, free_port())
+    _cpu_profile.cluster_started(cluster.datadir)
     try:
         yield cluster
     finally:
+        _cpu_profile.cluster_stopping(cluster.datadir)
         cluster.destroy()
 
 

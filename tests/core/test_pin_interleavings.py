@@ -1271,8 +1271,16 @@ def check(run: Run) -> None:
     assert not run.failed, run.report()
 
 
-#: seeds per scenario in the default mode (strategies cycle with the seed)
+#: seeds per scenario (strategies cycle with the seed): the first half runs
+#: by default, the second half under -m slow
 SEEDS = {"prune": 60, "unpins": 90, "withdraw": 60, "churn": 60}
+
+
+def seeds(scenario: str) -> list[Any]:
+    """``range(SEEDS[scenario])``, its second half marked slow (each half
+    cycles through every strategy)."""
+    n = SEEDS[scenario]
+    return [s if s < n // 2 else pytest.param(s, marks=pytest.mark.slow) for s in range(n)]
 
 
 class TestRandomSchedules:
@@ -1280,12 +1288,12 @@ class TestRandomSchedules:
     line of the protocol functions at a time; O1 and O2 after every step,
     the reader-side check and the end state after the run."""
 
-    @pytest.mark.parametrize("seed", range(SEEDS["prune"]))
+    @pytest.mark.parametrize("seed", seeds("prune"))
     def test_readers_pin_while_a_writer_prunes_what_they_read(self, seed: int) -> None:
         """(a) Invariant 5 from the reader's side, and no leak at the end."""
         check(explore("prune", seed))
 
-    @pytest.mark.parametrize("seed", range(SEEDS["unpins"]))
+    @pytest.mark.parametrize("seed", seeds("unpins"))
     def test_readers_at_two_versions_unpin_while_a_removal_is_staged(self, seed: int) -> None:
         """(b) The removal the two readers hold back is applied, never while
         either is still registered, and whichever unpin comes last (or the
@@ -1299,12 +1307,12 @@ class TestRandomSchedules:
         15 of these 40 sleepy schedules), and every oracle still holds."""
         check(explore("checked", seed, "sleepy"))
 
-    @pytest.mark.parametrize("seed", range(SEEDS["withdraw"]))
+    @pytest.mark.parametrize("seed", seeds("withdraw"))
     def test_pins_race_the_head_moving(self, seed: int) -> None:
         """(c) Pins that lose the race to a write withdraw and retry."""
         check(explore("withdraw", seed))
 
-    @pytest.mark.parametrize("seed", range(SEEDS["churn"]))
+    @pytest.mark.parametrize("seed", seeds("churn"))
     def test_readers_churn_at_the_head_while_an_old_reader_holds_a_removal(
         self, seed: int
     ) -> None:

@@ -8,7 +8,11 @@ Each kill is followed by a recovery in the parent, then the next child
 recovers the same file and carries on, so logs that survived several crashes
 are exercised too. The kill moments are random (a seeded delay after the
 child reports it is running), so kills land in appends, in flushes, inside
-``fsync`` and SQLite commits, and between a write and its report.
+``fsync`` and SQLite commits, and between a write and its report. On a loaded
+machine the child gets a small share of a core: the kill then also waits for
+the child to have run for half its delay in CPU time (at most ten delays of
+wall time), so a kill lands as deep into the child's work as on an idle
+machine, where the wall-time delay alone decides.
 """
 
 from __future__ import annotations
@@ -35,6 +39,33 @@ from quiesce._log.verify import main as verify_main
 CHILD = Path(__file__).resolve().parents[1].joinpath("_crash_child.py")
 KILLS = 15  # per sink: 30 kills in the default run
 SOAK_KILLS = 100
+#: the share of its delay the child must have run on a CPU before the kill,
+#: and the longest wait, in delays (see the module docstring)
+CPU_SHARE = 0.5
+MAX_STRETCH = 10.0
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of ``pid`` so far (from /proc; 0 without it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def _wait_before_kill(pid: int, delay: float) -> None:
+    """Sleep ``delay`` seconds, and longer while the child has run less than
+    ``CPU_SHARE * delay`` of CPU since now (up to ``MAX_STRETCH * delay``)."""
+    start, cpu0 = time.monotonic(), _cpu_seconds(pid)
+    time.sleep(delay)
+    while (
+        _cpu_seconds(pid) - cpu0 < CPU_SHARE * delay
+        and time.monotonic() - start < MAX_STRETCH * delay
+    ):
+        time.sleep(0.002)
 
 
 def _run_and_kill(
@@ -55,7 +86,7 @@ def _run_and_kill(
     try:
         first = proc.stdout.readline()
         assert first.startswith(b'{"ready"'), (first, proc.stderr.read() if proc.stderr else b"")
-        time.sleep(delay)
+        _wait_before_kill(proc.pid, delay)
     finally:
         proc.send_signal(signal.SIGKILL)
         out, err = proc.communicate()

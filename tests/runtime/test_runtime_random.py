@@ -19,7 +19,8 @@ recorded at the moment it is published, and:
 A failing seed is printed in the assertion message. The op sequence is fixed
 by the seed; trio also shuffles its run queue on purpose, so a trio failure
 may need a few runs of its seed to reproduce. ``QUIESCE_RANDOM_SEEDS=N`` runs
-N seeds per backend (default 200).
+N seeds per backend (default 200): seeds 0-99 by default, the rest under
+``-m slow``.
 """
 
 from __future__ import annotations
@@ -51,6 +52,11 @@ from quiesce._core.observe import tap_publications
 pytestmark = pytest.mark.anyio
 
 SEEDS = int(os.environ.get("QUIESCE_RANDOM_SEEDS", "200"))
+#: the seeds of the default run (the others run under -m slow)
+DEFAULT_SEEDS = 100
+SEED_PARAMS = [
+    s if s < DEFAULT_SEEDS else pytest.param(s, marks=pytest.mark.slow) for s in range(SEEDS)
+]
 
 Fingerprint = tuple[tuple[tuple[str, str, tuple[str, ...]], ...], frozenset[str], frozenset[str]]
 
@@ -255,7 +261,7 @@ async def run_schedule(seed: int) -> None:
         assert set(buf.published) == set(range(buf.version + 1))
 
 
-@pytest.mark.parametrize("seed", range(SEEDS))
+@pytest.mark.parametrize("seed", SEED_PARAMS)
 async def test_random_schedule(seed: int, anyio_backend: str) -> None:
     try:
         await run_schedule(seed)

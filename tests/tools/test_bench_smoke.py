@@ -101,8 +101,10 @@ def tiny_sizes(mp: pytest.MonkeyPatch) -> None:
         "QUICK_LL",
         replace(
             long_life.QUICK_LL,
-            ops=12_000,
-            ops_short=1_500,
+            ops=4_000,
+            ops_short=600,
+            live=100,
+            batch=20,
             big_cycles=50,
             edit_m=30,
             move_n=(100, 1_000),
