@@ -18,6 +18,7 @@ from quiesce import (
     Tombstone,
     UnknownEntry,
 )
+from quiesce._core.version import CHUNK
 
 
 class TestPinnedVersion:
@@ -55,6 +56,39 @@ class TestPinnedVersion:
             assert list(snap) == es
             assert snap.entries() == tuple(es)
             assert len(snap) == 3
+
+    def test_first_iteration_of_a_many_chunk_version_is_its_window_order(self) -> None:
+        """Iterating a version whose ordered view spans several chunks, first
+        thing after each kind of write (append, move, removal, mark: the view
+        derived, its flat tuple not built yet), yields exactly the window
+        order; so do a second iteration and ``entries()``."""
+        n = 3 * CHUNK + 7
+        buf = Buffer()
+        order = [f"e{i}" for i in range(n)]
+        for i in order:
+            buf.append(Entry(i, Kind.REASONING, f"step {i}"))
+
+        def check() -> None:
+            with buf.snapshot() as snap:
+                first = [e.id for e in snap]
+                assert first == order
+                assert [e.id for e in snap] == order
+                assert [e.id for e in snap.entries()] == order
+
+        check()
+        buf.append(Entry("tail", Kind.REASONING, "the tail"))
+        order.append("tail")
+        check()
+        buf.edit(EditPlan([Move("e5", before="e900")], reason="tidy"))
+        order.remove("e5")
+        order.insert(order.index("e900"), "e5")
+        check()
+        buf.prune(["e1", f"e{CHUNK}", "e1500"], reason="stale")
+        for i in ("e1", f"e{CHUNK}", "e1500"):
+            order.remove(i)
+        check()
+        buf.mark_stale("e2", "old")
+        check()
 
     def test_getitem_returns_the_entry(self, buf: Buffer) -> None:
         """snap[id] is the Entry that was appended."""

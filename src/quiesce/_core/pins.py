@@ -201,9 +201,11 @@ class Snapshot:
         return len(self._v().live)
 
     def __iter__(self) -> Iterator[Entry]:
-        """Live entries in window order. O(1) per entry after the version's
-        first iteration (the order is cached on the immutable version)."""
-        return iter(self._v().entries())
+        """Live entries in window order. O(1) per entry; the version's
+        ordered view is built (or derived) once, on first use, and cached on
+        the immutable version; no flat copy of it is made to iterate
+        (:meth:`~.version.Version.iter_entries`)."""
+        return self._v().iter_entries()
 
     def entries(self) -> tuple[Entry, ...]:
         """Live entries in window order, as a tuple."""

@@ -26,10 +26,13 @@ append, a mark, removals or a small edit records its parent and the change
 (:meth:`Version.derive`), and its view is the nearest cached ancestor's with
 those changes applied — copying only the chunks they touch and the chunk
 index, O(n / CHUNK + CHUNK) per entry placed — instead of an O(n log n)
-sort. Iteration uses one flat tuple of the entries, concatenated from the
-chunks on first use (C-level, about a nanosecond per entry), so it is as
-cheap as iterating a tuple. Chains are bounded (:data:`MAX_CHAIN` versions;
-a longer one, or a change that reorders wholesale, sorts again), and a
+sort. :meth:`Version.entries` concatenates the chunks into one flat tuple
+on first use (C-level, but a reference taken per entry: about as costly as
+one pass over them); iterating a snapshot chains the chunks instead when
+that tuple is not built yet (:meth:`Version.iter_entries`), so the first
+iteration after a write is one pass, not a copy and a pass. Chains are
+bounded (:data:`MAX_CHAIN` versions; a longer one, or a change that
+reorders wholesale, sorts again), and a
 version drops its parent link once its view is built, so old versions are
 never kept alive for long by their children.
 """
@@ -195,6 +198,18 @@ class Version:
             self._entries = cached
         return cached
 
+    def iter_entries(self) -> Iterator[Entry]:
+        """An iterator over the live entries in window order: over the flat
+        tuple of :meth:`entries` if it is built, else over the view's chunks
+        chained, without building it (the view is immutable, so the two
+        yield the same entries). O(1) to start once the view is built,
+        O(1) per entry."""
+        cached = self._entries
+        if cached is not None:
+            return iter(cached)
+        chunks = self.view().entries
+        return iter(chunks[0]) if len(chunks) == 1 else chain.from_iterable(chunks)
+
     def keys(self) -> tuple[float, ...]:
         """The order keys of :meth:`entries`, in window order (ascending)."""
         return tuple(chain.from_iterable(self.view().keys))
@@ -273,7 +288,7 @@ class Version:
         return work.freeze()
 
     def __iter__(self) -> Iterator[Entry]:
-        return iter(self.entries())
+        return self.iter_entries()
 
     def __len__(self) -> int:
         return len(self.live)
