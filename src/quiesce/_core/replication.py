@@ -205,7 +205,7 @@ class Replication:
         with st.write_lock:
             st.grace_floor = floor
         if buf.has_due():
-            buf._signal_due()
+            buf._pub.signal_due()
 
     @property
     def grace_floor(self) -> int | None:
