@@ -530,7 +530,7 @@ def test_drained_removal_is_not_the_callers_effect() -> None:
             rec.mark_stale("never-existed", "stale")  # fails inside the outer write
         assert "a" in buf.head().live  # never applied in the middle of a write
     finally:
-        buf._release()  # the outer writer's release drains what was left to it
+        buf._pub.release()  # the outer writer's release drains what was left to it
     assert "a" in buf.tombstones
     assert check_history(rec.history()) == []
 

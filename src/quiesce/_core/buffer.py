@@ -63,6 +63,7 @@ from .errors import (
     dangling_ref,
     duplicate_id,
 )
+from .extend import extend
 from .grace import Grace
 from .log import DEFAULT_RETENTION, EditLog, LogSink, ReadableSink, Records
 from .observe import Observer
@@ -89,8 +90,6 @@ from .verify import verify_buffer
 from .version import ADD as _ADD
 from .version import EMPTY_MAP, Slot, Version
 from .version import MAX_CHAIN as _MAX_CHAIN
-from .version import PATCH as _PATCH
-from .version import PATCH_MAX as _PATCH_MAX
 from .version import SAME as _SAME
 from .wire import append_record
 
@@ -413,99 +412,11 @@ class Buffer:
         self, entries: Sequence[Entry], overrides: Sequence[Override | None] | None = None
     ) -> int:
         """Publish *one* new version with ``entries`` at the end of the window,
-        in order (a batch: a chat message of several blocks, a turn of several
-        messages); ``overrides[i]`` lets ``entries[i]`` re-admit tombstoned
-        content, as ``append``'s ``override`` does. Returns the head version
-        (unchanged for an empty batch).
-
-        All or nothing: every entry is checked as :meth:`append` checks one
-        (against the head and the entries before it in the batch: an id used
-        twice is a :class:`DuplicateEntry`, a ref may name an earlier entry
-        of the batch) before anything is published; on any error the head is
-        unchanged (a refused re-admission is logged, as by ``append``). The
-        log gets one append record per entry, all of the new version (the
-        records after the first carry ``batch: true``, which replay accepts).
-        O(k · (log n + refs · log n)) for k entries. Never touches a disk.
-        """
-        st = self._st
-        batch = list(entries)
-        if overrides is None:
-            given: list[Override | None] = [None] * len(batch)
-        else:
-            given = list(overrides)
-            if len(given) != len(batch):
-                raise InvalidArgument(
-                    f"overrides must have one item per entry ({len(batch)}), not {len(given)}"
-                )
-        for e in batch:
-            if type(e) is not Entry:
-                raise InvalidType(f"extend takes Entries, not {type(e).__name__}")
-            if len(e.body) >= _CLASSIFY_FROM and self._pub.own_policy():
-                preclassify(e)
-        for o in given:
-            if o is not None and type(o) is not Override:
-                raise InvalidType(f"overrides must be Overrides or None, not {type(o).__name__}")
-        if not batch:
-            return self.version
-        st.write_lock.acquire()
-        try:
-            head = st.head
-            live = head.live
-            by_id = head.tombs.by_id
-            mine: set[str] = set()
-            readmitted: list[bool] = []
-            for entry, override in zip(batch, given, strict=True):
-                eid = entry.id
-                if eid in live or eid in mine:
-                    raise duplicate_id(eid, None)
-                if eid in by_id:
-                    raise duplicate_id(eid, by_id[eid])
-                for ref in entry.refs:
-                    if ref not in live and ref not in mine:
-                        raise dangling_ref(eid, ref, by_id.get(ref))
-                tomb = head.tombs.matching(entry.content_hash, entry.key) if by_id else None
-                if tomb is not None and override is None:
-                    raise self._pub.refuse_readmission(entry, tomb)
-                readmitted.append(tomb is not None)
-                mine.add(eid)
-            n = head.number + 1
-            key = head.next_key
-            new_live = live
-            referrers = head.referrers
-            placed: list[tuple[Entry, float]] = []
-            for entry in batch:
-                new_live = new_live.set(entry.id, _new_tuple(Slot, (entry, key, n)))
-                for ref in entry.refs:
-                    referrers = referrers.set(
-                        ref, referrers.get(ref, EMPTY_MAP).set(entry.id, None)
-                    )
-                placed.append((entry, key))
-                key += 1.0
-            new = Version(n, new_live, head.marks, head.tombs, referrers, key)
-            if len(placed) <= _PATCH_MAX:
-                new.derive(head, _PATCH, ((), tuple(placed)))
-            for (entry, k), override, overridden in zip(placed, given, readmitted, strict=True):
-                if entry.kind in _IMMUTABLE:
-                    st.immutable_hashes[entry.id] = entry.content_hash
-                else:
-                    st.unmarked_new.append(entry.id)
-                record = append_record(
-                    len(st.records),
-                    entry,
-                    k,
-                    n,
-                    _wall_clock(),
-                    entry is not batch[0],
-                    override,
-                    overridden,
-                )
-                self._pub.append_record(record)
-            st.head = new
-            return n
-        finally:
-            st.write_lock.release()
-            if st.due_flag and st.due_hook is None:
-                self._pub.drain_due()
+        in order, all or nothing (:func:`.extend.extend` states the rules);
+        ``overrides[i]`` lets ``entries[i]`` re-admit tombstoned content, as
+        ``append``'s ``override`` does. Returns the head version (unchanged
+        for an empty batch). O(k · (log n + refs · log n)); never touches a disk."""
+        return extend(self._st, self._pub, entries, overrides)
 
     # -- mark ----------------------------------------------------------------
 
@@ -587,11 +498,6 @@ class Buffer:
                 lock.release()
             if st.due_flag and st.due_hook is None:
                 self._pub.drain_due()
-
-    def _markable(self) -> set[str]:
-        """The exact index of live, mutable, unmarked ids (call under the
-        write lock; state.py). Amortized O(1) per append."""
-        return self._st.markable()
 
     # -- delegated to the parts ------------------------------------------------
 
@@ -693,10 +599,6 @@ class Buffer:
     def streams(self) -> Mapping[str, StreamWriter]:
         """The open streams by id (a copy). O(open streams)."""
         return self._streams.streams()
-
-    def _release(self) -> None:
-        """Release the write lock and drain a due signal left meanwhile."""
-        self._pub.release()
 
     def stats(self) -> Stats:
         """A frozen picture of the buffer. O(readers + distinct pinned
