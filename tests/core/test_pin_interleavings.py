@@ -1115,7 +1115,7 @@ SCENARIOS: dict[str, Callable[[], Setup]] = {
 #: makes (a new head; the heap, through the traced stage / pop_due) are
 #: still separated from the next shared access by a step boundary.
 PROTOCOL = frozenset({
-    "Buffer.snapshot", "Snapshot.__enter__", "Snapshot.__exit__", "Snapshot._v",
+    "Buffer.snapshot", "Snapshot.__enter__", "Snapshot.__exit__", "Snapshot._v", "Snapshot._v_for",
     "Snapshot.version", "Snapshot.entries", "Snapshot.is_stale", "Buffer.version",
     "PinRegistry.last_unpin", "PinRegistry.trim", "PinRegistry.oldest_locked",
     "PinRegistry.oldest_pin",

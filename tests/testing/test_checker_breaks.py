@@ -70,12 +70,13 @@ def drop_tombstones(mp: pytest.MonkeyPatch) -> None:
 def read_head(mp: pytest.MonkeyPatch) -> None:
     """Snapshots read whatever the head is now, not the version they pinned."""
 
-    def _v(self: Snapshot) -> Any:
+    def _v(self: Snapshot, entry_id: object = None) -> Any:
         if self._version is None:
             raise SnapshotReleased("released")
         return self._registry.st.head
 
     mp.setattr(Snapshot, "_v", _v)
+    mp.setattr(Snapshot, "_v_for", _v)
 
 
 def refused_edit_applies(mp: pytest.MonkeyPatch) -> None:

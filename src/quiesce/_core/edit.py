@@ -84,22 +84,13 @@ class Editor:
         flush: Flush,
         apply_due: Flush,
     ) -> PruneReport:
-        """Seed 000's decision procedure, per id.
-
-        ``PRUNED``: removed now (no reader pinned it unmarked), tombstone
-        written and durable. ``DEFERRED``: marked now, removed at its grace
-        point. ``MARKED``: refused and marked instead (``PROTECTED``,
-        ``NEGATIVE``, or ``REFERENCED`` by a surviving entry not in the same
-        request). ``UNCHANGED``: immutable kinds, unknown ids (``UNKNOWN``),
-        ids already removed, an open stream (``CONFLICT``: refused, nothing
-        marked or staged; prune it after its close). Ids in one request that cite each other are
-        removed together as one transaction; refusals cascade (a refused id
-        survives, so whatever it cites is refused too).
-
-        With a durable sink, pending records are flushed before anything
-        changes (a failing disk raises :class:`LogWriteError`, version
-        unchanged); the tombstones are durable before a removal is published.
-        """
+        """:meth:`Buffer.prune <quiesce.Buffer.prune>` (its docstring states
+        the outcomes): the ids checked, pending records flushed through
+        ``flush`` before anything changes, the request decided under the write
+        lock (:meth:`prune_locked`), a due removal applied through
+        ``apply_due`` after it, outside the lock (a durable removal never
+        makes a concurrent mark wait for the disk). O(ids · log n) plus the
+        flush and the removal."""
         if isinstance(ids, str | bytes):
             raise InvalidType("prune takes a collection of ids, not a bare str")
         if not hasattr(ids, "__iter__"):

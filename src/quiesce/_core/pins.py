@@ -187,6 +187,16 @@ class Snapshot:
             )
         return v
 
+    def _v_for(self, entry_id: object) -> Version:
+        """:meth:`_v`, for a read of ``entry_id`` (an id, checked). One call,
+        as :meth:`_v` is: the lookups cost no extra frame."""
+        v = self._version
+        if v is None:
+            return self._v()  # raises SnapshotReleased
+        if type(entry_id) is not str or not entry_id:
+            check_id(entry_id)
+        return v
+
     @property
     def version(self) -> int:
         """The pinned version number."""
@@ -215,9 +225,7 @@ class Snapshot:
     def __getitem__(self, entry_id: str) -> Entry:
         """The live entry; :class:`EntryPruned` (with the tombstone) if it was
         removed in this version; :class:`UnknownEntry` if never seen."""
-        v = self._v()
-        if type(entry_id) is not str or not entry_id:
-            check_id(entry_id)
+        v = self._v_for(entry_id)
         slot = v.live.get(entry_id)
         if slot is not None:
             return slot.entry
@@ -225,18 +233,14 @@ class Snapshot:
 
     def get(self, entry_id: str, default: Any = None) -> Any:
         """The live entry or ``default``."""
-        v = self._v()
-        if type(entry_id) is not str or not entry_id:
-            check_id(entry_id)
+        v = self._v_for(entry_id)
         slot = v.live.get(entry_id)
         return default if slot is None else slot.entry
 
     def resolve(self, entry_id: str) -> Entry | Tombstone:
         """The entry, or its tombstone if removed; :class:`UnknownEntry` if it
         never existed. "Deleted" and "never existed" stay distinguishable."""
-        v = self._v()
-        if type(entry_id) is not str or not entry_id:
-            check_id(entry_id)
+        v = self._v_for(entry_id)
         slot = v.live.get(entry_id)
         if slot is not None:
             return slot.entry
@@ -247,16 +251,12 @@ class Snapshot:
 
     def mark(self, entry_id: str) -> Mark | None:
         """The entry's mark as of the pinned version, or ``None``."""
-        v = self._v()
-        if type(entry_id) is not str or not entry_id:
-            check_id(entry_id)
+        v = self._v_for(entry_id)
         return v.marks.get(entry_id)
 
     def is_stale(self, entry_id: str) -> bool:
         """Whether the entry is marked in the pinned version."""
-        v = self._v()
-        if type(entry_id) is not str or not entry_id:
-            check_id(entry_id)
+        v = self._v_for(entry_id)
         return entry_id in v.marks
 
     @property
