@@ -12,7 +12,7 @@ A due removal is applied in three phases (:meth:`Publisher.apply_due`):
 (1) under the write lock, pop the due groups and log their tombstones as an
 intent (a ``tombstone`` record); (2) without the lock, flush — the
 tombstones are now durable; (3) under the lock, re-validate each member
-against the head of that moment (:meth:`Publisher._remove_groups`: changed
+against the head of that moment (:meth:`Publisher.remove_groups`: changed
 since staged, immutable, protected, or cited by a survivor — the
 *cascade* — refuses it), publish one version and log the ``remove`` record.
 A crash between (2) and the next flush recovers the groups staged again.
@@ -350,7 +350,7 @@ class Publisher:
         if removal:
             # Invariant: a tombstone is durable before the removal it records
             # is published. With a sink, the caller made it durable in the
-            # intent record (_apply_due_durable); without one there is no disk.
+            # intent record (apply_due_durable); without one there is no disk.
             assert intent is not None or self._st.sink is None
             self.append_record(record)
             assert draft is not None

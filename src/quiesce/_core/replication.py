@@ -33,7 +33,7 @@ What it keeps true:
    :func:`~.replay.replay`'s checks; readers see the head before or after
    the whole batch.
 4. **The grace floor only holds back.** :meth:`Replication.set_grace_floor`
-   lowers the horizon (:meth:`~.grace.Grace._horizon`) to the other
+   lowers the horizon (:meth:`~.grace.Grace.horizon`) to the other
    processes' readers; ``-1`` holds every removal back (a replica).
    :meth:`Replication.hold_back` vetoes removals whose intent is being made
    durable (they are requeued, never published).

@@ -637,7 +637,7 @@ class Streams:
             self._pub.release()
 
     def log_streams_locked(self) -> None:
-        """:meth:`_log_streams`, under the write lock already held (a
+        """:meth:`log_streams`, under the write lock already held (a
         checkpoint logs them in the same hold: its state then has no write
         that no record counts)."""
         live = self._st.head.live
