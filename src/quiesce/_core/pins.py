@@ -141,12 +141,13 @@ class Snapshot:
             # Registered before the order is consulted, and both before the
             # head is re-read: see "Pins" in the module docstring.
             try:
-                last = order[-1]
-            except IndexError:
+                last = order[-1] if order else None  # (raising costs ~1 µs)
+            except IndexError:  # emptied by a walker in another thread meanwhile
                 last = None
             if last != n:
                 order.append(n)
-                reg.trim()
+                if last is not None:  # (an empty order has nothing to free)
+                    reg.trim()
             if st.head is v:
                 break
             # A write landed meanwhile: withdraw, then pin the new head.
