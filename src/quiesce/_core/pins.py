@@ -115,13 +115,16 @@ class Snapshot:
             if loop is not None and loop._thread_id == ident:
                 task = _tasks._aio_task_of(loop)  # type: ignore[misc]
         elif (trio_context := _tasks._trio_context) is not None:
-            # No asyncio loop cached for this thread: if none is running
-            # (asked first, as current_task does), the trio task if any, else
-            # the thread (from threading's table; current_task_of otherwise).
-            running = _tasks._aio_running_loop
-            if running is not None and running() is None:
-                task = trio_context.__dict__.get("task")
-                if task is None:
+            # No asyncio loop cached for this thread. A trio task step running
+            # here is the answer (no asyncio task can be current in the same
+            # step: trio's guest mode runs its steps in asyncio callbacks);
+            # asked first, it saves asking asyncio for a running loop (a
+            # getpid() system call). Otherwise, if no asyncio loop runs, the
+            # thread (from threading's table; current_task_of otherwise).
+            task = trio_context.__dict__.get("task")
+            if task is None:
+                running = _tasks._aio_running_loop
+                if running is not None and running() is None:
                     task = _active_threads.get(ident)
         if task is None:
             task = _current_task_of(ident, ref)
