@@ -25,6 +25,10 @@ empty; (3) ``pin_order`` is popped only at its front, only under
 ``pin_lock`` (which serializes the walkers, never the readers), by the same
 rule. A pin whose validation fails withdraws and, if it leaves its set
 empty, takes the last-unpin path, so no set and no due removal is lost.
+The walk runs when a pin appends a number behind an older one (an order
+found empty has nothing to free) and after each stream write
+(:meth:`.stream.StreamWriter.write`: the writer frees the version it
+replaced, so readers of a streaming buffer rarely walk).
 Pin and unpin are O(1) amortized, independent of the buffer's size and of
 the number of readers. This relies on the GIL: ``Buffer()`` refuses to run
 in a free-threaded interpreter whose GIL is off.
