@@ -332,6 +332,15 @@ class StreamWriter:
             return n
         finally:
             lock.release()
+            # The writer frees the pin order's finished front (the version it
+            # replaced, once its readers have left: PinRegistry.trim, which
+            # never waits), so the next reader's first pin of the new head
+            # finds the order empty and skips the walk (pins.py). A stream
+            # publishes versions many times faster than readers pin them, and
+            # that walk was the slow part of a reader's first pin of a new
+            # version; reclaiming is the writer's work, as in RCU.
+            if st.pin_order:
+                buf._registry.trim()
             if st.due_flag and st.due_hook is None:
                 part._pub.drain_due()
 
