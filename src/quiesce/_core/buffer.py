@@ -193,7 +193,7 @@ class Buffer:
         reg = self._registry = PinRegistry(st)
         grace = self._grace = Grace(st, reg)
         pub = self._pub = Publisher(st, grace, reg)
-        streams = self._streams = Streams(st, pub)
+        streams = self._streams = Streams(st, pub, reg)
         self._editor = Editor(st, pub, grace)
         reg.horizon = weakly(grace.horizon)
         reg.signal_due = weakly(pub.signal_due)

@@ -93,6 +93,11 @@ class GuardedSnapshot(Snapshot):
         self._read_guard(self._since, v.number)
         return v
 
+    def _v_for(self, entry_id: object) -> Version:
+        v = self._v()  # the guard first, as for every read
+        Snapshot._v_for(self, entry_id)  # then the id's check
+        return v
+
 
 class Replication:
     """The replication handle of one buffer (see the module docstring).

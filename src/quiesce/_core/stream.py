@@ -66,6 +66,7 @@ from .errors import (
     dangling_ref,
     duplicate_id,
 )
+from .pins import PinRegistry
 from .plan import PruneOptions
 from .policy import _CACHE_FROM as _CLASSIFY_FROM
 from .policy import PROTECTED_KINDS, preclassify
@@ -340,7 +341,7 @@ class StreamWriter:
             # that walk was the slow part of a reader's first pin of a new
             # version; reclaiming is the writer's work, as in RCU.
             if st.pin_order:
-                buf._registry.trim()
+                part._registry.trim()
             if st.due_flag and st.due_hook is None:
                 part._pub.drain_due()
 
@@ -465,15 +466,18 @@ def _replace_delta(new: Version, head: Version, key: float, entry: Entry) -> Non
 
 class Streams:
     """The open entries of one buffer: opens them, publishes their close or
-    abort, logs their text for a flush. Handed the buffer's state and its
-    publisher (the log tail); its writers hold this part, never the buffer.
+    abort, logs their text for a flush. Handed the buffer's state, its
+    publisher (the log tail) and its reader registry; its writers hold this
+    part, never the buffer.
     O(1) to build."""
 
-    __slots__ = ("__weakref__", "_pub", "_st")
+    __slots__ = ("__weakref__", "_pub", "_registry", "_st")
 
-    def __init__(self, st: BufferState, publisher: Publisher) -> None:
+    def __init__(self, st: BufferState, publisher: Publisher, registry: PinRegistry) -> None:
         self._st = st  #: the buffer's fields (state.py); ``st.streams`` the registry
         self._pub = publisher  #: the log tail and the lock's release (publish.py)
+        #: the readers (pins.py): a write frees the pin order's finished front
+        self._registry = registry
 
     def open_stream(
         self,
