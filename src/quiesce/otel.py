@@ -98,11 +98,11 @@ _MAX_STAGING = 10_000
 #: there (an optional framework not installed) is skipped.
 _TARGETS: tuple[tuple[str, str | None, str, str], ...] = (
     ("quiesce._core.buffer", "Buffer", "prune", "prune"),
-    ("quiesce._core.edit", "Editor", "edit", "edit"),
-    ("quiesce._core.publish", "Publisher", "apply_due", "apply_due"),
-    ("quiesce._core.publish", "Publisher", "flush", "flush"),
+    ("quiesce._core.buffer", "Buffer", "edit", "edit"),
+    ("quiesce._core.buffer", "Buffer", "apply_due", "apply_due"),
+    ("quiesce._core.buffer", "Buffer", "flush", "flush"),
     ("quiesce._core.buffer", "Buffer", "__init__", "init"),
-    ("quiesce._core.publish", "Publisher", "escalate", "escalate"),
+    ("quiesce._core.buffer", "Buffer", "escalate", "escalate"),
     # the alarm task and check_reader_ages() both go through this one method
     ("quiesce._runtime", "RuntimeBuffer", "_check_reader_ages", "alarm"),
     ("quiesce._shared.buffer", "SharedBuffer", "append", "shared"),

@@ -40,3 +40,21 @@ def test_a_used_buffer_with_staged_removals_is_freed_by_its_last_reference(tmp_p
 
     assert _freed_without_gc(make)
     JsonlLog(tmp_path / "log.jsonl").close()  # the lock went with the buffer
+
+
+def test_the_parts_go_with_the_buffer(tmp_path: Path) -> None:
+    """The parts hold each other downwards only (a lower part reaches a
+    higher one through a weak hook): the last reference to the buffer frees
+    the parts that hooks reach weakly, with the cycle collector off."""
+    gc.disable()
+    try:
+        buf = Buffer(log=JsonlLog(tmp_path / "log.jsonl"))
+        buf.append(Entry("a", Kind.REASONING, "one"))
+        with buf.snapshot():
+            buf.prune(["a"], reason="done")
+        buf.open_stream("s", Kind.REASONING).close()
+        refs = [weakref.ref(p) for p in (buf._grace, buf._pub, buf._streams)]
+        del buf
+        assert [r() for r in refs] == [None, None, None]
+    finally:
+        gc.enable()

@@ -270,12 +270,12 @@ def test_a_write_while_the_checksum_is_computed_gets_a_checkpoint_of_the_head(
     """The checksum is computed outside the write lock; an append that lands
     meanwhile must not leave a checkpoint of the state before it (seq and
     state would disagree: recovery would skip it, or worse)."""
-    import quiesce._core.buffer as buffer_mod
+    import quiesce._core.checkpoint as checkpoint_mod
 
     buf = Buffer(log=SQLiteLog(tmp_path / "log.sqlite"), checkpoint_every=0)
     for i in range(5):
         buf.append(Entry(f"e{i}", Kind.REASONING, f"body {i}"))
-    real = buffer_mod.checkpoint_digest
+    real = checkpoint_mod.checkpoint_digest
     calls = []
 
     def digest_and_write(state: dict[str, object]) -> str:
@@ -284,7 +284,7 @@ def test_a_write_while_the_checksum_is_computed_gets_a_checkpoint_of_the_head(
             buf.append(Entry("late", Kind.REASONING, "late body"))
         return real(state)
 
-    monkeypatch.setattr(buffer_mod, "checkpoint_digest", digest_and_write)
+    monkeypatch.setattr(checkpoint_mod, "checkpoint_digest", digest_and_write)
     buf.flush(checkpoint=True)
     ck = buf.log[-1]
     assert ck.op == "checkpoint" and ck.seq == len(buf.log) - 1

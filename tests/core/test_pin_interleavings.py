@@ -345,7 +345,7 @@ class Pause(Sleepy):
 
 #: the lock-free paths: a reader can be descheduled at any line of these
 LOCK_FREE = ("Snapshot.__enter__", "Snapshot.__exit__", "PinRegistry.last_unpin",
-             "PinRegistry.trim", "PinRegistry.oldest_locked", "Grace._horizon")
+             "PinRegistry.trim", "PinRegistry.oldest_locked", "Grace.horizon")
 
 
 def sweep_points(qualnames: Sequence[str] = LOCK_FREE, *, opcodes: bool = False) -> list[Point]:
@@ -394,7 +394,7 @@ PROBES: dict[str, tuple[str, int]] = {
     # the pin withdraws: a write landed between reading the head and validating
     "withdraw": probe_line("Snapshot.__enter__", "del readers[self]"),
     # an unpinner (or writer) found the write lock busy and left the due flag
-    "drain_busy": probe_line("Grace._drain_due", "acquire(blocking=False)", 1),
+    "drain_busy": probe_line("Publisher.drain_due", "acquire(blocking=False)", 1),
     # a last unpin of a non-head version freed its set
     "free_set": probe_line("PinRegistry.last_unpin", "st.pins.pop(n, None)"),
     # the walker popped a finished version off the pin order
@@ -1109,19 +1109,19 @@ SCENARIOS: dict[str, Callable[[], Setup]] = {
 #: Functions stepped line by line in the "protocol" mode: the readers' paths
 #: (pin, reads, unpin), the walk of the pin order, due signalling and draining,
 #: and the writers' steps that publish, stage, decide and apply. Everything
-#: else in the buffer's files (_prune_locked's and _remove_groups' bodies, cascade,
+#: else in the buffer's files (prune_locked's and remove_groups' bodies, cascade,
 #: components, Draft, records) runs inside the step that calls it: it works
 #: on writer-private state under the write lock, and the shared stores it
-#: makes (a new head; the heap, through the traced _stage / _pop_due) are
+#: makes (a new head; the heap, through the traced stage / pop_due) are
 #: still separated from the next shared access by a step boundary.
 PROTOCOL = frozenset({
-    "Buffer.snapshot", "Snapshot.__enter__", "Snapshot.__exit__", "Snapshot._v",
+    "Buffer.snapshot", "Snapshot.__enter__", "Snapshot.__exit__", "Snapshot._v", "Snapshot._v_for",
     "Snapshot.version", "Snapshot.entries", "Snapshot.is_stale", "Buffer.version",
     "PinRegistry.last_unpin", "PinRegistry.trim", "PinRegistry.oldest_locked",
     "PinRegistry.oldest_pin",
-    "Grace.has_due", "Grace._signal_due", "Grace._drain_due", "Grace._release",
-    "Buffer.mark_stale", "Buffer.append", "Buffer.prune", "Grace._stage",
-    "Publisher.apply_due", "Publisher._apply_due_locked", "Grace._pop_due", "Grace._horizon",
+    "Grace.has_due", "Publisher.signal_due", "Publisher.drain_due", "Publisher.release",
+    "Buffer.mark_stale", "Buffer.append", "Buffer.prune", "Editor.prune", "Grace.stage",
+    "Publisher.apply_due", "Publisher.apply_due_locked", "Grace.pop_due", "Grace.horizon",
 })
 
 #: mode -> (granularity, focus): "protocol" (the default), "full" (every line
@@ -1528,7 +1528,7 @@ OLDEST_PIN_EMPTY_FIRST = (
     "                return None\n",
 )
 DROPPED_HANDOFF = (
-    "Grace._drain_due",
+    "Publisher.drain_due",
     "            if not self._st.write_lock.acquire(blocking=False):\n"
     "                return\n",
     "            if not self._st.write_lock.acquire(blocking=False):\n"

@@ -142,6 +142,30 @@ class TestCleanup:
         assert len(buf._pins) <= 2
         buf._check(expect_no_pins=True)
 
+    def test_a_stream_write_frees_the_version_it_replaced(self) -> None:
+        """A stream writer walks the pin order after it publishes: the version
+        it replaced, with no reader left, leaves the order and the reader
+        sets, so the next reader's first pin finds nothing to free; a version
+        a reader still holds stays."""
+        buf = Buffer()
+        buf.append(e("a"))
+        w = buf.open_stream("s", Kind.REASONING)
+        with buf.snapshot():
+            pass
+        h = buf.version
+        assert list(buf._pin_order) == [h]
+        w.write("x")
+        assert list(buf._pin_order) == [] and buf._pins == {}
+        with buf.snapshot():
+            pass
+        assert list(buf._pin_order) == [h + 1]
+        with buf.snapshot() as held:
+            w.write("y")
+            assert list(buf._pin_order) == [h + 1] and buf._pins == {h + 1: {held: None}}
+        w.write("z")
+        assert list(buf._pin_order) == [] and buf._pins == {}
+        buf._check(expect_no_pins=True)
+
 
 @pytest.fixture
 def fast_switching() -> Iterator[None]:

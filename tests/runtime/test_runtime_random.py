@@ -296,7 +296,7 @@ async def test_the_recorder_catches_a_removal_under_a_reader() -> None:
             buf._staged.clear()  # bypass the grace rule
             buf._write_lock.acquire()
             try:
-                buf._remove_groups([group])
+                buf._pub.remove_groups([group])
             finally:
                 buf._write_lock.release()
         assert any("invariant 5" in v for v in buf.violations), buf.violations

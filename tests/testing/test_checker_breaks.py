@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-import quiesce._core.buffer as core
+import quiesce._core.edit as core
 import quiesce._core.publish as publish
 from quiesce import (
     Buffer,
@@ -39,7 +39,9 @@ from quiesce import (
     UnknownEntry,
 )
 from quiesce._core.draft import Draft
+from quiesce._core.edit import Editor
 from quiesce._core.pins import PinRegistry
+from quiesce._core.publish import Publisher
 from quiesce._core.version import Tombs
 from quiesce.testing import AnomalyKind, Recorder, check_history
 from test_simulation import FlakySink, run_schedule
@@ -68,20 +70,21 @@ def drop_tombstones(mp: pytest.MonkeyPatch) -> None:
 def read_head(mp: pytest.MonkeyPatch) -> None:
     """Snapshots read whatever the head is now, not the version they pinned."""
 
-    def _v(self: Snapshot) -> Any:
+    def _v(self: Snapshot, entry_id: object = None) -> Any:
         if self._version is None:
             raise SnapshotReleased("released")
         return self._registry.st.head
 
     mp.setattr(Snapshot, "_v", _v)
+    mp.setattr(Snapshot, "_v_for", _v)
 
 
 def refused_edit_applies(mp: pytest.MonkeyPatch) -> None:
     """A refused plan's rewrites are published anyway (then reported refused)."""
-    original = Buffer._refuse_edit
+    original = Editor._refuse_edit
 
-    def leaky(self: Buffer, plan: EditPlan, refusals: Any, why: Any) -> Any:
-        head = self._head
+    def leaky(self: Editor, plan: EditPlan, refusals: Any, why: Any) -> Any:
+        head = self._st.head
         draft = Draft(head)
         n = head.number + 1
         changed = False
@@ -90,10 +93,10 @@ def refused_edit_applies(mp: pytest.MonkeyPatch) -> None:
                 draft.replace(head.live[op.id].entry.replace(body=op.body), n)
                 changed = True
         if changed:
-            self._head = draft.finish(n)
+            self._st.head = draft.finish(n)
         return original(self, plan, refusals, why)
 
-    mp.setattr(Buffer, "_refuse_edit", leaky)
+    mp.setattr(Editor, "_refuse_edit", leaky)
 
 
 def rewrite_drops_mark(mp: pytest.MonkeyPatch) -> None:
@@ -129,41 +132,42 @@ def publish_before_durable(mp: pytest.MonkeyPatch) -> None:
     """A removal is published first and made durable afterwards (no intent
     record, no commit before the head moves)."""
 
-    def apply(self: Buffer, *, blocking: bool) -> Any:
-        with self._write_lock:
-            groups = self._pop_due()
-            removed = self._remove_groups(groups, -1) if groups else ()
+    def apply(self: Publisher, *, blocking: bool) -> Any:
+        with self._st.write_lock:
+            groups = self._grace.pop_due()
+            removed = self.remove_groups(groups, -1) if groups else ()
         with contextlib.suppress(LogWriteError):
             self.flush()
         return removed
 
-    mp.setattr(Buffer, "_apply_due_durable", apply)
+    mp.setattr(Publisher, "apply_due_durable", apply)
 
 
 def launder_refusals(mp: pytest.MonkeyPatch) -> None:
     """Each refused edit erases the earlier refusals from the log (seed 002's
     laundered provenance: the log of prunings rewritten)."""
-    original = Buffer._refuse_edit
+    original = Editor._refuse_edit
 
-    def forget(self: Buffer, plan: EditPlan, refusals: Any, why: Any) -> Any:
-        self._records[:] = [r for r in self.log if r.outcome != "refused"]
-        for seq, r in enumerate(self._records):
-            self._records[seq] = r._replace(seq=seq)
+    def forget(self: Editor, plan: EditPlan, refusals: Any, why: Any) -> Any:
+        records = self._st.records
+        records[:] = [r for r in self._st.log_view if r.outcome != "refused"]
+        for seq, r in enumerate(records):
+            records[seq] = r._replace(seq=seq)
         return original(self, plan, refusals, why)
 
-    mp.setattr(Buffer, "_refuse_edit", forget)
+    mp.setattr(Editor, "_refuse_edit", forget)
 
 
 def unlogged_refusal(mp: pytest.MonkeyPatch) -> None:
     """A refused edit is escalated but never logged."""
-    original = Buffer._refuse_edit
+    original = Editor._refuse_edit
 
-    def forget(self: Buffer, plan: EditPlan, refusals: Any, why: Any) -> Any:
+    def forget(self: Editor, plan: EditPlan, refusals: Any, why: Any) -> Any:
         report = original(self, plan, refusals, why)
-        self._records.pop()
+        self._st.records.pop()
         return report
 
-    mp.setattr(Buffer, "_refuse_edit", forget)
+    mp.setattr(Editor, "_refuse_edit", forget)
 
 
 def garbage_resolve(mp: pytest.MonkeyPatch) -> None:
@@ -234,18 +238,18 @@ def ignore_base(mp: pytest.MonkeyPatch) -> None:
 
 def split_edit(mp: pytest.MonkeyPatch) -> None:
     """An edit with several rewrites publishes the first one on its own."""
-    original = Buffer._apply_edit
+    original = Editor._apply_edit
 
-    def two_step(self: Buffer, plan: EditPlan, head: Any, rewrites: Any, *rest: Any) -> Any:
+    def two_step(self: Editor, plan: EditPlan, head: Any, rewrites: Any, *rest: Any) -> Any:
         if len(rewrites) < 2:
             return original(self, plan, head, rewrites, *rest)
         draft = Draft(head)
         draft.replace(rewrites[0][1], head.number + 1)
         half = draft.finish(head.number + 1)
-        self._head = half
+        self._st.head = half
         return original(self, plan, half, rewrites, *rest)
 
-    mp.setattr(Buffer, "_apply_edit", two_step)
+    mp.setattr(Editor, "_apply_edit", two_step)
 
 
 def forget_tombstoned_content(mp: pytest.MonkeyPatch) -> None:
@@ -448,17 +452,17 @@ def test_undurable_removal_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_intermediate_read_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """An edit published in two steps, with a reader (a worker thread) pinning
     the state in between, is an intermediate read (``G1b``)."""
-    original = Buffer._apply_edit
+    original = Editor._apply_edit
     rec_box: list[Recorder] = []
 
-    def two_step(self: Buffer, plan: EditPlan, head: Any, rewrites: Any, *rest: Any) -> Any:
+    def two_step(self: Editor, plan: EditPlan, head: Any, rewrites: Any, *rest: Any) -> Any:
         if len(rewrites) < 2:
             return original(self, plan, head, rewrites, *rest)
         draft = Draft(head)
         _old, new = rewrites[0]
         draft.replace(new, head.number + 1)
         half = draft.finish(head.number + 1)
-        self._head = half  # the first rewrite alone, unlogged
+        self._st.head = half  # the first rewrite alone, unlogged
 
         def reader() -> None:
             with rec_box[0].snapshot():
@@ -477,7 +481,7 @@ def test_intermediate_read_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
 
     assert _record(scenario) == []
     with monkeypatch.context() as mp:
-        mp.setattr(Buffer, "_apply_edit", two_step)
+        mp.setattr(Editor, "_apply_edit", two_step)
         kinds = {a.kind for a in _record(scenario)}
     assert AnomalyKind.G1B in kinds
 
@@ -527,7 +531,7 @@ def test_drained_removal_is_not_the_callers_effect() -> None:
             rec.mark_stale("never-existed", "stale")  # fails inside the outer write
         assert "a" in buf.head().live  # never applied in the middle of a write
     finally:
-        buf._release()  # the outer writer's release drains what was left to it
+        buf._pub.release()  # the outer writer's release drains what was left to it
     assert "a" in buf.tombstones
     assert check_history(rec.history()) == []
 

@@ -1,4 +1,4 @@
-"""The buffer: the write operations and the public surface, composing the rooms.
+"""The buffer: the façade over its parts, and the write fast paths.
 
 What it keeps true: every change publishes a new immutable
 :class:`~.version.Version` under the write lock, with one attribute store
@@ -7,26 +7,28 @@ the version it pinned however long it awaits (invariant 1). On any error a
 write leaves the head unchanged. ``mark_stale`` and ``append`` never wait
 for readers, the barrier or a disk.
 
-:class:`Buffer` is composed of one base class per job, each in its module
-with the invariant it keeps in its header:
+:class:`Buffer` holds one :class:`~.state.BufferState` (every field, in
+one place) and the parts that work on it, each in its module with the
+invariant it keeps in its header, each handed the state and the parts
+below it, none holding the buffer:
 
-* :mod:`.pins` — :class:`~.pins.Snapshot` and the lock-free reader registry
-  (pin, unpin, the oldest pin);
-* :mod:`.grace` — staged removals, the due heap and the horizon;
-* :mod:`.publish` — the edit log, flushes, and the durable intent → publish
-  path of a removal;
-* :mod:`.edit` — edit-plan validation and application;
-* :mod:`.stream` — open entries (``open_stream``, :class:`~.stream.StreamWriter`);
-* :mod:`.check` — the invariant checker behind ``Buffer._check``;
-* here — ``append``, ``mark_stale``, ``prune``, escalations, ``stats``.
+* :mod:`.pins` — :class:`~.pins.PinRegistry`, the lock-free reader registry
+  (:class:`~.pins.Snapshot` is the readers' fast path);
+* :mod:`.grace` — :class:`~.grace.Grace`, the queue of staged removals and
+  its horizon;
+* :mod:`.publish` — :class:`~.publish.Publisher`, the log tail (records,
+  trim, flush, escalations), the due signal and the durable removal path;
+* :mod:`.stream` — :class:`~.stream.Streams`, the open entries;
+* :mod:`.edit` — :class:`~.edit.Editor`, prune requests and edit plans;
+* :mod:`.check`, :mod:`.checkpoint`, :mod:`.verify` — functions of the state.
 
-``Buffer(Streams(Editor(Publisher(Grace(Pins)))))``: a method call resolves through
-the type's method cache, so the composition costs the fast paths nothing;
-the fast paths (``Snapshot.__enter__``/``__exit__``, ``mark_stale``,
-``append``) are written out and call no helper in the common case.
+Here: the public surface, which delegates to the parts (one call, off the
+fast paths), and the fast paths themselves — ``snapshot()``, ``append``,
+``extend`` and ``mark_stale`` are written out and call no helper in the
+common case (a delegating call would cost them a frame).
 
-Threads. Mutations may come from worker threads. Writers serialize on
-``_write_lock``; readers never take it.
+Threads. Mutations may come from worker threads. Writers serialize on the
+state's ``write_lock``; readers never take it.
 
 Prior art: RCU grace periods (liburcu), crossbeam-epoch, PostgreSQL's
 ``backend_xmin`` horizon, h11's sans-IO state machines.
@@ -34,69 +36,62 @@ Prior art: RCU grace periods (liburcu), crossbeam-epoch, PostgreSQL's
 
 from __future__ import annotations
 
-import contextlib
-import itertools
+import functools
 import sys
 import threading
 import time
-import weakref
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from types import MappingProxyType, SimpleNamespace
+from types import MappingProxyType
 from typing import Any
 
 from .check import check_buffer
 from .checkpoint import (
     DEFAULT_CHECKPOINT_EVERY,
     CheckpointSink,
-    build_checkpoint,
+    append_checkpoint,
     check_checkpoint_every,
-    checkpoint_digest,
-    checkpoint_records,
-    checkpoint_state,
     recover,
     replay_log,
 )
+from .edit import Editor
 from .entry import MAX_STORED_INT, Entry, check_id, check_int, check_text, check_turn
 from .errors import (
     InvalidArgument,
     InvalidType,
-    LogFormatError,
-    LogWriteError,
     ProtectedEntry,
-    ReadmissionRefused,
     dangling_ref,
     duplicate_id,
 )
-from .graph import cascade, components, sealed_conflicts, sealed_lookups
+from .extend import extend
+from .grace import Grace
 from .log import DEFAULT_RETENTION, EditLog, LogSink, ReadableSink, Records
 from .observe import Observer
 from .pins import _NOT_ENTERED, PinRegistry, Snapshot, _missing, _new_object
+from .plan import EditPlan
 from .policy import _CACHE_FROM as _CLASSIFY_FROM
 from .policy import IMMUTABLE_KINDS as _IMMUTABLE
 from .policy import PROTECTED_KINDS as _PROTECTED
 from .policy import Policy, preclassify
+from .publish import Publisher
 from .records import (
+    EditReport,
     Escalation,
+    EscalationKind,
     Mark,
-    Outcome,
     Override,
     PruneReport,
-    Refusal,
     Stats,
-    Status,
     Tombstone,
 )
-from .state import BufferState, Field, Group
-from .stream import Streams
-from .verify import compare, read_sink, state_fields, verify_records
+from .state import BufferState, Field, Group, weakly
+from .stream import Streams, StreamWriter
+from .verify import verify_buffer
 from .version import ADD as _ADD
 from .version import EMPTY_MAP, Slot, Version
 from .version import MAX_CHAIN as _MAX_CHAIN
-from .version import PATCH as _PATCH
-from .version import PATCH_MAX as _PATCH_MAX
 from .version import SAME as _SAME
-from .wire import append_record, prune_record, refuse_record, staged_rows
+from .wire import append_record
 
 __all__ = ["Buffer", "Snapshot"]
 
@@ -119,20 +114,7 @@ def _not_markable(head: Version, entry_id: str) -> Mark:
 # The buffer
 
 
-def _weakly(method: Callable[..., Any]) -> Any:
-    """``method`` (a bound method of a buffer) called through a weak
-    reference to its buffer: a part handed it keeps no buffer alive. Once the
-    buffer is gone the call does nothing and returns ``None``. O(1)."""
-    ref = weakref.WeakMethod(method)
-
-    def call(*args: Any) -> Any:
-        bound = ref()
-        return None if bound is None else bound(*args)
-
-    return call
-
-
-class Buffer(Streams):
+class Buffer:
     """A versioned context buffer. See the module docstring for the design.
 
     ``log`` is a :class:`LogSink` (``None``: the in-memory log only); if it
@@ -202,30 +184,41 @@ class Buffer(Streams):
             checkpoint_every=checkpoint_every,
             checkpoints_ok=isinstance(log, CheckpointSink),
         )
-        #: the reader registry (pins.py), told the grace queue's horizon and signal
+        # The parts, lowest first; each is handed the state and the parts
+        # below it. What a lower part calls of a higher one (the registry's
+        # horizon and due signal, the publisher's flush hooks, recovery's
+        # reopening of a stream) is handed to it weakly (state.weakly): no
+        # part holds the buffer or a part above it, so a buffer is freed by
+        # its last reference (its log's file lock released), never cyclic garbage.
         reg = self._registry = PinRegistry(st)
-        # Weakly: a part holding a bound method of its buffer would make every
-        # buffer cyclic garbage, freed (its log's file lock released) only by
-        # the cycle collector instead of when the last reference goes.
-        reg.horizon = _weakly(self._horizon)
-        reg.signal_due = _weakly(self._signal_due)
-        st.reopen_stream = _weakly(self._reopen)
+        grace = self._grace = Grace(st, reg)
+        pub = self._pub = Publisher(st, grace, reg)
+        streams = self._streams = Streams(st, pub, reg)
+        self._editor = Editor(st, pub, grace)
+        reg.horizon = weakly(grace.horizon)
+        reg.signal_due = weakly(pub.signal_due)
+        st.reopen_stream = weakly(streams.reopen)
+        pub.log_streams = weakly(streams.log_streams)
+        pub.unlogged_text = weakly(streams.unlogged_text)
+        pub.append_checkpoint = functools.partial(
+            append_checkpoint, st, weakly(streams.log_streams_locked)
+        )
         if isinstance(log, ReadableSink):
             # the in-memory tail of the log (log.py): a readable sink holds the rest
             st.records.reader = log.read_range
         if log is not None:
-            if not (self._st.checkpoints_ok and recover(st, log)):  # type: ignore[arg-type]
+            if not (st.checkpoints_ok and recover(st, log)):  # type: ignore[arg-type]
                 records = log.load()
                 if records:
                     replay_log(st, records)
                 del records
-            self._st.synced = len(self._st.records)
-            self._trim_log()
-            self._st.head.tombs.spill(self._st.synced)  # durable tombstones leave memory
-            if self._st.streams:  # the log ends mid-stream: finish them as aborted
-                self._abort_recovered()
+            st.synced = len(st.records)
+            pub.trim_log()
+            st.head.tombs.spill(st.synced)  # durable tombstones leave memory
+            if st.streams:  # the log ends mid-stream: finish them as aborted
+                streams.abort_recovered()
         #: seq the next automatic checkpoint is due at (flush() writes it)
-        self._st.checkpoint_due = len(self._st.records) + checkpoint_every
+        st.checkpoint_due = len(st.records) + checkpoint_every
         if verify:
             self.verify()
 
@@ -271,41 +264,7 @@ class Buffer(Streams):
         small tables, O(live); the comparison runs after. Memory: the
         replayed state and one chunk of records, not the log. Requires a
         readable sink (:class:`InvalidArgument` otherwise)."""
-        sink = self._st.sink
-        if not isinstance(sink, ReadableSink):
-            raise InvalidArgument("verify() needs a log that can be read back")
-        total = self._st.synced
-        scratch = Buffer()
-        result = verify_records(
-            read_sink(sink.read_range, total), Buffer, into=scratch, reader=sink.read_range
-        )
-        if result.disagreement is not None:
-            raise LogFormatError(result.disagreement.message())
-        replayed = state_fields(scratch)
-        with self._st.write_lock:
-            # the state as of now, by reference (a Version never changes) and
-            # small copies: O(live ids); the comparison below reads the sink
-            # for spilled tombstones, so it runs after the lock is released
-            # (an open stream's text that no record holds is not in the replay)
-            same = len(self._st.records) == total and not self._unlogged_text()
-            mine = SimpleNamespace(
-                streams=dict(self._st.streams),
-                head=self._st.head,
-                staged=list(self._st.staged),
-                applying=dict(self._st.applying),
-                immutable_hashes=dict(self._st.immutable_hashes),
-                protected_at=dict(self._st.protected_at),
-                counts=Counter(self._st.counts),
-                refusals=Counter(self._st.refusals),
-            )
-        if same:
-            found = compare(state_fields(mine), replayed, total)
-            if found is not None:
-                raise LogFormatError(
-                    f"this buffer disagrees with the replay of its {total} records: "
-                    f"{found.field}: {found.detail}"
-                )
-        return result.checkpoints
+        return verify_buffer(self._st, Buffer, self._streams.unlogged_text)
 
     # -- reading --------------------------------------------------------
 
@@ -377,7 +336,7 @@ class Buffer(Streams):
         if override is not None and type(override) is not Override:
             raise InvalidType(f"override must be an Override, not {type(override).__name__}")
         st = self._st
-        if len(entry.body) >= _CLASSIFY_FROM and self._own_policy():
+        if len(entry.body) >= _CLASSIFY_FROM and self._pub.own_policy():
             preclassify(entry)  # before the lock: a prune later finds the verdict
         # before the lock too: the spilled tombstones the checks below verify
         # are read back now, never under the write lock (issue 21)
@@ -402,7 +361,7 @@ class Buffer(Streams):
                 tomb = head.tombs.matching(entry.content_hash, entry.key)
                 if tomb is not None:
                     if override is None:
-                        raise self._readmission_refused(entry, tomb)
+                        raise self._pub.refuse_readmission(entry, tomb)
                     overridden = True
             n = head.number + 1
             key = head.next_key
@@ -424,11 +383,11 @@ class Buffer(Streams):
                 records = st.records
                 records.append((append_record, entry, key, n, _wall_clock()))
                 if len(records) - records.first > st.trim_above:
-                    self._trim_log()
+                    self._pub.trim_log()
             else:
                 # "overridden" only when the override let matching content in
                 # (_count derives readmissions_overridden from it, also on replay)
-                self._append_record(
+                self._pub.append_record(
                     append_record(
                         len(self._st.records),
                         entry,
@@ -447,118 +406,17 @@ class Buffer(Streams):
             if held is not None:
                 held.release()  # its lookups ran
             if st.due_flag and st.due_hook is None:
-                self._drain_due()
+                self._pub.drain_due()
 
     def extend(
         self, entries: Sequence[Entry], overrides: Sequence[Override | None] | None = None
     ) -> int:
         """Publish *one* new version with ``entries`` at the end of the window,
-        in order (a batch: a chat message of several blocks, a turn of several
-        messages); ``overrides[i]`` lets ``entries[i]`` re-admit tombstoned
-        content, as ``append``'s ``override`` does. Returns the head version
-        (unchanged for an empty batch).
-
-        All or nothing: every entry is checked as :meth:`append` checks one
-        (against the head and the entries before it in the batch: an id used
-        twice is a :class:`DuplicateEntry`, a ref may name an earlier entry
-        of the batch) before anything is published; on any error the head is
-        unchanged (a refused re-admission is logged, as by ``append``). The
-        log gets one append record per entry, all of the new version (the
-        records after the first carry ``batch: true``, which replay accepts).
-        O(k · (log n + refs · log n)) for k entries. Never touches a disk.
-        """
-        st = self._st
-        batch = list(entries)
-        if overrides is None:
-            given: list[Override | None] = [None] * len(batch)
-        else:
-            given = list(overrides)
-            if len(given) != len(batch):
-                raise InvalidArgument(
-                    f"overrides must have one item per entry ({len(batch)}), not {len(given)}"
-                )
-        for e in batch:
-            if type(e) is not Entry:
-                raise InvalidType(f"extend takes Entries, not {type(e).__name__}")
-            if len(e.body) >= _CLASSIFY_FROM and self._own_policy():
-                preclassify(e)
-        for o in given:
-            if o is not None and type(o) is not Override:
-                raise InvalidType(f"overrides must be Overrides or None, not {type(o).__name__}")
-        if not batch:
-            return self.version
-        st.write_lock.acquire()
-        try:
-            head = st.head
-            live = head.live
-            by_id = head.tombs.by_id
-            mine: set[str] = set()
-            readmitted: list[bool] = []
-            for entry, override in zip(batch, given, strict=True):
-                eid = entry.id
-                if eid in live or eid in mine:
-                    raise duplicate_id(eid, None)
-                if eid in by_id:
-                    raise duplicate_id(eid, by_id[eid])
-                for ref in entry.refs:
-                    if ref not in live and ref not in mine:
-                        raise dangling_ref(eid, ref, by_id.get(ref))
-                tomb = head.tombs.matching(entry.content_hash, entry.key) if by_id else None
-                if tomb is not None and override is None:
-                    raise self._readmission_refused(entry, tomb)
-                readmitted.append(tomb is not None)
-                mine.add(eid)
-            n = head.number + 1
-            key = head.next_key
-            new_live = live
-            referrers = head.referrers
-            placed: list[tuple[Entry, float]] = []
-            for entry in batch:
-                new_live = new_live.set(entry.id, _new_tuple(Slot, (entry, key, n)))
-                for ref in entry.refs:
-                    referrers = referrers.set(
-                        ref, referrers.get(ref, EMPTY_MAP).set(entry.id, None)
-                    )
-                placed.append((entry, key))
-                key += 1.0
-            new = Version(n, new_live, head.marks, head.tombs, referrers, key)
-            if len(placed) <= _PATCH_MAX:
-                new.derive(head, _PATCH, ((), tuple(placed)))
-            for (entry, k), override, overridden in zip(placed, given, readmitted, strict=True):
-                if entry.kind in _IMMUTABLE:
-                    st.immutable_hashes[entry.id] = entry.content_hash
-                else:
-                    st.unmarked_new.append(entry.id)
-                record = append_record(
-                    len(st.records),
-                    entry,
-                    k,
-                    n,
-                    _wall_clock(),
-                    entry is not batch[0],
-                    override,
-                    overridden,
-                )
-                self._append_record(record)
-            st.head = new
-            return n
-        finally:
-            st.write_lock.release()
-            if st.due_flag and st.due_hook is None:
-                self._drain_due()
-
-    def _readmission_refused(self, entry: Entry, tomb: Tombstone) -> ReadmissionRefused:
-        """Log the refusal of ``entry``, whose content matches ``tomb``, and
-        return the error to raise (call under the write lock; the head stays
-        unchanged: only the refusal is logged). O(1)."""
-        self._append_record(
-            refuse_record(len(self._st.records), time.time(), entry.id, entry.turn, tomb)
-        )
-        return ReadmissionRefused(
-            f"entry {entry.id!r} matches tombstone of {tomb.id!r} (pruned at version "
-            f"{tomb.version}: {tomb.reason}); re-admission needs an Override",
-            tomb,
-        )
+        in order, all or nothing (:func:`.extend.extend` states the rules);
+        ``overrides[i]`` lets ``entries[i]`` re-admit tombstoned content, as
+        ``append``'s ``override`` does. Returns the head version (unchanged
+        for an empty batch). O(k · (log n + refs · log n)); never touches a disk."""
+        return extend(self._st, self._pub, entries, overrides)
 
     # -- mark ----------------------------------------------------------------
 
@@ -592,7 +450,7 @@ class Buffer(Streams):
             try:
                 unmarked.remove(entry_id)
             except KeyError:
-                if not (st.unmarked_new and entry_id in self._markable()):
+                if not (st.unmarked_new and entry_id in st.markable()):
                     # Not (live, mutable and unmarked): already marked,
                     # immutable, removed or unknown. The slow path says which,
                     # about this head, once the write lock is released: a
@@ -608,7 +466,7 @@ class Buffer(Streams):
             records = st.records
             records.append((entry_id, reason, turn, n, _wall_clock()))  # log.mark_record
             if list.__len__(records) > st.trim_above:  # (held in memory)
-                self._trim_log()
+                self._pub.trim_log()
             # Version.with_marks, written out.
             new = _new_object(Version)
             new.number = n
@@ -639,19 +497,9 @@ class Buffer(Streams):
             if held:
                 lock.release()
             if st.due_flag and st.due_hook is None:
-                self._drain_due()
+                self._pub.drain_due()
 
-    def _markable(self) -> set[str]:
-        """The exact index of live, mutable, unmarked ids (call under the
-        write lock): folds in the ids appended since the last call. Amortized
-        O(1) per append."""
-        pending = self._st.unmarked_new
-        if pending:
-            self._st.unmarked.update(pending)
-            pending.clear()
-        return self._st.unmarked
-
-    # -- prune ---------------------------------------------------------------
+    # -- delegated to the parts ------------------------------------------------
 
     def prune(
         self,
@@ -661,146 +509,96 @@ class Buffer(Streams):
         actor: str | None = None,
         turn: int | None = None,
     ) -> PruneReport:
-        """Seed 000's decision procedure, per id.
+        """Seed 000's decision procedure, per id (:meth:`.edit.Editor.prune`).
 
         ``PRUNED``: removed now (no reader pinned it unmarked), tombstone
         written and durable. ``DEFERRED``: marked now, removed at its grace
         point. ``MARKED``: refused and marked instead (``PROTECTED``,
         ``NEGATIVE``, or ``REFERENCED`` by a surviving entry not in the same
         request). ``UNCHANGED``: immutable kinds, unknown ids (``UNKNOWN``),
-        ids already removed, an open stream (``CONFLICT``: refused, nothing
-        marked or staged; prune it after its close). Ids in one request that cite each other are
-        removed together as one transaction; refusals cascade (a refused id
-        survives, so whatever it cites is refused too).
+        ids already removed, an open stream (``CONFLICT``). Ids in one
+        request that cite each other are removed together as one
+        transaction; refusals cascade. With a durable sink, pending records
+        are flushed before anything changes (a failing disk raises
+        :class:`LogWriteError`, version unchanged); the tombstones are
+        durable before a removal is published."""
+        return self._editor.prune(ids, reason, actor, turn, self.flush, self.apply_due)
 
-        With a durable sink, pending records are flushed before anything
-        changes (a failing disk raises :class:`LogWriteError`, version
-        unchanged); the tombstones are durable before a removal is published.
-        """
-        if isinstance(ids, str | bytes):
-            raise InvalidType("prune takes a collection of ids, not a bare str")
-        if not hasattr(ids, "__iter__"):
-            raise InvalidType(f"prune takes a collection of ids, not {type(ids).__name__}")
-        raw = list(ids)
-        for i in raw:
-            check_id(i)
-        id_list = list(dict.fromkeys(raw))
-        check_text(reason, "reason")
-        if actor is not None:
-            check_id(actor, "actor")
-        check_turn(turn)
-        if self._st.sink is not None and self.pending_records:
-            self.flush()  # a failing disk refuses before anything changes
-        head = self._st.head
-        # (issue 21: no disk under the write lock) the ids, and the results of
-        # the tool calls citing signed reasoning among them (policy.py)
-        held = None
-        if head.tombs.spilled:
-            held = head.tombs.prefetch([*id_list, *sealed_lookups(head, id_list)])
-        self._st.write_lock.acquire()
-        try:
-            outcomes, candidates, staged = self._prune_locked(id_list, reason, actor, turn)
-        finally:
-            self._release()
-            if held is not None:
-                held.release()
-        if staged and self.has_due():
-            # Outside the write lock: a durable removal never makes a
-            # concurrent mark wait for the disk.
-            with contextlib.suppress(LogWriteError):  # stays DEFERRED; stats() tells
-                self.apply_due()
-        head = self._st.head
-        tombs = head.tombs.by_id
-        for i in candidates:
-            outcomes[i] = Outcome(Status.PRUNED if i in tombs else Status.DEFERRED)
-        return PruneReport({i: outcomes[i] for i in id_list}, head.number)
+    def edit(self, plan: EditPlan) -> EditReport:
+        """Seed 002's all-or-nothing self-edit (:meth:`.edit.Editor.edit`
+        states every rule): refused as a whole — window unchanged, one
+        :class:`Escalation`, the refusal logged — if any op breaks a rule;
+        else rewrites, moves and summaries are published in one version and
+        removals staged for their grace point, like :meth:`prune`'s.
+        O(ops·log n)."""
+        return self._editor.edit(plan, self.flush, self.apply_due)
 
-    def _prune_locked(
-        self, id_list: list[str], reason: str, actor: str | None, turn: int | None
-    ) -> tuple[dict[str, Outcome], list[str], bool]:
-        head = self._st.head
-        outcomes: dict[str, Outcome] = {}
-        candidates: dict[str, None] = {}
-        refused: dict[str, Refusal] = {}
-        for i in id_list:
-            slot = head.live.get(i)
-            if slot is None:
-                if i in head.tombs.by_id:
-                    outcomes[i] = Outcome(Status.UNCHANGED)
-                else:
-                    outcomes[i] = Outcome(Status.UNCHANGED, Refusal.UNKNOWN)
-                continue
-            if i in self._st.staged_ids:
-                outcomes[i] = Outcome(Status.DEFERRED)
-                continue
-            e = slot.entry
-            if e.streaming:  # never while open (stream.py): nothing marked or staged
-                outcomes[i] = Outcome(Status.UNCHANGED, Refusal.CONFLICT)
-                continue
-            if self._is_immutable(e):
-                outcomes[i] = Outcome(Status.UNCHANGED, Refusal.IMMUTABLE)
-                continue
-            prot = self._protection(e)
-            if prot is not None:
-                refused[i] = Refusal.PROTECTED if prot == "protected" else Refusal.NEGATIVE
-                continue
-            candidates[i] = None
-        for i in sealed_conflicts(head, candidates):
-            del candidates[i]
-            refused[i] = Refusal.REFERENCED
-        for i in cascade(head, candidates, refused):
-            del candidates[i]
-        n = head.number + 1
-        marks = head.marks
-        new_marks: list[list[Any]] = []
-        for i in itertools.chain(refused, candidates):
-            if i not in marks:
-                marks = marks.set(i, Mark(i, reason, turn, n))
-                new_marks.append([i, reason, turn])
-        changed = bool(new_marks)
-        staged_at = n if changed else head.number
-        groups = [
-            Group(
-                next(self._st.gids),
-                comp,
-                max(marks[i].version for i in comp),
-                staged_at,
-                reason,
-                actor,
-                turn,
-                checked=True,
-            )
-            for comp in components(head, candidates)
-        ]
-        version = n if changed else None
-        for i in id_list:
-            if i in refused:
-                outcomes[i] = Outcome(Status.MARKED, refused[i])
-        self._append_record(
-            prune_record(
-                len(self._st.records),
-                time.time(),
-                version,
-                tuple(id_list),
-                actor=actor,
-                reason=reason,
-                turn=turn,
-                outcome="staged" if groups else ("marked" if changed else "unchanged"),
-                marks=new_marks,
-                staged=staged_rows(groups),
-                outcomes=outcomes,
-            )
-        )
-        if changed:
-            self._st.head = head.with_marks(n, marks)
-            self._markable().difference_update(i for i, _r, _t in new_marks)
-        for g in groups:
-            self._stage(g)
-        if groups:
-            self._after_stage()
-        return outcomes, list(candidates), bool(groups)
+    def apply_due(self) -> tuple[str, ...]:
+        """Apply every staged removal that is due, as one new version,
+        re-validating each against the head; returns the removed ids. Raises
+        :class:`LogWriteError` if the tombstones cannot be made durable
+        (nothing published, the removals stay staged). With a durable sink
+        the disk write happens outside the write lock
+        (:meth:`.publish.Publisher.apply_due`)."""
+        return self._pub.apply_due()
 
-    # -- stats and checks --------------------------------------------------
+    def flush(self, *, checkpoint: bool = False) -> None:
+        """Return once every change made before the call is durable in the
+        sink: one sink write (one commit) for every pending record. Raises
+        :class:`LogWriteError` on failure (the records stay pending). With
+        ``checkpoint=True``, or once ``checkpoint_every`` records were
+        written since the last one, a checkpoint of the state goes in the
+        same commit (:meth:`.publish.Publisher.flush`)."""
+        self._pub.flush(checkpoint=checkpoint)
+
+    @property
+    def pending_records(self) -> int:
+        """Records not yet durable in the sink (an open stream's text that
+        no record holds yet counts as one: the next flush logs it)."""
+        return self._pub.pending_records
+
+    def has_due(self) -> bool:
+        """Whether some staged removal is due now. O(1)."""
+        return self._grace.has_due()
+
+    def next_grace(self) -> int | None:
+        """The smallest grace version among staged removals, or ``None``."""
+        return self._grace.next_grace()
+
+    def staged(self) -> Mapping[str, int]:
+        """Ids staged for removal → their grace version."""
+        return self._grace.staged()
+
+    def drain_escalations(self) -> list[Escalation]:
+        """Escalations queued while no runtime consumes them (oldest first)."""
+        return self._pub.drain_escalations()
+
+    def escalate(
+        self, kind: EscalationKind, detail: str, *, data: Mapping[str, Any] | None = None
+    ) -> Escalation:
+        """Log and deliver an escalation raised outside the core (the
+        runtime's reader-age alarm); see :meth:`.publish.Publisher.escalate`
+        for the checks (nothing is logged if one fails)."""
+        return self._pub.escalate(kind, detail, data=data)
+
+    def open_stream(
+        self,
+        id: str,
+        kind: Any,
+        *,
+        refs: Iterable[str] = (),
+        turn: int | None = None,
+        key: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> StreamWriter:
+        """Publish a new entry that is still being written and return its
+        :class:`StreamWriter` (:meth:`.stream.Streams.open_stream` lists the
+        errors, each changing nothing). Sync, never touches a disk."""
+        return self._streams.open_stream(id, kind, refs=refs, turn=turn, key=key, meta=meta)
+
+    def streams(self) -> Mapping[str, StreamWriter]:
+        """The open streams by id (a copy). O(open streams)."""
+        return self._streams.streams()
 
     def stats(self) -> Stats:
         """A frozen picture of the buffer. O(readers + distinct pinned
@@ -827,42 +625,12 @@ class Buffer(Streams):
             readmissions_refused=self._st.counts["readmit_refused"],
             readmissions_overridden=self._st.counts["readmit_overridden"],
             log_records=len(self._st.records),
-            log_pending=self.pending_records,
+            log_pending=self._pub.pending_records,
             log_failing=self._st.log_failing,
             reclamation_latency_last=self._st.latency_last,
             reclamation_latency_max=self._st.latency_max,
             callback_errors=self._st.counts["callback_errors"],
         )
-
-    def _append_checkpoint(self) -> None:
-        """Append a checkpoint record of the current state, right after its
-        anchor (checkpoint.py; flush() calls it). The state is built under
-        the write lock (O(live + staged + tombstone index)); its checksum,
-        most of the cost, is computed outside it, and the two records
-        appended if nothing was appended meanwhile (else built again, all
-        under the lock). Writers wait for the state only."""
-        lock = self._st.write_lock
-        lock.acquire()
-        try:
-            if self._st.streams:  # logged in this hold: no write uncounted (claims.py)
-                self._log_streams_locked()
-            state = checkpoint_state(self)
-        finally:
-            lock.release()
-        digest = checkpoint_digest(state)
-        lock.acquire()
-        try:
-            if state["records"] == len(self._st.records) + 1:
-                anchor, rec = checkpoint_records(state, digest, time.time())
-            else:  # the log grew meanwhile: this state is not the head's
-                if self._st.streams:
-                    self._log_streams_locked()
-                anchor, rec = build_checkpoint(self, time.time())
-            self._st.records.append(anchor)
-            self._st.records.append(rec)
-            self._st.checkpoint_due = rec.seq + 1 + self._st.checkpoint_every
-        finally:
-            lock.release()
 
     # -- observation (observe.py) and checks -------------------------------
 
@@ -881,7 +649,7 @@ class Buffer(Streams):
         measurement counts it as the buffer's own. Changes no version.
         O(ids appended since the last fold), under the write lock."""
         with self._st.write_lock:
-            self._markable()
+            self._st.markable()
 
     def check_invariants(self, *, expect_no_pins: bool = False) -> None:
         """Raise ``AssertionError`` naming the first invariant of
@@ -901,7 +669,7 @@ class Buffer(Streams):
         try:
             check_buffer(self, expect_no_pins)
         finally:
-            self._release()
+            self._pub.release()
 
 
 # ---------------------------------------------------------------------------

@@ -51,8 +51,9 @@ import heapq
 import itertools
 import json
 import logging
+import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from .check import check_buffer
@@ -65,7 +66,7 @@ from .log import ReadableSink, Records, check_read
 from .records import LogRecord, Mark, Refusal, Tombstone
 from .replay import replay
 from .state import BufferState, HasState, state_of
-from .stream import durable_dict, reopen, stream_header
+from .stream_replay import durable_dict, reopen, stream_header
 from .version import Tombs, Version
 from .wire import Op, anchor_record, checkpoint_record, parse_anchor, parse_checkpoint
 
@@ -74,6 +75,7 @@ __all__ = [
     "CHECKPOINT_OP",
     "DEFAULT_CHECKPOINT_EVERY",
     "CheckpointSink",
+    "append_checkpoint",
     "build_checkpoint",
     "check_anchor",
     "check_checkpoint_every",
@@ -514,3 +516,36 @@ def describe_checkpoint(rec: LogRecord) -> str:
     if state.get("compacted_from"):
         parts.append(f"compacted from {state['compacted_from'].get('records')} records")
     return ", ".join([*parts, status])
+
+
+def append_checkpoint(st: BufferState, log_streams_locked: Callable[[], None]) -> None:
+    """Append a checkpoint record of ``st``, right after its anchor
+    (``flush()`` calls it; ``log_streams_locked`` logs the open streams'
+    text, in the same hold of the write lock, so the state has no write
+    that no record counts: claims.py). The state is built under the write
+    lock (O(live + staged + tombstone index)); its checksum, most of the
+    cost, is computed outside it, and the two records appended if nothing
+    was appended meanwhile (else built again, all under the lock). Writers
+    wait for the state only."""
+    lock = st.write_lock
+    lock.acquire()
+    try:
+        if st.streams:
+            log_streams_locked()
+        state = checkpoint_state(st)
+    finally:
+        lock.release()
+    digest = checkpoint_digest(state)
+    lock.acquire()
+    try:
+        if state["records"] == len(st.records) + 1:
+            anchor, rec = checkpoint_records(state, digest, time.time())
+        else:  # the log grew meanwhile: this state is not the head's
+            if st.streams:
+                log_streams_locked()
+            anchor, rec = build_checkpoint(st, time.time())
+        st.records.append(anchor)
+        st.records.append(rec)
+        st.checkpoint_due = rec.seq + 1 + st.checkpoint_every
+    finally:
+        lock.release()

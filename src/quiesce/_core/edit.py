@@ -1,39 +1,58 @@
-"""Edit plans: validation as a whole, then one published version.
+"""The editor: prune requests and edit plans, decided against the head.
 
-What it keeps true: a plan is applied all or nothing. It is refused as a
+What it keeps true: a request is decided all or nothing under the write
+lock, against one head. A prune stages what the policy lets go and marks
+what it refuses (:meth:`Editor.prune`); an edit plan is refused as a
 whole — the window unchanged, one escalation, the refusal logged with the
-rationale's bytes — if any op breaks a rule (see :meth:`Editor.edit`);
+rationale's bytes — if any op breaks a rule (see :meth:`Editor.edit`),
 otherwise its rewrites, moves and summaries are published in one version
 and its removals are staged like a prune's (:mod:`.grace`). Window order
-after an edit is the order the plan asked for; order keys stay unique
-(:func:`_place` takes midpoints found by bisection, O(log n + ops) per op,
-and renumbers every key in the rare case float precision runs out).
+after an edit is the order the plan asked for (:mod:`.placement`).
+
+The part. :class:`Editor` is handed the buffer's state, the publisher (the
+log tail, the policy called as untrusted code, the lock's release) and the
+grace queue; a request's ``flush`` and ``apply_due`` are handed to it by
+the caller (the buffer's own, so an instrumented buffer sees them), which
+it calls outside the write lock. It never holds the buffer.
+
+Cancellation: nothing here awaits; a request is sync and all or nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
+import itertools
 import time
-from bisect import bisect_left, insort
-from collections.abc import Callable, Container, Mapping, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from .draft import Draft
-from .entry import Entry, Kind
+from .entry import Entry, check_id, check_text, check_turn
 from .errors import DanglingReference, DuplicateEntry, InvalidArgument, InvalidType, LogWriteError
-from .grace import Group
-from .graph import sealed_conflicts, sealed_lookups
+from .grace import Grace
+from .graph import cascade, components, sealed_conflicts, sealed_lookups
 from .ledger import note_written
+from .placement import move_refusals, place, placement_refusals
 from .plan import EditPlan, Move, Prune, Rewrite, Summarize
 from .policy import IMMUTABLE_KINDS as _IMMUTABLE
 from .policy import PROTECTED_KINDS
 from .publish import Publisher
-from .records import HOST_ACTOR, EditReport, Escalation, EscalationKind, Mark, Refusal
+from .records import (
+    HOST_ACTOR,
+    EditReport,
+    Escalation,
+    EscalationKind,
+    Mark,
+    Outcome,
+    PruneReport,
+    Refusal,
+    Status,
+)
+from .state import BufferState, Group
 from .tombs import Prefetched
-from .version import Slot, Version
-from .wire import edit_record, edit_refused_record, staged_rows
+from .version import Version
+from .wire import edit_record, edit_refused_record, prune_record, staged_rows
 
 __all__ = ["HOST_ACTOR", "WHY_KEPT", "Editor"]
 
@@ -41,11 +60,161 @@ __all__ = ["HOST_ACTOR", "WHY_KEPT", "Editor"]
 #: (the rest are counted): a refused 800-op plan logs a bounded record.
 WHY_KEPT = 10
 
+#: a buffer's ``flush()`` or ``apply_due()``, handed to a request
+Flush = Callable[[], object]
 
-class Editor(Publisher):
-    """Edit plans on a :class:`~.buffer.Buffer` (a base class)."""
 
-    def edit(self, plan: EditPlan) -> EditReport:
+class Editor:
+    """Prune requests and edit plans on one buffer (see the module
+    docstring). O(1) to build."""
+
+    __slots__ = ("_grace", "_pub", "_st")
+
+    def __init__(self, st: BufferState, publisher: Publisher, grace: Grace) -> None:
+        self._st = st  #: the buffer's fields (state.py)
+        self._pub = publisher  #: the log tail and the policy's guards (publish.py)
+        self._grace = grace  #: the queue of staged removals (grace.py)
+
+    def prune(
+        self,
+        ids: Iterable[str],
+        reason: str,
+        actor: str | None,
+        turn: int | None,
+        flush: Flush,
+        apply_due: Flush,
+    ) -> PruneReport:
+        """:meth:`Buffer.prune <quiesce.Buffer.prune>` (its docstring states
+        the outcomes): the ids checked, pending records flushed through
+        ``flush`` before anything changes, the request decided under the write
+        lock (:meth:`prune_locked`), a due removal applied through
+        ``apply_due`` after it, outside the lock (a durable removal never
+        makes a concurrent mark wait for the disk). O(ids · log n) plus the
+        flush and the removal."""
+        if isinstance(ids, str | bytes):
+            raise InvalidType("prune takes a collection of ids, not a bare str")
+        if not hasattr(ids, "__iter__"):
+            raise InvalidType(f"prune takes a collection of ids, not {type(ids).__name__}")
+        raw = list(ids)
+        for i in raw:
+            check_id(i)
+        id_list = list(dict.fromkeys(raw))
+        check_text(reason, "reason")
+        if actor is not None:
+            check_id(actor, "actor")
+        check_turn(turn)
+        if self._st.sink is not None and self._pub.pending_records:
+            flush()  # a failing disk refuses before anything changes
+        head = self._st.head
+        # (issue 21: no disk under the write lock) the ids, and the results of
+        # the tool calls citing signed reasoning among them (policy.py)
+        held = None
+        if head.tombs.spilled:
+            held = head.tombs.prefetch([*id_list, *sealed_lookups(head, id_list)])
+        self._st.write_lock.acquire()
+        try:
+            outcomes, candidates, staged = self.prune_locked(id_list, reason, actor, turn)
+        finally:
+            self._pub.release()
+            if held is not None:
+                held.release()
+        if staged and self._grace.has_due():
+            # Outside the write lock: a durable removal never makes a
+            # concurrent mark wait for the disk.
+            with contextlib.suppress(LogWriteError):  # stays DEFERRED; stats() tells
+                apply_due()
+        head = self._st.head
+        tombs = head.tombs.by_id
+        for i in candidates:
+            outcomes[i] = Outcome(Status.PRUNED if i in tombs else Status.DEFERRED)
+        return PruneReport({i: outcomes[i] for i in id_list}, head.number)
+
+    def prune_locked(
+        self, id_list: list[str], reason: str, actor: str | None, turn: int | None
+    ) -> tuple[dict[str, Outcome], list[str], bool]:
+        head = self._st.head
+        outcomes: dict[str, Outcome] = {}
+        candidates: dict[str, None] = {}
+        refused: dict[str, Refusal] = {}
+        for i in id_list:
+            slot = head.live.get(i)
+            if slot is None:
+                if i in head.tombs.by_id:
+                    outcomes[i] = Outcome(Status.UNCHANGED)
+                else:
+                    outcomes[i] = Outcome(Status.UNCHANGED, Refusal.UNKNOWN)
+                continue
+            if i in self._st.staged_ids:
+                outcomes[i] = Outcome(Status.DEFERRED)
+                continue
+            e = slot.entry
+            if e.streaming:  # never while open (stream.py): nothing marked or staged
+                outcomes[i] = Outcome(Status.UNCHANGED, Refusal.CONFLICT)
+                continue
+            if self._pub.is_immutable(e):
+                outcomes[i] = Outcome(Status.UNCHANGED, Refusal.IMMUTABLE)
+                continue
+            prot = self._pub.protection(e)
+            if prot is not None:
+                refused[i] = Refusal.PROTECTED if prot == "protected" else Refusal.NEGATIVE
+                continue
+            candidates[i] = None
+        for i in sealed_conflicts(head, candidates):
+            del candidates[i]
+            refused[i] = Refusal.REFERENCED
+        for i in cascade(head, candidates, refused):
+            del candidates[i]
+        n = head.number + 1
+        marks = head.marks
+        new_marks: list[list[Any]] = []
+        for i in itertools.chain(refused, candidates):
+            if i not in marks:
+                marks = marks.set(i, Mark(i, reason, turn, n))
+                new_marks.append([i, reason, turn])
+        changed = bool(new_marks)
+        staged_at = n if changed else head.number
+        groups = [
+            Group(
+                next(self._st.gids),
+                comp,
+                max(marks[i].version for i in comp),
+                staged_at,
+                reason,
+                actor,
+                turn,
+                checked=True,
+            )
+            for comp in components(head, candidates)
+        ]
+        version = n if changed else None
+        for i in id_list:
+            if i in refused:
+                outcomes[i] = Outcome(Status.MARKED, refused[i])
+        self._pub.append_record(
+            prune_record(
+                len(self._st.records),
+                time.time(),
+                version,
+                tuple(id_list),
+                actor=actor,
+                reason=reason,
+                turn=turn,
+                outcome="staged" if groups else ("marked" if changed else "unchanged"),
+                marks=new_marks,
+                staged=staged_rows(groups),
+                outcomes=outcomes,
+            )
+        )
+        if changed:
+            self._st.head = head.with_marks(n, marks)
+            self._st.markable().difference_update(i for i, _r, _t in new_marks)
+        for g in groups:
+            self._grace.stage(g)
+        if groups:
+            self._pub.after_stage()
+        return outcomes, list(candidates), bool(groups)
+
+    def edit(self, plan: EditPlan, flush: Flush, apply_due: Flush) -> EditReport:
         """Seed 002's all-or-nothing self-edit.
 
         Refused as a whole — window unchanged, one :class:`Escalation`
@@ -97,22 +266,22 @@ class Editor(Publisher):
         """
         if type(plan) is not EditPlan:
             raise InvalidType(f"edit takes an EditPlan, not {type(plan).__name__}")
-        if self._st.sink is not None and self.pending_records:
-            self.flush()  # a failing disk refuses before anything changes
+        if self._st.sink is not None and self._pub.pending_records:
+            flush()  # a failing disk refuses before anything changes
         held = _prefetch(self._st.head, plan) if self._st.head.tombs.spilled else None
         self._st.write_lock.acquire()
         try:
-            report = self._edit_locked(plan)
+            report = self.edit_locked(plan)
         finally:
-            self._release()
+            self._pub.release()
             if held is not None:
                 held.release()
         if not report.deferred:
             return report
-        if self.has_due():
+        if self._grace.has_due():
             # Outside the write lock, like prune().
             with contextlib.suppress(LogWriteError):  # stays deferred; stats() tells
-                self.apply_due()
+                apply_due()
         head = self._st.head
         tombs = head.tombs.by_id
         removed = report.deferred
@@ -123,7 +292,7 @@ class Editor(Publisher):
             deferred=tuple(i for i in removed if i not in tombs),
         )
 
-    def _edit_locked(self, plan: EditPlan) -> EditReport:
+    def edit_locked(self, plan: EditPlan) -> EditReport:
         head = self._st.head
         if plan.base is not None and plan.base > head.number:
             raise InvalidArgument(f"plan base {plan.base} is newer than the head {head.number}")
@@ -167,10 +336,10 @@ class Editor(Publisher):
             if e.sealed and verb != "pruned":
                 refuse(Refusal.IMMUTABLE, f"{e.id!r} is signed reasoning: cannot be {verb}")
                 return
-            if self._is_immutable(e):
+            if self._pub.is_immutable(e):
                 refuse(Refusal.IMMUTABLE, f"{e.id!r} is a {e.kind.name} and cannot be {verb}")
                 return
-            prot = self._protection(e)
+            prot = self._pub.protection(e)
             if prot == "protected":
                 refuse(
                     Refusal.PROTECTED, f"{e.id!r} is a {e.kind.name}: protected from being {verb}"
@@ -250,13 +419,13 @@ class Editor(Publisher):
             else:
                 e = live_entry(op.id)
                 if e is not None:
-                    for refusal, reason in _move_refusals(head, e):
+                    for refusal, reason in move_refusals(head, e):
                         refuse(refusal, reason)
                 if op.before is not None and op.before not in head.live:
                     refuse(Refusal.UNKNOWN, f"move target {op.before!r} is not a live entry")
                 moves.append(op)
         if moves and not refusals:
-            for refusal, reason in _placement_refusals(head, summaries, moves, removed):
+            for refusal, reason in placement_refusals(head, summaries, moves, removed):
                 refuse(refusal, reason)
         for why_sealed in sealed_conflicts(head, removed).values():
             refuse(Refusal.REFERENCED, why_sealed)
@@ -308,7 +477,7 @@ class Editor(Publisher):
         head = self._st.head
         detail = "; ".join(dict.fromkeys(why))
         esc = Escalation(EscalationKind.REFUSED_EDIT, detail, plan, refusals, head.number)
-        self._append_record(
+        self._pub.append_record(
             edit_refused_record(
                 len(self._st.records),
                 time.time(),
@@ -319,7 +488,7 @@ class Editor(Publisher):
                 rationale=self._rationale_copy(plan),
             )
         )
-        self._escalate(esc)
+        self._pub.deliver(esc)
         return EditReport(False, refusals, esc, head.number)
 
     def _rationale_copy(self, plan: EditPlan) -> list[dict[str, Any]]:
@@ -354,7 +523,7 @@ class Editor(Publisher):
         keys: dict[str, float] = {}
         renumbered: set[str] | None = None
         if summaries or moves:
-            renumbered = _place(head, draft, summaries, moves, keys, n)
+            renumbered = place(head, draft, summaries, moves, keys, n)
         inserted = []
         for op, _covered in summaries:
             inserted.append({"entry": op.into.to_dict(), "key": draft.live[op.into.id].key})
@@ -380,7 +549,7 @@ class Editor(Publisher):
                 frozenset(i for i in staged_ids if retracted and i in retracted),
                 checked=True,
             )
-        self._append_record(
+        self._pub.append_record(
             edit_record(
                 len(self._st.records),
                 time.time(),
@@ -402,12 +571,12 @@ class Editor(Publisher):
         written = [new for _old, new in rewrites] + [op.into for op, _ in summaries]
         note_written(self._st.protected_at, len(self._st.records) - 1, written)  # claims.py
         self._st.head = draft.finish(n)
-        markable = self._markable()
+        markable = self._st.markable()
         markable.update(op.into.id for op, _ in summaries if op.into.kind not in _IMMUTABLE)
         markable.difference_update(i for i, _r, _t in new_marks)
         if group is not None:
-            self._stage(group)
-            self._after_stage()
+            self._grace.stage(group)
+            self._pub.after_stage()
         return EditReport(True, (), None, n, (), removed)
 
 
@@ -420,269 +589,6 @@ def _plan_ids(plan: EditPlan) -> tuple[str, ...]:
         else:
             out[op.id] = None
     return tuple(out)
-
-
-def _key_between(lo: float | None, hi: float | None) -> float | None:
-    """An order key strictly between ``lo`` and ``hi`` (``None``: unbounded),
-    or ``None`` when float precision leaves no room (the caller renumbers)."""
-    if lo is None and hi is None:
-        return 0.0
-    if lo is None:
-        assert hi is not None
-        return hi - 1.0
-    if hi is None:
-        return lo + 1.0
-    mid = (lo + hi) / 2.0
-    return mid if lo < mid < hi else None
-
-
-def anchors_turn(e: Entry) -> bool:
-    """Whether ``e`` is reasoning that must stay in front of the items of its
-    turn: a signed block (:attr:`Entry.sealed`) or a reasoning item / thinking
-    block of a chat API (the adapters keep it in ``content``, and make every
-    other item of its turn cite it). O(1)."""
-    if e.sealed:
-        return True
-    c = e.content
-    return isinstance(c, Mapping) and c.get("type") in _REASONING_TYPES
-
-
-_REASONING_TYPES = frozenset({"reasoning", "thinking", "redacted_thinking"})
-
-
-def _move_refusals(head: Version, e: Entry) -> list[tuple[Refusal, str]]:
-    """Why ``e`` itself may not be moved (before any placement is worked
-    out), all ``IMMUTABLE`` (a reasoning turn's order is fixed): a signed
-    block (its signature covers the turn as the provider sent it), unsigned
-    reasoning, and an item of a reasoning turn (it cites the reasoning) — the
-    APIs refuse reasoning that is not followed by the items of its turn.
-    O(len(e.refs))."""
-    if e.sealed:
-        return [(Refusal.IMMUTABLE, f"{e.id!r} is signed by its provider: it cannot be moved")]
-    if anchors_turn(e):
-        return [(Refusal.IMMUTABLE, f"reasoning {e.id!r} must stay before the items of its turn")]
-    live = head.live
-    for ref in e.refs:
-        slot = live.get(ref)
-        if slot is not None and anchors_turn(slot.entry):
-            return [
-                (
-                    Refusal.IMMUTABLE,
-                    f"{e.id!r} belongs to the turn of reasoning {ref!r}: it cannot be moved "
-                    "away from it",
-                )
-            ]
-    return []
-
-
-def _placement_refusals(
-    head: Version,
-    summaries: Sequence[tuple[Summarize, tuple[str, ...]]],
-    moves: Sequence[Move],
-    removed: Container[str] = (),
-) -> list[tuple[Refusal, str]]:
-    """The orders a plan's moves would break, worked out on the window order
-    the plan would publish (the head's, with the summaries inserted and the
-    moves applied; removals do not change the order of what survives, and
-    what the plan itself removes — ``removed`` — breaks no order):
-
-    * ``REFERENCED``: a ``TOOL_OUTPUT`` before a ``TOOL_CALL`` it cites (a
-      tool result before its call), or a moved call after one of its outputs;
-    * ``IMMUTABLE``: a moved entry landing inside a reasoning turn — just
-      before an item that cites the turn's reasoning (it would split
-      reasoning from the items it precedes).
-
-    One move and no summary (the common plan): O(refs + citers), from the
-    order keys — the moved entry lands right before its target, so any
-    other entry precedes it exactly when its key is below the target's.
-    Otherwise O(n + moves · n) for the window order."""
-    live = head.live
-    if not summaries and len(moves) == 1 and moves[0].before != moves[0].id:
-        mv = moves[0]
-        target = None if mv.before is None else live[mv.before].key
-
-        def before_moved(i: str) -> bool:  # i (not the moved one) precedes it
-            return target is None or live[i].key < target
-
-        return _order_refusals(head, mv, before_moved, mv.before, removed)
-    order = head.ordered_ids()
-    for op, covered in summaries:
-        cover = set(covered)
-        at = next(idx for idx, i in enumerate(order) if i in cover)
-        order.insert(at, op.into.id)
-    for mv in moves:
-        order.remove(mv.id)
-        order.insert(len(order) if mv.before is None else order.index(mv.before), mv.id)
-    pos = {i: n for n, i in enumerate(order)}
-    out: list[tuple[Refusal, str]] = []
-    for mv in moves:
-        at = pos[mv.id]
-
-        def precedes(i: str, at: int = at) -> bool:
-            return pos.get(i, at + 1) < at
-
-        nxt = order[at + 1] if at + 1 < len(order) else None
-        out.extend(_order_refusals(head, mv, precedes, nxt, removed))
-    return out
-
-
-def _order_refusals(
-    head: Version,
-    mv: Move,
-    precedes: Callable[[str], bool],
-    following: str | None,
-    removed: Container[str] = (),
-) -> list[tuple[Refusal, str]]:
-    """:func:`_placement_refusals` for one move, given whether an entry
-    precedes the moved one in the new order and the id right after it; an
-    entry in ``removed`` (the plan removes it) breaks no order.
-    O(refs + citers)."""
-    live = head.live
-    out: list[tuple[Refusal, str]] = []
-    if mv.id in removed:
-        return out
-    e = live[mv.id].entry
-    if e.kind is Kind.TOOL_OUTPUT:
-        for ref in e.refs:
-            slot = live.get(ref)
-            if slot is not None and slot.entry.kind is Kind.TOOL_CALL and not precedes(ref):
-                why = f"moving {mv.id!r} would put it before its call {ref!r}"
-                out.append((Refusal.REFERENCED, why))
-    elif e.kind is Kind.TOOL_CALL:
-        for c in head.cited_by(mv.id):
-            if c not in removed and live[c].entry.kind is Kind.TOOL_OUTPUT and precedes(c):
-                why = f"moving {mv.id!r} would put it after its result {c!r}"
-                out.append((Refusal.REFERENCED, why))
-    if following is not None:
-        nxt = live.get(following)
-        if nxt is not None and any(
-            (s := live.get(r)) is not None and anchors_turn(s.entry) for r in nxt.entry.refs
-        ):
-            out.append(
-                (
-                    Refusal.IMMUTABLE,
-                    f"moving {mv.id!r} before {nxt.entry.id!r} would split the reasoning "
-                    "of that turn from its items",
-                )
-            )
-    return out
-
-
-def _place(
-    head: Version,
-    draft: Draft,
-    summaries: Sequence[tuple[Summarize, tuple[str, ...]]],
-    moves: Sequence[Move],
-    keys: dict[str, float],
-    n: int,
-) -> set[str] | None:
-    """Insert summaries and apply moves in window order, filling ``keys`` with
-    every new order key. Returns ``None``, or the ids the plan placed when the
-    float gap was exhausted and every key was renumbered.
-
-    Each placement takes the midpoint between the new neighbours' keys,
-    found by bisecting the head's chunked view (``Version.key_before``) and the
-    keys placed earlier in the plan: O(log n + ops) per op, no other key
-    changes. Only when a gap has no float left between its ends (about 50
-    placements into one gap) does it fall back to :func:`_place_renumbering`,
-    O(n)."""
-    live = head.live
-    key_of: dict[str, float] = {}
-    placed_keys: list[float] = []  # sorted keys given by this plan so far
-    gone: set[str] = set()  # ids whose slot in the head's view is not their place
-
-    def current(i: str) -> float:
-        got = key_of.get(i)
-        return got if got is not None else live[i].key
-
-    def key_before(hi: float) -> float | None:
-        """The greatest current key below ``hi``."""
-        a = head.key_before(hi, gone)
-        j = bisect_left(placed_keys, hi) - 1
-        b = placed_keys[j] if j >= 0 else None
-        return b if a is None else a if b is None else max(a, b)
-
-    def put(i: str, hi: float | None) -> bool:
-        key = _key_between(key_before(math.inf if hi is None else hi), hi)
-        if key is None:
-            return False
-        key_of[i] = key
-        insort(placed_keys, key)
-        return True
-
-    for op, covered in summaries:
-        if not put(op.into.id, min(current(i) for i in covered)):
-            return _place_renumbering(head, draft, summaries, moves, keys, n)
-    for mv in moves:
-        old = key_of.pop(mv.id, None)
-        if old is not None:
-            placed_keys.remove(old)
-        gone.add(mv.id)
-        if not put(mv.id, None if mv.before is None else current(mv.before)):
-            return _place_renumbering(head, draft, summaries, moves, keys, n)
-    for op, _covered in summaries:
-        draft.add(op.into, key_of[op.into.id], n)
-    for i, key in key_of.items():
-        draft.set_key(i, key, n)
-        keys[i] = key
-    return None
-
-
-def _place_renumbering(
-    head: Version,
-    draft: Draft,
-    summaries: Sequence[tuple[Summarize, tuple[str, ...]]],
-    moves: Sequence[Move],
-    keys: dict[str, float],
-    n: int,
-) -> set[str] | None:
-    """:func:`_place` on a list of the whole window order, renumbering every
-    key when a gap is exhausted. O(n)."""
-    order = head.ordered_ids()
-    key_of: dict[str, float] = {}
-    placed: set[str] = set()
-    ok = True
-
-    def k(i: str) -> float:
-        got = key_of.get(i)
-        return got if got is not None else head.live[i].key
-
-    def put(i: str, index: int) -> None:
-        nonlocal ok
-        order.insert(index, i)
-        placed.add(i)
-        if not ok:
-            return  # every key is renumbered below; only the order matters now
-        lo = k(order[index - 1]) if index > 0 else None
-        hi = k(order[index + 1]) if index + 1 < len(order) else None
-        key = _key_between(lo, hi)
-        if key is None:
-            ok = False
-        else:
-            key_of[i] = key
-
-    for op, covered in summaries:
-        cover = set(covered)
-        first = next(idx for idx, i in enumerate(order) if i in cover)
-        put(op.into.id, first)
-        draft.add(op.into, key_of.get(op.into.id, 0.0), n)
-    for mv in moves:
-        order.remove(mv.id)
-        index = len(order) if mv.before is None else order.index(mv.before)
-        put(mv.id, index)
-    if ok:
-        for i, key in key_of.items():
-            draft.set_key(i, key, n)
-            keys[i] = key
-        return None
-    # Renumber every key in the new order (rare: ~50 halvings of one gap).
-    draft.reordered = True  # slots written directly: the new view sorts
-    for idx, i in enumerate(order):
-        slot: Slot = draft.live[i]
-        draft.live[i] = Slot(slot.entry, float(idx), n if i in placed else slot.changed)
-        keys[i] = float(idx)
-    draft.next_key = float(len(order))
-    return placed
 
 
 def _prefetch(head: Version, plan: EditPlan) -> Prefetched:

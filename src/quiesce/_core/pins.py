@@ -25,6 +25,10 @@ empty; (3) ``pin_order`` is popped only at its front, only under
 ``pin_lock`` (which serializes the walkers, never the readers), by the same
 rule. A pin whose validation fails withdraws and, if it leaves its set
 empty, takes the last-unpin path, so no set and no due removal is lost.
+The walk runs when a pin appends a number behind an older one (an order
+found empty has nothing to free) and after each stream write
+(:meth:`.stream.StreamWriter.write`: the writer frees the version it
+replaced, so readers of a streaming buffer rarely walk).
 Pin and unpin are O(1) amortized, independent of the buffer's size and of
 the number of readers. This relies on the GIL: ``Buffer()`` refuses to run
 in a free-threaded interpreter whose GIL is off.
@@ -115,13 +119,16 @@ class Snapshot:
             if loop is not None and loop._thread_id == ident:
                 task = _tasks._aio_task_of(loop)  # type: ignore[misc]
         elif (trio_context := _tasks._trio_context) is not None:
-            # No asyncio loop cached for this thread: if none is running
-            # (asked first, as current_task does), the trio task if any, else
-            # the thread (from threading's table; current_task_of otherwise).
-            running = _tasks._aio_running_loop
-            if running is not None and running() is None:
-                task = trio_context.__dict__.get("task")
-                if task is None:
+            # No asyncio loop cached for this thread. A trio task step running
+            # here is the answer (no asyncio task can be current in the same
+            # step: trio's guest mode runs its steps in asyncio callbacks);
+            # asked first, it saves asking asyncio for a running loop (a
+            # getpid() system call). Otherwise, if no asyncio loop runs, the
+            # thread (from threading's table; current_task_of otherwise).
+            task = trio_context.__dict__.get("task")
+            if task is None:
+                running = _tasks._aio_running_loop
+                if running is not None and running() is None:
                     task = _active_threads.get(ident)
         if task is None:
             task = _current_task_of(ident, ref)
@@ -141,12 +148,13 @@ class Snapshot:
             # Registered before the order is consulted, and both before the
             # head is re-read: see "Pins" in the module docstring.
             try:
-                last = order[-1]
-            except IndexError:
+                last = order[-1] if order else None  # (raising costs ~1 µs)
+            except IndexError:  # emptied by a walker in another thread meanwhile
                 last = None
             if last != n:
                 order.append(n)
-                reg.trim()
+                if last is not None:  # (an empty order has nothing to free)
+                    reg.trim()
             if st.head is v:
                 break
             # A write landed meanwhile: withdraw, then pin the new head.
@@ -187,6 +195,16 @@ class Snapshot:
             )
         return v
 
+    def _v_for(self, entry_id: object) -> Version:
+        """:meth:`_v`, for a read of ``entry_id`` (an id, checked). One call,
+        as :meth:`_v` is: the lookups cost no extra frame."""
+        v = self._version
+        if v is None:
+            return self._v()  # raises SnapshotReleased
+        if type(entry_id) is not str or not entry_id:
+            check_id(entry_id)
+        return v
+
     @property
     def version(self) -> int:
         """The pinned version number."""
@@ -217,9 +235,7 @@ class Snapshot:
     def __getitem__(self, entry_id: str) -> Entry:
         """The live entry; :class:`EntryPruned` (with the tombstone) if it was
         removed in this version; :class:`UnknownEntry` if never seen."""
-        v = self._v()
-        if type(entry_id) is not str or not entry_id:
-            check_id(entry_id)
+        v = self._v_for(entry_id)
         slot = v.live.get(entry_id)
         if slot is not None:
             return slot.entry
@@ -227,18 +243,14 @@ class Snapshot:
 
     def get(self, entry_id: str, default: Any = None) -> Any:
         """The live entry or ``default``."""
-        v = self._v()
-        if type(entry_id) is not str or not entry_id:
-            check_id(entry_id)
+        v = self._v_for(entry_id)
         slot = v.live.get(entry_id)
         return default if slot is None else slot.entry
 
     def resolve(self, entry_id: str) -> Entry | Tombstone:
         """The entry, or its tombstone if removed; :class:`UnknownEntry` if it
         never existed. "Deleted" and "never existed" stay distinguishable."""
-        v = self._v()
-        if type(entry_id) is not str or not entry_id:
-            check_id(entry_id)
+        v = self._v_for(entry_id)
         slot = v.live.get(entry_id)
         if slot is not None:
             return slot.entry
@@ -249,16 +261,12 @@ class Snapshot:
 
     def mark(self, entry_id: str) -> Mark | None:
         """The entry's mark as of the pinned version, or ``None``."""
-        v = self._v()
-        if type(entry_id) is not str or not entry_id:
-            check_id(entry_id)
+        v = self._v_for(entry_id)
         return v.marks.get(entry_id)
 
     def is_stale(self, entry_id: str) -> bool:
         """Whether the entry is marked in the pinned version."""
-        v = self._v()
-        if type(entry_id) is not str or not entry_id:
-            check_id(entry_id)
+        v = self._v_for(entry_id)
         return entry_id in v.marks
 
     @property

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Required, TypedDict
 
 from .entry import Entry, check_body, check_id, check_int, check_refs, check_text, check_turn
 from .errors import InvalidArgument, InvalidType
 
-__all__ = ["EditPlan", "Move", "Op", "Override", "Prune", "Rewrite", "Summarize"]
+__all__ = ["EditPlan", "Move", "Op", "Override", "Prune", "PruneOptions", "Rewrite", "Summarize"]
 
 
 def _ids(values: object, what: str) -> tuple[str, ...]:
@@ -222,3 +222,15 @@ def _check_targets(ops: tuple[Op, ...]) -> None:
         raise InvalidArgument(f"id {sorted(both)[0]!r} is removed and also rewritten or moved")
     if created & (removed | rewritten | moved):
         raise InvalidArgument("a summary id is also the target of another op")
+
+
+class PruneOptions(TypedDict, total=False):
+    """The keyword arguments of :meth:`Buffer.prune` after ``ids``: the one
+    definition. The async faces' ``aprune`` (``AsyncBuffer``,
+    ``RuntimeBuffer``, ``SharedBuffer``) and the recorder take them as
+    ``**options`` and hand them on unchanged, so the checks and defaults are
+    the buffer's."""
+
+    reason: Required[str]  #: why (logged, and each tombstone's reason)
+    actor: str | None  #: who asks (the log's actor; ``"host"`` may retract)
+    turn: int | None  #: the conversation turn

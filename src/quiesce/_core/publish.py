@@ -1,4 +1,4 @@
-"""Publishing: the edit log, flushes, and the durable path of a removal.
+"""Publishing: the edit log, flushes, due signals, and the durable path of a removal.
 
 What it keeps true: a tombstone is durable before the removal it records is
 published (invariant 3's durability half), and ``mark_stale``/``append``
@@ -12,11 +12,24 @@ A due removal is applied in three phases (:meth:`Publisher.apply_due`):
 (1) under the write lock, pop the due groups and log their tombstones as an
 intent (a ``tombstone`` record); (2) without the lock, flush — the
 tombstones are now durable; (3) under the lock, re-validate each member
-against the head of that moment (:meth:`Publisher._remove_groups`: changed
+against the head of that moment (:meth:`Publisher.remove_groups`: changed
 since staged, immutable, protected, or cited by a survivor — the
 *cascade* — refuses it), publish one version and log the ``remove`` record.
 A crash between (2) and the next flush recovers the groups staged again.
 Without a sink the three phases collapse into one, under the lock.
+
+Who applies a due removal. The last reader of a version signals
+(:meth:`Publisher.signal_due`, the pin registry's hook): an unpin that makes
+a removal due applies it inline when nobody writes (sync mode), else leaves
+the state's ``due_flag`` for the writer that holds the lock to drain on
+release (:meth:`Publisher.release`); under the async runtime the signal only
+calls ``due_hook``, which wakes the barrier scheduler.
+
+The part. :class:`Publisher` is handed the buffer's state, the grace queue
+and the reader registry, and three hooks the parts above it install (the
+open streams' text for a flush, whether some is unlogged, and the
+checkpoint writer), each through a weak reference (:func:`.state.weakly`):
+it never holds, nor calls, the buffer or a part that holds it.
 
 ``count_record`` derives the statistics counters from a record, live and on
 replay, so ``stats()`` after recovery equals ``stats()`` before the crash.
@@ -28,47 +41,145 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from .callbacks import WriteGuard
 from .draft import Draft
 from .entry import Entry, check_text
-from .errors import InvalidArgument, InvalidType, LogWriteError, ReentrantWrite
-from .grace import Grace, Group
+from .errors import (
+    InvalidArgument,
+    InvalidType,
+    LogWriteError,
+    ReadmissionRefused,
+    ReentrantWrite,
+)
+from .grace import Grace
 from .graph import cascade
 from .log import DURABLE_TAIL, materialize_range
+from .pins import PinRegistry
 from .policy import Policy, default_negative_classifier
 from .records import Escalation, EscalationKind, LogRecord, Refusal, Tombstone
-from .state import BufferState
-from .wire import escalate_record, intent_record, remove_record
+from .state import BufferState, Group
+from .wire import escalate_record, intent_record, refuse_record, remove_record
 
 __all__ = ["Publisher", "count_record"]
 
 _get_ident = threading.get_ident
 
 
-class Publisher(Grace):
-    """The log and the removal path of a :class:`~.buffer.Buffer` (a base
-    class: the buffer's ``__init__`` sets the fields below)."""
+def _nothing() -> None:
+    """A hook no part installed: nothing to do."""
 
-    def _append_checkpoint(self) -> None:
-        """Append a checkpoint record of the current state (Buffer, which
-        imports :mod:`.checkpoint`; this module must not, to stay out of an
-        import circle)."""
-        raise NotImplementedError
 
-    def _log_streams(self) -> None:
-        """Log the open streams' text since their last records (stream.py)."""
-        raise NotImplementedError
+class Publisher:
+    """The log tail, the due signal and the removal path of one buffer (see
+    the module docstring). O(1) to build."""
 
-    def _unlogged_text(self) -> bool:
-        """Whether an open stream has text no record holds (stream.py)."""
-        raise NotImplementedError
+    __slots__ = (
+        "__weakref__",
+        "_grace",
+        "_registry",
+        "_st",
+        "append_checkpoint",
+        "log_streams",
+        "unlogged_text",
+    )
 
-    if TYPE_CHECKING:  # provided by .buffer.Buffer
+    def __init__(self, st: BufferState, grace: Grace, registry: PinRegistry) -> None:
+        self._st = st  #: the buffer's fields (state.py)
+        self._grace = grace  #: the queue of staged removals (grace.py)
+        self._registry = registry  #: the readers (pins.py), for the backlog alarm
+        #: log the open streams' text since their last records (stream.py)
+        self.log_streams: Callable[[], None] = _nothing
+        #: whether an open stream has text no record holds (stream.py)
+        self.unlogged_text: Callable[[], bool | None] = bool
+        #: append a checkpoint of the state (checkpoint.py, installed by the buffer)
+        self.append_checkpoint: Callable[[], None] = _nothing
 
-        def _markable(self) -> set[str]: ...
+    # -- the due signal (pins.py calls it when the last reader of a version leaves)
+
+    def signal_due(self) -> None:
+        """A staged removal is due: apply it now, leave it to the writer
+        holding the lock, or wake the runtime (see the module docstring)."""
+        if self._st.due_since is None:
+            self._st.due_since = self._st.clock()
+            if self._st.observer is not None:
+                self.observe_due()
+        hook = self._st.due_hook
+        if hook is not None:
+            hook()
+            return
+        self._st.due_flag = True
+        self.drain_due()
+
+    def observe_due(self) -> None:
+        observer = self._st.observer
+        try:
+            if observer is not None:
+                observer.due()
+        except Exception:
+            self._st.counts["callback_errors"] += 1
+
+    def drain_due(self) -> None:
+        """Apply due removals unless a writer holds the lock; that writer
+        sees the flag when it releases and drains instead (no reader waits)."""
+        # That writer may be this very thread (a snapshot released inside a
+        # policy callback): the lock is re-entrant, so ask it, or the removal
+        # would be published in the middle of the outer write.
+        if self._st.write_lock._is_owned():  # type: ignore[union-attr]
+            self._st.due_flag = True
+            return
+        while self._st.due_flag:
+            if self._st.sink is not None:
+                self._st.due_flag = False
+                with contextlib.suppress(LogWriteError):  # stays staged; stats() tells
+                    if self.apply_due_durable(blocking=False) is None:
+                        return  # a writer holds the lock and drains on release
+                continue
+            if not self._st.write_lock.acquire(blocking=False):
+                return
+            try:
+                self._st.due_flag = False
+                with contextlib.suppress(LogWriteError):  # stays staged; stats() tells
+                    self.apply_due_locked()
+            finally:
+                self._st.write_lock.release()
+
+    def release(self) -> None:
+        """Release the write lock and drain a due signal left meanwhile. O(1)
+        unless something is due."""
+        self._st.write_lock.release()
+        if self._st.due_flag and self._st.due_hook is None:
+            self.drain_due()
+
+    def after_stage(self) -> None:
+        """Raise the backlog alarm (logged and escalated once) when more ids
+        are staged than the policy's ``max_backlog`` (under the write lock)."""
+        bound = self._st.policy.max_backlog
+        if len(self._st.staged_ids) > bound and not self._st.backlog_alarm:
+            self._st.backlog_alarm = True
+            detail = (
+                f"deferred backlog {len(self._st.staged_ids)} exceeds {bound}: marked entries "
+                f"accumulate faster than grace periods drain them"
+            )
+            with self._st.pin_lock:
+                oldest = self._registry.oldest_locked()
+            data = {"deferred": len(self._st.staged_ids), "bound": bound, "oldest_pin": oldest}
+            esc = Escalation(EscalationKind.BACKLOG, detail, None, (), self._st.head.number, data)
+            self.append_record(
+                escalate_record(
+                    len(self._st.records),
+                    time.time(),
+                    (),
+                    detail,
+                    EscalationKind.BACKLOG.value,
+                    data,
+                )
+            )
+            self.deliver(esc)
+
+    # -- the removal path
 
     def apply_due(self) -> tuple[str, ...]:
         """Apply every staged removal that is due, as one new version (one
@@ -86,25 +197,25 @@ class Publisher(Grace):
         crash between (2) and the next flush recovers the groups staged again.
         """
         if self._st.sink is not None:
-            return self._apply_due_durable(blocking=True) or ()
+            return self.apply_due_durable(blocking=True) or ()
         self._st.write_lock.acquire()
         try:
-            return self._apply_due_locked()
+            return self.apply_due_locked()
         finally:
-            self._release()
+            self.release()
 
-    def _apply_due_locked(self) -> tuple[str, ...]:
+    def apply_due_locked(self) -> tuple[str, ...]:
         """Single-phase application (no durable sink); under the write lock."""
-        groups = self._pop_due()
+        groups = self._grace.pop_due()
         if not groups:
             return ()
         try:
-            return self._remove_groups(groups)
+            return self.remove_groups(groups)
         except BaseException:
-            self._requeue(groups)
+            self._grace.requeue(groups)
             raise
 
-    def _apply_due_durable(self, *, blocking: bool) -> tuple[str, ...] | None:
+    def apply_due_durable(self, *, blocking: bool) -> tuple[str, ...] | None:
         """The three phases of :meth:`apply_due` with a durable sink. Returns
         ``None`` when ``blocking`` is false and a writer holds the lock (the
         due flag is left for it)."""
@@ -113,7 +224,7 @@ class Publisher(Grace):
             self._st.due_flag = True
             return None
         try:
-            groups = self._pop_due()
+            groups = self._grace.pop_due()
             if not groups:
                 return ()
             for g in groups:
@@ -122,7 +233,7 @@ class Publisher(Grace):
             # retry: a group logged already keeps the intent it has.
             fresh = [g for g in groups if g.gid not in self._st.intents]
             if fresh:
-                seq = self._log_intent(fresh)
+                seq = self.log_intent(fresh)
                 for g in fresh:
                     self._st.intents[g.gid] = seq
             intent = max(self._st.intents[g.gid] for g in groups)
@@ -132,7 +243,7 @@ class Publisher(Grace):
             self.flush()
         except BaseException:
             with lock:
-                self._requeue(groups)
+                self._grace.requeue(groups)
             raise
         lock.acquire()
         try:
@@ -141,17 +252,17 @@ class Publisher(Grace):
             # to be below its grace) is requeued, not published.
             vetoed = [g for g in groups if g.gid not in self._st.applying]
             if vetoed:
-                self._requeue(vetoed)
+                self._grace.requeue(vetoed)
                 groups = [g for g in groups if g.gid in self._st.applying]
                 if not groups:
                     return ()
             try:
-                removed = self._remove_groups(groups, intent)
+                removed = self.remove_groups(groups, intent)
             except BaseException:
-                self._requeue(groups)
+                self._grace.requeue(groups)
                 raise
         finally:
-            self._release()
+            self.release()
         # Make the removal record durable too (outside the lock). If this
         # fails the tombstones are still durable in the intent; a crash before
         # the next flush recovers the groups staged again.
@@ -159,7 +270,7 @@ class Publisher(Grace):
             self.flush()
         return removed
 
-    def _log_intent(self, groups: list[Group]) -> int:
+    def log_intent(self, groups: list[Group]) -> int:
         """Log the tombstones the groups would write (version not yet known).
         Called once per group: a retry after a failed flush reuses the intent
         already logged (see ``_intents``)."""
@@ -179,10 +290,10 @@ class Publisher(Grace):
             [g.gid for g in groups],
             tombs,
         )
-        self._append_record(record)
+        self.append_record(record)
         return record.seq
 
-    def _remove_groups(self, groups: list[Group], intent: int | None = None) -> tuple[str, ...]:
+    def remove_groups(self, groups: list[Group], intent: int | None = None) -> tuple[str, ...]:
         head = self._st.head
         refused: dict[str, Refusal] = {}
         removal: dict[str, Group] = {}
@@ -195,16 +306,16 @@ class Publisher(Grace):
                     refused[i] = Refusal.CONFLICT
                 elif i in g.retracted:
                     removal[i] = g  # the host's explicit, logged retraction (edit.py)
-                elif g.checked and self._own_policy():
+                elif g.checked and self.own_policy():
                     # Unchanged since staged, and it passed the library's own
                     # policy then, whose verdict depends on the content alone:
                     # a big body is classified once, not at every step. A
                     # user's policy may change its mind: it is asked again.
                     removal[i] = g
-                elif self._is_immutable(slot.entry):
+                elif self.is_immutable(slot.entry):
                     refused[i] = Refusal.IMMUTABLE
                 else:
-                    prot = self._protection(slot.entry)
+                    prot = self.protection(slot.entry)
                     if prot is not None:
                         refused[i] = Refusal.PROTECTED if prot == "protected" else Refusal.NEGATIVE
                     else:
@@ -239,9 +350,9 @@ class Publisher(Grace):
         if removal:
             # Invariant: a tombstone is durable before the removal it records
             # is published. With a sink, the caller made it durable in the
-            # intent record (_apply_due_durable); without one there is no disk.
+            # intent record (apply_due_durable); without one there is no disk.
             assert intent is not None or self._st.sink is None
-            self._append_record(record)
+            self.append_record(record)
             assert draft is not None
             new = draft.finish(n)
             # the record holds the new tombstones: once it is durable they
@@ -251,7 +362,7 @@ class Publisher(Grace):
                 self._st.max_removed_grace, max(g.grace for g in groups)
             )
             self._st.head = new
-            self._markable().difference_update(removal)
+            self._st.markable().difference_update(removal)
             for i in retracted:  # a retracted immutable is gone, with its tombstone
                 self._st.immutable_hashes.pop(i, None)
             protected_at = self._st.protected_at
@@ -265,13 +376,13 @@ class Publisher(Grace):
                 except Exception:  # observe.py: an observer never breaks a write
                     self._st.counts["callback_errors"] += 1
         else:
-            self._append_record(record)
+            self.append_record(record)
         for g in groups:
             self._st.applying.pop(g.gid, None)
             self._st.intents.pop(g.gid, None)
             for i in g.ids:
                 self._st.staged_ids.pop(i, None)
-        self._after_unstage()
+        self._grace.after_unstage()
         if self._st.due_since is not None:
             lat = max(0.0, self._st.clock() - self._st.due_since)
             self._st.latency_last = lat
@@ -281,22 +392,35 @@ class Publisher(Grace):
             self._st.due_since = None
         return tuple(removal)
 
+    def refuse_readmission(self, entry: Entry, tomb: Tombstone) -> ReadmissionRefused:
+        """Log the refusal of ``entry``, whose content matches ``tomb``, and
+        return the error to raise (call under the write lock; the head stays
+        unchanged: only the refusal is logged). O(1)."""
+        self.append_record(
+            refuse_record(len(self._st.records), time.time(), entry.id, entry.turn, tomb)
+        )
+        return ReadmissionRefused(
+            f"entry {entry.id!r} matches tombstone of {tomb.id!r} (pruned at version "
+            f"{tomb.version}: {tomb.reason}); re-admission needs an Override",
+            tomb,
+        )
+
     # -- the policy, called as untrusted code (callbacks.py) -------------------
 
-    def _own_policy(self) -> bool:
+    def own_policy(self) -> bool:
         """True when the policy is the library's own (``Policy`` with the
         default classifier): its verdicts depend on an entry's content alone,
         never raise and never write. O(1)."""
         policy = self._st.policy
         return type(policy) is Policy and policy.negative is default_negative_classifier
 
-    def _protection(self, entry: Entry) -> str | None:
+    def protection(self, entry: Entry) -> str | None:
         """``Policy.protection(entry)`` under a :class:`WriteGuard` (call under
         the write lock). If it raises, the entry counts as ``"negative"`` (kept)
         and the failure is escalated; see :mod:`.callbacks`. The library's own
         policy and classifier are called directly (they neither raise nor write)."""
         policy = self._st.policy
-        if self._own_policy():
+        if self.own_policy():
             return policy.protection(entry)
         lock = self._st.write_lock
         self._st.write_lock = WriteGuard(lock, "policy classifier")
@@ -304,12 +428,12 @@ class Publisher(Grace):
             return policy.protection(entry)
         except Exception as exc:
             self._st.write_lock = lock
-            self._callback_failed("policy.protection", entry.id, exc)
+            self.callback_failed("policy.protection", entry.id, exc)
             return "negative"
         finally:
             self._st.write_lock = lock
 
-    def _is_immutable(self, entry: Entry) -> bool:
+    def is_immutable(self, entry: Entry) -> bool:
         """``Policy.is_immutable(entry)``, guarded like :meth:`_protection`; if
         it raises, the entry counts as immutable (kept). ``Policy``'s own (a
         kind lookup) is called directly."""
@@ -322,12 +446,12 @@ class Publisher(Grace):
             return bool(policy.is_immutable(entry))
         except Exception as exc:
             self._st.write_lock = lock
-            self._callback_failed("policy.is_immutable", entry.id, exc)
+            self.callback_failed("policy.is_immutable", entry.id, exc)
             return True
         finally:
             self._st.write_lock = lock
 
-    def _callback_failed(self, callback: str, entry_id: str, exc: Exception) -> None:
+    def callback_failed(self, callback: str, entry_id: str, exc: Exception) -> None:
         """Log, escalate and count a user callback's failure (under the write
         lock). Never raises for the callback's sake."""
         detail = (
@@ -337,23 +461,23 @@ class Publisher(Grace):
         data = {"callback": callback, "id": entry_id, "error": type(exc).__name__}
         kind = EscalationKind.REFUSED_EDIT
         esc = Escalation(kind, detail, None, (Refusal.NEGATIVE,), self._st.head.number, data)
-        self._append_record(
+        self.append_record(
             escalate_record(
                 len(self._st.records), time.time(), (entry_id,), detail, kind.value, data
             )
         )
-        self._escalate(esc)
+        self.deliver(esc)
 
-    def _append_record(self, record: LogRecord) -> None:
+    def append_record(self, record: LogRecord) -> None:
         hook = self._st.record_hook
         if hook is not None:
             record = hook(record)
         self._st.records.append(record)
         count_record(self._st, record)
         if self._st.sink is None:
-            self._trim_log()
+            self.trim_log()
 
-    def _trim_log(self) -> None:
+    def trim_log(self) -> None:
         """Keep the in-memory log bounded (issue 13; see ``log.py``): with a
         readable sink, drop what is durable except the last
         :data:`~.log.DURABLE_TAIL` records; without a sink, keep the newest
@@ -384,7 +508,7 @@ class Publisher(Grace):
         """
         sink = self._st.sink
         if sink is None:
-            self._trim_log()
+            self.trim_log()
             return
         me = _get_ident()
         if self._st.in_sink_write == me:  # the sink's write called back (callbacks.py)
@@ -396,12 +520,12 @@ class Publisher(Grace):
         if type(guard) is WriteGuard:  # a policy callback runs: refused if in this thread
             guard.refuse_owner("flush()")
         if self._st.streams:  # stream.py: the text since each stream's last record
-            self._log_streams()
+            self.log_streams()
         if self._st.checkpoints_ok and (
             checkpoint
             or (self._st.checkpoint_every and len(self._st.records) >= self._st.checkpoint_due)
         ):
-            self._append_checkpoint()
+            self.append_checkpoint()
         with self._st.flush_lock:
             start = self._st.synced
             # a stable prefix; appends go on meanwhile
@@ -418,10 +542,10 @@ class Publisher(Grace):
                 self._st.in_sink_write = None
             self._st.log_failing = False
             self._st.synced = start + len(batch)
-            self._trim_log()
-        self._spill_tombs()
+            self.trim_log()
+        self.spill_tombs()
 
-    def _spill_tombs(self) -> None:
+    def spill_tombs(self) -> None:
         """Let the tombstones whose records are durable leave memory
         (issue 13; tombs.py): only their index slots stay. Skipped when the
         write lock is busy (the next flush does it). O(tombstones kept)."""
@@ -439,11 +563,11 @@ class Publisher(Grace):
         if self._st.sink is None:
             return 0
         n = len(self._st.records) - self._st.synced
-        return n + 1 if not n and self._st.streams and self._unlogged_text() else n
+        return n + 1 if not n and self._st.streams and self.unlogged_text() else n
 
     # -- escalations -------------------------------------------------------
 
-    def _escalate(self, esc: Escalation) -> None:
+    def deliver(self, esc: Escalation) -> None:
         """Deliver an escalation (never blocks). Undeliverable ones are counted."""
         hook = self._st.escalation_hook
         if hook is not None:
@@ -487,7 +611,7 @@ class Publisher(Grace):
         esc = Escalation(kind, detail, None, (), self._st.head.number, dict(data or {}))
         self._st.write_lock.acquire()
         try:
-            self._append_record(
+            self.append_record(
                 escalate_record(
                     len(self._st.records),
                     time.time(),
@@ -498,8 +622,8 @@ class Publisher(Grace):
                 )
             )
         finally:
-            self._release()
-        self._escalate(esc)
+            self.release()
+        self.deliver(esc)
         return esc
 
 

@@ -50,7 +50,7 @@ from .policy import IMMUTABLE_KINDS, PROTECTED_KINDS
 from .publish import count_record as _count
 from .records import FORMAT, HOST_ACTOR, LogRecord, Mark
 from .state import BufferState, HasState, state_of
-from .stream import reopen, reopen_entry, replay_finish, replay_text, stream_header
+from .stream_replay import reopen, reopen_entry, replay_finish, replay_text, stream_header
 from .version import Slot
 from .wire import (
     Change,

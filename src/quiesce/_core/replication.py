@@ -33,7 +33,7 @@ What it keeps true:
    :func:`~.replay.replay`'s checks; readers see the head before or after
    the whole batch.
 4. **The grace floor only holds back.** :meth:`Replication.set_grace_floor`
-   lowers the horizon (:meth:`~.grace.Grace._horizon`) to the other
+   lowers the horizon (:meth:`~.grace.Grace.horizon`) to the other
    processes' readers; ``-1`` holds every removal back (a replica).
    :meth:`Replication.hold_back` vetoes removals whose intent is being made
    durable (they are requeued, never published).
@@ -91,6 +91,11 @@ class GuardedSnapshot(Snapshot):
     def _v(self) -> Version:
         v = Snapshot._v(self)
         self._read_guard(self._since, v.number)
+        return v
+
+    def _v_for(self, entry_id: object) -> Version:
+        v = self._v()  # the guard first, as for every read
+        Snapshot._v_for(self, entry_id)  # then the id's check
         return v
 
 
@@ -205,7 +210,7 @@ class Replication:
         with st.write_lock:
             st.grace_floor = floor
         if buf.has_due():
-            buf._signal_due()
+            buf._pub.signal_due()
 
     @property
     def grace_floor(self) -> int | None:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import itertools
 import sys
 import threading
+import weakref
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
     from .policy import Policy
     from .records import Escalation, LogRecord, Refusal
 
-__all__ = ["BufferState", "Field", "Group", "HasState", "state_of", "tap_head"]
+__all__ = ["BufferState", "Field", "Group", "HasState", "state_of", "tap_head", "weakly"]
 
 T = TypeVar("T")
 
@@ -277,6 +278,22 @@ class BufferState:
             self.unmarked.update(pending)
             pending.clear()
         return self.unmarked
+
+
+def weakly(method: Callable[..., Any]) -> Any:
+    """``method`` (a bound method of a buffer or of one of its parts) called
+    through a weak reference to its object: whoever is handed it keeps that
+    object alive no longer. A part holding a bound method of the buffer, or
+    of a part that holds it, would make every buffer cyclic garbage, freed
+    (its log's file lock released) only by the cycle collector. Once the
+    object is gone the call does nothing and returns ``None``. O(1)."""
+    ref = weakref.WeakMethod(method)
+
+    def call(*args: Any) -> Any:
+        bound = ref()
+        return None if bound is None else bound(*args)
+
+    return call
 
 
 def _no_streams(header: Any, key: float, text: str) -> Any:

@@ -33,7 +33,7 @@ What it keeps true:
   close record carry the whole entry, for the same check.
 * **Durable, coalesced.** The log gets ``stream_open`` at open, one
   ``stream_text`` per flush for the text that arrived since the last record
-  (:meth:`Streams._log_streams`, called by ``flush``), and ``stream_close``
+  (:meth:`Streams.log_streams`, called by ``flush``), and ``stream_close``
   or ``stream_abort`` with the remaining text. Writes publish versions
   without records of their own, so a log's versions may skip while a
   stream is open (replay allows it then, and only then). Recovery of a log
@@ -55,9 +55,8 @@ import time
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping
 from types import TracebackType
-from typing import Any, Required, Self, TypedDict
+from typing import Any, Self
 
-from .edit import Editor
 from .entry import Entry, Kind, check_text, check_utf8, content_hash, freeze
 from .errors import (
     InvalidArgument,
@@ -67,14 +66,17 @@ from .errors import (
     dangling_ref,
     duplicate_id,
 )
+from .pins import PinRegistry
+from .plan import PruneOptions
 from .policy import _CACHE_FROM as _CLASSIFY_FROM
 from .policy import PROTECTED_KINDS, preclassify
+from .publish import Publisher
 from .records import Mark, Refusal
 from .state import BufferState
 from .version import ADD, EMPTY_MAP, MAX_CHAIN, PATCH_MAX, REPLACE, Slot, Version
 from .wire import stream_finish_record, stream_open_record, stream_text_record
 
-__all__ = ["TAIL", "OpenEntry", "StreamWriter", "Streams"]
+__all__ = ["TAIL", "OpenEntry", "PruneOptions", "StreamWriter", "Streams"]
 
 #: Chunks a stream's tail holds before they are joined into one block.
 TAIL = 16
@@ -256,10 +258,10 @@ class StreamWriter:
     One writer per stream; it may be called from any thread (each call takes
     the buffer's write lock)."""
 
-    __slots__ = ("_buffer", "_header", "_key", "_logged", "_state", "_text", "_writes", "id")
+    __slots__ = ("_header", "_key", "_logged", "_part", "_state", "_text", "_writes", "id")
 
     id: str
-    _buffer: Streams
+    _part: Streams  #: the buffer's streams part (never the buffer: no cycle through it)
     _header: Entry  #: the entry's fields, body ""
     _key: float  #: its order key (constant while open)
     _text: _Text
@@ -301,8 +303,8 @@ class StreamWriter:
             )
         if not text.isascii():
             check_utf8(text, f"a chunk of stream {self.id!r}")
-        buf = self._buffer
-        st = buf._st
+        part = self._part
+        st = part._st
         lock = st.write_lock
         lock.acquire()
         try:
@@ -331,8 +333,17 @@ class StreamWriter:
             return n
         finally:
             lock.release()
+            # The writer frees the pin order's finished front (the version it
+            # replaced, once its readers have left: PinRegistry.trim, which
+            # never waits), so the next reader's first pin of the new head
+            # finds the order empty and skips the walk (pins.py). A stream
+            # publishes versions many times faster than readers pin them, and
+            # that walk was the slow part of a reader's first pin of a new
+            # version; reclaiming is the writer's work, as in RCU.
+            if st.pin_order:
+                part._registry.trim()
             if st.due_flag and st.due_hook is None:
-                buf._drain_due()
+                part._pub.drain_due()
 
     def close(self, *, content: object = None) -> int:
         """Finish the entry: ``streaming`` becomes False, its body is the text
@@ -366,23 +377,23 @@ class StreamWriter:
         return Entry(h.id, h.kind, self._text.joined(), h.refs, h.turn, h.key, h.meta, content)
 
     def _finish(self, state: str, reason: str | None, content: object) -> int:
-        buf = self._buffer
+        part = self._part
         if self._state is not _OPEN:
             raise StreamClosed(f"stream {self.id!r} is {self._state} already")
         final = self._final(content)  # O(len), outside the lock
-        if len(final.body) >= _CLASSIFY_FROM and buf._own_policy():
+        if len(final.body) >= _CLASSIFY_FROM and part._pub.own_policy():
             preclassify(final)
-        tombs = buf._st.head.tombs
+        tombs = part._st.head.tombs
         if tombs.spilled:  # (issue 21: no disk under the write lock)
             values = (final.content_hash,) if final.key is None else (final.content_hash, final.key)
             tombs.prefetch((), values)
-        buf._st.write_lock.acquire()
+        part._st.write_lock.acquire()
         try:
             if self._state is not _OPEN:
                 raise StreamClosed(f"stream {self.id!r} is {self._state} already")
             if len(final.body) != self._text.size:  # written meanwhile (another thread)
                 final = self._final(content)
-            head = buf._st.head
+            head = part._st.head
             refusal: str | None = None
             if state is _CLOSED and head.tombs.by_id:
                 tomb = head.tombs.matching(final.content_hash, final.key)
@@ -393,9 +404,9 @@ class StreamWriter:
                         f"{tomb.id!r} (pruned at version {tomb.version}: {tomb.reason})"
                     )
                     refusal = Refusal.READMISSION.value
-            return buf._publish_finish(self, final, state, reason, refusal)
+            return part.publish_finish(self, final, state, reason, refusal)
         finally:
-            buf._release()
+            part._pub.release()
 
     def __enter__(self) -> Self:
         return self
@@ -416,18 +427,6 @@ class StreamWriter:
             self.close()
         else:
             self.abort(f"stream interrupted by {exc_type.__name__}")
-
-
-class PruneOptions(TypedDict, total=False):
-    """The keyword arguments of :meth:`Buffer.prune` after ``ids``: the one
-    definition. The async faces' ``aprune`` (``AsyncBuffer``,
-    ``RuntimeBuffer``, ``SharedBuffer``) and the recorder take them as
-    ``**options`` and hand them on unchanged, so the checks and defaults are
-    the buffer's."""
-
-    reason: Required[str]  #: why (logged, and each tombstone's reason)
-    actor: str | None  #: who asks (the log's actor; ``"host"`` may retract)
-    turn: int | None  #: the conversation turn
 
 
 def _replace_delta(new: Version, head: Version, key: float, entry: Entry) -> None:
@@ -465,9 +464,20 @@ def _replace_delta(new: Version, head: Version, key: float, entry: Entry) -> Non
         new._depth = 0
 
 
-class Streams(Editor):
-    """Open entries on a :class:`~.buffer.Buffer` (a base class; the
-    buffer's ``__init__`` sets ``_streams``)."""
+class Streams:
+    """The open entries of one buffer: opens them, publishes their close or
+    abort, logs their text for a flush. Handed the buffer's state, its
+    publisher (the log tail) and its reader registry; its writers hold this
+    part, never the buffer.
+    O(1) to build."""
+
+    __slots__ = ("__weakref__", "_pub", "_registry", "_st")
+
+    def __init__(self, st: BufferState, publisher: Publisher, registry: PinRegistry) -> None:
+        self._st = st  #: the buffer's fields (state.py); ``st.streams`` the registry
+        self._pub = publisher  #: the log tail and the lock's release (publish.py)
+        #: the readers (pins.py): a write frees the pin order's finished front
+        self._registry = registry
 
     def open_stream(
         self,
@@ -529,7 +539,7 @@ class Streams(Editor):
                     )
             n = head.number + 1
             order = head.next_key
-            w = self._new_writer(header, order, _Text())
+            w = self.new_writer(header, order, _Text())
             entry = _open_entry(header, w._text)
             new = Version(
                 n,
@@ -542,17 +552,17 @@ class Streams(Editor):
             new.derive(head, ADD, (entry, order))
             self._st.unmarked_new.append(eid)
             record = stream_open_record(len(self._st.records), _wall_clock(), n, header, order)
-            self._append_record(record)
+            self._pub.append_record(record)
             self._st.streams[eid] = w
             self._st.head = new
             return w
         finally:
-            self._release()
+            self._pub.release()
 
-    def _new_writer(self, header: Entry, order: float, text: _Text) -> StreamWriter:
+    def new_writer(self, header: Entry, order: float, text: _Text) -> StreamWriter:
         w: StreamWriter = _new_object(StreamWriter)
         w.id = header.id
-        w._buffer = self
+        w._part = self
         w._header = header
         w._key = order
         w._text = text
@@ -561,10 +571,10 @@ class Streams(Editor):
         w._state = _OPEN
         return w
 
-    def _reopen(self, header: Entry, key: float, text: str) -> StreamWriter:
+    def reopen(self, header: Entry, key: float, text: str) -> StreamWriter:
         """A writer for an open stream rebuilt from a log, registered as open
         (the state's ``reopen_stream`` hook: recovery calls it). O(len(text))."""
-        w = self._new_writer(header, key, _Text(text))
+        w = self.new_writer(header, key, _Text(text))
         self._st.streams[header.id] = w
         return w
 
@@ -572,7 +582,7 @@ class Streams(Editor):
         """The open streams by id (a copy). O(open streams)."""
         return dict(self._st.streams)
 
-    def _publish_finish(
+    def publish_finish(
         self,
         w: StreamWriter,
         final: Entry,
@@ -603,7 +613,7 @@ class Streams(Editor):
         new._entries = None
         new._view = None
         _replace_delta(new, head, w._key, final)
-        self._append_record(
+        self._pub.append_record(
             stream_finish_record(
                 len(self._st.records),
                 _wall_clock(),
@@ -619,7 +629,7 @@ class Streams(Editor):
             )
         )
         if mark is not None:
-            self._markable().discard(eid)
+            self._st.markable().discard(eid)
         if final.sealed:
             self._st.protected_at[eid] = len(self._st.records) - 1
         w._state = state
@@ -628,19 +638,19 @@ class Streams(Editor):
         self._st.head = new
         return n
 
-    def _log_streams(self) -> None:
+    def log_streams(self) -> None:
         """Log the text that arrived since the last record of each open
         stream, one ``stream_text`` record per stream (``flush`` calls it
         before it writes). O(open streams + that text), under the write
         lock."""
         self._st.write_lock.acquire()
         try:
-            self._log_streams_locked()
+            self.log_streams_locked()
         finally:
-            self._release()
+            self._pub.release()
 
-    def _log_streams_locked(self) -> None:
-        """:meth:`_log_streams`, under the write lock already held (a
+    def log_streams_locked(self) -> None:
+        """:meth:`log_streams`, under the write lock already held (a
         checkpoint logs them in the same hold: its state then has no write
         that no record counts)."""
         live = self._st.head.live
@@ -651,7 +661,7 @@ class Streams(Editor):
                 # that version as its last change, as the live slot has
                 through = live[w.id].changed
                 text = w._text.since(w._logged)
-                self._append_record(
+                self._pub.append_record(
                     stream_text_record(
                         len(self._st.records),
                         _wall_clock(),
@@ -665,11 +675,11 @@ class Streams(Editor):
                 w._logged = size
                 w._writes = 0
 
-    def _unlogged_text(self) -> bool:
+    def unlogged_text(self) -> bool:
         """Whether an open stream has text no record holds yet. O(streams)."""
         return any(w._text.size > w._logged for w in self._st.streams.values())
 
-    def _abort_recovered(self) -> None:
+    def abort_recovered(self) -> None:
         """Finish every stream a recovery left open as aborted (the log ended
         before its close): the durable prefix stays, marked stale, and a
         ``stream_abort`` record says so."""
@@ -684,78 +694,3 @@ def _cite(referrers: Any, entry: Entry) -> Any:
     for ref in entry.refs:
         referrers = referrers.set(ref, referrers.get(ref, EMPTY_MAP).set(entry.id, None))
     return referrers
-
-
-# ---------------------------------------------------------------------------
-# Durable forms: checkpoints and replay (checkpoint.py, replay.py, verify.py)
-
-
-def durable_dict(st: Any, entry: Entry) -> dict[str, Any]:
-    """The JSON form of a live entry as the log holds it: for an open
-    entry, its header with the *logged* prefix as body and ``"streaming":
-    true`` (what a checkpoint keeps, and what a replay of the log gives);
-    any other entry's :meth:`Entry.to_dict`. O(len(body))."""
-    if not entry.streaming:
-        return entry.to_dict()
-    streams: dict[str, StreamWriter] = st.streams
-    w = streams.get(entry.id)
-    if w is None:  # pragma: no cover - every open entry has its writer
-        return entry.to_dict()
-    out = w._header.to_dict()
-    out["body"] = w._text.joined()[: w._logged]
-    out["streaming"] = True
-    return out
-
-
-def reopen(st: BufferState, header: Entry, key: float, text: str) -> OpenEntry:
-    """Register an open stream rebuilt from a log (a checkpoint's open
-    entry, or a ``stream_open`` record) holding ``text``, all of it logged;
-    returns its entry. O(len(text))."""
-    w: StreamWriter = st.reopen_stream(header, key, text)
-    return _open_entry(header, w._text)
-
-
-def reopen_entry(w: StreamWriter) -> OpenEntry:
-    """The open entry of ``w``'s text as it is now. O(1)."""
-    return _open_entry(w._header, w._text)
-
-
-def replay_text(w: StreamWriter, offset: object, text: object, writes: object) -> None:
-    """Add a logged piece of text to a replayed stream, checking that it
-    continues the text logged before and that the count of writes it
-    covers is a count (raises ``ValueError`` else)."""
-    if type(writes) is not int or writes < 0:
-        raise ValueError(f"it covers {writes!r} writes")
-    if type(offset) is not int or offset != w._logged:
-        raise ValueError(f"its text starts at {offset!r}, not at {w._logged} (the logged length)")
-    if type(text) is not str:
-        raise ValueError(f"its text is a {type(text).__name__}, not a str")
-    check_utf8(text, "its text")
-    if text:
-        w._text.add(text)
-    w._logged = w._text.size
-
-
-def replay_finish(w: StreamWriter, det: Mapping[str, Any], aborted: bool) -> Entry:
-    """The finished entry a ``stream_close``/``stream_abort`` record gives,
-    checked against the hash (and, for a guarded entry, the whole entry)
-    it carries; marks the writer finished. Raises ``ValueError`` for a
-    record that disagrees."""
-    replay_text(w, det["offset"], det["text"], det.get("writes", 0))
-    final = w._final(det.get("content"))
-    if final.content_hash != det["content_hash"]:
-        raise ValueError(f"the finished entry's hash is {final.content_hash}, not the record's")
-    whole = det.get("entry")
-    if whole is not None and Entry.from_dict(whole).to_dict() != final.to_dict():
-        raise ValueError("the entry it carries is not the one its stream wrote")
-    w._state = _ABORTED if aborted else _CLOSED
-    return final
-
-
-def stream_header(d: Mapping[str, Any]) -> Entry:
-    """The header of a stream from its logged dict (body ignored), checked
-    as ``open_stream`` checks it (``ValueError`` for a kind never streamed)."""
-    header = Entry.from_dict({**d, "body": ""})
-    if header.kind in _REFUSED_KINDS:
-        raise ValueError(f"a {header.kind.name} is never streamed")
-    return header

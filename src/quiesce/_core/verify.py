@@ -43,17 +43,18 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from .checkpoint import CHECKPOINT_OP, _restore, check_anchor, replay_log, verify_checkpoint
-from .errors import LogFormatError
-from .log import check_read
+from .errors import InvalidArgument, LogFormatError
+from .log import ReadableSink, check_read
 from .records import LogRecord
 from .replay import replay
-from .state import state_of
-from .stream import durable_dict
+from .state import BufferState, HasState, state_of
+from .stream_replay import durable_dict
 
 if TYPE_CHECKING:
     from .state import BufferState, HasState
@@ -65,6 +66,7 @@ __all__ = [
     "VerifyResult",
     "state_fields",
     "tomb_digests",
+    "verify_buffer",
     "verify_records",
 ]
 
@@ -444,3 +446,53 @@ def read_sink(read: Any, total: int) -> Iterable[LogRecord]:
     for start in range(0, total, CHUNK):
         stop = min(start + CHUNK, total)
         yield from check_read(read(start, stop), start, stop)
+
+
+def verify_buffer(
+    st: BufferState, new: Callable[[], HasState], unlogged_text: Callable[[], bool]
+) -> int:
+    """``Buffer.verify()`` on the buffer whose state is ``st`` (``new``
+    makes a fresh, sinkless buffer; ``unlogged_text``: whether an open
+    stream has text no record holds). Replays every durable record through
+    :func:`verify_records`, then — if nothing was written since the read
+    began — compares ``st`` with the replay's state. Returns the number of
+    checkpoints compared; raises :class:`LogFormatError` naming the first
+    disagreement, :class:`InvalidArgument` without a readable sink;
+    changes nothing. Holds the write lock only to take the head (a
+    reference) and copy the small tables, O(live); reads the sink outside
+    it."""
+    sink = st.sink
+    if not isinstance(sink, ReadableSink):
+        raise InvalidArgument("verify() needs a log that can be read back")
+    total = st.synced
+    scratch = new()
+    result = verify_records(
+        read_sink(sink.read_range, total), new, into=scratch, reader=sink.read_range
+    )
+    if result.disagreement is not None:
+        raise LogFormatError(result.disagreement.message())
+    replayed = state_fields(scratch)
+    with st.write_lock:
+        # the state as of now, by reference (a Version never changes) and
+        # small copies: O(live ids); the comparison below reads the sink
+        # for spilled tombstones, so it runs after the lock is released
+        # (an open stream's text that no record holds is not in the replay)
+        same = len(st.records) == total and not unlogged_text()
+        mine = SimpleNamespace(
+            streams=dict(st.streams),
+            head=st.head,
+            staged=list(st.staged),
+            applying=dict(st.applying),
+            immutable_hashes=dict(st.immutable_hashes),
+            protected_at=dict(st.protected_at),
+            counts=Counter(st.counts),
+            refusals=Counter(st.refusals),
+        )
+    if same:
+        found = compare(state_fields(mine), replayed, total)
+        if found is not None:
+            raise LogFormatError(
+                f"this buffer disagrees with the replay of its {total} records: "
+                f"{found.field}: {found.detail}"
+            )
+    return result.checkpoints

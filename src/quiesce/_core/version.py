@@ -367,29 +367,37 @@ class _Work:
             del ks[CHUNK:]
             maxes[c : c + 1] = [ks[-1], self.keys[c + 1][-1]]
 
+    def _owned_slot(self, key: float) -> tuple[int, int] | None:
+        """(chunk, index) of the entry at ``key``, its chunk made this
+        view's own, or ``None`` if no entry has that key. O(log n), plus one
+        chunk copy on its first touch."""
+        c = bisect_left(self.maxes, key)
+        if c == len(self.maxes):
+            return None
+        i = bisect_left(self.keys[c], key)
+        if i == len(self.keys[c]) or self.keys[c][i] != key:
+            return None
+        self._own(c)
+        return c, i
+
     def replace(self, key: float, entry: Entry) -> bool:
         """Put ``entry`` in the place of the entry at ``key``. O(log n), plus
         one chunk copy on its first touch."""
-        maxes = self.maxes
-        c = bisect_left(maxes, key)
-        if c == len(maxes):
+        found = self._owned_slot(key)
+        if found is None:
             return False
-        i = bisect_left(self.keys[c], key)
-        if i == len(self.keys[c]) or self.keys[c][i] != key:
-            return False
-        self._own(c)
+        c, i = found
         self.entries[c][i] = entry
         return True
 
     def take(self, key: float) -> bool:
+        """Drop the entry at ``key`` (a chunk left empty goes). O(log n +
+        CHUNK), plus one chunk copy on its first touch."""
+        found = self._owned_slot(key)
+        if found is None:
+            return False
+        c, i = found
         maxes = self.maxes
-        c = bisect_left(maxes, key)
-        if c == len(maxes):
-            return False
-        i = bisect_left(self.keys[c], key)
-        if i == len(self.keys[c]) or self.keys[c][i] != key:
-            return False
-        self._own(c)
         del self.keys[c][i]
         del self.entries[c][i]
         if self.keys[c]:
