@@ -143,11 +143,7 @@ class QuiesceStream(AbstractCapability[Any]):
                 ):
                     current.write(event.delta.content_delta)
                 yield event
-        except GeneratorExit:
-            if current is not None:
-                current.interrupt(_stream.interrupted_reason(FRAMEWORK, None))
-            raise
-        except BaseException as exc:
+        except BaseException as exc:  # GeneratorExit too: the consumer stopped reading
             if current is not None:
                 current.interrupt(_stream.interrupted_reason(FRAMEWORK, exc))
             raise

@@ -80,9 +80,10 @@ def fresh_id(buffer: AsyncBuffer, base: str) -> str:
 
 
 def interrupted_reason(framework: str, exc: BaseException | None) -> str:
-    """The stale mark's reason of a stream cut short by ``exc`` (``None``:
-    the consumer stopped reading): it names the framework and the cause."""
-    if exc is None:
+    """The stale mark's reason of a stream cut short by ``exc`` (``None`` or
+    ``GeneratorExit``: the consumer stopped reading): it names the framework
+    and the cause."""
+    if exc is None or isinstance(exc, GeneratorExit):
         return f"{framework}: stream interrupted (the consumer stopped reading)"
     return f"{framework}: stream interrupted ({type(exc).__name__})"
 

@@ -102,11 +102,7 @@ async def stream_messages(
             yield item
         if current is not None:
             await finish()
-    except GeneratorExit:
-        if current is not None:
-            current.interrupt(_stream.interrupted_reason(FRAMEWORK, None))
-        raise
-    except BaseException as exc:
+    except BaseException as exc:  # GeneratorExit too: the consumer stopped reading
         if current is not None:
             current.interrupt(_stream.interrupted_reason(FRAMEWORK, exc))
         raise
