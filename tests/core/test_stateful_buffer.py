@@ -228,6 +228,39 @@ def components(model: Model, ids: list[str]) -> list[tuple[str, ...]]:
     return [tuple(i for i in ids if i in c) for c in comps]
 
 
+def _placement_refusals(m: Model, ops: list[Any], removed: set[str]) -> set[Refusal]:
+    """The orders a plan's moves would break, on the window order it would
+    publish (summaries inserted, moves applied): a tool result moved before
+    its call, or a call moved after one of its results, is ``REFERENCED``
+    (what the APIs refuse; what the plan removes breaks no order). The
+    buffer works this out only once every op of the plan is otherwise
+    acceptable."""
+    order = list(m.order)
+    for op in ops:
+        if isinstance(op, Summarize):
+            order.insert(min(order.index(i) for i in op.ids), op.into.id)
+    for op in ops:
+        if isinstance(op, Move):
+            order.remove(op.id)
+            order.insert(len(order) if op.before is None else order.index(op.before), op.id)
+    pos = {i: n for n, i in enumerate(order)}
+    out: set[Refusal] = set()
+    for op in ops:
+        if not isinstance(op, Move) or op.id in removed:
+            continue
+        e = m.entries[op.id]
+        at = pos[op.id]
+        if e.kind is Kind.TOOL_OUTPUT:
+            late = [r for r in e.refs if r in m.entries and m.entries[r].kind is Kind.TOOL_CALL]
+            if any(pos[r] > at for r in late):
+                out.add(Refusal.REFERENCED)
+        elif e.kind is Kind.TOOL_CALL:
+            results = [c for c in m.citers(op.id) if m.entries[c].kind is Kind.TOOL_OUTPUT]
+            if any(c not in removed and pos[c] < at for c in results):
+                out.add(Refusal.REFERENCED)
+    return out
+
+
 class BufferMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
@@ -490,6 +523,9 @@ class BufferMachine(RuleBasedStateMachine):
                 live(op.id)
                 if op.before is not None and op.before not in m.entries:
                     refusals.add(Refusal.UNKNOWN)
+        moves = [op for op in ops if isinstance(op, Move)]
+        if moves and not refusals:
+            refusals |= _placement_refusals(m, ops, set(removed))
         for i in removed:
             for r in m.citers(i):
                 if r not in removed and i in new_refs.get(r, m.entries[r].refs):
