@@ -58,7 +58,6 @@ alone would let ``quiesce()`` return too early.
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import functools
 import itertools
@@ -90,6 +89,7 @@ from ._core.records import (
     PruneReport,
     Status,
 )
+from ._core.scheduling import Scheduling
 from ._core.stream import PruneOptions
 from ._core.tasks import task_name
 from ._runtime_loop import bounded_flush, loop_clock, threadsafe_caller
@@ -147,6 +147,8 @@ class RuntimeBuffer(Buffer):
         self.max_pin_age = max_pin_age
         self.flush_interval = flush_interval
         self._escalation_buffer = escalation_buffer
+        #: the core's hooks and counters for this runtime (scheduling.py)
+        self._scheduling = Scheduling(self)
         self._running = False
         self._wake: anyio.Event | None = None
         self._loop_thread = 0
@@ -193,13 +195,10 @@ class RuntimeBuffer(Buffer):
         if call_soon is None:
             return False
         try:
-            call_soon(lambda: None if self._send(esc) else self._count_dropped())
+            call_soon(lambda: None if self._send(esc) else self._scheduling.count_dropped())
         except RuntimeError:
             return False
         return True
-
-    def _count_dropped(self) -> None:
-        self._escalations_dropped += 1
 
     def _send(self, esc: Escalation) -> bool:
         send = self._esc_send
@@ -214,7 +213,7 @@ class RuntimeBuffer(Buffer):
     # -- the scheduler ---------------------------------------------------------
 
     async def _apply_due_async(self) -> tuple[str, ...]:
-        if self._sink is None:
+        if self.sink is None:
             return self.apply_due()
         # Disk I/O in a worker thread. A batch is applied whole or not at all
         # by the core (its write lock) whether or not anyone waits for it, so
@@ -334,18 +333,13 @@ class RuntimeBuffer(Buffer):
         # removals held back by a pin of version v: those whose grace point
         # is above v (suffix sums over the distinct grace points: a bisection
         # per escalated reader, not a walk of the staged queue)
-        counts: dict[int, int] = {}
-        for _, _, g in list(self._staged):
-            counts[g.grace] = counts.get(g.grace, 0) + len(g.ids)
-        graces = sorted(counts)
-        above = [*itertools.accumulate([counts[x] for x in reversed(graces)])][::-1]
-        above.append(0)
+        held_back = self._scheduling.held_back()
         out = []
         for snap in found:
             task, v, since = reader_of(snap)
             if v is None or since is None:
                 continue  # left meanwhile
-            held = above[bisect.bisect_right(graces, v.number)]
+            held = held_back(v.number)
             age = now - since
             name = task_name(task)
             detail = (
@@ -407,7 +401,7 @@ class RuntimeBuffer(Buffer):
         is returned, and the cancellation is delivered at the caller's next
         checkpoint.
         """
-        if self._sink is None:
+        if self.sink is None:
             await anyio.lowlevel.checkpoint()
             return call()
         return await anyio.to_thread.run_sync(call, abandon_on_cancel=False)
@@ -502,18 +496,16 @@ class RuntimeBuffer(Buffer):
         self._esc_send, self._esc_receive = anyio.create_memory_object_stream[Escalation](
             self._escalation_buffer
         )
-        # Escalations queued before the runtime started are delivered first.
-        for esc in self.drain_escalations():
+        # Escalations queued before the runtime started are delivered first
+        # (a later one is delivered by the hook after them: this runs on the loop).
+        for esc in self._scheduling.attach(self._wake_scheduler, self._deliver):
             if not self._send(esc):
-                self._escalations_dropped += 1
-        self._due_hook = self._wake_scheduler
-        self._escalation_hook = self._deliver
+                self._scheduling.count_dropped()
         self._running = True
 
     def _stop(self) -> None:
         self._running = False
-        self._due_hook = None
-        self._escalation_hook = None
+        self._scheduling.detach()
         self._call_soon = None
         self._wake = None
         if self._esc_send is not None:

@@ -185,14 +185,14 @@ class TestRedTeamTurn:
             assert [e.id for e in snap] == ["e0"]
         buf._check(expect_no_pins=True)
         buf.flush()
-        buf._sink.close()  # type: ignore[union-attr]
+        buf.sink.close()  # type: ignore[union-attr]
         again = Buffer(log=SQLiteLog(path))
         assert again.tombstones["e2"].turn == MAX_STORED_INT
         assert again.tombstones["e1"].id == "e1"
         with again.snapshot() as snap:
             assert [e.id for e in snap] == ["e0"]
         again._check(expect_no_pins=True)
-        again._sink.close()  # type: ignore[union-attr]
+        again.sink.close()  # type: ignore[union-attr]
 
     def test_the_largest_values_round_trip_through_sqlite(self, tmp_path: Path) -> None:
         """An entry turn, a mark turn, an edit turn and an override turn of
@@ -208,14 +208,14 @@ class TestRedTeamTurn:
         buf.prune(["b"], reason="stale", turn=big)
         buf.append(Entry("c2", Kind.REASONING, "step c"), override=Override("again", big))
         buf.flush()
-        buf._sink.close()  # type: ignore[union-attr]
+        buf.sink.close()  # type: ignore[union-attr]
         again = Buffer(log=SQLiteLog(path))
         with again.snapshot() as snap:
             a = snap["a"]
             assert a.turn == big and dict(a.meta) == {"n": big, "m": -(2**63)}
         assert again.tombstones["b"].turn == big and again.tombstones["c"].turn == big
         again._check(expect_no_pins=True)
-        again._sink.close()  # type: ignore[union-attr]
+        again.sink.close()  # type: ignore[union-attr]
 
 
 @pytest.mark.anyio

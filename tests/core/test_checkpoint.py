@@ -27,17 +27,17 @@ SINKS = {"sqlite": (SQLiteLog, "log.db"), "jsonl": (JsonlLog, "log.jsonl")}
 
 
 def _state(buf: Buffer) -> tuple[object, ...]:
-    head = buf._head
+    head = buf.head()
     return (
         head.number,
         list(head.entries()),
         dict(head.marks),
         head.tombs,
-        sorted((g.gid, g.ids, g.grace) for _, _, g in buf._staged),
+        sorted((g.gid, g.ids, g.grace) for _, _, g in buf._st.staged),
         dict(buf._st.counts),
         dict(buf._st.refusals),
         dict(buf._st.immutable_hashes),
-        len(buf._records),
+        len(buf._st.records),
     )
 
 
@@ -69,7 +69,7 @@ def _run(buf: Buffer, history: list[tuple[str, int]]) -> None:
             n += 1
         elif op == "mark" and n:
             i = f"e{k % n}"
-            if i in buf._head.live and buf._head.live[i].entry.kind is Kind.TOOL_OUTPUT:
+            if i in buf.head().live and buf.head().live[i].entry.kind is Kind.TOOL_OUTPUT:
                 buf.mark_stale(i, "old")
         elif op == "prune" and n:
             buf.prune([f"e{k % n}", f"e{(k * 7) % n}"], reason="done")
@@ -291,6 +291,6 @@ def test_a_write_while_the_checksum_is_computed_gets_a_checkpoint_of_the_head(
     assert [e["id"] for e, _, _ in ck.detail["state"]["live"]][-1] == "late"
     buf.sink.close()  # type: ignore[union-attr]
     again = Buffer(log=SQLiteLog(tmp_path / "log.sqlite"), checkpoint_every=0)
-    assert again._records.first == ck.seq  # recovered from that checkpoint
+    assert again._st.records.first == ck.seq  # recovered from that checkpoint
     assert again.head().entries() == buf.head().entries()
     again.sink.close()  # type: ignore[union-attr]

@@ -164,7 +164,7 @@ class TestTheAnchor:
     ) -> None:
         buf, warnings = _open(kind, honest, tmp_path)
         assert warnings == []
-        assert buf._records.first == _states(honest)[-1]["records"]
+        assert buf._st.records.first == _states(honest)[-1]["records"]
         assert state_fields(buf) == state_fields(_oracle(honest))
         buf._check()
 

@@ -265,7 +265,7 @@ class TestOpenChecksTheClaims:
         claim of an honest checkpoint holds (its records are read back)."""
         buf, warnings = _open(path, caplog)
         assert warnings == []
-        assert buf._records.first == _checkpoints(path)[-1][0]
+        assert buf._st.records.first == _checkpoints(path)[-1][0]
         assert state_fields(buf) == state_fields(_full_replay(path))
         assert "u9" in buf.staged()
 

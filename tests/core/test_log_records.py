@@ -28,7 +28,7 @@ def make() -> Buffer:
 class TestDeferredRecords:
     def test_the_fast_paths_store_compact_records(self) -> None:
         buf = make()
-        assert [type(r) for r in buf._records] == [tuple, tuple, tuple]
+        assert [type(r) for r in buf._st.records] == [tuple, tuple, tuple]
 
     def test_the_view_builds_full_records_with_every_field(self) -> None:
         before = time.time()
@@ -58,13 +58,13 @@ class TestDeferredRecords:
         buf = make()
         first = buf.log[1]
         assert buf.log[1] is first
-        assert buf._records[1] is first
-        assert type(buf._records[0]) is tuple  # untouched records stay compact
+        assert buf._st.records[1] is first
+        assert type(buf._st.records[0]) is tuple  # untouched records stay compact
 
     def test_indexing_slicing_and_iteration_agree(self) -> None:
         buf = make()
         whole = list(buf.log)
-        assert buf.log[-1] == whole[-1] == materialize(buf._records, 2)
+        assert buf.log[-1] == whole[-1] == materialize(buf._st.records, 2)
         assert buf.log[-3] == whole[0]
         assert buf.log[1:] == tuple(whole[1:])
         assert buf.log[::2] == (whole[0], whole[2])
@@ -79,7 +79,7 @@ class TestDeferredRecords:
         record built for it carries its own position even if appends land
         meanwhile (the list is shared with writers in other threads)."""
         buf = make()
-        records = buf._records
+        records = buf._st.records
 
         class Growing(Records):
             def __getitem__(self, i: Any) -> Any:
@@ -91,10 +91,10 @@ class TestDeferredRecords:
         grown: list[bool] = []
         growing = Growing()
         growing.extend(records)
-        buf._records = growing
-        rec = materialize(buf._records, -1)
+        buf._st.records = growing
+        rec = materialize(buf._st.records, -1)
         assert grown and rec.seq == 2 and rec.op == "mark"
-        assert [materialize(buf._records, i).seq for i in range(4)] == [0, 1, 2, 3]
+        assert [materialize(buf._st.records, i).seq for i in range(4)] == [0, 1, 2, 3]
 
     def test_two_threads_reading_a_record_at_once_get_the_same_object(self) -> None:
         """A log record, once seen, is never replaced, not even by an equal
@@ -102,7 +102,7 @@ class TestDeferredRecords:
         waits and gets that thread's object (the history checker compares
         log records by identity)."""
         buf = make()
-        records = buf._records
+        records = buf._st.records
         compact = records[2]  # a mark: (id, reason, turn, version, time)
         other: list[LogRecord] = []
         started = threading.Event()
@@ -130,7 +130,7 @@ class TestDeferredRecords:
         again = Entry("b2", Kind.TOOL_OUTPUT, "second")
         buf.append(again, override=Override("the user asked again", turn=4))
         rec = buf.log[-1]
-        assert type(buf._records[-1]) is LogRecord
+        assert type(buf._st.records[-1]) is LogRecord
         assert (rec.op, rec.reason, rec.outcome) == ("append", "the user asked again", "overridden")
         assert rec.detail["override"] == {"reason": "the user asked again", "turn": 4}
         assert rec.detail["entry"]["id"] == "b2"

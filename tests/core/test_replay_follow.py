@@ -30,12 +30,12 @@ def test_batches_replay_to_the_same_state(seed: int) -> None:
     whole = Buffer()
     replay(whole, records)
     follower = Buffer()
-    follower._grace_floor = -1  # a replica never applies a removal itself
+    follower._st.grace_floor = -1  # a replica never applies a removal itself
     pinned = []
     i = 0
     while i < len(records):
         j = min(len(records), i + rng.randint(1, 25))
-        with follower._write_lock:
+        with follower._st.write_lock:
             replay(follower, records[i:j])
         follower._check()
         snap = follower.snapshot().__enter__()
@@ -45,7 +45,7 @@ def test_batches_replay_to_the_same_state(seed: int) -> None:
         assert (snap.version, [e.id for e in snap]) == (version, ids)
         snap.__exit__(None, None, None)
     assert not follower.has_due()
-    follower._grace_floor = None
+    follower._st.grace_floor = None
     follower._check(expect_no_pins=True)
     assert state(follower) == state(whole)
     assert follower.version == source.version

@@ -670,7 +670,7 @@ class BufferMachine(RuleBasedStateMachine):
         # The same through both real logs, ending in a checkpoint of this
         # state (built as flush(checkpoint=True) builds it): recovery starts
         # from the checkpoint and rebuilds the same state.
-        with buf._write_lock:
+        with buf._st.write_lock:
             records = [*buf.log, *build_checkpoint(buf, 0.0)]
         with tempfile.TemporaryDirectory() as tmp:
             for cls, name in ((SQLiteLog, "log.db"), (JsonlLog, "log.jsonl")):
@@ -681,7 +681,7 @@ class BufferMachine(RuleBasedStateMachine):
                 ck = Buffer(log=sink)
                 ck._check()
                 assert len(ck.log) == len(records)
-                assert ck._records.first == len(records) - 1  # started at the checkpoint
+                assert ck._st.records.first == len(records) - 1  # started at the checkpoint
                 assert ck.version == buf.version
                 assert dict(ck.head().live) == dict(buf.head().live)
                 assert dict(ck.head().marks) == dict(buf.head().marks)

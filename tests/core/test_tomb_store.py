@@ -203,10 +203,10 @@ def test_growing_the_index_never_reads_a_spilled_tombstone(tmp_path: Path) -> No
     store = buf.head().tombs._store
     assert store is not None and store.held < 1500
     locked_reads: list[tuple[int, int]] = []
-    records = buf._records
+    records = buf._st.records
     reader = records.reader
     assert reader is not None
-    lock = buf._write_lock
+    lock = buf._st.write_lock
 
     all_reads = []
 

@@ -34,10 +34,10 @@ def _fill(buf: Buffer, n: int, *, batch: int = 200) -> None:
 @contextmanager
 def _counted(buf: Buffer) -> Iterator[tuple[list[int], list[int]]]:
     """``(all reads, reads under the write lock)`` of the sink, by start seq."""
-    records = buf._records
+    records = buf._st.records
     reader = records.reader
     assert reader is not None
-    lock = buf._write_lock
+    lock = buf._st.write_lock
     every: list[int] = []
     locked: list[int] = []
 
@@ -115,7 +115,7 @@ def test_a_prefetch_is_kept_until_its_lookup_ran(buf: Buffer) -> None:
     tombs = buf.head().tombs
     result: list[object] = []
     with _counted(buf) as (every, locked):
-        buf._write_lock.acquire()
+        buf._st.write_lock.acquire()
         try:
 
             def append() -> None:
@@ -137,7 +137,7 @@ def test_a_prefetch_is_kept_until_its_lookup_ran(buf: Buffer) -> None:
             b.join(60)
             assert not b.is_alive()
         finally:
-            buf._write_lock.release()
+            buf._st.write_lock.release()
         a.join(60)
         assert not a.is_alive()
     assert [getattr(t, "id", None) for t in result] == ["e11"]

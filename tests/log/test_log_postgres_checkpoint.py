@@ -211,7 +211,7 @@ class TestRecovery:
         log = PostgresLog(pg_dsn, "b")
         again = Buffer(log=log)
         assert log.rows_read == 12
-        assert again._records.first == 2001  # started at the checkpoint
+        assert again._st.records.first == 2001  # started at the checkpoint
         assert again.log.in_memory <= 11
         assert again.log[5].ids == ("e5",)  # an old record, fetched on demand
         assert log.rows_read == 13
@@ -265,7 +265,7 @@ class TestRecovery:
         with caplog.at_level(logging.WARNING, logger="quiesce.checkpoint"):
             log = PostgresLog(pg_dsn, "b")
             buf = Buffer(log=log)
-        assert buf._records.first == older
+        assert buf._st.records.first == older
         buf._check()
         assert state_without_log(buf) == state_without_log_dict(want)
         assert [r.getMessage() for r in caplog.records] == [
@@ -314,7 +314,7 @@ class TestRecovery:
             log = PostgresLog(pg_dsn, "b")
             buf = Buffer(log=log)
         buf._check()
-        assert buf._records.first == 0
+        assert buf._st.records.first == 0
         assert state_without_log(buf) == state_without_log_dict(want)
         messages = [r.getMessage() for r in caplog.records]
         assert len(messages) == 2
@@ -463,7 +463,7 @@ def _run(buf: Buffer, history: list[tuple[str, int]]) -> None:
             n += 1
         elif op == "mark" and n:
             i = f"e{k % n}"
-            if i in buf._head.live and buf._head.live[i].entry.kind is Kind.TOOL_OUTPUT:
+            if i in buf.head().live and buf.head().live[i].entry.kind is Kind.TOOL_OUTPUT:
                 buf.mark_stale(i, "old")
         elif op == "prune" and n:
             buf.prune([f"e{k % n}", f"e{(k * 7) % n}"], reason="done")
@@ -577,7 +577,7 @@ class PostgresCheckpointMachine(RuleBasedStateMachine):
             span = max(seqs) - min(seqs) + 1 if seqs else 0
             assert tail + len(seqs) <= read
             assert read <= tail + span + newest_run + len(state["groups"]) + 1
-            assert buf._records.first == good[-1]
+            assert buf._st.records.first == good[-1]
         self.buf = buf
         self.work = Workload(buf)
 

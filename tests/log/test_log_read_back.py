@@ -433,7 +433,7 @@ def test_the_default_retention_is_bounded() -> None:
     from quiesce._core.log import DEFAULT_RETENTION
 
     buf = Buffer()
-    assert buf._retention == DEFAULT_RETENTION == 10_000
+    assert buf._st.retention == DEFAULT_RETENTION == 10_000
     _churn(buf, 1800, batch=10)  # 27,000 records: a trim drops at twice the retention
     assert len(buf.log) > 2 * DEFAULT_RETENTION
     assert DEFAULT_RETENTION <= buf.log.in_memory <= 2 * DEFAULT_RETENTION

@@ -209,7 +209,7 @@ class _DurableMachine(_LogMachine):
             assert self.warnings.messages == [], self.warnings.messages  # none skipped
             if checkpoints:
                 # recovered from the newest checkpoint: nothing before it was replayed
-                assert new._records.first >= checkpoints[-1]
+                assert new._st.records.first >= checkpoints[-1]
             new._check()
             event(f"reopened from checkpoint: {bool(checkpoints)}")
             assert _picture(new) == before
@@ -369,7 +369,7 @@ class _RetentionMachine(_LogMachine):
         # The log no longer holds history: a compacted copy (one checkpoint
         # of the current state) rebuilds the same buffer.
         buf = self.buf
-        with buf._write_lock:
+        with buf._st.write_lock:
             records = compacted_records(buf, "memory", 0.0)
         again = Buffer(log=ListSink(records))
         again._check()

@@ -102,7 +102,7 @@ class RecordingBuffer(RuntimeBuffer):
                     )
         removed = [i for i in old.live if i not in live and i in new.tombs.by_id]
         if removed:
-            with self._pin_lock:
+            with self._st.pin_lock:
                 pinned = [s._version for s in self._registry.readers()]
             for i in removed:
                 for v in pinned:
@@ -292,11 +292,11 @@ async def test_the_recorder_catches_a_removal_under_a_reader() -> None:
         buf.append(Entry("a", Kind.REASONING, "note a"))
         with buf.snapshot():
             buf.prune(["a"], reason="stale")
-            group = buf._staged_ids["a"]
-            buf._staged.clear()  # bypass the grace rule
-            buf._write_lock.acquire()
+            group = buf._st.staged_ids["a"]
+            buf._st.staged.clear()  # bypass the grace rule
+            buf._st.write_lock.acquire()
             try:
                 buf._pub.remove_groups([group])
             finally:
-                buf._write_lock.release()
+                buf._st.write_lock.release()
         assert any("invariant 5" in v for v in buf.violations), buf.violations

@@ -629,7 +629,7 @@ class TestInProcess:
                     "INSERT INTO quiesce_member VALUES "
                     "('b', 'ghost', 'i', now() + interval '1 hour', 0, 0, '{}')"
                 )
-                a.local._grace_floor = None  # the floor it read before the ghost joined
+                a.local._st.grace_floor = None  # the floor it read before the ghost joined
                 report = await a.prune(["x"], reason="stale")
                 assert report["x"].status.name == "DEFERRED"
                 assert "x" in a.staged()

@@ -75,7 +75,7 @@ async def test_members_start_from_the_newest_checkpoint(pg_dsn: str, anyio_backe
     ):
         assert (a.role, b.role) == ("sequencer", "replica")
         for m in (a, b):
-            assert m.local._records.first == 2001  # after the checkpoint's anchor
+            assert m.local._st.records.first == 2001  # after the checkpoint's anchor
             assert m._sink is not None and m._sink.rows_read <= 11 + 5
             assert _view(m) == want
             m._check()
@@ -92,7 +92,7 @@ async def test_members_start_from_the_newest_checkpoint(pg_dsn: str, anyio_backe
     newest = written[-1][0]
     async with open_shared_buffer(pg_dsn, "b", **FAST) as c:
         assert c.role == "sequencer" and c.epoch == 2
-        assert c.local._records.first == newest
+        assert c.local._st.records.first == newest
         assert _view(c) == want
         c._check()
 
@@ -118,7 +118,7 @@ async def test_a_damaged_checkpoint_is_skipped_by_a_joining_member(
         conn.execute("ALTER TABLE quiesce_log ENABLE TRIGGER quiesce_log_no_change")
     with caplog.at_level(logging.WARNING, logger="quiesce.checkpoint"):
         async with open_shared_buffer(pg_dsn, "b", **FAST) as a:
-            assert a.local._records.first == 0
+            assert a.local._st.records.first == 0
             assert _view(a) == want
             a._check()
             with anyio.fail_after(5):

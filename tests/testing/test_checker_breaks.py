@@ -53,7 +53,7 @@ from test_simulation import FlakySink, run_schedule
 def skip_grace_wait(mp: pytest.MonkeyPatch) -> None:
     """Every staged removal is due at once: nobody holds it back."""
     mp.setattr(PinRegistry, "oldest_locked", lambda self: None)
-    mp.setattr(Buffer, "has_due", lambda self: bool(self._staged))
+    mp.setattr(Buffer, "has_due", lambda self: bool(self._st.staged))
 
 
 def skip_reference_check(mp: pytest.MonkeyPatch) -> None:
@@ -519,7 +519,7 @@ def test_drained_removal_is_not_the_callers_effect() -> None:
     snap = rec.snapshot()
     snap.__enter__()
     assert rec.prune(["a"], reason="stale")["a"].status.name == "DEFERRED"
-    buf._write_lock.acquire()  # a writer is busy...
+    buf._st.write_lock.acquire()  # a writer is busy...
     try:
         # ...when the last blocking reader leaves, in another thread: it
         # cannot take the lock, so it leaves the removal to the writer.

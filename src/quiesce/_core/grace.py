@@ -29,16 +29,19 @@ registry and holds nothing else: it calls no other part and never the
 buffer that holds it. The due heap (the state's ``staged``) is ordered by
 ``(grace, gid)``: the earliest grace is at its front, so the due test is
 O(1) and popping k due groups O(k log staged). Every method but
-:meth:`Grace.has_due`, :meth:`Grace.next_grace`, :meth:`Grace.horizon`
-and :meth:`Grace.staged` is called under the write lock.
+:meth:`Grace.has_due`, :meth:`Grace.next_grace`, :meth:`Grace.horizon`,
+:meth:`Grace.staged` and :meth:`Grace.held_back` is called under the
+write lock.
 
 Cancellation: nothing here awaits.
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
-from collections.abc import Mapping
+import itertools
+from collections.abc import Callable, Mapping
 
 from .pins import PinRegistry
 from .state import BufferState, Group
@@ -121,3 +124,21 @@ class Grace:
     def staged(self) -> Mapping[str, int]:
         """Ids staged for removal → their grace version. O(staged)."""
         return {i: g.grace for i, g in self._st.staged_ids.items()}
+
+    def held_back(self) -> Callable[[int], int]:
+        """A function ``v`` -> how many staged removals a reader pinned at
+        version ``v`` holds back (those whose grace point is above ``v``),
+        as of this call; changes nothing. Building it is O(staged + g log g)
+        for g distinct grace points (a copy of the due heap, suffix sums);
+        each call of it is O(log g), a bisection."""
+        counts: dict[int, int] = {}
+        for grace, _gid, group in list(self._st.staged):
+            counts[grace] = counts.get(grace, 0) + len(group.ids)
+        graces = sorted(counts)
+        above = [*itertools.accumulate(counts[g] for g in reversed(graces))][::-1]
+        above.append(0)
+
+        def held(v: int) -> int:
+            return above[bisect.bisect_right(graces, v)]
+
+        return held

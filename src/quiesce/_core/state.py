@@ -316,8 +316,10 @@ def state_of(obj: BufferState | HasState) -> BufferState:
 class Field(Generic[T]):
     """A buffer attribute that is a field of its state, under the name it had
     before the buffer's parts were split (``buf._head`` is ``state.head``).
-    For code that subclasses the buffer (the runtime) and older tests; the
-    core's own parts read the state. O(1): two attribute reads."""
+    Going: the last few aliases serve the runtime's reader-age alarm and two
+    pin test files until the pins branch lands (``FIELD_ALIASES_LEFT`` in
+    ``tests/project/test_layering.py``); no other code may use one. O(1):
+    two attribute reads."""
 
     __slots__ = ("name",)
 
