@@ -20,7 +20,7 @@ What it keeps true:
 2. **Read-only.** :meth:`Scheduling.held_back` reads the grace queue and
    changes nothing.
 
-The handle holds the buffer's state and its grace queue, never the buffer
+The handle holds the buffer's state, its grace queue and its publisher, never the buffer
 (a buffer that holds its handle is not cyclic garbage); the hooks it
 installs are the runtime's, which the runtime detaches when it stops.
 
@@ -50,11 +50,12 @@ class Scheduling:
     """The scheduling handle of one buffer (see the module docstring).
     O(1) to build; one per runtime."""
 
-    __slots__ = ("_grace", "_st")
+    __slots__ = ("_grace", "_pub", "_st")
 
     def __init__(self, buf: Buffer) -> None:
         self._st = buf._st  #: the buffer's fields (state.py)
         self._grace = buf._grace  #: its grace queue (grace.py)
+        self._pub = buf._pub  #: its publisher, which owns the escalation queue
 
     def attach(self, wake: Wake, deliver: Deliver) -> list[Escalation]:
         """Install ``wake`` as the due hook and ``deliver`` as the
@@ -62,8 +63,7 @@ class Scheduling:
         first; the queue is left empty). O(queued), under the write lock."""
         st = self._st
         with st.write_lock:
-            queued = list(st.escalations)
-            st.escalations.clear()
+            queued = self._pub.drain_escalations()
             st.due_hook = wake
             st.escalation_hook = deliver
         return queued
