@@ -60,7 +60,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import itertools
 import threading
 import time
 import weakref
@@ -161,8 +160,8 @@ class RuntimeBuffer(Buffer):
         # callback forgets the entry then). A lookup is one dict get, cheaper
         # than a WeakSet's (which builds a weak reference per lookup).
         self._alarmed: dict[int, weakref.ref[Snapshot]] = {}
-        # ``Pins._pin_popped + i`` of the first ``_pin_order`` entry the
-        # alarm has not passed for good (see _check_reader_ages)
+        # the alarm's cursor in the pin order: ``pin_popped + i`` of the
+        # first entry it has not passed for good (PinRegistry.stuck_readers)
         self._alarm_pos = 0
         self._in_flight: list[anyio.Event] = []
         self.wakeups = 0  #: scheduler wake-ups so far (for latency benchmarks)
@@ -283,12 +282,17 @@ class RuntimeBuffer(Buffer):
         copy of the head version's reader set plus O(1) per reader it
         escalates — not a walk of every pinned reader. A reader whose pin
         registered behind a younger one is escalated once that one is old.
-        Readers are marked escalated under ``_pin_lock``, so two passes at
+        Readers are marked escalated under the pin lock, so two passes at
         once (the alarm task and a ``check_reader_ages()`` call) never
-        escalate a reader twice.
+        escalate a reader twice. The walk is the pin registry's
+        (:meth:`.Scheduling.stuck_readers`, reached through the scheduling
+        handle, not the buffer's fields); this keeps only the escalated set
+        and the cursor. Two passes at once may store the cursor in either
+        order: an older cursor only makes the next pass re-walk versions
+        whose readers it then skips by bisection, never one too far.
         """
-        now = self._clock()
-        found: list[Snapshot] = []
+        sched = self._scheduling
+        now = sched.now()
         alarmed = self._alarmed
         forget = self._forget_alarmed
 
@@ -296,38 +300,13 @@ class RuntimeBuffer(Buffer):
             ref = alarmed.get(id(snap))
             return ref is not None and ref() is snap
 
-        with self._pin_lock:
-            self._oldest_pin()  # pops finished versions off the front
-            order = self._pin_order
-            pins = self._pins
-            head = self._head.number
-            i = max(0, self._alarm_pos - self._pin_popped)
-            advance = True  # every version before i is passed for good
-            stop = False
-            while i < len(order) and not stop:
-                n = order[i]
-                readers = pins.get(n)
-                snaps = list(readers) if readers else []
-                lo, hi = 0, len(snaps)
-                while lo < hi:  # the escalated prefix
-                    mid = (lo + hi) // 2
-                    if escalated(snaps[mid]):
-                        lo = mid + 1
-                    else:
-                        hi = mid
-                for snap in itertools.islice(snaps, lo, None):
-                    _task, pinned, since = reader_of(snap)
-                    if pinned is None or since is None or now - since <= max_age:
-                        stop = True  # pinning, unpinning, or not old yet
-                        break
-                    key = id(snap)
-                    alarmed[key] = weakref.ref(snap, functools.partial(forget, key))
-                    found.append(snap)
-                if stop or n == head:
-                    advance = False  # its readers may still come of age / join
-                if advance:
-                    self._alarm_pos = self._pin_popped + i + 1
-                i += 1
+        def mark(snap: Snapshot) -> None:
+            key = id(snap)
+            alarmed[key] = weakref.ref(snap, functools.partial(forget, key))
+
+        found, self._alarm_pos = sched.stuck_readers(
+            now, max_age, self._alarm_pos, escalated, mark
+        )
         if not found:
             return []
         # removals held back by a pin of version v: those whose grace point

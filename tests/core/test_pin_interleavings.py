@@ -31,7 +31,7 @@ next shared access by a step boundary. This cuts a prune from ~400 steps to
 ~100, which is what lets random schedules reach the races. Mode ``full``
 steps every line of the buffer's files; mode ``opcode`` steps every *bytecode* of the
 ``PROTOCOL`` functions (``frame.f_trace_opcodes``). A line is not quite one
-atomic step: ``if self._head.number != n and not readers:`` is two reads and
+atomic step: ``if st.head.number != n and not readers:`` is two reads and
 a real GIL switch can fall between them. Both are run on fewer seeds.
 
 Strategies. ``uniform`` (a uniformly random runnable actor each step);
@@ -593,13 +593,13 @@ class Explorer:
     ) -> Run:
         actors = [Actor(k, name, body) for k, (name, body) in enumerate(bodies)]
         run = Run(self.label, [a.name for a in actors])
-        saved = {name: getattr(buf, name) for name in ("_write_lock", "_pin_lock", "_flush_lock")}
+        saved = {name: getattr(buf._st, name) for name in ("write_lock", "pin_lock", "flush_lock")}
         for name, real in saved.items():
             assert real.acquire(blocking=False), f"{name} is held when the run starts"
             real.release()
-        buf._write_lock = SchedLock(self, "_write_lock", reentrant=True)  # type: ignore[assignment]
-        buf._pin_lock = SchedLock(self, "_pin_lock", reentrant=False)  # type: ignore[assignment]
-        buf._flush_lock = SchedLock(self, "_flush_lock", reentrant=False)  # type: ignore[assignment]
+        buf._st.write_lock = SchedLock(self, "_write_lock", reentrant=True)  # type: ignore[assignment]
+        buf._st.pin_lock = SchedLock(self, "_pin_lock", reentrant=False)  # type: ignore[assignment]
+        buf._st.flush_lock = SchedLock(self, "_flush_lock", reentrant=False)  # type: ignore[assignment]
         probe_at = {where: name for name, where in PROBES.items()}
         try:
             for a in actors:
@@ -659,7 +659,7 @@ class Explorer:
                 self._shutdown(actors)
             finally:
                 for name, real in saved.items():
-                    setattr(buf, name, real)
+                    setattr(buf._st, name, real)
         return run
 
     def _shutdown(self, actors: list[Actor]) -> None:
@@ -695,20 +695,20 @@ def pin_oracle(
             if v is None:
                 continue
             n = v.number
-            if buf._max_removed_grace > n:
+            if buf._st.max_removed_grace > n:
                 return (
-                    f"O1 (invariant 5): a removal with grace {buf._max_removed_grace} was "
+                    f"O1 (invariant 5): a removal with grace {buf._st.max_removed_grace} was "
                     f"applied while a reader pinned at {n} (it saw the entry unmarked) is "
                     f"still pinned"
                 )
-            readers = buf._pins.get(n)
+            readers = buf._st.pins.get(n)
             if readers is None or readers is not s._readers or s not in readers:
                 return (
                     f"O2: a successful pin at version {n} is no longer registered in "
-                    f"buf._pins[{n}] (the walker cannot see it)"
+                    f"buf._st.pins[{n}] (the walker cannot see it)"
                 )
-            if n not in buf._pin_order:
-                return f"O2: pinned version {n} is missing from _pin_order {list(buf._pin_order)}"
+            if n not in buf._st.pin_order:
+                return f"O2: pinned version {n} is missing from pin_order {list(buf._st.pin_order)}"
         return extra() if extra is not None else None
 
     return check
@@ -740,7 +740,7 @@ def reader(buf: Buffer, log: ReaderLog, rounds: int = 1) -> Callable[[], None]:
 def reader_side(buf: Buffer, logs: Iterable[ReaderLog]) -> list[str]:
     """Invariant 5 from the readers' side: an id a reader saw live and
     unmarked has no tombstone at or below the head it read while pinned."""
-    tombs = buf._head.tombs.by_id
+    tombs = buf._st.head.tombs.by_id
     out = []
     for log in logs:
         for v, seen, end in log.pins:
@@ -758,7 +758,7 @@ def untidy(buf: Buffer) -> str | None:
     """What ``_pins``/``_pin_order`` keep besides the head's entry (``None``:
     nothing). Not a leak by itself: see ``TestPinOrderTidiness``."""
     head = buf.version
-    pins, order = sorted(buf._pins), list(buf._pin_order)
+    pins, order = sorted(buf._st.pins), list(buf._st.pin_order)
     if set(pins) - {head} or len(order) > 1 or set(order) - {head}:
         return f"head {head}: _pins has versions {pins}, _pin_order is {order}"
     return None
@@ -776,14 +776,14 @@ def end_state(buf: Buffer) -> list[str]:
         out.append(f"a due removal was never applied (lost wake-up): {buf.staged()}")
     elif buf.staged():
         out.append(f"removals still staged with no reader pinned: {buf.staged()}")
-    if any(buf._pins.values()):
-        out.append(f"a reader set is not empty after the run: {dict(buf._pins)}")
+    if any(buf._st.pins.values()):
+        out.append(f"a reader set is not empty after the run: {dict(buf._st.pins)}")
     # Whatever the run left is freed once the head moves and a walk passes.
     buf.append(e("tidy-up"))
-    if buf.oldest_pin() is not None or buf._pins or buf._pin_order:
+    if buf.oldest_pin() is not None or buf._st.pins or buf._st.pin_order:
         out.append(
-            f"pin bookkeeping survives a new head and a walk: _pins {dict(buf._pins)}, "
-            f"_pin_order {list(buf._pin_order)}"
+            f"pin bookkeeping survives a new head and a walk: _pins {dict(buf._st.pins)}, "
+            f"_pin_order {list(buf._st.pin_order)}"
         )
     return out
 
@@ -852,7 +852,7 @@ def scenario_unpins() -> Setup:
     versions = {s0: s0.version, s1: s1.version}
 
     def not_too_early() -> str | None:
-        if "a" in buf._head.tombs.by_id:
+        if "a" in buf._st.head.tombs.by_id:
             for s, v in versions.items():
                 if s in s._readers:
                     return (
@@ -1005,13 +1005,13 @@ def scenario_monitor(think: int = 40) -> Setup:
     while, and a writer, after some think time, prunes an entry the reader
     reads. The head was pinned and left before, so its (empty) set is kept
     and its number is the front of the pin order: the walk stops there, and
-    the cleanup rule of _oldest_pin decides."""
+    the cleanup rule of PinRegistry.oldest_locked decides."""
     buf = Buffer()
     for i in "abc":
         buf.append(e(i))
     with buf.snapshot():
         pass
-    assert list(buf._pin_order) == [buf.version]
+    assert list(buf._st.pin_order) == [buf.version]
     log = ReaderLog("R")
 
     fresh = staying_reader(buf, log, 6 * think)
@@ -1188,7 +1188,7 @@ def explore(
     if run.violation is None:
         buf = setup.buf
         run.untidy = untidy(buf)
-        run.end = (buf.version, list(buf._pin_order), sorted(buf._pins))
+        run.end = (buf.version, list(buf._st.pin_order), sorted(buf._st.pins))
         run.problems.extend(setup.after())
     return run
 
@@ -1434,34 +1434,34 @@ class TestExplorer:
         before = sys.gettrace()
         threads = set(threading.enumerate())
         setup = scenario_prune()
-        locks = (setup.buf._write_lock, setup.buf._pin_lock, setup.buf._flush_lock)
+        locks = (setup.buf._st.write_lock, setup.buf._st.pin_lock, setup.buf._st.flush_lock)
         run = Explorer(Uniform(random.Random(1))).run(setup.buf, setup.bodies, setup.oracle)
         check(run)
         assert sys.gettrace() is before
         assert set(threading.enumerate()) <= threads
-        assert (setup.buf._write_lock, setup.buf._pin_lock, setup.buf._flush_lock) == locks
+        assert (setup.buf._st.write_lock, setup.buf._st.pin_lock, setup.buf._st.flush_lock) == locks
 
     def test_a_lock_cycle_is_reported_as_a_deadlock_not_a_hang(self) -> None:
         buf = Buffer()
         buf.append(e("a"))
 
         def one() -> None:
-            with buf._write_lock:
+            with buf._st.write_lock:
                 buf.version  # noqa: B018 - a step boundary while holding the lock
-                with buf._pin_lock:
+                with buf._st.pin_lock:
                     pass
 
         def two() -> None:
-            with buf._pin_lock:
+            with buf._st.pin_lock:
                 buf.version  # noqa: B018
-                with buf._write_lock:
+                with buf._st.write_lock:
                     pass
 
         ex = Explorer(Scripted({0: 0, 1: 1}), label="cycle")
         with pytest.raises(ExplorerError, match="deadlock"):
             ex.run(buf, [("one", one), ("two", two)])
         assert not [t for t in threading.enumerate() if t.name.startswith("explorer-")]
-        assert isinstance(buf._write_lock, type(threading.RLock()))
+        assert isinstance(buf._st.write_lock, type(threading.RLock()))
         buf._check(expect_no_pins=True)
 
     def test_a_step_that_blocks_outside_the_explorer_fails_with_its_stack(self) -> None:
@@ -1602,7 +1602,7 @@ class TestBreaksAreCaught:
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """(ii) The same break written on one line (``not readers and
-        self._head.number != n``): a line is one step, so at line granularity
+        st.head.number != n``): a line is one step, so at line granularity
         it cannot be observed -- checked here -- but pausing between its
         bytecodes catches it."""
         install(monkeypatch, *LAST_UNPIN_EMPTY_FIRST_ONE_LINE)
@@ -1625,7 +1625,7 @@ class TestBreaksAreCaught:
         """(ii) A walk that sees the head's set empty, then the head moved,
         pops the version off the pin order although a pin of it succeeded in
         between (its set is kept, but the walker never looks at it again):
-        O2. Found by pausing at each line of _oldest_pin in turn (run 46 of
+        O2. Found by pausing at each line of PinRegistry.oldest_locked in turn (run 46 of
         104; the random strategies alone: 0 of 300 runs)."""
         install(monkeypatch, *OLDEST_PIN_EMPTY_FIRST)
         runs = (explore("monitor", seed, point=point)
@@ -1669,8 +1669,8 @@ class TestPinOrderTidiness:
         old = snap.version
         buf.append(e("b"))
         snap.__exit__(None, None, None)
-        assert buf._pins == {} and list(buf._pin_order) == [old] and buf.version == old + 1
-        assert buf.oldest_pin() is None and not buf._pin_order  # the next walk frees it
+        assert buf._st.pins == {} and list(buf._st.pin_order) == [old] and buf.version == old + 1
+        assert buf.oldest_pin() is None and not buf._st.pin_order  # the next walk frees it
         buf._check(expect_no_pins=True)
 
     def test_a_stale_entry_can_sit_behind_the_heads(self) -> None:

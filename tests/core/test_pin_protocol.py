@@ -21,7 +21,7 @@ def e(i: str, *refs: str) -> Entry:
 
 
 class RacingPins(dict):  # type: ignore[type-arg]
-    """``buf._pins`` that runs ``write`` the first time a pin looks up its set:
+    """``buf._st.pins`` that runs ``write`` the first time a pin looks up its set:
     after the reader read the head, before it registered."""
 
     def __init__(self, pins: dict[int, Any], write: Callable[[], object]) -> None:
@@ -36,7 +36,7 @@ class RacingPins(dict):  # type: ignore[type-arg]
 
 
 def racing(buf: Buffer, write: Callable[[], object]) -> None:
-    buf._pins = RacingPins(buf._pins, write)
+    buf._st.pins = RacingPins(buf._st.pins, write)
 
 
 class TestValidation:
@@ -50,7 +50,7 @@ class TestValidation:
         with buf.snapshot() as snap:
             assert snap.version == before + 1  # not the head it first read
             assert "b" in snap
-            assert set(buf._pins) == {snap.version}  # the withdrawn set is gone
+            assert set(buf._st.pins) == {snap.version}  # the withdrawn set is gone
         buf._check(expect_no_pins=True)
 
     def test_a_removal_between_reading_the_head_and_registering_is_not_hidden(
@@ -111,13 +111,13 @@ class TestCleanup:
             with buf.snapshot():
                 pass
         h = buf.version
-        assert dict(buf._pins) == {h: {}}  # kept for the next reader of the head
+        assert dict(buf._st.pins) == {h: {}}  # kept for the next reader of the head
         buf.mark_stale("a", "stale")
         with buf.snapshot():
             pass
         # pinning the new head walked the order: the old empty set is gone
-        assert set(buf._pins) == {h + 1}
-        assert list(buf._pin_order) == [h + 1]
+        assert set(buf._st.pins) == {h + 1}
+        assert list(buf._st.pin_order) == [h + 1]
         buf._check(expect_no_pins=True)
 
     def test_a_reader_of_an_old_version_frees_its_set_when_it_leaves(self) -> None:
@@ -128,7 +128,7 @@ class TestCleanup:
         v = snap.version
         buf.append(e("b"))
         snap.__exit__(None, None, None)
-        assert v not in buf._pins
+        assert v not in buf._st.pins
         assert buf.oldest_pin() is None
         buf._check(expect_no_pins=True)
 
@@ -138,8 +138,8 @@ class TestCleanup:
             buf.append(e(f"x{k}"))
             with buf.snapshot():
                 pass
-        assert len(buf._pin_order) <= 2
-        assert len(buf._pins) <= 2
+        assert len(buf._st.pin_order) <= 2
+        assert len(buf._st.pins) <= 2
         buf._check(expect_no_pins=True)
 
     def test_a_stream_write_frees_the_version_it_replaced(self) -> None:
@@ -153,17 +153,17 @@ class TestCleanup:
         with buf.snapshot():
             pass
         h = buf.version
-        assert list(buf._pin_order) == [h]
+        assert list(buf._st.pin_order) == [h]
         w.write("x")
-        assert list(buf._pin_order) == [] and buf._pins == {}
+        assert list(buf._st.pin_order) == [] and buf._st.pins == {}
         with buf.snapshot():
             pass
-        assert list(buf._pin_order) == [h + 1]
+        assert list(buf._st.pin_order) == [h + 1]
         with buf.snapshot() as held:
             w.write("y")
-            assert list(buf._pin_order) == [h + 1] and buf._pins == {h + 1: {held: None}}
+            assert list(buf._st.pin_order) == [h + 1] and buf._st.pins == {h + 1: {held: None}}
         w.write("z")
-        assert list(buf._pin_order) == [] and buf._pins == {}
+        assert list(buf._st.pin_order) == [] and buf._st.pins == {}
         buf._check(expect_no_pins=True)
 
 
@@ -254,4 +254,4 @@ class TestThreadsRace:
         buf.apply_due()
         buf._check(expect_no_pins=True)
         assert not buf.staged()
-        assert len(buf._pin_order) <= 1
+        assert len(buf._st.pin_order) <= 1

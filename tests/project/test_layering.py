@@ -27,37 +27,15 @@ PACKAGE = SRC / "quiesce"
 CORE = PACKAGE / "_core"
 
 #: Reads of core privates allowed outside ``_core``. Code outside the core
-#: uses its public interfaces; never add to this. What is left: the
-#: runtime's reader-age alarm (``_runtime.py``'s ``_check_reader_ages``),
-#: which the pins branch rewrites on a method of the pin registry; it goes
-#: (with these aliases, below) when that branch lands.
-ALLOWED: dict[str, set[str]] = {
-    "quiesce/_runtime": {
-        "_clock",
-        "_head",
-        "_oldest_pin",
-        "_pin_lock",
-        "_pin_order",
-        "_pin_popped",
-        "_pins",
-    },
-}
+#: uses its public interfaces; never add to this. (The runtime's reader-age
+#: alarm, the last user, walks the pins through
+#: ``Scheduling.stuck_readers`` now.)
+ALLOWED: dict[str, set[str]] = {}
 
-#: Class attributes of ``Buffer`` that still forward to a field of its state
-#: (``state.Field``), for the pin alarm above and the two pin test files
-#: (tests/core/test_pin_protocol.py, test_pin_interleavings.py) until the
-#: pins branch lands; then this set, and ``state.Field``, go. Only shrinks.
-FIELD_ALIASES_LEFT = {
-    "_clock",
-    "_flush_lock",
-    "_head",
-    "_max_removed_grace",
-    "_pin_lock",
-    "_pin_order",
-    "_pin_popped",
-    "_pins",
-    "_write_lock",
-}
+#: Class attributes of ``Buffer`` that still forward to a field of its state.
+#: None are left (``state.Field`` is gone); it stays empty.
+FIELD_ALIASES_LEFT: set[str] = set()
+
 
 @functools.cache
 def _parse(path: Path) -> ast.Module:

@@ -38,9 +38,7 @@ from __future__ import annotations
 
 import functools
 import sys
-import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
@@ -84,7 +82,7 @@ from .records import (
     Stats,
     Tombstone,
 )
-from .state import BufferState, Field, weakly
+from .state import BufferState, weakly
 from .stream import Streams, StreamWriter
 from .verify import verify_buffer
 from .version import ADD as _ADD
@@ -221,24 +219,6 @@ class Buffer:
         st.checkpoint_due = len(st.records) + checkpoint_every
         if verify:
             self.verify()
-
-    # The last of the state's fields under their names from before the parts
-    # were split (state.py's Field), until the pins branch lands: the
-    # runtime's reader-age alarm and two pin test files still read these.
-    # Nothing else may use them (tests/project/test_layering.py).
-    _head = Field[Version]("head")
-    _clock = Field[Callable[[], float]]("clock")
-    _write_lock = Field[Any]("write_lock")  # an RLock, or a WriteGuard in a callback
-    _pin_lock = Field[threading.Lock]("pin_lock")
-    _flush_lock = Field[threading.Lock]("flush_lock")
-    _pins = Field[dict[int, dict[Snapshot, None]]]("pins")
-    _pin_order = Field[deque[int]]("pin_order")
-    _pin_popped = Field[int]("pin_popped")
-    _max_removed_grace = Field[int]("max_removed_grace")
-
-    def _oldest_pin(self) -> int | None:
-        """The oldest pinned version (call under the pin lock)."""
-        return self._registry.oldest_locked()
 
     def verify(self) -> int:
         """Prove the durable log's checkpoints: a streaming full replay of

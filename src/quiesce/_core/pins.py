@@ -422,6 +422,77 @@ class PinRegistry:
         with self.st.pin_lock:
             return self.oldest_locked()
 
+    def stuck_readers(
+        self,
+        now: float,
+        max_age: float,
+        pos: int,
+        escalated: Callable[[Snapshot], bool],
+        mark: Callable[[Snapshot], None],
+    ) -> tuple[list[Snapshot], int]:
+        """The stuck-pin report for a reader-age alarm: the readers pinned
+        longer than ``max_age`` at ``now`` (the buffer's clock) that
+        ``escalated`` does not know yet, each passed to ``mark`` under
+        ``pin_lock`` before it is returned (so two passes at once never
+        report a reader twice), and the new ``pos``.
+
+        ``pos`` is the alarm's cursor, ``pin_popped + i`` of the first
+        ``pin_order`` entry it has not passed for good (start at 0; hand
+        back what the last pass returned). The pass walks the pinned
+        versions from there, oldest first, each version's readers in pin
+        order, and stops at the first reader not old yet or still pinning
+        or unpinning: a reader is reported only after every reader before it
+        in that order was. Hence, in each version, the reported readers still
+        pinned form a prefix of its readers (readers only leave, or join at
+        the end), found by bisection over ``escalated``; the cursor passes a
+        version for good once it is not the head and its readers are all
+        reported. A reader whose pin registered behind a younger one is
+        reported once that one is old.
+
+        Cost: O(log readers) calls of ``escalated``, a C-level copy of each
+        visited version's reader set, O(1) per reported reader; not a walk of
+        every pinned reader. Pops finished versions off the front of the
+        order first (:meth:`oldest_locked`). Both callbacks run under
+        ``pin_lock`` (readers never take it): they must be O(1) and must not
+        pin, unpin or walk. Never awaits; takes ``pin_lock`` and releases it
+        on any exception (``mark``'s too: the readers marked before it stay
+        marked, and are not returned)."""
+        found: list[Snapshot] = []
+        st = self.st
+        with st.pin_lock:
+            self.oldest_locked()  # pops finished versions off the front
+            order = st.pin_order
+            pins = st.pins
+            head = st.head.number
+            i = max(0, pos - st.pin_popped)
+            advance = True  # every version before i is passed for good
+            stop = False
+            while i < len(order) and not stop:
+                n = order[i]
+                readers = pins.get(n)
+                snaps = list(readers) if readers else []
+                lo, hi = 0, len(snaps)
+                while lo < hi:  # the reported prefix
+                    mid = (lo + hi) // 2
+                    if escalated(snaps[mid]):
+                        lo = mid + 1
+                    else:
+                        hi = mid
+                for k in range(lo, len(snaps)):  # no copy of the prefix
+                    snap = snaps[k]
+                    _task, pinned, since = reader_of(snap)
+                    if pinned is None or since is None or now - since <= max_age:
+                        stop = True  # pinning, unpinning, or not old yet
+                        break
+                    mark(snap)
+                    found.append(snap)
+                if stop or n == head:
+                    advance = False  # its readers may still come of age / join
+                if advance:
+                    pos = st.pin_popped + i + 1
+                i += 1
+        return found, pos
+
 
 def _no_signal() -> None:
     """The due signal before a grace queue is installed: nothing is staged."""

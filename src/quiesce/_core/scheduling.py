@@ -18,15 +18,18 @@ What it keeps true:
    :meth:`Scheduling.detach` removes both. A writer sees the runtime's
    pair or none, never one of them.
 2. **Read-only.** :meth:`Scheduling.held_back` reads the grace queue and
-   changes nothing.
+   changes nothing; :meth:`Scheduling.stuck_readers` changes only the
+   caller's own alarm state (through its ``mark``) and pops finished
+   versions off the pin order, as any walk of it does.
 
-The handle holds the buffer's state, its grace queue and its publisher, never the buffer
+The handle holds the buffer's state, its pin registry, its grace queue and its
+publisher, never the buffer
 (a buffer that holds its handle is not cyclic garbage); the hooks it
 installs are the runtime's, which the runtime detaches when it stops.
 
 Cancellation: nothing here awaits; every method is sync and O(1) except
-:meth:`Scheduling.held_back`. Threads: every method may be called from any
-thread.
+:meth:`Scheduling.held_back` and :meth:`Scheduling.stuck_readers`.
+Threads: every method may be called from any thread.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .buffer import Buffer
+    from .pins import Snapshot
     from .records import Escalation
 
 __all__ = ["Scheduling"]
@@ -50,12 +54,13 @@ class Scheduling:
     """The scheduling handle of one buffer (see the module docstring).
     O(1) to build; one per runtime."""
 
-    __slots__ = ("_grace", "_pub", "_st")
+    __slots__ = ("_grace", "_pub", "_registry", "_st")
 
     def __init__(self, buf: Buffer) -> None:
         self._st = buf._st  #: the buffer's fields (state.py)
         self._grace = buf._grace  #: its grace queue (grace.py)
         self._pub = buf._pub  #: its publisher, which owns the escalation queue
+        self._registry = buf._registry  #: its readers (pins.py)
 
     def attach(self, wake: Wake, deliver: Deliver) -> list[Escalation]:
         """Install ``wake`` as the due hook and ``deliver`` as the
@@ -86,3 +91,21 @@ class Scheduling:
         """A function ``v`` -> how many staged removals a reader pinned at
         version ``v`` holds back (:meth:`.grace.Grace.held_back`)."""
         return self._grace.held_back()
+
+    def now(self) -> float:
+        """The buffer's clock (the one pin times are taken on). O(1)."""
+        return self._st.clock()
+
+    def stuck_readers(
+        self,
+        now: float,
+        max_age: float,
+        pos: int,
+        escalated: Callable[[Snapshot], bool],
+        mark: Callable[[Snapshot], None],
+    ) -> tuple[list[Snapshot], int]:
+        """The readers pinned longer than ``max_age`` at ``now`` that
+        ``escalated`` does not know yet (each passed to ``mark`` under the
+        pin lock), and the alarm's new cursor: see
+        :meth:`.pins.PinRegistry.stuck_readers` (its cost and rules)."""
+        return self._registry.stuck_readers(now, max_age, pos, escalated, mark)

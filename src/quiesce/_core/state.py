@@ -38,7 +38,7 @@ import weakref
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .log import EditLog, LogSink, Records
 from .version import Version
@@ -48,9 +48,7 @@ if TYPE_CHECKING:
     from .policy import Policy
     from .records import Escalation, LogRecord, Refusal
 
-__all__ = ["BufferState", "Field", "Group", "HasState", "state_of", "tap_head", "weakly"]
-
-T = TypeVar("T")
+__all__ = ["BufferState", "Group", "HasState", "state_of", "tap_head", "weakly"]
 
 
 class Hooks(Protocol):
@@ -311,32 +309,6 @@ class HasState(Protocol):
 def state_of(obj: BufferState | HasState) -> BufferState:
     """``obj`` if it is a state, else the state it holds. O(1)."""
     return obj if isinstance(obj, BufferState) else obj._st
-
-
-class Field(Generic[T]):
-    """A buffer attribute that is a field of its state, under the name it had
-    before the buffer's parts were split (``buf._head`` is ``state.head``).
-    Going: the last few aliases serve the runtime's reader-age alarm and two
-    pin test files until the pins branch lands (``FIELD_ALIASES_LEFT`` in
-    ``tests/project/test_layering.py``); no other code may use one. O(1):
-    two attribute reads."""
-
-    __slots__ = ("name",)
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    @overload
-    def __get__(self, obj: None, owner: type) -> Field[T]: ...
-    @overload
-    def __get__(self, obj: HasState, owner: type) -> T: ...
-    def __get__(self, obj: HasState | None, owner: type) -> T | Field[T]:
-        if obj is None:
-            return self
-        return getattr(obj._st, self.name)  # type: ignore[no-any-return]
-
-    def __set__(self, obj: HasState, value: T) -> None:
-        setattr(obj._st, self.name, value)
 
 
 def tap_head(st: BufferState, tap: Callable[[Version], None]) -> Callable[[], None]:
