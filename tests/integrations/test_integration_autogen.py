@@ -35,7 +35,7 @@ from autogen_core.models import (
 from autogen_ext.models.replay import ReplayChatCompletionClient
 
 from _scenario import Scenario
-from quiesce import Buffer, InvalidArgument, SQLiteLog, open_buffer
+from quiesce import Buffer, Entry, InvalidArgument, Kind, SQLiteLog, open_buffer
 from quiesce.integrations.autogen import QuiesceChatCompletionContext
 
 THOUGHT = "Two lookups, in parallel."
@@ -230,3 +230,29 @@ def test_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delitem(sys.modules, "quiesce.integrations.autogen", raising=False)
     with pytest.raises(ImportError, match=r'pip install "quiesce\[autogen\]"'):
         importlib.import_module("quiesce.integrations.autogen")
+
+
+@pytest.mark.anyio
+async def test_add_message_never_takes_a_held_id() -> None:
+    """``add_message`` names a message ``#ag:<version>.0``; when the buffer
+    already holds that id (live or tombstoned, as another writer may have
+    made it), the message is still appended, under a fresh id, and comes
+    back as the very object. (asyncio and trio.)"""
+    buf = Buffer()
+    ctx = QuiesceChatCompletionContext(buf, conversation="c")
+    first = UserMessage(content="one", source="user")
+    second = AssistantMessage(content="two", source="a")
+    v = buf.version
+    buf.append(Entry(f"#ag:{v + 1}.0", Kind.REASONING, "someone else's"))
+    await ctx.add_message(first)  # named #ag:<v+1>.0, which is live
+    w = buf.version
+    buf.append(Entry(f"#ag:{w + 3}.0", Kind.REASONING, "pruned"))
+    buf.prune([f"#ag:{w + 3}.0"], reason="gone")
+    assert buf.version == w + 3  # the append, the prune and its record
+    await ctx.add_message(second)  # named #ag:<w+3>.0, which is tombstoned
+    assert buf.version == w + 4
+    with buf.snapshot() as snap:
+        ids = [e.id for e in snap]
+    assert ids == [f"#ag:{v + 1}.0", f"#ag:{v + 1}.0'", f"#ag:{w + 3}.0'"]
+    messages = await ctx.get_messages()
+    assert messages[-2] is first and messages[-1] is second

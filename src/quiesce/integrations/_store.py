@@ -85,6 +85,7 @@ from ._units import Seen as Seen
 from ._units import Slot as Slot
 from ._units import SyncState as SyncState
 from ._units import Unit as Unit
+from ._units import async_append_unit as async_append_unit
 from ._units import async_sync_units as async_sync_units
 from ._units import digest as digest
 from ._units import equal as equal
@@ -109,6 +110,7 @@ __all__ = [
     "Unit",
     "aapply_changes",
     "apply_changes",
+    "async_append_unit",
     "async_sync_history",
     "async_sync_units",
     "equal",

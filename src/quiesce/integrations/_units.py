@@ -247,6 +247,40 @@ async def async_sync_units(
     return _after(buf, framework, version, reads, await aadmit(buf, reads, **admission))
 
 
+async def async_append_unit(
+    buf: AsyncBuffer, unit: Unit, *, framework: str, actor: str | None = None
+) -> tuple[str, SyncReport]:
+    """Append ``unit``, a message the framework hands over as new (it has an
+    ``id`` and the framework never gives the same message twice), without
+    :func:`async_sync_units`' matching step: no snapshot is taken, and its
+    entries are built once. Returns the id it was appended under and the
+    report. O(size of the message) plus the admission's O(log n); the sync
+    state's index and tail are kept as a sync keeps them.
+
+    Its id is checked against the head's live entries and tombstones first:
+    a held id (a stale head of a shared buffer) gets ``'`` appended until it
+    is fresh, so the message is appended, never mistaken for a held one. A
+    unit with results (they cite their calls' entries, looked up in a
+    snapshot) goes through :func:`async_sync_units` under that fresh id.
+    Always a checkpoint (the admission's); cancelled at it, nothing is
+    appended and the state is as before (call ids its entries recorded in
+    the state's call cache are checked against the buffer on use)."""
+    assert unit.id is not None
+    version = buf.version
+    head = buf.head()
+    live, tombs = head.live, head.tombs.by_id
+    unit_id = unit.id
+    while unit_id in live or unit_id in tombs:
+        unit_id += "'"
+    if unit_id != unit.id:
+        unit = replace(unit, id=unit_id)
+    if unit.results:
+        return unit_id, await async_sync_units(buf, [unit], framework=framework, actor=actor)
+    reads = [Read(0, unit_id, _entries(unit, framework, state_of(buf, framework).calls))]
+    admission = _admit_options(framework, "record", None, actor)
+    return unit_id, _after(buf, framework, version, reads, await aadmit(buf, reads, **admission))
+
+
 def _begin(
     buf: Buffer | AsyncBuffer, units: Sequence[Unit], framework: str, options: UnitOptions
 ) -> tuple[int, list[Read], dict[str, Any]]:

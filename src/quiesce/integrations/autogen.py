@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -84,10 +83,11 @@ def _load(native: Any) -> LLMMessage:
     return _MESSAGE.validate_python(native)
 
 
-def _unit(index: int, m: object) -> _store.Unit:
+def _unit(index: int, m: object, unit_id: str | None = None) -> _store.Unit:
+    """``m`` read as a unit (id ``unit_id``; ``None``: matched by content)."""
     where = f"autogen: message {index}"
     if isinstance(m, SystemMessage):
-        return _store.Unit(None, Kind.INSTRUCTION, m.content, _dump(m))
+        return _store.Unit(unit_id, Kind.INSTRUCTION, m.content, _dump(m))
     if isinstance(m, UserMessage):
         content = m.content
         text = (
@@ -95,16 +95,16 @@ def _unit(index: int, m: object) -> _store.Unit:
             if isinstance(content, str)
             else "\n".join(c for c in content if isinstance(c, str))
         )
-        return _store.Unit(None, Kind.INSTRUCTION, text, _dump(m))
+        return _store.Unit(unit_id, Kind.INSTRUCTION, text, _dump(m))
     if isinstance(m, AssistantMessage):
         if isinstance(m.content, str):
-            return _store.Unit(None, Kind.REASONING, m.content, _dump(m))
+            return _store.Unit(unit_id, Kind.REASONING, m.content, _dump(m))
         calls = []
         for j, fc in enumerate(m.content):
             if not fc.id:
                 raise InvalidArgument(f"{where}: AssistantMessage.content[{j}].id is empty")
             calls.append(_store.Call(fc.id, fc.name, fc.arguments))
-        return _store.Unit(None, Kind.REASONING, m.thought or "", _dump(m), calls=tuple(calls))
+        return _store.Unit(unit_id, Kind.REASONING, m.thought or "", _dump(m), calls=tuple(calls))
     if isinstance(m, FunctionExecutionResultMessage):
         results = []
         for j, r in enumerate(m.content):
@@ -113,7 +113,7 @@ def _unit(index: int, m: object) -> _store.Unit:
                     f"{where}: FunctionExecutionResultMessage.content[{j}].call_id is empty"
                 )
             results.append(_store.Result(r.call_id, r.content))
-        return _store.Unit(None, Kind.REASONING, "", _dump(m), results=tuple(results))
+        return _store.Unit(unit_id, Kind.REASONING, "", _dump(m), results=tuple(results))
     raise InvalidArgument(f"{where}: expected an LLMMessage, not {type(m).__name__}")
 
 
@@ -307,9 +307,12 @@ class QuiesceChatCompletionContext(ChatCompletionContext):
         message) besides the buffer's append."""
         buffer = await self.abuffer()
         unit_id = f"#ag:{buffer.version}.0"
-        unit = replace(_unit(0, message), id=unit_id)
-        await _store.async_sync_units(buffer, [unit], framework=FRAMEWORK, actor=__name__)
-        self._originals[unit_id] = message
+        unit = _unit(0, message, unit_id)
+        unit_id, report = await _store.async_append_unit(
+            buffer, unit, framework=FRAMEWORK, actor=__name__
+        )
+        if report.appended:
+            self._originals[unit_id] = message
 
     async def get_messages(self) -> list[LLMMessage]:
         """One pruning round, then the pinned window (see the module docstring)."""
