@@ -412,31 +412,34 @@ async def drive(source: object, sink: Sink, handle: Handler, finish: Callable[[i
     is aborted with a reason naming it, and it propagates.
     Returns the number of events. A checkpoint at the start and the end."""
     await anyio.lowlevel.checkpoint()
+    if isinstance(source, AsyncIterable):
+        events: AsyncIterable[Any] | Iterable[Any] = source
+    elif isinstance(source, Iterable) and not isinstance(source, str | bytes | Mapping):
+        events = source
+    else:
+        raise InvalidType(
+            f"events must be an iterable or async iterable of SDK events or dicts, "
+            f"not {type(source).__name__}"
+        )
     n = 0
     try:
-        if isinstance(source, AsyncIterable):
-            async for event in source:
-                try:
+        try:
+            # The same four lines for either kind of iterable; ``n`` is the
+            # event being handled or appended when a QuiesceError escapes.
+            if isinstance(events, AsyncIterable):
+                async for event in events:
                     handle(n, event)
                     if sink.pending or sink.unsettled:
                         await sink.flush()
-                except QuiesceError as exc:
-                    raise at_event(n, exc) from None
-                n += 1
-        elif isinstance(source, Iterable) and not isinstance(source, str | bytes | Mapping):
-            for event in source:
-                try:
+                    n += 1
+            else:
+                for event in events:
                     handle(n, event)
                     if sink.pending or sink.unsettled:
                         await sink.flush()
-                except QuiesceError as exc:
-                    raise at_event(n, exc) from None
-                n += 1
-        else:
-            raise InvalidType(
-                f"events must be an iterable or async iterable of SDK events or dicts, "
-                f"not {type(source).__name__}"
-            )
+                    n += 1
+        except QuiesceError as exc:
+            raise at_event(n, exc) from None
         finish(n)
         if sink.pending or sink.unsettled:  # (a shared buffer: its closes applied)
             await sink.flush()
