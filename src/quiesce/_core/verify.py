@@ -18,8 +18,12 @@ impossible record fails the replay (``LogFormatError``) as it fails
 
 Memory: constant in the log's length, given a bounded live window: the
 replayed state plus one chunk of records (the scratch buffer's in-memory
-log is cut after each chunk). The replayed tombstones leave memory as a
-durable buffer's do (their index slots stay, 10-17 bytes each, the
+log is cut after each chunk; a checkpoint in it is held without its
+state once compared) and the one checkpoint being compared (its state,
+restored; dropped before the next chunk): a checkpoint carries the
+tombstone index, so what it costs grows with the tombstones, but only one
+is decoded at a time (tests/log/test_log_verify_memory.py). The replayed
+tombstones leave memory as a durable buffer's do (their index slots stay, 10-17 bytes each, the
 buffer's own bound) whenever the removal records can be read back: through
 the log's ``read_range`` (``Buffer.verify()``) or, from a stream alone
 (``quiesce verify``, ``quiesce compact``), through a :class:`RemovalStore`
