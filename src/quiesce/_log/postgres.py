@@ -231,7 +231,7 @@ def stream_postgres(
     fmt = int(newest[0])
     named = f"{where} buffer {buffer_id!r}"
     # the format column of the current page's rows, by seq: stream_pages
-    # decodes a page whole and yields its records before it asks for the next
+    # yields a page's records before it asks for the next
     formats: dict[int, int] = {}
 
     def page(first: int, size: int) -> list[tuple[object, ...]]:

@@ -203,14 +203,23 @@ def stream_pages(
     missing row is found wherever it falls (the page after it starts one
     seq late), also at a page's end; a page shorter than ``size`` is the
     end of the log. (A range page ``first <= seq < first + size`` could not
-    tell a gap at its end from the end of the log.) Memory: one page.
-    Shared by :func:`stream_sqlite` and the PostgreSQL log's
-    ``stream_postgres``."""
+    tell a gap at its end from the end of the log.) Memory: one page of
+    raw rows, each row decoded only when it is due and dropped from the
+    page as it is (issue 21: a page decoded whole held ``size`` decoded
+    records, checkpoints among them, besides the rows, for as long as the
+    consumer took over any of them); a page's records are all yielded
+    before the next page is asked for. Shared by :func:`stream_sqlite`
+    and the PostgreSQL log's ``stream_postgres``."""
     first = start
     while True:
-        rows = page(first, size)
-        yield from _decode_rows(rows, where, first)
-        if len(rows) < size:
+        rows = list(page(first, size))
+        count = len(rows)
+        for i in range(count):
+            row, rows[i] = rows[i], None  # type: ignore[call-overload]
+            (rec,) = _decode_rows((row,), where, first + i)
+            del row
+            yield rec
+        if count < size:
             return
         first += size
 
