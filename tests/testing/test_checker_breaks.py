@@ -255,6 +255,8 @@ def split_edit(mp: pytest.MonkeyPatch) -> None:
 def forget_tombstoned_content(mp: pytest.MonkeyPatch) -> None:
     """Re-admission checks find nothing: pruned content comes straight back."""
     mp.setattr(Tombs, "matching", lambda self, content_hash, key: None)
+    # the append path's one-pass check (the id still found, the content not)
+    mp.setattr(Tombs, "admission", lambda self, i, content_hash, key: (self.get(i), None))
 
 
 # ---------------------------------------------------------------------------

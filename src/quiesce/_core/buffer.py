@@ -323,18 +323,20 @@ class Buffer:
             eid = entry.id
             live = head.live
             by_id = head.tombs.by_id
-            if eid in live or eid in by_id:
-                raise duplicate_id(eid, by_id.get(eid))
+            if eid in live:
+                raise duplicate_id(eid, None)
+            # one pass over the tombstones: the id, then the content hash or key
+            gone, tomb = by_id.admission(eid, entry.content_hash, entry.key)
+            if gone is not None:
+                raise duplicate_id(eid, gone)
             for ref in entry.refs:
                 if ref not in live:
                     raise dangling_ref(eid, ref, by_id.get(ref))
             overridden = False
-            if head.tombs.by_id:
-                tomb = head.tombs.matching(entry.content_hash, entry.key)
-                if tomb is not None:
-                    if override is None:
-                        raise self._pub.refuse_readmission(entry, tomb)
-                    overridden = True
+            if tomb is not None:
+                if override is None:
+                    raise self._pub.refuse_readmission(entry, tomb)
+                overridden = True
             n = head.number + 1
             key = head.next_key
             new_live = live.set(eid, _new_tuple(Slot, (entry, key, n)))

@@ -87,12 +87,12 @@ def extend(
             eid = entry.id
             if eid in live or eid in mine:
                 raise duplicate_id(eid, None)
-            if eid in by_id:
-                raise duplicate_id(eid, by_id[eid])
+            gone, tomb = by_id.admission(eid, entry.content_hash, entry.key)
+            if gone is not None:
+                raise duplicate_id(eid, gone)
             for ref in entry.refs:
                 if ref not in live and ref not in mine:
                     raise dangling_ref(eid, ref, by_id.get(ref))
-            tomb = head.tombs.matching(entry.content_hash, entry.key) if by_id else None
             if tomb is not None and override is None:
                 raise pub.refuse_readmission(entry, tomb)
             readmitted.append(tomb is not None)

@@ -149,6 +149,31 @@ def _shift_for(n: int) -> int:
     return bits if bits <= 24 else 32
 
 
+def _lane_counts(data: bytes, width: int, tomb: int) -> tuple[int, int]:
+    """``(slots that are not 0, slots equal to tomb)`` of the little-endian
+    ``width``-byte slots in ``data``: exact, what two ``array.count`` passes
+    give, without a Python int per slot (``array.count`` boxes every slot).
+    Each byte column (``data[k::width]``) is turned into 0/1 bytes by one
+    ``bytes.translate`` (1 where it differs from 0, or from the tomb's byte
+    ``k``); the columns are OR-ed as big ints, so a slot's byte is 1 where
+    any of its bytes differs, and ``int.bit_count`` counts them. O(len(data))
+    at C speed."""
+    lanes = len(data) // width
+    differ_zero = 0
+    differ_tomb = 0
+    for k in range(width):
+        column = data[k::width]
+        differ_zero |= int.from_bytes(column.translate(_DIFFERS[0]), "little")
+        differ_tomb |= int.from_bytes(
+            column.translate(_DIFFERS[(tomb >> (8 * k)) & 0xFF]), "little"
+        )
+    return differ_zero.bit_count(), lanes - differ_tomb.bit_count()
+
+
+#: _DIFFERS[b]: a translate table mapping byte b to 0 and every other byte to 1
+_DIFFERS: tuple[bytes, ...] = tuple(bytes(int(x != b) for x in range(256)) for b in range(256))
+
+
 class _Index:
     """An open-addressing multimap from a string's keyed hash (:func:`_keyed`
     with the store's key: the same in every process that has the key) to
@@ -243,7 +268,8 @@ class _Index:
         slots.frombytes(data)
         if sys.byteorder != "little":  # pragma: no cover - big-endian hosts
             slots.byteswap()
-        if size - slots.count(0) != used + dead or slots.count(index.tomb) != dead:
+        nonzero, tombs = _lane_counts(data, slots.itemsize, index.tomb)
+        if nonzero != used + dead or tombs != dead:
             raise LogFormatError(
                 "a checkpoint's tombstone index holds other slot counts than it says"
             )
@@ -299,6 +325,43 @@ class _Index:
             if p and p <= count and v >> shift == tag:
                 yield p - 1
             i = (i + 1) & mask
+
+
+def _probe(
+    gens: tuple[_Index, ...],
+    h: int,
+    count: int,
+    value_at: Callable[[int], str | None],
+    value: str,
+    first: bool = False,
+) -> int:
+    """The newest position below ``count`` whose slot tag matches ``h`` in
+    ``gens`` (newest generation first: a match in one beats every older one)
+    and whose stored value (``value_at``) is ``value``, or -1; ``first``:
+    the first verified match (ids are tombstoned once). One probe sequence
+    per generation walked inline, ending at its first empty slot (load at
+    most 2/3: expected O(1) slots, at most ``size``). Reads only; a slot
+    written meanwhile is verified like any other."""
+    best = -1
+    for index in gens:
+        slots = index.slots
+        mask = index.mask
+        low = index.limit
+        shift = index.shift
+        tag = h >> index.tag_shift
+        i = h & mask
+        v = slots[i]
+        while v:
+            p = v & low
+            if p and p <= count and v >> shift == tag and p > best + 1 and value_at(p - 1) == value:
+                best = p - 1
+                if first:
+                    return best
+            i = (i + 1) & mask
+            v = slots[i]
+        if best >= 0:
+            return best
+    return best
 
 
 class _Cols:
@@ -643,9 +706,7 @@ class TombStore:
         for t in ts:
             for v in (t.turn, t.version):
                 if v is not None and (type(v) is not int or not _NONE < v < 1 << 63):
-                    raise InvalidArgument(
-                        f"tombstone {t.id!r}: {v!r} does not fit a 64-bit column"
-                    )
+                    raise InvalidArgument(f"tombstone {t.id!r}: {v!r} does not fit a 64-bit column")
             if t.kind is not None and t.kind not in _KIND_CODE:
                 raise InvalidArgument(f"tombstone {t.id!r}: {t.kind!r} is not a Kind")
         n = len(ts)
@@ -939,38 +1000,43 @@ class TombStore:
     def find_id(self, entry_id: str, count: int) -> int:
         """The position of ``entry_id``'s tombstone below ``count``, or -1.
         O(1) expected per index generation (O(log n) of them once spilled)."""
-        h = self._h(entry_id)
-        for index in self._by_id:
-            for p in index.candidates(h, count):
-                if self.id_at(p) == entry_id:
-                    return p
-        return -1
+        return _probe(self._by_id, self._h(entry_id), count, self.id_at, entry_id, True)
 
     def newest_hash(self, content_hash: str, count: int) -> int:
         """The newest position below ``count`` with this content hash, or -1."""
-        h = self._hc(content_hash)
-        return self._newest(self._by_hash, self.hash_at, h, content_hash, count)
+        return _probe(self._by_hash, self._hc(content_hash), count, self.hash_at, content_hash)
 
     def newest_key(self, key: str, count: int) -> int:
         """The newest position below ``count`` with this key, or -1."""
-        return self._newest(self._by_key, self.key_at, self._h(key), key, count)
+        return _probe(self._by_key, self._h(key), count, self.key_at, key)
 
-    def _newest(
-        self,
-        gens: tuple[_Index, ...],
-        value_at: Callable[[int], str | None],
-        h: int,
-        value: str,
-        count: int,
-    ) -> int:
-        best = -1
-        for index in gens:  # newest first: a match in one beats every older one
-            for p in index.candidates(h, count):
-                if p > best and value_at(p) == value:
-                    best = p
-            if best >= 0:
-                return best
-        return best
+    def lookup(
+        self, entry_id: str, content_hash: str, key: str | None, count: int
+    ) -> tuple[int, int]:
+        """The admission check of one entry in one pass: ``(find_id(entry_id),
+        match)`` where ``match`` is :meth:`newest_hash` of ``content_hash``,
+        else (no tombstone has that hash) :meth:`newest_key` of ``key``, else
+        -1 -- what ``entry_id in tombs`` and :meth:`Tombs.matching` answer,
+        with each value hashed once, the hasher and the generations bound
+        once and every probe sequence walked inline (no generator per
+        generation; an absent value costs one hash and one run of slots per
+        generation). The key is hashed only when the content hash missed.
+        O(1) expected per index generation; lock-free like every read (a
+        stale slot is verified against the columns and ``count``)."""
+        hasher = self._hasher
+        hb = hasher.copy()
+        hb.update(entry_id.encode("utf-8", "surrogatepass"))
+        found = _probe(
+            self._by_id, int.from_bytes(hb.digest(), "little"), count, self.id_at, entry_id, True
+        )
+        match = _probe(self._by_hash, self._hc(content_hash), count, self.hash_at, content_hash)
+        if match < 0 and key is not None:
+            hb = hasher.copy()
+            hb.update(key.encode("utf-8", "surrogatepass"))
+            match = _probe(
+                self._by_key, int.from_bytes(hb.digest(), "little"), count, self.key_at, key
+            )
+        return found, match
 
     def candidates(self, ids: Iterable[str], values: Iterable[str]) -> list[int]:
         """The spilled positions a lookup of these ids, content hashes or
@@ -1221,6 +1287,21 @@ class Tombs(Mapping[str, Tombstone]):
         if p < 0 and key is not None:
             p = store.newest_key(key, self._n)
         return None if p < 0 else store.tomb(p)
+
+    def admission(
+        self, entry_id: str, content_hash: str, key: str | None
+    ) -> tuple[Tombstone | None, Tombstone | None]:
+        """``(self.get(entry_id), self.matching(content_hash, key))`` in one
+        pass over the store (:meth:`TombStore.lookup`): what admitting an
+        entry asks. A tombstone is built only for a hit. O(1) expected."""
+        store = self._store
+        if store is None or not self._n:
+            return None, None
+        found, match = store.lookup(entry_id, content_hash, key, self._n)
+        return (
+            None if found < 0 else store.tomb(found),
+            None if match < 0 else store.tomb(match),
+        )
 
     def __getitem__(self, entry_id: str) -> Tombstone:
         store = self._store
