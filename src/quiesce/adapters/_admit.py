@@ -324,11 +324,19 @@ def _admission(
 def _append_planned(buf: Buffer, decided: _Admission, api: str) -> int:
     """Append ``decided.plan`` to an in-process buffer, synchronously (no
     await: atomic with respect to other coroutines; never touches a disk).
-    Returns the head version after."""
+    A one-entry plan goes through ``Buffer.append`` (the same single version
+    and checks, and the compact log record built when first read: no
+    ``to_dict`` of the entry per append), a longer one through
+    ``Buffer.extend``. Returns the head version after."""
     version = decided.head.number
-    if decided.plan:
+    plan = decided.plan
+    if len(plan) == 1:
+        # one entry: Buffer.append publishes the same one version with the
+        # same checks; its record is the compact form, built when first read
+        version = buf.append(plan[0][0], override=plan[0][1])
+    elif plan:
         # one version for the whole batch, all or nothing (Buffer.extend)
-        version = buf.extend([e for e, _, _ in decided.plan], [o for _, o, _ in decided.plan])
+        version = buf.extend([e for e, _, _ in plan], [o for _, o, _ in plan])
     for e, override, _index in decided.plan:
         found = None if override is None else decided.readmitted_now(e, api)
         if found is not None:
