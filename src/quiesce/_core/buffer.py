@@ -87,7 +87,6 @@ from .stream import Streams, StreamWriter
 from .verify import verify_buffer
 from .version import ADD as _ADD
 from .version import EMPTY_MAP, Slot, Version
-from .version import SAME as _SAME
 from .wire import append_record
 
 __all__ = ["Buffer", "Snapshot"]
@@ -632,7 +631,6 @@ class Buffer:
 _new_tuple: Callable[..., Any] = tuple.__new__
 _wall_clock = time.time
 #: the order change of a mark (Version.derive): none
-_SAME_DELTA = (_SAME, None)
 _FAST_PATH_FIELDS: dict[Any, str] = {
     Mark: "id reason turn version",
     Slot: "entry key changed",
