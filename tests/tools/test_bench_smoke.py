@@ -89,12 +89,16 @@ TINY = replace(
 
 def tiny_sizes(mp: pytest.MonkeyPatch) -> None:
     """Shrink the sections that size themselves (``--quick`` picks them):
-    the suite's :data:`TINY`, the long_life workload (still 15+ curve points
-    and five recovery copies), the durability loops. The sections run the
-    same code; only their loops are shorter."""
-    from quiesce.bench import cli, durability, long_life
+    the suite's :data:`TINY`, the agent loop's readers, the long_life
+    workload (still 15+ curve points and five recovery copies), the
+    durability loops. The sections run the same code; only their loops are
+    shorter."""
+    from quiesce.bench import agent, cli, durability, long_life
 
     mp.setattr(cli, "QUICK", TINY)
+    # the agent loop with 30 readers (the quick run: 100); every backlog and
+    # latency series is still there
+    mp.setattr(agent, "QUICK", replace(agent.QUICK, readers=30))
     mp.setattr(durability, "QUICK", TINY)
     mp.setattr(
         long_life,
