@@ -40,16 +40,21 @@ def long_loop(turns: int, keep: int) -> Buffer:
 
 
 class TestBounded:
-    def test_a_thousand_turn_loop_renders_a_bounded_note(self) -> None:
-        buf = long_loop(1000, 5)
+    @pytest.mark.parametrize("turns", [300, pytest.param(1000, marks=pytest.mark.slow)])
+    def test_a_thousand_turn_loop_renders_a_bounded_note(self, turns: int) -> None:
+        """A long loop (300 turns by default, 1,000 under ``-m slow``: the
+        loop costs O(turns^2) to build) renders the newest five removals by
+        name and counts the rest, within NOTE_LIMIT."""
+        buf = long_loop(turns, 5)
         window = openai.render(buf)
         note = window[-1]["content"]
         assert len(note) <= NOTE_LIMIT
         lines = note.splitlines()
         assert lines[0] == "[quiesce: removed from this context]"
-        assert lines[-1] == "[quiesce: and 1985 earlier removals]"
+        # 2 * (turns - 5) removals, five of them by name
+        assert lines[-1] == f"[quiesce: and {2 * (turns - 5) - 5} earlier removals]"
         # the newest by name, oldest of them first
-        assert lines[-2] == "[quiesce: c994#result pruned at turn 999: old result]"
+        assert lines[-2] == f"[quiesce: c{turns - 6}#result pruned at turn {turns - 1}: old result]"
         assert len(window) == 1 + 2 * 5 + 1
         assert len(json.dumps(window)) < 4_000
 

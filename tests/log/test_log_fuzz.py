@@ -48,7 +48,7 @@ from quiesce._log.verify import main as verify_main
 from test_replay_checks import _jsonl
 
 SINKS: dict[str, Callable[[Path], Any]] = {"sqlite": SQLiteLog, "jsonl": JsonlLog}
-FLIPS = 300  # per format in the default run
+FLIPS = 150  # per format in the default run (SLOW_FLIPS under -m slow)
 SLOW_FLIPS = 3000
 
 
@@ -388,12 +388,13 @@ def _crafted(engine_records: list[dict[str, Any]], data: st.DataObject) -> list[
     return records
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_crafted_records(engine_records: list[dict[str, Any]], data: st.DataObject) -> None:
     """Any field of any record of a real engine log replaced by arbitrary
     JSON (1-3 replacements), stored with a valid checksum: recovery refuses
-    it (LogFormatError) or recovers a buffer that passes _check()."""
+    it (LogFormatError) or recovers a buffer that passes _check() (30
+    examples; 3,000 under -m slow: test_crafted_records_soak)."""
     with tempfile.TemporaryDirectory() as d:
         _crafted_outcome(_crafted(engine_records, data), Path(d) / "log.jsonl")
 

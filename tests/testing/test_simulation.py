@@ -70,13 +70,22 @@ from quiesce.testing import Anomaly, History, Recorder, check_history
 BACKENDS = ["asyncio", "trio"]
 DEFAULT_SCHEDULES = int(os.environ.get("QUIESCE_SCHEDULES", "600"))
 #: seeds 0..ENGINE_SEEDS-1: run (and checked) on asyncio by
-#: test_schedules_exercise_the_engine, by default on trio
+#: test_schedules_exercise_the_engine (the first half of them on trio by default)
 ENGINE_SEEDS = min(300, DEFAULT_SCHEDULES)
-#: the seeds test_seeded_schedules runs on each backend by default; the rest
-#: of range(DEFAULT_SCHEDULES) on trio runs under -m slow
+#: the seeds test_seeded_schedules runs on each backend by default (half of
+#: the rest of range(DEFAULT_SCHEDULES) on asyncio, half of ENGINE_SEEDS on
+#: trio); the rest of range(DEFAULT_SCHEDULES) on each backend runs under
+#: -m slow (test_seeded_schedules_rest)
+_HALF = ENGINE_SEEDS + (DEFAULT_SCHEDULES - ENGINE_SEEDS) // 2
 DEFAULT_SEEDS = {
-    "asyncio": range(ENGINE_SEEDS, DEFAULT_SCHEDULES),
-    "trio": range(ENGINE_SEEDS),
+    "asyncio": range(ENGINE_SEEDS, _HALF),
+    "trio": range(ENGINE_SEEDS // 2),
+}
+#: what test_seeded_schedules_rest runs: with the default run, every seed
+#: below DEFAULT_SCHEDULES on both backends
+REST_SEEDS = {
+    "asyncio": range(_HALF, DEFAULT_SCHEDULES),
+    "trio": range(ENGINE_SEEDS // 2, DEFAULT_SCHEDULES),
 }
 SOAK_SCHEDULES = 100_000
 #: trio MockClock autojump threshold (real seconds idle before virtual time
@@ -810,8 +819,9 @@ def run_many(seeds: range, backend: str, budget: float | None = None) -> tuple[l
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_seeded_schedules(backend: str) -> None:
     """Seeded schedules find no anomaly and no unexpected error: by default
-    seeds 300-599 on asyncio (0-299 run in
-    :func:`test_schedules_exercise_the_engine`) and 0-299 on trio."""
+    seeds 300-449 on asyncio (0-299 run in
+    :func:`test_schedules_exercise_the_engine`) and 0-149 on trio (the rest
+    of 0-599 under ``-m slow``: :func:`test_seeded_schedules_rest`)."""
     seeds = DEFAULT_SEEDS[backend]
     start = time.perf_counter()
     failures, ran = run_many(seeds, backend)
@@ -822,11 +832,12 @@ def test_seeded_schedules(backend: str) -> None:
 
 
 @pytest.mark.slow
-def test_seeded_schedules_rest() -> None:
-    """Seeds 300-599 on trio (``-m slow``): with the default run, every seed
-    below 600 on both backends."""
-    seeds = range(ENGINE_SEEDS, DEFAULT_SCHEDULES)
-    failures, ran = run_many(seeds, "trio")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_seeded_schedules_rest(backend: str) -> None:
+    """Seeds 450-599 on asyncio and 150-599 on trio (``-m slow``): with the
+    default run, every seed below 600 on both backends."""
+    seeds = REST_SEEDS[backend]
+    failures, ran = run_many(seeds, backend)
     assert not failures, "\n".join(f.describe() for f in failures)
     assert ran == len(seeds)
 

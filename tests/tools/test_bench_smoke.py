@@ -89,12 +89,16 @@ TINY = replace(
 
 def tiny_sizes(mp: pytest.MonkeyPatch) -> None:
     """Shrink the sections that size themselves (``--quick`` picks them):
-    the suite's :data:`TINY`, the long_life workload (still 15+ curve points
-    and five recovery copies), the durability loops. The sections run the
-    same code; only their loops are shorter."""
-    from quiesce.bench import cli, durability, long_life
+    the suite's :data:`TINY`, the agent loop's readers, the long_life
+    workload (still 15+ curve points and five recovery copies), the
+    durability loops. The sections run the same code; only their loops are
+    shorter."""
+    from quiesce.bench import agent, cli, durability, long_life
 
     mp.setattr(cli, "QUICK", TINY)
+    # the agent loop with 30 readers (the quick run: 100); every backlog and
+    # latency series is still there
+    mp.setattr(agent, "QUICK", replace(agent.QUICK, readers=30))
     mp.setattr(durability, "QUICK", TINY)
     mp.setattr(
         long_life,
@@ -364,3 +368,56 @@ def test_core_ops_script_returns_its_results(capsys: pytest.CaptureFixture[str])
     assert {g["key"] for g in results["goals"]} == {"iterate_vs_dict", "memory_pinned_readers"}
     printed = capsys.readouterr().out
     assert "iterate snapshot / iterate dict" in printed and ("PASS" in printed or "MISS" in printed)
+
+
+# -- the streaming section (issue 24's table), from the same run ---------------
+# (was tests/tools/test_bench_streaming.py, which ran the section a second time)
+
+STREAMING_GOALS = {
+    "stream_write_vs_mark",
+    "stream_write_flat",
+    "stream_memory",
+    "stream_anthropic_vs_accumulate",
+    "stream_openai_vs_handle_chunk",
+    "stream_pin_p99_asyncio",
+    "stream_pin_p99_trio",
+    "stream_visibility_asyncio",
+    "stream_visibility_trio",
+}
+
+
+class TestStreamingSection:
+    """The ``streaming`` section of the module's run writes every figure,
+    each goal measured (the SDKs are installed in the test environment),
+    every case with one figure per repetition, and the plot of per-write
+    cost against the text's length."""
+
+    def test_every_goal_is_measured(self, bench_run: tuple[int, Path]) -> None:
+        """Each goal of the table has a finite, non-negative value and a status."""
+        _, out = bench_run
+        results = json.loads((out / "results.json").read_text(encoding="utf-8"))
+        goals = {g["key"]: g for g in results["goals"]}
+        assert set(goals) >= STREAMING_GOALS
+        for key in STREAMING_GOALS:
+            g = goals[key]
+            assert g["status"] in {"PASS", "MISS"}, g
+            assert math.isfinite(g["value"]) and g["value"] >= 0, g
+        reps = results["config"]["repeat"]
+        cases = results["sections"]["streaming"]["cases"]
+        lengths = sorted(
+            c["param"]["text"] for c in cases if c["op"] == "write" and c["n"] == 1_000
+        )
+        assert lengths == [1_000, 10_000, 100_000, 1_000_000]
+        for c in cases:
+            assert len(c["ns"]) == reps and c["min"] <= c["median"] <= c["max"], c
+        memory = results["sections"]["streaming"]["extra"]["memory"]
+        assert memory["text"] > 1_000_000 and memory["held"] > 0
+
+    def test_the_plot_is_a_png(self, bench_run: tuple[int, Path]) -> None:
+        """``streaming.png`` is a PNG matplotlib reads back."""
+        import matplotlib.image
+
+        _, out = bench_run
+        path = out / "streaming.png"
+        assert path.read_bytes()[:8] == PNG_MAGIC
+        assert matplotlib.image.imread(path).shape[0] > 100
