@@ -152,3 +152,62 @@ class TestMarkNeverWaits:
         finally:
             release.set()
             t.join()
+
+
+class TestMarkRuns:
+    """The mark fast path publishes marks into a shared run (``MarkRun``):
+    each version's map is built when first read. Every version must still
+    show exactly the marks made up to it, whatever order its readers come
+    in, and across runs broken by other writes."""
+
+    def test_every_pinned_version_sees_exactly_its_marks_in_any_read_order(self) -> None:
+        import random
+
+        buf = Buffer()
+        ids = [f"e{i}" for i in range(60)]
+        for i in ids:
+            buf.append(reasoning(i))
+        rng = random.Random(7)
+        order = ids[:]
+        rng.shuffle(order)
+        pins = []  # (snapshot, the ids marked up to its version)
+        marked: list[str] = []
+        for n, i in enumerate(order):
+            buf.mark_stale(i, f"r{n}", turn=n)
+            marked.append(i)
+            if n % 7 == 3:
+                # another kind of write ends the run; later marks start a new one
+                buf.append(reasoning(f"x{n}"))
+            snap = buf.snapshot()
+            snap.__enter__()
+            pins.append((snap, tuple(marked)))
+        try:
+            reads = list(range(len(pins)))
+            rng.shuffle(reads)
+            for k in reads + reads[::-1]:
+                snap, expect = pins[k]
+                got = {i for i in ids if snap.is_stale(i)}
+                assert got == set(expect), k
+                assert {i: snap.mark(i).reason for i in expect} == {
+                    i: f"r{order.index(i)}" for i in expect
+                }
+        finally:
+            for snap, _ in pins:
+                snap.__exit__(None, None, None)
+        buf._check(expect_no_pins=True)
+
+    def test_an_old_version_read_after_the_head_built_its_map(self) -> None:
+        """The newest built prefix is past an older version: that version is
+        built from the run's base, not from the newer map."""
+        buf = Buffer()
+        for i in "abcd":
+            buf.append(reasoning(i))
+        with buf.snapshot() as s0:
+            buf.mark_stale("a", "one")
+            with buf.snapshot() as s1:
+                buf.mark_stale("b", "two")
+                buf.mark_stale("c", "three")
+                with buf.snapshot() as s3:
+                    assert {i for i in "abcd" if s3.is_stale(i)} == {"a", "b", "c"}
+                    assert {i for i in "abcd" if s1.is_stale(i)} == {"a"}
+                    assert {i for i in "abcd" if s0.is_stale(i)} == set()
