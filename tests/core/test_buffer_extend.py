@@ -119,6 +119,35 @@ class TestReplay:
         assert [e.id for e in again.head().entries()] == [e.id for e in buf.head().entries()]
         again._check()
 
+    @pytest.mark.parametrize("sink", ["sqlite", "jsonl"])
+    def test_a_batch_notes_its_protected_entries_as_replay_does(
+        self, tmp_path: Path, sink: str
+    ) -> None:
+        """A constraint or instruction appended in a batch is in the
+        protected-entry ledger (the seq of its own record), live as on
+        replay, so a checkpoint claims it and recovery checks it byte for
+        byte. Before, ``extend`` left it out: the live ledger differed from
+        the replayed one."""
+        path = tmp_path / ("b.db" if sink == "sqlite" else "b.jsonl")
+        first = SQLiteLog(path) if sink == "sqlite" else JsonlLog(path)
+        buf = Buffer(log=first)
+        buf.append(Entry("a", Kind.REASONING, "start"))
+        buf.extend(
+            [
+                Entry("k", Kind.CONSTRAINT, "never retry attempt 2"),
+                call("c1"),
+                Entry("i", Kind.INSTRUCTION, "be terse"),
+            ]
+        )
+        live = dict(buf._st.protected_at)
+        assert set(live) == {"k", "i"}
+        assert [buf.log[live[i]].op for i in "ki"] == ["append", "append"]
+        buf.flush()
+        first.close()
+        again = Buffer(log=SQLiteLog(path) if sink == "sqlite" else JsonlLog(path))
+        assert dict(again._st.protected_at) == live
+        again._check()
+
     def test_a_batch_record_that_follows_no_append_is_refused(self) -> None:
         """``batch: true`` continues the version of the append record just
         before it, nothing else: after a mark it is a version published twice."""

@@ -19,6 +19,7 @@ from typing import Any
 
 from .entry import Entry
 from .errors import InvalidArgument, InvalidType, dangling_ref, duplicate_id
+from .ledger import guarded
 from .policy import _CACHE_FROM as _CLASSIFY_FROM
 from .policy import IMMUTABLE_KINDS as _IMMUTABLE
 from .policy import preclassify
@@ -116,6 +117,8 @@ def extend(
                 st.immutable_hashes[entry.id] = entry.content_hash
             else:
                 st.unmarked_new.append(entry.id)
+            if guarded(entry):
+                st.protected_at[entry.id] = len(st.records)  # ledger.py: its record's seq
             record = append_record(
                 len(st.records),
                 entry,
