@@ -251,16 +251,6 @@ class RuntimeBuffer(Buffer):
             if batch.landed.is_set() and batch in self._in_flight:
                 self._in_flight.remove(batch)
 
-    async def _landed(self, bound: float) -> None:
-        """Wait until every batch in flight has landed, at most ``bound``
-        seconds of real time for each (measured in a worker thread, as the
-        final flush is); applies nothing new. Callers shield it."""
-        for batch in list(self._batches(abandoned=True)):
-            if not await anyio.to_thread.run_sync(
-                batch.landed.wait, bound, abandon_on_cancel=True
-            ):
-                return  # (a hung sink: the final flush names what is pending)
-
     def _batches(self, *, abandoned: bool) -> list[_Batch]:
         """The removal batches still running in their worker threads (those
         whose caller stopped waiting too, with ``abandoned``), oldest first;
@@ -589,12 +579,7 @@ class RuntimeBuffer(Buffer):
                     self._stop()
         finally:
             # Outside the task group, so that a timeout is raised as itself; runs
-            # also while a cancellation propagates (and then replaces it). A
-            # batch whose waiter the cancellation took (the scheduler's, or a
-            # caller's) lands first, so the block ends with it published.
-            if durable:
-                with anyio.CancelScope(shield=True):
-                    await self._landed(close_timeout)
+            # also while a cancellation propagates (and then replaces it).
             timed_out = None if not durable else await bounded_flush(self, close_timeout)
             if timed_out is not None:
                 if host_error is None:
