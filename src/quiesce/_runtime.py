@@ -118,19 +118,6 @@ def check_seconds(value: object, what: str, *, or_none: bool = False) -> float:
     return float(value)
 
 
-class _Batch:
-    """A removal batch applied in a worker thread: ``landed`` is set by the
-    thread once the batch is published or refused (whole, either way),
-    ``waited`` by the task that started it once it stops waiting, normally
-    or cancelled."""
-
-    __slots__ = ("landed", "waited")
-
-    def __init__(self) -> None:
-        self.landed = threading.Event()
-        self.waited = anyio.Event()
-
-
 class RuntimeBuffer(Buffer):
     """A :class:`Buffer` whose removals are applied by a barrier scheduler.
 
@@ -176,7 +163,7 @@ class RuntimeBuffer(Buffer):
         # the alarm's cursor in the pin order: ``pin_popped + i`` of the
         # first entry it has not passed for good (PinRegistry.stuck_readers)
         self._alarm_pos = 0
-        self._in_flight: list[_Batch] = []
+        self._in_flight: list[anyio.Event] = []
         self.wakeups = 0  #: scheduler wake-ups so far (for latency benchmarks)
         self.batches = 0  #: batches applied by the scheduler
 
@@ -232,33 +219,17 @@ class RuntimeBuffer(Buffer):
         # a cancelled caller abandons the *wait*, never half a batch: a hung
         # sink cannot hold back leaving open_buffer. While it runs its groups
         # are off the staged queue but not yet published: ``quiesce()`` waits
-        # for the in-flight batches instead of trusting ``has_due()``, those
-        # of a cancelled caller too (their thread goes on: ``_Batch.landed``).
-        # If the worker never started it, its groups are still staged and due.
-        batch = _Batch()
-        self._in_flight.append(batch)
-
-        def run() -> tuple[str, ...]:
-            try:
-                return self.apply_due()
-            finally:
-                batch.landed.set()
-
+        # for the in-flight batches instead of trusting ``has_due()``. (An
+        # abandoned batch is not waited for: a ``quiesce()`` running beside
+        # the cancelled caller may return before it lands. If the worker
+        # never started it, its groups are still staged and due.)
+        done = anyio.Event()
+        self._in_flight.append(done)
         try:
-            return await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
+            return await anyio.to_thread.run_sync(self.apply_due, abandon_on_cancel=True)
         finally:
-            batch.waited.set()
-            if batch.landed.is_set() and batch in self._in_flight:
-                self._in_flight.remove(batch)
-
-    def _batches(self, *, abandoned: bool) -> list[_Batch]:
-        """The removal batches still running in their worker threads (those
-        whose caller stopped waiting too, with ``abandoned``), oldest first;
-        forgets the ones that landed. O(batches in flight)."""
-        self._in_flight[:] = [b for b in self._in_flight if not b.landed.is_set()]
-        if abandoned:
-            return self._in_flight
-        return [b for b in self._in_flight if not b.waited.is_set()]
+            self._in_flight.remove(done)
+            done.set()
 
     async def _scheduler(self, task_status: anyio.abc.TaskStatus[None]) -> None:
         self._wake = anyio.Event()
@@ -385,34 +356,14 @@ class RuntimeBuffer(Buffer):
     async def quiesce(self) -> None:
         """Return once every removal whose blocking readers have left is
         applied. Always a checkpoint, even when nothing is due; does not wait
-        for readers still in flight, but does wait for a batch still being
-        written for a caller that was cancelled (its thread goes on; this
-        call's own cancellation abandons that wait). Raises :class:`LogWriteError` if the
+        for readers still in flight. Raises :class:`LogWriteError` if the
         tombstones cannot be made durable (the removals stay staged)."""
-        await self._settle(abandoned=True)
-
-    async def _settle(self, *, abandoned: bool, bound: float | None = None) -> None:
-        """:meth:`quiesce`'s loop. A batch whose caller was cancelled keeps
-        running in its thread (it is applied whole or not at all) and, with
-        ``abandoned``, is waited for too, from a worker thread that a
-        cancellation of this call abandons: so leaving ``open_buffer`` never
-        returns while a removal is still on its way to its tombstones. With
-        ``bound`` (leaving ``open_buffer``: its ``close_timeout``), an
-        abandoned batch is waited for at most that many seconds of real time,
-        then no longer (a hung sink: the final flush names what is pending)."""
         await anyio.lowlevel.checkpoint()
         while True:
-            batches = self._batches(abandoned=abandoned)
-            if batches:
-                # A batch popped off the queue is still being made durable;
-                # it counts as due until it is published.
-                first = batches[0]
-                if not first.waited.is_set():
-                    await first.waited.wait()
-                elif not await anyio.to_thread.run_sync(
-                    first.landed.wait, bound, abandon_on_cancel=True
-                ):
-                    return  # (bound passed: the batch's sink hangs)
+            if self._in_flight:
+                # A batch popped off the queue by the scheduler is still being
+                # made durable; it counts as due until it is published.
+                await self._in_flight[0].wait()
             elif self.has_due():
                 await self._apply_due_async()
             else:
@@ -469,13 +420,13 @@ class RuntimeBuffer(Buffer):
         (a bare ``str`` is an :class:`InvalidType`, nothing changes)."""
         report = await self._off_loop(functools.partial(self.prune, ids, **options))
         deferred = report.ids(Status.DEFERRED)
-        if not deferred or not (self._batches(abandoned=False) or self.has_due()):
+        if not deferred or not (self._in_flight or self.has_due()):
             return report
         # From a worker thread the staging woke the scheduler, which may take
         # the batch (no reader holds it) before the prune can apply it itself:
         # let that batch land, then report what the sync call would.
         with anyio.CancelScope(shield=True), contextlib.suppress(LogWriteError):
-            await self._settle(abandoned=False)  # (shielded: never on a hung sink's thread)
+            await self.quiesce()
         tombs = self.tombstones
         outcomes = {
             i: Outcome(Status.PRUNED) if i in deferred and i in tombs else o
@@ -567,7 +518,7 @@ class RuntimeBuffer(Buffer):
                     if self.has_due():
                         await self.quiesce()
                     yield
-                    await self._settle(abandoned=True, bound=close_timeout)
+                    await self.quiesce()
                 except Exception as exc:
                     # The body's exception (or a LogWriteError of the final quiesce)
                     # is raised again below, outside the task group, so that it is

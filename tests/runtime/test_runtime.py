@@ -364,59 +364,6 @@ class TestCancellation:
         assert [r.seq for r in sink.records] == list(range(len(buf.log)))
         buf._check(expect_no_pins=True)
 
-    async def test_quiesce_waits_for_a_batch_whose_caller_was_cancelled(self) -> None:
-        """A ``quiesce()`` cancelled while its batch is being written abandons
-        the wait, not the batch (its worker thread goes on). The next
-        ``quiesce()`` waits until that batch is published, so it never
-        returns with the removal neither staged-and-due nor applied (before,
-        it returned at once and leaving ``open_buffer`` could leave the
-        removal staged behind it). The runtime's hooks are attached
-        (``_start``: an unpin defers the removal to the runtime) but no
-        scheduler task runs, so the cancelled call certainly owns the batch."""
-        sink = GatedSink()
-        buf = RuntimeBuffer(log=sink)
-        buf._start()
-        buf.append(step("a"))
-        buf.flush()
-        with buf.snapshot():
-            buf.prune(["a"], reason="stale")
-        assert buf.has_due()
-        sink.gate = threading.Event()
-        version = buf.version
-        with anyio.move_on_after(30) as scope:
-            async with anyio.create_task_group() as tg:
-
-                async def first() -> None:
-                    with anyio.CancelScope() as inner:
-                        tg.start_soon(cancel_when_entered, inner)
-                        await buf.quiesce()
-
-                async def cancel_when_entered(inner: anyio.CancelScope) -> None:
-                    await anyio.to_thread.run_sync(sink.entered.wait)
-                    inner.cancel()
-
-                tg.start_soon(first)
-        assert not scope.cancelled_caught
-        assert buf.version == version  # the batch is still held at the gate
-        second_done = anyio.Event()
-
-        async def second() -> None:
-            await buf.quiesce()
-            second_done.set()
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(second)
-            for _ in range(20):
-                await anyio.sleep(0.005)
-                assert not second_done.is_set(), "quiesce() returned before the batch landed"
-            sink.gate.set()
-        assert second_done.is_set()
-        assert buf.version == version + 1
-        assert set(buf.tombstones) == {"a"}
-        assert buf.staged() == {}
-        buf._stop()
-        buf._check(expect_no_pins=True)
-
     async def test_a_failing_log_publishes_nothing_and_keeps_removals_staged(self) -> None:
         """The scheduler's batch cannot be made durable: nothing is published,
         the removals stay staged (and logged as staged); exit by an exception
