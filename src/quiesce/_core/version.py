@@ -86,50 +86,6 @@ PATCH_MAX = 32
 
 EMPTY_MAP: Map[str, None] = Map()
 
-_new_version = object.__new__
-
-
-class MarkRun:
-    """Marks published one by one by the mark fast path, shared by the
-    versions they made: version ``k`` of a run holds ``base`` plus
-    ``marks[:k]``. ``marks`` is append-only and only its last version
-    appends, so a reader of any version reads a fixed prefix (safe while
-    the head appends; no lock). The ids in ``marks`` are distinct and not in
-    ``base``.
-
-    :meth:`upto` builds a version's map (once per version, cached by
-    :attr:`Version.marks`) from the nearest built prefix at or below it: a
-    reader of each version in turn pays one persistent-map set per mark,
-    as eager maps would; a version read after ``k`` unread marks pays
-    ``k`` sets in one mutation (O(k log n), cheaper per set than ``k``
-    separate ``set`` calls); older versions than the built prefix build
-    from ``base``. Memory: O(len(marks)) (the marks themselves) plus the
-    base and one built map, structure-shared."""
-
-    __slots__ = ("base", "built", "marks")
-
-    def __init__(self, base: Map[str, Mark]) -> None:
-        self.base = base
-        self.marks: list[Mark] = []
-        #: (k, map of base + marks[:k]): the highest prefix built so far
-        self.built: tuple[int, Map[str, Mark]] = (0, base)
-
-    def upto(self, k: int) -> Map[str, Mark]:
-        """``base`` with ``marks[:k]`` set. O((k - j) log n) for the built
-        prefix ``j`` <= ``k`` (``j`` = 0 if the built one is past ``k``)."""
-        j, m = self.built
-        if j > k:
-            j, m = 0, self.base
-        if j == k:
-            return m
-        with m.mutate() as mut:
-            for mark in self.marks[j:k]:
-                mut[mark.id] = mark
-            m = mut.finish()
-        if k > self.built[0]:
-            self.built = (k, m)  # one store: a racing reader sees old or new
-        return m
-
 
 class Slot(NamedTuple):
     """A live entry in a version: the entry, its order key, its last change."""
@@ -147,11 +103,9 @@ class Version:
         "_delta",
         "_depth",
         "_entries",
-        "_marks",
-        "_mk",
-        "_mrun",
         "_view",
         "live",
+        "marks",
         "next_key",
         "number",
         "referrers",
@@ -160,9 +114,7 @@ class Version:
 
     number: int
     live: Map[str, Slot]
-    _marks: Map[str, Mark] | None  #: the marks map, built from _mrun on demand
-    _mrun: MarkRun | None  #: the run of marks this version's marks end in
-    _mk: int  #: how many of _mrun's marks this version holds
+    marks: Map[str, Mark]
     tombs: Tombs
     referrers: Map[str, Map[str, None]]
     next_key: float
@@ -210,65 +162,6 @@ class Version:
         self._base = base
         self._delta = (kind, payload)
         self._depth = depth
-
-    @property
-    def marks(self) -> Map[str, Mark]:
-        """id -> :class:`Mark`, for live entries only: the map as stored, or
-        (a version published by the mark fast path) its run's base with the
-        run's first ``_mk`` marks set, built on first read and cached (see
-        :class:`MarkRun` for the cost); immutable either way."""
-        marks = self._marks
-        if marks is None:
-            run = self._mrun
-            assert run is not None  # _marks is None only for a run's version
-            marks = self._marks = run.upto(self._mk)
-        return marks
-
-    @marks.setter
-    def marks(self, marks: Map[str, Mark]) -> None:
-        self._marks = marks
-        self._mrun = None
-        self._mk = 0
-
-    def with_mark(self, number: int, mark: Mark) -> Version:
-        """The mark fast path's constructor: this version's marks plus
-        ``mark`` (its id live, mutable and unmarked here). O(1) amortized:
-        no persistent-map work; the mark joins this version's run (a new run
-        based on this version's marks if it has none or is not its run's
-        last). Order, content and the view chain are this version's."""
-        new = _new_version(Version)
-        run = self._mrun
-        if run is None or self._mk != list.__len__(run.marks):
-            run = MarkRun(self.marks)
-        marks = run.marks
-        marks.append(mark)
-        new._marks = None
-        new._mrun = run
-        new._mk = list.__len__(marks)
-        new.number = number
-        new.live = self.live
-        new.tombs = self.tombs
-        new.referrers = self.referrers
-        new.next_key = self.next_key
-        # Marks change neither order nor content: the new version's order is
-        # this one's, so it shares this one's view, or its derivation (base
-        # and delta: a run of marks never lengthens the chain).
-        new._entries = self._entries
-        new._view = view = self._view
-        if view is None:
-            try:
-                new._base = self._base
-                new._delta = self._delta
-                new._depth = self._depth
-            except AttributeError:  # a version made without a chain: sorts
-                new._base = None
-                new._delta = None
-                new._depth = 0
-        else:
-            new._base = None
-            new._delta = None
-            new._depth = 0
-        return new
 
     @classmethod
     def empty(cls) -> Version:
