@@ -155,10 +155,10 @@ class TestMarkNeverWaits:
 
 
 class TestMarkRuns:
-    """The mark fast path publishes marks into a shared run (``MarkRun``):
-    each version's map is built when first read. Every version must still
-    show exactly the marks made up to it, whatever order its readers come
-    in, and across runs broken by other writes."""
+    """Runs of marks, read back: every pinned version shows exactly the
+    marks made up to it, whatever order its readers come in, and across
+    runs broken by other writes (a check for any lazy or shared layout of
+    the marks maps)."""
 
     def test_every_pinned_version_sees_exactly_its_marks_in_any_read_order(self) -> None:
         import random
