@@ -26,6 +26,7 @@ import pytest
 import quiesce._core.tombs as tombs_mod
 import quiesce._core.verify as verify_mod
 import quiesce._log.sqlite as sqlite_mod
+from _verify_logs import long_lived
 from quiesce import Buffer, Entry, Kind, LogFormatError, Override, SQLiteLog
 from quiesce._core.verify import state_fields, tomb_digests, verify_records
 from quiesce._log.inspect import _open
@@ -39,23 +40,10 @@ _ID_PAD = "x" * 160
 _SLOT_BYTES = 400
 
 
-def _long_lived(path: Path, rounds: int, width: int = 10) -> int:
-    """A SQLite log of a bounded window (``width`` live at most): each round
-    appends ``width`` entries, marks one and prunes them all; a checkpoint
-    every 500 records and one at the end. Returns the tombstone count."""
-    log = SQLiteLog(path)
-    try:
-        buf = Buffer(log=log, checkpoint_every=500)
-        for r in range(rounds):
-            ids = [f"{_ID_PAD}-{r}-{k}" for k in range(width)]
-            for i in ids:
-                buf.append(Entry(i, Kind.REASONING, f"round {r} step {i[-8:]}"))
-            buf.mark_stale(ids[0], "done")
-            buf.prune(ids, reason=f"round {r} is done")
-        buf.flush(checkpoint=True)
-        return len(buf.tombstones)
-    finally:
-        log.close()
+def _long_lived(path: Path, rounds: int) -> int:
+    """The tombstone count of :func:`long_lived` (a SQLite log, a checkpoint
+    every 500 records)."""
+    return len(long_lived(path, rounds, pad=_ID_PAD).tombstones)
 
 
 def _peak(fn: Callable[[], object]) -> int:

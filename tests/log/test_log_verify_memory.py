@@ -17,7 +17,7 @@ checkpoint carries the tombstone store's index (``tomb_index``, about 16
 bytes of base64 per tombstone), so a checkpoint record grows with the
 tombstones: holding more than the one being compared is what grew
 (about 170 B per tombstone at full size, issue 21). The allowance is
-measured, not guessed: :func:`_store_bytes` is the index slots' bytes of
+measured, not guessed: :func:`_verify_logs.store_bytes` is the index slots' bytes of
 the verified log's tombstone store, and the test allows
 :data:`_STORE_COPIES` times its growth (the replay's store, and the one
 checkpoint being compared: its row's text, its decoded JSON, the slots
@@ -38,9 +38,8 @@ import quiesce._core.tombs as tombs_mod
 import quiesce._core.verify as verify_mod
 import quiesce._log.jsonl as jsonl_mod
 import quiesce._log.sqlite as sqlite_mod
-from quiesce import Buffer, Entry, JsonlLog, Kind, SQLiteLog
+from _verify_logs import long_lived, store_bytes
 from quiesce._core.records import LogRecord
-from quiesce._core.state import state_of
 from quiesce._core.verify import VerifyResult
 from quiesce._log.verify import verify_path
 
@@ -58,35 +57,11 @@ _SLACK = 64 * 1024
 _FREE_TUPLES = 2000
 
 
-def _build(path: Path, rounds: int, kind: str, width: int = 10) -> int:
-    """A log of a bounded live window (``width`` entries at most): each
-    round appends ``width`` entries, marks one and prunes them all; a
-    checkpoint every 16 records and one at the end. Returns the index slot
-    bytes of its tombstone store (:func:`_store_bytes`)."""
-    log = SQLiteLog(path) if kind == "sqlite" else JsonlLog(path)
-    try:
-        buf = Buffer(log=log, checkpoint_every=16)
-        for r in range(rounds):
-            ids = [f"{_ID_PAD}-{r}-{k}" for k in range(width)]
-            for i in ids:
-                buf.append(Entry(i, Kind.REASONING, f"round {r} step {i[-8:]}"))
-            buf.mark_stale(ids[0], "done")
-            buf.prune(ids, reason=f"round {r} is done")
-        buf.flush(checkpoint=True)
-        return _store_bytes(buf)
-    finally:
-        log.close()
-
-
-def _store_bytes(buf: Buffer) -> int:
-    """The bytes of the index slots of ``buf``'s tombstone store (every
-    generation of its three indexes): what a spilled store keeps."""
-    store = state_of(buf).head.tombs._store
-    total = 0
-    for gens in (store._by_id, store._by_hash, store._by_key):
-        for ix in gens:
-            total += len(ix.slots) * ix.slots.itemsize
-    return total
+def _build(path: Path, rounds: int, kind: str) -> int:
+    """A :func:`long_lived` log (10 entries live at most, a checkpoint every
+    16 records and one at the end). Returns the index slot bytes of its
+    tombstone store (:func:`store_bytes`)."""
+    return store_bytes(long_lived(path, rounds, kind=kind, checkpoint_every=16, pad=_ID_PAD))
 
 
 def _peak(fn: Callable[[], object]) -> int:
