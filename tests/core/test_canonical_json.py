@@ -131,3 +131,47 @@ def test_threads_encoding_one_shared_value_agree() -> None:
     for t in threads:
         t.join()
     assert errors == []
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with tuples as lists (what freeze then thaw gives back)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values)
+def test_freeze_copies_every_value(value: Any) -> None:
+    """freeze's fast path for ASCII strings in a mapping keeps them as they
+    are: thawed, the frozen value is the value (tuples as lists), and no
+    mapping or list of it is shared with the caller."""
+    frozen = freeze(value)
+    assert thaw(frozen) == _plain(value)
+    if isinstance(value, dict):
+        assert isinstance(frozen, types.MappingProxyType)
+        assert all(
+            not isinstance(v, dict | list) for v in frozen.values()
+        )  # nested ones frozen too
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"a": "ok", "b": "\ud83d"},
+        {"\ud83d": 1},
+        {"a": {"b": ["x", "\udc00"]}},
+        ["\ud83d"],
+        "\ud83d",
+        {"a": float("nan")},
+        {"a": 2**63},
+        {1: "x"},
+    ],
+)
+def test_freeze_still_refuses(bad: object) -> None:
+    from quiesce._core.errors import InvalidArgument, InvalidType
+
+    with pytest.raises((InvalidArgument, InvalidType)):
+        freeze(bad)

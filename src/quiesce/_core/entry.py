@@ -184,6 +184,8 @@ def freeze(value: object, what: str = "value", depth: int = 0) -> Any:
         return value
     t = type(value)
     if t is str:
+        if value.isascii():  # type: ignore[attr-defined]
+            return value
         return check_utf8(value, what)  # type: ignore[arg-type]
     if t is int:
         if not _MIN_STORED_INT <= value <= MAX_STORED_INT:  # type: ignore[operator]
@@ -198,16 +200,19 @@ def freeze(value: object, what: str = "value", depth: int = 0) -> Any:
         return value
     if depth >= MAX_DEPTH:
         raise InvalidArgument(f"{what} nests deeper than {MAX_DEPTH} levels")
-    if isinstance(value, Mapping):
+    if t is dict or isinstance(value, Mapping):
+        # the common values are ASCII strings: taken as they are, without a
+        # call (what freeze of one returns); every other value recurses
         out: dict[str, Any] = {}
-        for k, v in value.items():
+        for k, v in value.items():  # type: ignore[attr-defined]
             if type(k) is not str:
                 raise InvalidType(f"{what} keys must be str, not {type(k).__name__} ({k!r})")
-            check_utf8(k, f"a key in {what}")
-            out[k] = freeze(v, what, depth + 1)
+            if not k.isascii():
+                check_utf8(k, f"a key in {what}")
+            out[k] = v if type(v) is str and v.isascii() else freeze(v, what, depth + 1)
         return types.MappingProxyType(out)
     if t is list or t is tuple:
-        return tuple(freeze(v, what, depth + 1) for v in value)  # type: ignore[attr-defined]
+        return tuple([freeze(v, what, depth + 1) for v in value])  # type: ignore[attr-defined]
     raise InvalidType(f"{what} must hold only JSON values, not {t.__name__}")
 
 
