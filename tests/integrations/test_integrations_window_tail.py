@@ -19,7 +19,14 @@ from __future__ import annotations
 import random
 
 import pytest
-from autogen_core.models import AssistantMessage, LLMMessage, UserMessage
+from autogen_core import FunctionCall
+from autogen_core.models import (
+    AssistantMessage,
+    FunctionExecutionResult,
+    FunctionExecutionResultMessage,
+    LLMMessage,
+    UserMessage,
+)
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from quiesce import Buffer, Entry, Kind
@@ -68,6 +75,7 @@ class TestLangChainTail:
                 whole, whole_note = render_messages(snap)
             assert cached == whole
             assert note == whole_note
+            _scramble(cached, rng)  # the caller's own list: the next render is unchanged
 
     def test_a_copy_changed_in_one_field_is_an_edit(self) -> None:
         """A checkpointer's copy whose content changed under its id, deep in
@@ -137,3 +145,56 @@ class TestAutoGenTail:
                 assert snap.version == buf.version
                 whole = ag.render_messages(snap)
             assert got == whole
+            _scramble(got, rng)  # the caller's own list: the next render is unchanged
+
+    @pytest.mark.anyio
+    @pytest.mark.parametrize("seed", range(4))
+    async def test_calls_and_results_across_turns(self, seed: int) -> None:
+        """Calls whose results come a turn later (or never: pruned), the
+        list handed out mutated by its caller each turn: every
+        ``get_messages`` (the paired prefix resumed from its memo) equals
+        the uncached render, every call answered."""
+        rng = random.Random(seed)
+        buf = Buffer()
+        ctx = ag.QuiesceChatCompletionContext(buf)
+        open_call: str | None = None
+        for t in range(40):
+            r = rng.random()
+            message: LLMMessage
+            if open_call is not None and r < 0.6:
+                result = FunctionExecutionResult(content=f"out {t}", name="f", call_id=open_call)
+                message = FunctionExecutionResultMessage(content=[result])
+                open_call = None
+            elif open_call is None and r < 0.4:
+                open_call = f"call_{t}"
+                fc = FunctionCall(id=open_call, arguments='{"x": 1}', name="f")
+                message = AssistantMessage(content=[fc], source="assistant")
+            else:
+                message = UserMessage(content=f"user {t}", source="user")
+            await ctx.add_message(message)
+            got = await ctx.get_messages()
+            with buf.snapshot() as snap:
+                whole = ag.render_messages(snap)
+            assert got == whole
+            calls = {
+                fc.id
+                for m in got
+                if isinstance(m, AssistantMessage) and isinstance(m.content, list)
+                for fc in m.content
+            }
+            answered = {
+                r.call_id
+                for m in got
+                if isinstance(m, FunctionExecutionResultMessage)
+                for r in m.content
+            }
+            assert calls <= answered
+            _scramble(got, rng)
+
+
+def _scramble(messages: list[object], rng: random.Random) -> None:
+    """What a caller may do to the list it was handed: reorder, drop, add."""
+    rng.shuffle(messages)
+    if messages:
+        del messages[0]
+    messages.append(UserMessage(content="not in the buffer", source="user"))

@@ -88,12 +88,72 @@ def content_hash(body: str, content: object = None) -> str:
     return hashlib.sha256(data).hexdigest()[:16]
 
 
+def _plain_mapping(value: object) -> dict[Any, Any]:
+    """The encoder's hook for what it cannot encode itself: a mapping that is
+    not a ``dict`` (a frozen value's read-only mapping) as a shallow ``dict``
+    of its items (the encoder recurses into it); anything else is refused as
+    ``json.dumps`` refuses it."""
+    if type(value) is types.MappingProxyType or isinstance(value, Mapping):
+        return dict(value.items())
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+#: The options of canonical JSON, fixed: content keys and hashes in logs
+#: depend on these exact bytes (``tests/core/test_canonical_json.py``
+#: compares :func:`canonical_json` with ``json.dumps`` under them).
+_CANONICAL: dict[str, Any] = {
+    "sort_keys": True,
+    "separators": (",", ":"),
+    "ensure_ascii": False,
+    "allow_nan": False,
+}
+_ENCODER = json.JSONEncoder(**_CANONICAL, default=_plain_mapping)
+
+
+def _c_encoder() -> Any:
+    """The C encoder of ``json`` built once with the canonical options and no
+    circular-reference markers (a markers dict is per call state: shared, two
+    threads encoding one value would see each other's marks), or ``None``
+    where it is missing. Only used if it encodes a probe value exactly as
+    ``json.dumps`` does."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    quote = getattr(json.encoder, "c_encode_basestring", None)
+    if make is None or quote is None:
+        return None
+    try:
+        encode = make(None, _plain_mapping, quote, None, ":", ",", True, False, False)
+        probe = {"b": [1, 2.5, None, True, 'é\n"x'], "a": {"z": -0.0, "y": 10**18}}
+        frozen = types.MappingProxyType({"b": tuple(probe["b"]), "a": probe["a"]})
+        want = json.dumps(probe, **_CANONICAL)
+        if "".join(encode(probe, 0)) != want or "".join(encode(frozen, 0)) != want:
+            return None
+    except Exception:
+        return None
+    return encode
+
+
+_C_ENCODE: Any = _c_encoder()
+
+
 def canonical_json(value: object) -> str:
     """``value`` (frozen or plain JSON) as canonical JSON: sorted keys, no
-    spaces, non-ASCII kept. Two equal JSON values give equal strings."""
-    return json.dumps(
-        thaw(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
+    spaces, non-ASCII kept, no ``NaN``/``inf``. Two equal JSON values give
+    equal strings, the very bytes of ``json.dumps(thaw(value),
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+    allow_nan=False)``.
+
+    Encoded in one pass by an encoder built once (``json``'s C encoder when
+    present): a frozen mapping is copied shallowly as the encoder reaches it,
+    tuples are encoded as lists, nothing is thawed first. O(size). A value
+    that is not JSON raises ``TypeError`` or ``ValueError`` as ``json.dumps``
+    does; a cyclic plain value (frozen ones are trees) raises
+    ``RecursionError`` rather than ``json``'s circular-reference
+    ``ValueError``. Thread-safe: the encoder keeps no state between calls.
+    """
+    encode = _C_ENCODE
+    if encode is None:
+        return _ENCODER.encode(value)
+    return "".join(encode(value, 0))
 
 
 def check_utf8(value: str, what: str) -> str:
@@ -124,6 +184,8 @@ def freeze(value: object, what: str = "value", depth: int = 0) -> Any:
         return value
     t = type(value)
     if t is str:
+        if value.isascii():  # type: ignore[attr-defined]
+            return value
         return check_utf8(value, what)  # type: ignore[arg-type]
     if t is int:
         if not _MIN_STORED_INT <= value <= MAX_STORED_INT:  # type: ignore[operator]
@@ -138,16 +200,19 @@ def freeze(value: object, what: str = "value", depth: int = 0) -> Any:
         return value
     if depth >= MAX_DEPTH:
         raise InvalidArgument(f"{what} nests deeper than {MAX_DEPTH} levels")
-    if isinstance(value, Mapping):
+    if t is dict or isinstance(value, Mapping):
+        # the common values are ASCII strings: taken as they are, without a
+        # call (what freeze of one returns); every other value recurses
         out: dict[str, Any] = {}
-        for k, v in value.items():
+        for k, v in value.items():  # type: ignore[attr-defined]
             if type(k) is not str:
                 raise InvalidType(f"{what} keys must be str, not {type(k).__name__} ({k!r})")
-            check_utf8(k, f"a key in {what}")
-            out[k] = freeze(v, what, depth + 1)
+            if not k.isascii():
+                check_utf8(k, f"a key in {what}")
+            out[k] = v if type(v) is str and v.isascii() else freeze(v, what, depth + 1)
         return types.MappingProxyType(out)
     if t is list or t is tuple:
-        return tuple(freeze(v, what, depth + 1) for v in value)  # type: ignore[attr-defined]
+        return tuple([freeze(v, what, depth + 1) for v in value])  # type: ignore[attr-defined]
     raise InvalidType(f"{what} must hold only JSON values, not {t.__name__}")
 
 

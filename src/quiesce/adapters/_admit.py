@@ -296,7 +296,9 @@ def _admission(
         gone: list[str] = []
         mine: set[str] = set()
         for e in entries:
-            gone.extend(ref for ref in e.refs if ref not in live and ref not in batch | mine)
+            for ref in e.refs:  # (most entries cite nothing)
+                if ref not in live and ref not in batch and ref not in mine:
+                    gone.append(ref)
             mine.add(e.id)
         if gone:
             tomb = tombs.get(gone[0])

@@ -276,9 +276,11 @@ async def async_append_unit(
         unit = replace(unit, id=unit_id)
     if unit.results:
         return unit_id, await async_sync_units(buf, [unit], framework=framework, actor=actor)
-    reads = [Read(0, unit_id, _entries(unit, framework, state_of(buf, framework).calls))]
+    state = state_of(buf, framework)
+    reads = [Read(0, unit_id, _entries(unit, framework, state.calls))]
     admission = _admit_options(framework, "record", None, actor)
-    return unit_id, _after(buf, framework, version, reads, await aadmit(buf, reads, **admission))
+    report = await aadmit(buf, reads, **admission)
+    return unit_id, _after(buf, framework, version, reads, report, state)
 
 
 def _begin(
@@ -295,16 +297,29 @@ def _begin(
 
 
 def _after(
-    buf: Buffer | AsyncBuffer, framework: str, version: int, reads: list[Read], report: SyncReport
+    buf: Buffer | AsyncBuffer,
+    framework: str,
+    version: int,
+    reads: list[Read],
+    report: SyncReport,
+    state: SyncState | None = None,
 ) -> SyncReport:
-    """``report``, once the sync state knows what the admission appended."""
-    _extend_index(buf, framework, version, reads, report)
-    appended(buf, state_of(buf, framework), version, reads, report)
+    """``report``, once the sync state (``state``: looked up if not given)
+    knows what the admission appended."""
+    if state is None:
+        state = state_of(buf, framework)
+    _extend_index(buf, framework, version, reads, report, state)
+    appended(buf, state, version, reads, report)
     return report
 
 
 def _extend_index(
-    buf: Buffer | AsyncBuffer, framework: str, version: int, reads: list[Read], report: SyncReport
+    buf: Buffer | AsyncBuffer,
+    framework: str,
+    version: int,
+    reads: list[Read],
+    report: SyncReport,
+    state: SyncState | None = None,
 ) -> None:
     """Keep the content-hash index of ``framework``'s sync state current
     after an admission of ``reads`` that began at ``version``: when the
@@ -313,7 +328,8 @@ def _extend_index(
     added (O(new)); else the index is dropped and the next sync by content
     rebuilds it (O(n)). So a context that adds one message at a time pays
     O(1) look-ups per message, not a scan of the buffer."""
-    state = state_of(buf, framework)
+    if state is None:
+        state = state_of(buf, framework)
     index = state.index
     if index is None or index[0] != version:
         return

@@ -13,6 +13,7 @@ rebuilt messages.
 from __future__ import annotations
 
 import operator
+import types
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -63,27 +64,44 @@ def rendered(
     shown before. Otherwise every slot is rebuilt except those whose dump,
     calls, results and text are the ones cached. When only ``state``'s own
     syncs appended since the last render (its tracked ``tail``), the new
-    entries are taken by id and the window is not listed or compared:
-    O(new log n) plus O(n) list copies in C. ``rebuild`` must give
-    objects nobody mutates (or the caller copies them). Else O(n) identity
-    checks plus the rebuilt slots. Returns a new list."""
+    entries are taken by id and the window is not listed or compared, and
+    the state's lists of entries and objects are extended in place:
+    O(new log n), no O(n) copy. ``rebuild`` must give objects nobody
+    mutates (or the caller copies them). Else O(n) identity checks plus the
+    rebuilt slots.
+
+    Returns ``state.last_render`` itself, not a copy: the caller reads it
+    (:func:`paired` makes the list handed to the framework) and neither keeps
+    nor mutates it; the next render extends or replaces it. If ``rebuild``
+    raises, the state is as before the call."""
     prev = state.last_entries
     units = state.last_units
     appended = _known_tail(snap, state)
-    entries = [*prev, *appended] if appended is not None else list(snap)
-    if appended is not None or (
-        len(prev) <= len(entries) and all(map(operator.is_, prev, entries))  # C-level
+    entries: list[Entry] | None = None
+    tail: list[Entry] | None
+    if appended is not None:
+        tail = appended
+    else:
+        entries = list(snap)
+        fits = len(prev) <= len(entries) and all(map(operator.is_, prev, entries))  # C-level
+        tail = entries[len(prev) :] if fits else None
+    if tail is not None and not any(
+        e.meta.get("unit") in units and e.meta.get("unit") != e.id for e in tail
     ):
-        tail = entries[len(prev) :]
-        if not any(e.meta.get("unit") in units and e.meta.get("unit") != e.id for e in tail):
-            slots = window_of(tail, state, keep=False, framework=framework)
-            state.kept = len(state.last_render)
-            out = [*state.last_render, *(m for m in map(rebuild, slots) if m is not None)]
-            state.last_entries, state.last_render = entries, out
-            state.tail = (snap.version, [])
-            units.update(s.unit for s in slots)
-            return list(out)
-    state.kept = 0
+        slots = window_of(tail, state, keep=False, framework=framework)
+        new = [m for m in map(rebuild, slots) if m is not None]
+        out = state.last_render
+        state.kept = len(out)
+        if entries is None:
+            prev.extend(tail)  # only the state's own lists: nobody else holds them
+        else:
+            state.last_entries = entries
+        out.extend(new)
+        state.tail = (snap.version, [])
+        units.update(map(_UNIT, slots))
+        return out
+    if entries is None:
+        entries = list(snap)
     old, cache = state.cache, {}
     out = []
     slots = window_of(entries, state, framework=framework)
@@ -97,11 +115,15 @@ def rendered(
         cache[slot.unit] = (*key, m)
         if m is not None:
             out.append(m)
+    state.kept = 0
     state.cache = cache
     state.last_entries, state.last_render = entries, out
     state.tail = (snap.version, [])
-    state.last_units = {s.unit for s in slots}
-    return list(out)
+    state.last_units = set(map(_UNIT, slots))
+    return out
+
+
+_UNIT = operator.attrgetter("unit")
 
 
 def _known_tail(snap: Snapshot, state: SyncState) -> list[Entry] | None:
@@ -113,7 +135,8 @@ def _known_tail(snap: Snapshot, state: SyncState) -> list[Entry] | None:
     tail = state.tail
     if tail is None or tail[0] != snap.version:
         return None
-    got = [snap.get(i) for i in tail[1]]
+    get = snap.get
+    got = [get(i) for i in tail[1]]
     if None in got or len(snap) != len(state.last_entries) + len(got):
         return None
     return got
@@ -132,7 +155,11 @@ def paired(
     message after which no call is open, so pairing from the next one on
     starts afresh. When :func:`rendered` kept the first ``state.kept``
     objects of the last render, the paired output up to the last settled
-    point inside them is reused: a turn pairs only its new messages. O(new)."""
+    point inside them is reused and extended in place (the memo is the
+    state's own list, never handed out): a turn pairs only its new messages.
+    O(new) plus the one O(n) copy that is the list returned — a new list
+    each call, which the caller may mutate. If ``pair`` raises, the memo is
+    as before the call."""
     start, head = state.pair_memo
     if start > state.kept:
         start, head = 0, []
@@ -141,9 +168,17 @@ def paired(
         if settled(rebuilt[i]):
             end = i + 1
             break
-    mid = [*head, *pair(rebuilt[start:end])] if end > start else list(head)
-    state.pair_memo = (end, mid)
-    return [*mid, *pair(rebuilt[end:])]
+    if end > start:
+        done = pair(rebuilt[start:end])
+        rest = pair(rebuilt[end:]) if end < len(rebuilt) else []
+        head.extend(done)
+    else:
+        rest = pair(rebuilt[end:]) if end < len(rebuilt) else []
+    state.pair_memo = (end, head)
+    out = head.copy()
+    if rest:
+        out.extend(rest)
+    return out
 
 
 def window_of(
@@ -168,7 +203,7 @@ def window_of(
         native_ok = e.content is not None and (framework is None or meta.get("fw") == framework)
         if native_ok and isinstance(unit, str):
             known = old.get(e.id)
-            native = known[1] if known is not None and known[0] is e else thaw(e.content)
+            native = known[1] if known is not None and known[0] is e else _thawed(e.content)
             natives[e.id] = (e, native)
             slot = Slot(unit, native, e.kind, e.body)
             by_unit[unit] = slot
@@ -187,6 +222,25 @@ def window_of(
     if state is not None and keep:
         state.natives = natives
     return slots
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+_FROZEN_MAP = types.MappingProxyType
+
+
+def _thawed(value: object) -> Any:
+    """:func:`~quiesce._core.entry.thaw` of an entry's ``content``, by exact
+    type: what ``freeze`` makes (read-only mappings over dicts, tuples,
+    scalars) is copied without an ABC check per node; anything else goes
+    to ``thaw``. The same plain value as ``thaw``. O(size)."""
+    t = type(value)
+    if t in _SCALARS:
+        return value
+    if t is _FROZEN_MAP:
+        return {k: _thawed(v) for k, v in value.items()}  # type: ignore[attr-defined]
+    if t is tuple:
+        return [_thawed(v) for v in value]  # type: ignore[attr-defined]
+    return thaw(value)
 
 
 def _call_of(e: Entry) -> Call | None:
