@@ -118,6 +118,77 @@ def check_seconds(value: object, what: str, *, or_none: bool = False) -> float:
     return float(value)
 
 
+class _Batch:
+    """One removal batch handed to a worker thread (``apply_due``).
+
+    Its life: *queued* (handed to the thread pool), then either *running*
+    (the thread claimed it: :meth:`run`) and *settled* once the thread is
+    done with it (published, refused or failed, whole: the core applies a
+    batch under its write lock whether or not anyone waits), or *dropped*
+    (its waiter was cancelled before any thread claimed it: :meth:`drop`;
+    then no thread ever applies it and its groups, never popped, stay staged
+    and due). Claim and drop take one lock, so exactly one of them wins:
+    a batch that is not dropped is certain to settle. This matters because
+    a worker-thread job cancelled before it starts is skipped by the thread
+    pool (anyio's asyncio backend, a cancel at the limiter or checkpoint):
+    waiting for such a batch to land waited for ever, or for its whole
+    bound of real time (the reverted fix of a10c73f/c16aa1a).
+
+    Settling sets :attr:`done` (a ``threading.Event``, for the bounded
+    real-time wait on leaving ``open_buffer``) in the thread, then
+    :attr:`landed` (an ``anyio.Event``) on the loop through the backend's
+    non-blocking thread-safe call: loop code waits on :attr:`landed`, an
+    event, never by polling and never on a clock. A drop sets both at once.
+    :attr:`waited` is true while the task that started the batch waits for
+    it. Every method is O(1); none blocks but for the claim/drop lock.
+    """
+
+    __slots__ = ("_call_soon", "_claim", "_dropped", "_started", "done", "landed", "waited")
+
+    def __init__(self, call_soon: Callable[[Callable[[], None]], None]) -> None:
+        self._claim = threading.Lock()
+        self._call_soon = call_soon
+        self._started = False
+        self._dropped = False
+        self.done = threading.Event()
+        self.landed = anyio.Event()
+        self.waited = True
+
+    @property
+    def settled(self) -> bool:
+        """Whether the batch is done with: landed or dropped."""
+        return self.done.is_set()
+
+    def run(self, apply: Callable[[], tuple[str, ...]]) -> tuple[str, ...]:
+        """In the worker thread: claim the batch and ``apply`` it, unless it
+        was dropped first (then nothing, ``()``); settle it either way."""
+        with self._claim:
+            if self._dropped:
+                return ()
+            self._started = True
+        try:
+            return apply()
+        finally:
+            self.done.set()
+            try:
+                self._call_soon(self.landed.set)
+            except RuntimeError:  # the loop is closing: nobody waits on it any more
+                pass
+
+    def drop(self) -> bool:
+        """On the loop, once the waiter stops waiting: drop the batch if no
+        thread claimed it yet (``True``: it never runs, and is settled now);
+        ``False`` if a thread runs it (it settles when that thread is done)."""
+        self.waited = False
+        with self._claim:
+            if self._started:
+                return False
+            self._dropped = True
+        self.done.set()
+        self.landed.set()
+        return True
+
+
 class RuntimeBuffer(Buffer):
     """A :class:`Buffer` whose removals are applied by a barrier scheduler.
 
@@ -163,7 +234,7 @@ class RuntimeBuffer(Buffer):
         # the alarm's cursor in the pin order: ``pin_popped + i`` of the
         # first entry it has not passed for good (PinRegistry.stuck_readers)
         self._alarm_pos = 0
-        self._in_flight: list[anyio.Event] = []
+        self._in_flight: list[_Batch] = []  #: batches not known settled, oldest first
         self.wakeups = 0  #: scheduler wake-ups so far (for latency benchmarks)
         self.batches = 0  #: batches applied by the scheduler
 
@@ -219,17 +290,25 @@ class RuntimeBuffer(Buffer):
         # a cancelled caller abandons the *wait*, never half a batch: a hung
         # sink cannot hold back leaving open_buffer. While it runs its groups
         # are off the staged queue but not yet published: ``quiesce()`` waits
-        # for the in-flight batches instead of trusting ``has_due()``. (An
-        # abandoned batch is not waited for: a ``quiesce()`` running beside
-        # the cancelled caller may return before it lands. If the worker
-        # never started it, its groups are still staged and due.)
-        done = anyio.Event()
-        self._in_flight.append(done)
+        # for the in-flight batches instead of trusting ``has_due()``, those
+        # a cancelled caller abandoned too (their thread goes on: _Batch). If
+        # no thread claimed it before the cancellation, it is dropped: its
+        # groups are still staged and due.
+        batch = _Batch(threadsafe_caller())
+        self._in_flight.append(batch)
         try:
-            return await anyio.to_thread.run_sync(self.apply_due, abandon_on_cancel=True)
+            return await anyio.to_thread.run_sync(batch.run, self.apply_due, abandon_on_cancel=True)
         finally:
-            self._in_flight.remove(done)
-            done.set()
+            batch.drop()
+
+    def _batches(self, *, abandoned: bool) -> list[_Batch]:
+        """The removal batches in flight, oldest first: every one not settled
+        (``abandoned``) or only those whose starter still waits for them.
+        Forgets the settled ones. O(batches in flight)."""
+        self._in_flight[:] = [b for b in self._in_flight if not b.settled]
+        if abandoned:
+            return self._in_flight
+        return [b for b in self._in_flight if b.waited]
 
     async def _scheduler(self, task_status: anyio.abc.TaskStatus[None]) -> None:
         self._wake = anyio.Event()
@@ -356,14 +435,27 @@ class RuntimeBuffer(Buffer):
     async def quiesce(self) -> None:
         """Return once every removal whose blocking readers have left is
         applied. Always a checkpoint, even when nothing is due; does not wait
-        for readers still in flight. Raises :class:`LogWriteError` if the
+        for readers still in flight, but does wait for a removal batch still
+        being written for a caller that was cancelled (its thread goes on;
+        the wait is on the batch's own event, and this call's cancellation
+        abandons it, not the batch). Raises :class:`LogWriteError` if the
         tombstones cannot be made durable (the removals stay staged)."""
+        await self._settle(abandoned=True)
+
+    async def _settle(self, *, abandoned: bool) -> None:
+        """:meth:`quiesce`'s loop: wait for the batches in flight (all of
+        them, or with ``abandoned`` false only those whose starter still
+        waits: leaving ``open_buffer`` waits for the others bounded, and a
+        shielded ``aprune`` never waits on a thread nobody waits for), then
+        apply what is due; until neither is left. Waits on each batch's
+        ``landed`` event: no polling, no timeout, no clock."""
         await anyio.lowlevel.checkpoint()
         while True:
-            if self._in_flight:
-                # A batch popped off the queue by the scheduler is still being
-                # made durable; it counts as due until it is published.
-                await self._in_flight[0].wait()
+            batches = self._batches(abandoned=abandoned)
+            if batches:
+                # A batch popped off the queue is still being made durable;
+                # it counts as due until it is published.
+                await batches[0].landed.wait()
             elif self.has_due():
                 await self._apply_due_async()
             else:
@@ -420,13 +512,13 @@ class RuntimeBuffer(Buffer):
         (a bare ``str`` is an :class:`InvalidType`, nothing changes)."""
         report = await self._off_loop(functools.partial(self.prune, ids, **options))
         deferred = report.ids(Status.DEFERRED)
-        if not deferred or not (self._in_flight or self.has_due()):
+        if not deferred or not (self._batches(abandoned=False) or self.has_due()):
             return report
         # From a worker thread the staging woke the scheduler, which may take
         # the batch (no reader holds it) before the prune can apply it itself:
         # let that batch land, then report what the sync call would.
         with anyio.CancelScope(shield=True), contextlib.suppress(LogWriteError):
-            await self.quiesce()
+            await self._settle(abandoned=False)
         tombs = self.tombstones
         outcomes = {
             i: Outcome(Status.PRUNED) if i in deferred and i in tombs else o
@@ -518,7 +610,8 @@ class RuntimeBuffer(Buffer):
                     if self.has_due():
                         await self.quiesce()
                     yield
-                    await self.quiesce()
+                    # (batches a cancelled caller abandoned: waited for below, bounded)
+                    await self._settle(abandoned=False)
                 except Exception as exc:
                     # The body's exception (or a LogWriteError of the final quiesce)
                     # is raised again below, outside the task group, so that it is
@@ -530,8 +623,14 @@ class RuntimeBuffer(Buffer):
                     self._stop()
         finally:
             # Outside the task group, so that a timeout is raised as itself; runs
-            # also while a cancellation propagates (and then replaces it).
-            timed_out = None if not durable else await bounded_flush(self, close_timeout)
+            # also while a cancellation propagates (and then replaces it). The
+            # batches still in their worker threads (a cancelled caller's, or
+            # the scheduler's when the cancellation took its wait) land first,
+            # within the same bound, so the block ends with them published.
+            timed_out = None
+            if durable:
+                landing = [b.done for b in self._batches(abandoned=True)]
+                timed_out = await bounded_flush(self, close_timeout, landing)
             if timed_out is not None:
                 if host_error is None:
                     raise timed_out

@@ -5,15 +5,17 @@ the loop only through the backend's non-blocking thread-safe call
 (:func:`threadsafe_caller`), so a thread holding the buffer's write lock
 never waits for the loop; pin ages are read on the loop's own clock
 (:func:`loop_clock`), the one the alarm sleeps on; and the final flush
-(:func:`bounded_flush`) runs in a daemon thread, waited for at most its
-timeout of real time, shielded from cancellation. Reads only public names
+(:func:`bounded_flush`: the removal batches still in their worker threads
+land, then the log is flushed) runs in a daemon thread, waited for at most
+its timeout of real time, shielded from cancellation. Reads only public names
 of the buffer.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 
 import anyio
 
@@ -55,39 +57,64 @@ def loop_clock() -> Callable[[], float]:
     return trio.lowlevel.current_clock().current_time
 
 
-async def bounded_flush(buf: Buffer, timeout: float) -> LogWriteError | None:
-    """The flush of ``buf`` on leaving ``open_buffer``: shielded from the caller's
-    cancellation, but bounded by ``timeout`` seconds of real time. Returns
-    ``None`` once the log is durable (or the sink *failed*: that is
-    ``stats().log_failing``, as for any flush), else the
-    :class:`LogWriteError` to raise, naming the records still pending;
-    they stay pending in memory, and the flush thread (a daemon) still
-    makes them durable if the sink wakes up.
+async def bounded_flush(
+    buf: Buffer, timeout: float, landing: Sequence[threading.Event] = ()
+) -> LogWriteError | None:
+    """The end of leaving ``open_buffer``: wait for the removal batches still
+    in their worker threads (``landing``: each batch's own completion event,
+    set by its thread once the batch is published or refused, whole), then
+    flush ``buf``; shielded from the caller's cancellation, and the whole of
+    it bounded by ``timeout`` seconds of real time. Returns ``None`` once
+    the batches landed and the log is durable (or the sink *failed*: that
+    is ``stats().log_failing``, as for any flush), else the
+    :class:`LogWriteError` to raise, naming the records still pending and
+    the batches not landed; they stay so in memory, and their threads (the
+    flush thread a daemon) still finish them if the sink wakes up.
 
-    The bound is measured by a worker thread waiting on the flush thread,
-    not by the loop's clock: a test clock that jumps while threads run
-    (trio's ``MockClock`` with autojump) cannot cut a healthy flush short.
+    Both waits are on events, in one daemon thread: a batch that lands, a
+    flush that ends wakes it at once (no polling). The bound is measured by
+    a worker thread waiting on that thread, not by the loop's clock: a test
+    clock that jumps while threads run (trio's ``MockClock`` with autojump)
+    cannot cut a healthy batch or flush short, and a virtual clock never
+    makes it wait for real time. Costs one daemon thread and one worker
+    thread, O(len(landing)) besides.
     """
     done = threading.Event()
+    deadline = time.monotonic() + timeout
+    unlanded = [0]
 
-    def flush() -> None:
+    def land_and_flush() -> None:
         try:
+            for i, landed in enumerate(landing):
+                if not landed.wait(max(0.0, deadline - time.monotonic())):
+                    unlanded[0] = len(landing) - i
+                    # (a hung sink: still flushes, the loop has stopped waiting)
+                    break
             buf.flush()
         except LogWriteError:
             pass  # stats().log_failing tells; the records stay pending
         finally:
             done.set()
 
-    threading.Thread(target=flush, name="quiesce-final-flush", daemon=True).start()
+    threading.Thread(target=land_and_flush, name="quiesce-final-flush", daemon=True).start()
     with anyio.CancelScope(shield=True):
         finished = await anyio.to_thread.run_sync(done.wait, timeout, abandon_on_cancel=True)
     pending = buf.pending_records
-    if finished or not pending:
+    batches = sum(1 for landed in landing if not landed.is_set())
+    if finished and not unlanded[0]:
+        return None
+    if not pending and not batches:
         return None
     total = len(buf.log)
+    what = []
+    if pending:
+        what.append(
+            f"{pending} record(s) still pending (seq {total - pending}..{total - 1}), not durable"
+        )
+    if batches:
+        what.append(f"{batches} removal batch(es) still in their worker thread, not published")
     return LogWriteError(
         f"the log sink did not finish the final flush within close_timeout="
-        f"{timeout:g}s: {pending} record(s) still pending "
-        f"(seq {total - pending}..{total - 1}), not durable",
+        f"{timeout:g}s: {'; '.join(what)}",
         pending=pending,
     )

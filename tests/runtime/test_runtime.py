@@ -26,6 +26,7 @@ from quiesce import (
     Status,
     open_buffer,
 )
+from quiesce._runtime import _Batch
 
 pytestmark = pytest.mark.anyio
 
@@ -33,6 +34,12 @@ pytestmark = pytest.mark.anyio
 def step(entry_id: str, *refs: str) -> Entry:
     """A plain, prunable reasoning entry with a body unique to its id."""
     return Entry(entry_id, Kind.REASONING, f"step {entry_id}", refs)
+
+
+async def cancel_when_blocked(scope: anyio.CancelScope) -> None:
+    """Cancel ``scope`` once every task is blocked."""
+    await anyio.wait_all_tasks_blocked()
+    scope.cancel()
 
 
 def removal_records(buf: RuntimeBuffer) -> list[LogRecord]:
@@ -362,6 +369,141 @@ class TestCancellation:
         assert buf.staged() == {}
         assert [set(r.ids) for r in removal_records(buf)] == [{"a", "b", "c"}]
         assert [r.seq for r in sink.records] == list(range(len(buf.log)))
+        buf._check(expect_no_pins=True)
+
+    async def test_quiesce_waits_for_a_batch_whose_caller_was_cancelled(self) -> None:
+        """A ``quiesce()`` cancelled while its batch is being written abandons
+        the wait, not the batch (its worker thread goes on). The next
+        ``quiesce()`` waits, on the batch's own event, until that batch is
+        published, so it never returns with the removal neither staged-and-due
+        nor applied (before, it returned at once and leaving ``open_buffer``
+        could leave the removal staged behind it). The runtime's hooks are
+        attached (``_start``) but no scheduler task runs, so the cancelled
+        call certainly owns the batch."""
+        sink = GatedSink()
+        buf = RuntimeBuffer(log=sink)
+        buf._start()
+        buf.append(step("a"))
+        buf.flush()
+        with buf.snapshot():
+            buf.prune(["a"], reason="stale")
+        assert buf.has_due()
+        sink.gate = threading.Event()
+        version = buf.version
+        async with anyio.create_task_group() as tg:
+
+            async def first() -> None:
+                with anyio.CancelScope() as inner:
+                    tg.start_soon(cancel_when_entered, inner)
+                    await buf.quiesce()
+
+            async def cancel_when_entered(inner: anyio.CancelScope) -> None:
+                await anyio.to_thread.run_sync(sink.entered.wait)
+                inner.cancel()
+
+            tg.start_soon(first)
+        assert buf.version == version  # the batch is still held at the gate
+        assert not buf.has_due()  # ...off the staged queue, not published
+        second_done = anyio.Event()
+
+        async def second() -> None:
+            await buf.quiesce()
+            second_done.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(second)
+            await anyio.wait_all_tasks_blocked()
+            assert not second_done.is_set(), "quiesce() returned before the batch landed"
+            sink.gate.set()
+        assert buf.version == version + 1
+        assert set(buf.tombstones) == {"a"}
+        assert buf.staged() == {}
+        buf._stop()
+        buf._check(expect_no_pins=True)
+
+    async def test_a_batch_cancelled_before_its_thread_started_is_dropped(self) -> None:
+        """A ``quiesce()`` cancelled while its batch still waits for a worker
+        thread (here: the thread limiter is full) drops the batch: no thread
+        ever applies it, nothing waits for it, and its removal stays staged
+        and due, so the next ``quiesce()`` applies it at once. (The reverted
+        fix waited for such a batch to land, which it never does: leaving
+        ``open_buffer`` sat out ``close_timeout`` of real time each time.)"""
+        sink = GatedSink()
+        buf = RuntimeBuffer(log=sink)
+        buf._start()
+        buf.append(step("a"))
+        buf.flush()
+        with buf.snapshot():
+            buf.prune(["a"], reason="stale")
+        limiter = anyio.to_thread.current_default_thread_limiter()
+        tokens = limiter.total_tokens
+        hold = threading.Event()
+
+        try:
+            limiter.total_tokens = 1
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(anyio.to_thread.run_sync, hold.wait)
+                try:
+                    await anyio.wait_all_tasks_blocked()  # (it holds the one token)
+                    with anyio.CancelScope() as scope:
+                        tg.start_soon(cancel_when_blocked, scope)
+                        await buf.quiesce()  # waits for the limiter, then is cancelled
+                    assert scope.cancelled_caught
+                    assert buf._batches(abandoned=True) == []  # dropped, not waited for
+                    assert buf.has_due() and set(buf.staged()) == {"a"}
+                    assert sink.entered.is_set() is False
+                finally:
+                    hold.set()
+        finally:
+            hold.set()
+            limiter.total_tokens = tokens
+        await buf.quiesce()
+        assert set(buf.tombstones) == {"a"} and buf.staged() == {}
+        buf._stop()
+        buf._check(expect_no_pins=True)
+
+    async def test_a_batch_claimed_or_dropped_never_both(self) -> None:
+        """``_Batch``: a drop after the thread claimed the batch leaves it to
+        the thread (it settles when applied); a drop first makes the thread
+        apply nothing. Either way it is settled exactly once."""
+        applied: list[int] = []
+
+        def apply() -> tuple[str, ...]:
+            applied.append(1)
+            return ("x",)
+
+        ran = _Batch(lambda fn: fn())
+        assert ran.run(apply) == ("x",) and ran.settled and ran.landed.is_set()
+        assert ran.drop() is False and applied == [1]
+        dropped = _Batch(lambda fn: fn())
+        assert dropped.drop() is True and dropped.settled and dropped.landed.is_set()
+        assert dropped.run(apply) == () and applied == [1]
+
+    async def test_a_hung_abandoned_batch_bounds_exit_and_lands_later(self) -> None:
+        """Leaving ``open_buffer`` by a cancellation while the scheduler's
+        batch is held by a hung sink waits for it at most ``close_timeout``
+        (with the final flush), then raises :class:`LogWriteError` naming the
+        batch and the records pending; the batch's thread goes on and
+        publishes it whole once the sink answers."""
+        sink = GatedSink()
+        with anyio.CancelScope() as outer:
+            with pytest.raises(LogWriteError, match=r"1 removal batch\(es\) still in their"):
+                async with open_buffer(
+                    log=sink, flush_interval=3600, max_pin_age=None, close_timeout=0.2
+                ) as buf:
+                    buf.append(step("a"))
+                    await buf.aflush()
+                    with buf.snapshot():
+                        buf.prune(["a"], reason="stale")
+                        sink.gate = threading.Event()
+                    await anyio.to_thread.run_sync(sink.entered.wait)
+                    outer.cancel()
+                    await anyio.sleep_forever()
+        assert "a" not in buf.tombstones  # never published without its tombstone
+        (batch,) = buf._batches(abandoned=True)
+        sink.gate.set()
+        await anyio.to_thread.run_sync(batch.done.wait)
+        assert set(buf.tombstones) == {"a"} and buf.staged() == {}
         buf._check(expect_no_pins=True)
 
     async def test_a_failing_log_publishes_nothing_and_keeps_removals_staged(self) -> None:
