@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 
@@ -211,3 +212,170 @@ class TestMarkRuns:
                     assert {i for i in "abcd" if s3.is_stale(i)} == {"a", "b", "c"}
                     assert {i for i in "abcd" if s1.is_stale(i)} == {"a"}
                     assert {i for i in "abcd" if s0.is_stale(i)} == set()
+
+
+class TestMarkRunCost:
+    """The lazy marks maps' work, counted in marks set (not timed): a version
+    of a run reads its map at a bounded cost, whatever the run's length and
+    the order its readers come in (the layout reverted in 8429d44 rebuilt
+    an old version's map from the run's base: O(run) per read)."""
+
+    R = 4_000  #: marks in the run
+    EVERY = 40  #: a pin every EVERY marks
+
+    @staticmethod
+    def _counting(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+        from quiesce._core import version
+
+        sets = [0]
+        apply = version._apply
+
+        def counted(m: Any, marks: list[Mark]) -> Any:
+            sets[0] += len(marks)
+            return apply(m, marks)
+
+        monkeypatch.setattr(version, "_apply", counted)
+        return sets
+
+    def _pinned_run(self, sets: list[int]) -> tuple[Buffer, list[tuple[Any, int]], list[str]]:
+        buf = Buffer()
+        ids = [f"run-e{i}" for i in range(self.R)]
+        buf.extend([reasoning(i) for i in ids])
+        assert len(buf._st.head.marks) == 0  # the run's base, built
+        pins: list[tuple[Any, int]] = []  # (snapshot, marks up to its version)
+        for n, i in enumerate(ids):
+            buf.mark_stale(i, f"r{n}")
+            if n % self.EVERY == self.EVERY - 1:
+                snap = buf.snapshot()
+                snap.__enter__()
+                pins.append((snap, n + 1))
+        assert sets[0] == 0, "mark_stale and pinning do no map work"
+        return buf, pins, ids
+
+    @pytest.mark.parametrize("order", ["newest first", "oldest first", "shuffled"])
+    def test_reading_every_pinned_version_costs_the_run_plus_seg_per_read(
+        self, monkeypatch: pytest.MonkeyPatch, order: str
+    ) -> None:
+        import random
+
+        from quiesce._core.version import SEG
+
+        sets = self._counting(monkeypatch)
+        buf, pins, ids = self._pinned_run(sets)
+        reads = list(range(len(pins)))
+        if order == "newest first":
+            reads.reverse()
+        elif order == "shuffled":
+            random.Random(3).shuffle(reads)
+        try:
+            for k in reads:
+                snap, upto = pins[k]
+                marks = snap.marks
+                assert len(marks) == upto
+                assert ids[upto - 1] in marks and (upto == len(ids) or ids[upto] not in marks)
+                assert snap.mark(ids[upto - 1]).reason == f"r{upto - 1}"
+            bound = self.R + SEG * len(pins)
+            # the reverted layout: about R / 2 per read, 100x this bound here
+            assert sets[0] <= bound, (sets[0], bound)
+            # read again, in reverse: the maps are built, nothing is set
+            done = sets[0]
+            for k in reversed(reads):
+                snap, upto = pins[k]
+                assert len(snap.marks) == upto
+            assert sets[0] == done
+            # the head: its segment's start and its prefix
+            assert len(buf._st.head.marks) == self.R
+            assert sets[0] <= done + 2 * SEG
+        finally:
+            for snap, _ in pins:
+                snap.__exit__(None, None, None)
+        buf._check(expect_no_pins=True)
+
+    def test_the_head_read_after_every_mark_costs_one_set_per_mark(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        sets = self._counting(monkeypatch)
+        buf = Buffer()
+        ids = [f"run-h{i}" for i in range(500)]
+        buf.extend([reasoning(i) for i in ids])
+        for n, i in enumerate(ids):
+            buf.mark_stale(i, "r")
+            with buf.snapshot() as snap:
+                assert snap.is_stale(i)
+                assert len(snap.marks) == n + 1
+        assert sets[0] == len(ids)
+
+    def test_released_segments_are_dropped(self) -> None:
+        """Memory: once no pin holds an old version and the head's map is
+        built, the run's older segments (their marks and maps) are garbage."""
+        import gc
+
+        from quiesce._core.version import SEG, MarkSeg
+
+        buf, pins, _ids = self._pinned_run([0])
+        for snap, _ in pins:
+            snap.__exit__(None, None, None)
+        pins.clear()
+        _ = buf._st.head.marks
+        gc.collect()
+
+        def alive() -> int:
+            return sum(
+                1
+                for o in gc.get_objects()
+                if type(o) is MarkSeg and o.marks and o.marks[0].id.startswith("run-e")
+            )
+
+        assert self.R // SEG > 10
+        assert alive() <= 2
+        buf._check(expect_no_pins=True)
+
+    def test_worker_threads_read_pinned_versions_while_the_head_marks(self) -> None:
+        """Builds race (worker threads read pinned versions as the head
+        appends to the same segments): every read sees exactly its marks."""
+        import random
+
+        buf = Buffer()
+        ids = [f"run-t{i}" for i in range(3_000)]
+        buf.extend([reasoning(i) for i in ids])
+        pins: list[tuple[Any, int]] = []
+        for n, i in enumerate(ids[:1_500]):
+            buf.mark_stale(i, f"r{n}")
+            if n % 7 == 0:
+                snap = buf.snapshot()
+                snap.__enter__()
+                pins.append((snap, n + 1))
+        errors: list[BaseException] = []
+        start = threading.Barrier(4)
+
+        def reader(seed: int) -> None:
+            try:
+                order = list(range(len(pins)))
+                random.Random(seed).shuffle(order)
+                start.wait()
+                for k in order:
+                    snap, upto = pins[k]
+                    assert snap.is_stale(ids[upto - 1]), k
+                    assert not snap.is_stale(ids[upto]), k
+                    assert len(snap.marks) == upto, k
+            except BaseException as e:  # pragma: no cover - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=reader, args=(s,)) for s in range(3)]
+        for t in threads:
+            t.start()
+        start.wait()
+        for n, i in enumerate(ids[1_500:], 1_500):
+            buf.mark_stale(i, f"r{n}")
+        for t in threads:
+            t.join()
+        try:
+            assert not errors, errors[0]
+            for snap, upto in pins:
+                assert dict(snap.marks) == {
+                    i: buf._st.head.marks[i] for i in ids[:upto]
+                }
+        finally:
+            for snap, _ in pins:
+                snap.__exit__(None, None, None)
+        buf._check(expect_no_pins=True)

@@ -87,8 +87,8 @@ from .stream import Streams, StreamWriter
 from .verify import verify_buffer
 from .version import ADD as _ADD
 from .version import EMPTY_MAP, Slot, Version
-from .version import MAX_CHAIN as _MAX_CHAIN
-from .version import SAME as _SAME
+from .version import SEG as _SEG
+from .version import next_seg as _next_seg
 from .wire import append_record
 
 __all__ = ["Buffer", "Snapshot"]
@@ -397,8 +397,11 @@ class Buffer:
     def mark_stale(self, entry_id: str, reason: str, *, turn: int | None = None) -> Mark:
         """Mark an entry stale: the sync fast path (seed 000's safe operation).
 
-        Never awaits, never waits for readers, the barrier or a disk; O(log n)
-        (one persistent-map ``set``), plus folding the ids appended since the
+        Never awaits, never waits for readers, the barrier or a disk; O(1):
+        no persistent-map work (the mark joins the head's run of marks; the
+        new version's marks map is built when first read, at most
+        :data:`.version.SEG` sets plus its segment's once-only start:
+        :class:`.version.MarkSeg`), plus folding the ids appended since the
         last mark into the markable index (amortized O(1) per append; a set
         update, no persistent-map work). Idempotent: the first mark stands and is
         returned again. Raises :class:`ProtectedEntry` for ``CONSTRAINT`` and
@@ -419,7 +422,6 @@ class Buffer:
         held = True
         try:
             head = st.head
-            marks = head.marks
             unmarked = st.unmarked
             try:
                 unmarked.remove(entry_id)
@@ -441,30 +443,39 @@ class Buffer:
             records.append((entry_id, reason, turn, n, _wall_clock()))  # log.mark_record
             if list.__len__(records) > st.trim_above:  # (held in memory)
                 self._pub.trim_log()
-            # Version.with_marks, written out.
+            # The new version, written out: its marks map is left unset (built
+            # on first read, Version.__getattr__); the mark joins the head's
+            # segment of its run of marks (version.py, "Runs of marks").
             new = _new_object(Version)
+            seg = head._mseg
+            if seg is None or (k := head._mk) >= _SEG or k != list.__len__(seg.marks):
+                seg = _next_seg(head)
+            seg_marks = seg.marks
+            seg_marks.append(mark)
+            new._mseg = seg
+            new._mk = list.__len__(seg_marks)
             new.number = n
             new.live = head.live
-            new.marks = marks.set(entry_id, mark)
             new.tombs = head.tombs
             new.referrers = head.referrers
             new.next_key = head.next_key
             new._entries = head._entries  # marks change neither order nor content
+            # The order is the head's: share its view, or its derivation (base
+            # and delta), so a run of marks never lengthens a view chain.
             new._view = view = head._view
-            # Version.derive(head, SAME), written out. Every slot is set, so
-            # the next mark reads them without an AttributeError (~0.6 µs).
-            new._base = None
-            new._delta = None
-            new._depth = 0
             if view is None:
                 try:
-                    chained = head._base is not None and head._depth < _MAX_CHAIN
-                except AttributeError:  # a version made without a chain
-                    chained = False
-                if chained:
-                    new._base = head
-                    new._delta = _SAME_DELTA
-                    new._depth = head._depth + 1
+                    new._base = head._base
+                    new._delta = head._delta
+                    new._depth = head._depth
+                except AttributeError:  # a version made without a chain: sorts
+                    new._base = None
+                    new._delta = None
+                    new._depth = 0
+            else:
+                new._base = None
+                new._delta = None
+                new._depth = 0
             st.head = new
             return mark
         finally:
@@ -656,8 +667,6 @@ class Buffer:
 # here and a change to them fails at import instead of building short tuples.
 _new_tuple: Callable[..., Any] = tuple.__new__
 _wall_clock = time.time
-#: the order change of a mark (Version.derive): none
-_SAME_DELTA = (_SAME, None)
 _FAST_PATH_FIELDS: dict[Any, str] = {
     Mark: "id reason turn version",
     Slot: "entry key changed",

@@ -11,7 +11,10 @@ Layout, chosen so that the hottest write (a mark) touches the fewest maps:
   Window order is the order of the slots' keys (floats: appends take
   ``next_key``; a move or a summary takes the midpoint of its neighbours, and
   the keys are renumbered in the rare case the gap is exhausted).
-* ``marks``: id → :class:`Mark`, for live entries only.
+* ``marks``: id → :class:`Mark`, for live entries only. A version published
+  by the mark fast path leaves it unset: it holds its place in a run of
+  marks (:class:`MarkSeg`) and builds the map on first read (see
+  :meth:`Version.__getattr__` and "Runs of marks" below).
 * ``tombs``: the :class:`~.tombs.Tombs` of this version: a prefix of the
   buffer's compact, append-only tombstone store (by id, content hash, key).
 * ``referrers``: target id → Map of live ids that cite it; makes "is this
@@ -35,6 +38,23 @@ bounded (:data:`MAX_CHAIN` versions; a longer one, or a change that
 reorders wholesale, sorts again), and a
 version drops its parent link once its view is built, so old versions are
 never kept alive for long by their children.
+
+Runs of marks (issue 24). ``mark_stale`` does no persistent-map work: the
+mark is appended to the head's :class:`MarkSeg`, a segment of at most
+:data:`SEG` marks of a run (consecutive marks with no other write between
+them), and the new version records the segment and how many of its marks it
+holds. A segment's ``start`` map (the marks before its first mark) is built
+once, from the segment before it, when first needed, and a version's map
+from its segment's ``start`` or the highest prefix of the segment built so
+far: reading any version costs at most :data:`SEG` sets (one mutation) plus,
+once per segment, the :data:`SEG` sets that build a start no read had built
+yet. So reading versions of a run of ``R`` marks in *any* order costs at
+most ``R + SEG * reads`` sets in all (eager maps: ``R`` persistent sets on
+the write path), never ``R`` per read. Segments are chained backwards only
+until their start is built; a built segment is dropped with the last
+version that refers to it, so memory is the live versions' segments (their
+marks and at most two maps each, structure-shared with every other version)
+plus the marks of an unread chain.
 """
 
 from __future__ import annotations
@@ -42,7 +62,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterator, Set
 from itertools import chain
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from immutables import Map
 
@@ -57,6 +77,8 @@ __all__ = [
     "MAX_CHAIN",
     "PATCH_MAX",
     "REPLACE",
+    "SEG",
+    "MarkSeg",
     "Slot",
     "Tombs",
     "Version",
@@ -86,6 +108,109 @@ PATCH_MAX = 32
 
 EMPTY_MAP: Map[str, None] = Map()
 
+#: Marks per :class:`MarkSeg`: the most sets (one mutation) that building a
+#: version's marks map costs beyond building its segment's start once.
+SEG = 32
+
+
+class MarkSeg:
+    """A segment of a run of marks published one by one by the mark fast
+    path. Version ``k`` of the segment (``Version._mk == k``) holds
+    ``start`` with ``marks[:k]`` set.
+
+    Invariants: ``marks`` is append-only, at most :data:`SEG` long, its ids
+    distinct and not in ``start``, and only the segment's last version
+    appends (under the buffer's write lock), so a reader of any version
+    reads a fixed prefix while the head appends (no lock). ``start`` is the
+    marks map before the first mark, or ``None`` until built; then ``prev``
+    is the segment before (full, :data:`SEG` marks), and ``start`` is
+    ``prev``'s start with all its marks set. ``start`` is set before
+    ``prev`` is cleared, so ``start is None and prev is None`` never holds.
+    ``built`` is ``(k, start + marks[:k])`` for the highest ``k`` built so
+    far (``(0, None)`` while ``start`` is unbuilt); each store is one
+    atomic assignment of a correct value, so racing builders (worker
+    threads read pinned versions) can only both be right. Every build is a
+    pure function of immutable maps and a fixed prefix of ``marks``: two
+    threads building the same version get equal maps."""
+
+    __slots__ = ("built", "marks", "prev", "start")
+
+    def __init__(self, start: Map[str, Mark] | None, prev: MarkSeg | None) -> None:
+        self.start = start
+        self.prev = prev
+        self.marks: list[Mark] = []
+        self.built: tuple[int, Map[str, Mark] | None] = (0, start)
+
+    def prefix(self, k: int) -> Map[str, Mark]:
+        """``start`` with ``marks[:k]`` set: at most :data:`SEG` sets (from
+        the highest built prefix at or below ``k``, else from ``start``),
+        plus :meth:`start_map`'s once-per-segment cost. Cached in ``built``
+        when ``k`` is the highest so far."""
+        bk, m = self.built
+        if bk > k or m is None:
+            bk, m = 0, self.start_map()
+        if bk == k:
+            return m
+        m = _apply(m, self.marks[bk:k])
+        if k > self.built[0]:
+            self.built = (k, m)  # one store: a racing reader sees old or new
+        return m
+
+    def start_map(self) -> Map[str, Mark]:
+        """``start``, built if need be: walks back to the nearest segment
+        whose start is built, then builds each start after it in turn from
+        its predecessor's full prefix (at most :data:`SEG` sets each, none
+        if a read built that prefix), storing it and dropping the link back.
+        A segment's start is built at most once (twice if two threads race),
+        so over any reads the walks cost O(segments) and the sets at most
+        the run's length."""
+        m = self.start
+        if m is not None:
+            return m
+        chain: list[MarkSeg] = []
+        s = self
+        while True:
+            m = s.start
+            if m is not None:
+                break
+            p = s.prev
+            if p is None:  # built by another thread since: start is set
+                m = s.start
+                assert m is not None
+                break
+            chain.append(s)
+            s = p
+        for t in reversed(chain):  # t.prev is s
+            m = s.prefix(list.__len__(s.marks))
+            t.start = m  # start first, then the link: see the invariants
+            t.prev = None
+            s = t
+        return m
+
+
+def _apply(m: Map[str, Mark], marks: list[Mark]) -> Map[str, Mark]:
+    """``m`` with ``marks`` set: one ``set`` for one mark, else one mutation
+    (cheaper per set than separate ``set`` calls). O(len(marks) log n)."""
+    if list.__len__(marks) == 1:
+        mark = marks[0]
+        return m.set(mark.id, mark)
+    mut = m.mutate()
+    for mark in marks:
+        mut[mark.id] = mark
+    return mut.finish()
+
+
+def next_seg(head: Version) -> MarkSeg:
+    """The segment a mark made on ``head`` joins when it cannot join
+    ``head``'s own (the mark fast path's check: ``head`` in no run, not its
+    segment's last version, or its segment full): a new segment chained to a
+    full one ``head`` ends, else a new run based on ``head``'s marks (read,
+    so built if ``head`` is a run's version). O(1) but for that read."""
+    seg = head._mseg
+    if seg is not None and head._mk == list.__len__(seg.marks) == SEG:
+        return MarkSeg(None, seg)
+    return MarkSeg(head.marks, None)
+
 
 class Slot(NamedTuple):
     """A live entry in a version: the entry, its order key, its last change."""
@@ -103,6 +228,8 @@ class Version:
         "_delta",
         "_depth",
         "_entries",
+        "_mk",
+        "_mseg",
         "_view",
         "live",
         "marks",
@@ -123,6 +250,8 @@ class Version:
     _base: Version | None  #: the version this one's view is derived from
     _delta: tuple[Any, ...] | None  #: (kind, payload): the change from _base
     _depth: int  #: uncached versions on the chain down to a cached one
+    _mseg: MarkSeg | None  #: the run segment this version's marks end in
+    _mk: int  #: how many of _mseg's marks this version holds (set with _mseg)
 
     def __init__(
         self,
@@ -144,6 +273,26 @@ class Version:
         self._base = None
         self._delta = None
         self._depth = 0
+        self._mseg = None
+
+    if not TYPE_CHECKING:  # (so mypy still checks every other attribute)
+
+        def __getattr__(self, name: str) -> Any:
+            """Called only for a slot left unset. ``marks`` of a version of a
+            run of marks (:class:`MarkSeg`): built on first read,
+            ``self._mseg.prefix(self._mk)``, and stored in the slot, so every
+            later read is a plain slot read (the pin and read paths pay
+            nothing for the laziness). ``_mseg`` of a version made without
+            one is ``None`` (in no run)."""
+            if name == "marks":
+                seg = self._mseg
+                if seg is not None:
+                    marks = seg.prefix(self._mk)
+                    self.marks = marks  # one store: racing builders agree
+                    return marks
+            elif name == "_mseg":
+                return None
+            raise AttributeError(name)
 
     def derive(self, base: Version, kind: int, payload: Any = None) -> None:
         """Record that this (new, unpublished) version's order is ``base``'s
@@ -182,6 +331,7 @@ class Version:
         new._base = None
         new._delta = None
         new._depth = 0
+        new._mseg = None
         if view is None:
             new.derive(self, SAME)
         return new
