@@ -6,18 +6,24 @@ the oldest pin this registry reports is never newer than a pinned reader's
 version (the grace scheduler's horizon, :mod:`.grace`, rests on it).
 
 Protocol. A pin is one entry in the set of readers of its version
-(the state's ``pins``: version number -> dict of snapshots) plus, for the first pin of
-a version, its number at the right end of ``pin_order``, a deque whose front
-is the oldest pinned version. Pin and unpin take no lock (they are the
-readers' fast path): under the GIL each step is one atomic C-level operation
-(``dict.setdefault``, a dict store or delete, a deque append), and a pin is
-*validated* like a hazard pointer — register in the head's set, then re-read
-the head; if it moved, withdraw and retry.
+(the state's ``pins``: version number -> dict of snapshots); each set's
+number is in ``pin_order``, a deque whose front is the oldest pinned
+version. Pin and unpin take no lock (they are the readers' fast path):
+under the GIL each step is one atomic C-level operation (``dict.get``, a
+dict store or delete, a deque append), and a pin is *validated* like a
+hazard pointer — register in the head's set, then re-read the head; if it
+moved, withdraw and retry. The first pin of a version
+(:meth:`PinRegistry.pin_slow`) appends its number at the right end of the
+order (unless it is there already) *before* it makes the set; every other
+pin finds the set and only registers and validates.
 
 Correctness. (1) A successful pin was registered while its version was still
 the head: a writer that publishes after it, and later asks for the oldest
 pin, sees it (the writer's new head is stored after the registration it
-must see, and the walk reads the sets after the head). Two rules make the
+must see, and the walk reads the sets after the head); and its number is in
+the order then: the set it found was made after the number was appended,
+and a number leaves the order only once it is not the head (rule 3), which
+the pin's validation would have seen. Two rules make the
 unlocked cleanup safe, both resting on the head number only growing: (2) an
 empty set is deleted only by someone who first saw that its version is no
 longer the head (no pin there can succeed any more) and *then* saw it
@@ -66,7 +72,7 @@ __all__ = ["PinRegistry", "Snapshot", "reader_of"]
 _NOT_ENTERED: Any = object()
 _new_object = object.__new__
 _get_ident = threading.get_ident
-_thread_loops = _tasks._thread_loops
+_loop_cache = _tasks._loop_cache
 _current_task_of = _tasks.current_task_of
 _active_threads = _tasks._active_threads
 _task_name = _tasks.task_name
@@ -111,58 +117,52 @@ class Snapshot:
             raise SnapshotReleased("a snapshot is pinned once; take a new buffer.snapshot()")
         # The task probe (tasks.current_task), its cached asyncio case and
         # its trio case inline.
-        ident = _get_ident()
-        ref = _thread_loops.get(ident)
+        cached = _loop_cache.loop
         task = None
-        if ref is not None:
+        if cached is not None:
+            ref, ident, task_of = cached
             loop = ref()
             if loop is not None and loop._thread_id == ident:
-                task = _tasks._aio_task_of(loop)  # type: ignore[misc]
-        elif (trio_context := _tasks._trio_context) is not None:
-            # No asyncio loop cached for this thread. A trio task step running
-            # here is the answer (no asyncio task can be current in the same
-            # step: trio's guest mode runs its steps in asyncio callbacks);
-            # asked first, it saves asking asyncio for a running loop (a
-            # getpid() system call). Otherwise, if no asyncio loop runs, the
-            # thread (from threading's table; current_task_of otherwise).
-            task = trio_context.__dict__.get("task")
+                task = task_of(loop)
             if task is None:
-                running = _tasks._aio_running_loop
-                if running is not None and running() is None:
-                    task = _active_threads.get(ident)
-        if task is None:
-            task = _current_task_of(ident, ref)
+                task = _current_task_of(ident, ref)
+        else:
+            ident = _get_ident()
+            if (trio_context := _tasks._trio_context) is not None:
+                # No asyncio loop cached for this thread. A trio task step
+                # running here is the answer (no asyncio task can be current
+                # in the same step: trio's guest mode runs its steps in
+                # asyncio callbacks); asked first, it saves asking asyncio for
+                # a running loop (a getpid() system call). Otherwise, if no
+                # asyncio loop runs, the thread (from threading's table;
+                # current_task_of otherwise).
+                task = trio_context.__dict__.get("task")
+                if task is None:
+                    running = _tasks._aio_running_loop
+                    if running is not None and running() is None:
+                        task = _active_threads.get(ident)
+            if task is None:
+                task = _current_task_of(ident, None)
         self._task = task
         reg = self._registry
         st = reg.st
         self._since = st.clock()
-        pins = st.pins
-        order = st.pin_order
-        while True:
-            v = st.head
-            n = v.number
-            readers = pins.get(n)
-            if readers is None:
-                readers = pins.setdefault(n, {})
+        v = st.head
+        readers = st.pins.get(v.number)
+        if readers is not None:
+            # The head's set exists, so its number is in the pin order (the
+            # set is made after that, and the number leaves the order only
+            # once it is not the head): register, then re-read the head.
             readers[self] = None
-            # Registered before the order is consulted, and both before the
-            # head is re-read: see "Pins" in the module docstring.
-            try:
-                last = order[-1] if order else None  # (raising costs ~1 µs)
-            except IndexError:  # emptied by a walker in another thread meanwhile
-                last = None
-            if last != n:
-                order.append(n)
-                if last is not None:  # (an empty order has nothing to free)
-                    reg.trim()
             if st.head is v:
-                break
+                self._readers = readers
+                self._version = v
+                return self
             # A write landed meanwhile: withdraw, then pin the new head.
             del readers[self]
             if not readers:
-                reg.last_unpin(n, readers)
-        self._readers = readers
-        self._version = v
+                reg.last_unpin(v.number, readers)
+        reg.pin_slow(self)
         return self
 
     def __exit__(
@@ -359,6 +359,45 @@ class PinRegistry:
             ]
         )
         return infos, {r[1] for r in infos}, oldest
+
+    def pin_slow(self, snap: Snapshot) -> None:
+        """Pin ``snap`` (its task already set) to the head, the way that also
+        makes the head's reader set: :meth:`Snapshot.__enter__` found no set
+        for the head, or its validation failed. The number goes to the right
+        end of the order (unless it is there already) *before* the set is
+        made, so a reader that finds the set finds the number in the order;
+        then register, then re-read the head; retry while a write lands in
+        between (each retry sees a newer head). O(1) amortized; never waits
+        (appending behind an older number walks the order if no other walker
+        is at it: :meth:`trim`)."""
+        st = self.st
+        pins = st.pins
+        order = st.pin_order
+        while True:
+            v = st.head
+            n = v.number
+            readers = pins.get(n)
+            if readers is None:
+                try:
+                    last = order[-1] if order else None  # (raising costs ~1 µs)
+                except IndexError:  # emptied by a walker in another thread meanwhile
+                    last = None
+                if last != n:
+                    order.append(n)
+                    if last is not None:  # (an empty order has nothing to free)
+                        self.trim()
+                readers = pins.setdefault(n, {})
+            readers[snap] = None
+            # In the order and registered, both before the head is re-read:
+            # see "Pins" in the module docstring.
+            if st.head is v:
+                snap._readers = readers
+                snap._version = v
+                return
+            # A write landed meanwhile: withdraw, then pin the new head.
+            del readers[snap]
+            if not readers:
+                self.last_unpin(n, readers)
 
     def last_unpin(self, n: int, readers: dict[Snapshot, None]) -> None:
         """The last reader of version ``n`` left (``readers``: the set it
