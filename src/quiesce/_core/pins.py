@@ -45,6 +45,21 @@ the earliest staged removal is now due (the grace queue's horizon, a hook
 what a signal does (apply inline, or wake the runtime's scheduler) is
 :mod:`.grace`'s business.
 
+Reader ages. A pin reads no clock (a clock call was ~10% of a pin). It
+copies the registry's open :class:`PinEpoch` (one attribute read); each
+pass over the readers — ``stats()`` (:meth:`PinRegistry.reader_infos`) and
+the reader-age alarm (:meth:`PinRegistry.stuck_readers`) — first closes the
+open epoch under ``pin_lock``: stamps it with the pass's ``now`` and opens a
+new one (:meth:`PinRegistry.close_epoch_locked`, O(1) whatever the number of
+readers). So a reader's pin time is the time of the first pass after it
+pinned: its age is a lower bound, short by at most the time between two
+passes (the runtime's alarm passes every ``max_pin_age / 2``, so a stuck
+reader is escalated at most one such interval later than an exact pin time
+would have it), never longer than the truth (the alarm never fires early). Until the
+first pass its pin time is unknown (``reader_of`` gives ``None``; its age in
+``stats()`` is 0). A snapshot whose reads are guarded by its pin time
+(:class:`~.replication.GuardedSnapshot`) reads the clock itself.
+
 Cancellation. Nothing here awaits. ``Snapshot.__exit__`` unpins with plain
 synchronous code, so a cancelled reader always releases its pin.
 
@@ -66,7 +81,7 @@ from .records import Mark, ReaderInfo, Tombstone
 from .state import BufferState
 from .version import Version
 
-__all__ = ["PinRegistry", "Snapshot", "reader_of"]
+__all__ = ["PinEpoch", "PinRegistry", "Snapshot", "reader_of"]
 
 
 _NOT_ENTERED: Any = object()
@@ -79,6 +94,18 @@ _task_name = _tasks.task_name
 _tuple_new = tuple.__new__
 
 
+class PinEpoch:
+    """The pin time of the readers that pinned between two passes (see
+    "Reader ages" in the module docstring): ``at`` is ``None`` while the
+    epoch is open (the registry's current one, which pins copy), then the
+    clock reading of the pass that closed it, set once."""
+
+    __slots__ = ("at",)
+
+    def __init__(self) -> None:
+        self.at: float | None = None
+
+
 class Snapshot:
     """A reader's pinned view of one version.
 
@@ -89,19 +116,21 @@ class Snapshot:
     use raises :class:`SnapshotReleased`. A snapshot is pinned at most once.
     """
 
-    __slots__ = ("__weakref__", "_readers", "_registry", "_since", "_task", "_version")
+    __slots__ = ("__weakref__", "_epoch", "_readers", "_registry", "_task", "_version")
 
-    _since: float
+    _epoch: PinEpoch
     _readers: dict[Snapshot, None]
+    _registry: PinRegistry
+    _version: Version | None
+    _task: object
 
-    def __init__(self, registry: PinRegistry) -> None:
-        # Buffer.snapshot() builds snapshots without this frame (the pin fast
-        # path); both set exactly these three slots. ``_task`` is _NOT_ENTERED
-        # until the one pin, then the pinning task; ``_since`` and
-        # ``_readers`` (the set this snapshot is registered in) are set at pin.
-        self._registry = registry
-        self._version: Version | None = None
-        self._task: object = _NOT_ENTERED
+    # No __init__: Buffer.snapshot() builds a snapshot with a C-level type
+    # call (``Snapshot()``, cheaper than ``object.__new__(Snapshot)`` or a
+    # Python __init__ frame) and sets exactly three slots: ``_registry``,
+    # ``_version`` (None) and ``_task`` (_NOT_ENTERED until the one pin, then
+    # the pinning task). ``_epoch`` (the pin time, stamped lazily: see
+    # "Reader ages" in the module docstring) and ``_readers`` (the set this
+    # snapshot is registered in) are set at pin.
 
     # Pin and unpin are the readers' fast path (a goal: <= 0.2x an aiorwlock
     # reader acquire + release), so they are written out here rather than
@@ -143,10 +172,12 @@ class Snapshot:
                         task = _active_threads.get(ident)
             if task is None:
                 task = _current_task_of(ident, None)
-        self._task = task
         reg = self._registry
+        # The pin time: the open epoch, which the next pass stamps (no clock
+        # read here). Set before the task, which reader_of tests first.
+        self._epoch = reg.epoch
+        self._task = task
         st = reg.st
-        self._since = st.clock()
         v = st.head
         readers = st.pins.get(v.number)
         if readers is not None:
@@ -288,13 +319,14 @@ def reader_of(snap: Snapshot) -> tuple[object, Version | None, float | None]:
     """What a reader's registry entry holds: its task (``None`` before it
     pinned), its pinned version (``None`` while pinning, unpinning or
     released) and its pin time on the buffer's clock (``None`` before it
-    pinned). Lock-free: each field is one read, atomic under the GIL (a
+    pinned, and until a pass stamped its epoch: see "Reader ages" in the
+    module docstring). Lock-free: each field is one read, atomic under the GIL (a
     reader pinned at the same moment may show its version ``None``: skip
     it, as the reader-age alarm does). O(1)."""
     task = snap._task
     if task is _NOT_ENTERED:
         return None, None, None
-    return task, snap._version, getattr(snap, "_since", None)
+    return task, snap._version, snap._epoch.at
 
 
 def _missing(v: Version, entry_id: str) -> Exception:
@@ -318,10 +350,12 @@ class PinRegistry:
     ``signal_due`` (a staged removal is due). It never calls up into the
     buffer that holds it."""
 
-    __slots__ = ("horizon", "signal_due", "st")
+    __slots__ = ("epoch", "horizon", "signal_due", "st")
 
     def __init__(self, st: BufferState) -> None:
         self.st = st
+        #: the open epoch: what a pin takes as its pin time (see "Reader ages")
+        self.epoch = PinEpoch()
         #: the grace queue's horizon and due signal (installed by the buffer)
         self.horizon: Callable[[], int | None] = self.oldest_pin
         self.signal_due: Callable[[], None] = _no_signal
@@ -332,6 +366,17 @@ class PinRegistry:
         being validated in another thread may be listed with ``_version``
         ``None``; callers skip those."""
         return [s for readers in list(self.st.pins.values()) for s in list(readers)]
+
+    def close_epoch_locked(self, now: float) -> None:
+        """Stamp the readers pinned since the last pass with ``now``: the
+        open epoch gets ``now`` and a new one opens (call under
+        ``pin_lock``, so two passes never close one epoch twice or lose one).
+        O(1), whatever the number of readers: every reader of the epoch
+        shares its one stamp. A pin that copied the old epoch just before
+        the swap is stamped ``now`` too (it pinned while the pass ran)."""
+        epoch = self.epoch
+        self.epoch = PinEpoch()
+        epoch.at = now
 
     def reader_infos(self, now: float) -> tuple[tuple[ReaderInfo, ...], set[int], int | None]:
         """What ``stats()`` reports of the readers: one :class:`ReaderInfo`
@@ -346,13 +391,22 @@ class PinRegistry:
         name = _task_name
         st = self.st
         with st.pin_lock:
+            self.close_epoch_locked(now)
             oldest = self.oldest_locked()
             snaps = [s for readers in list(st.pins.values()) for s in list(readers)]
+        # A reader whose epoch is still open (it copied the new one after the
+        # swap) pinned after ``now``: age 0.
         infos: tuple[ReaderInfo, ...] = tuple(
             [
                 _tuple_new(
                     ReaderInfo,
-                    (name(s._task), v.number, age if (age := now - s._since) > 0.0 else 0.0),
+                    (
+                        name(s._task),
+                        v.number,
+                        age
+                        if (at := s._epoch.at) is not None and (age := now - at) > 0.0
+                        else 0.0,
+                    ),
                 )
                 for s in snaps
                 if (v := s._version) is not None
@@ -499,6 +553,7 @@ class PinRegistry:
         found: list[Snapshot] = []
         st = self.st
         with st.pin_lock:
+            self.close_epoch_locked(now)  # stamps the readers pinned since the last pass
             self.oldest_locked()  # pops finished versions off the front
             order = st.pin_order
             pins = st.pins
