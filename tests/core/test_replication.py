@@ -232,6 +232,10 @@ class TestChecksAndReaders:
         assert reader_of(snap) == (None, None, None)
         with snap:
             _task, version, since = reader_of(snap)
+            # the pin time is stamped lazily, by the next pass (stats() here)
+            assert version is not None and version.number == 1 and since is None
+            buf.stats()
+            _task, version, since = reader_of(snap)
             assert version is not None and version.number == 1 and since is not None
             with pytest.raises(AssertionError):
                 buf.check_invariants(expect_no_pins=True)

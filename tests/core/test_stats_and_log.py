@@ -25,6 +25,7 @@ from quiesce import (
     Rewrite,
     Stats,
 )
+from quiesce._core.pins import reader_of
 
 
 class FakeClock:
@@ -61,6 +62,30 @@ class TestStats:
         buf.prune(["n"], reason="x")
         assert s.refusals[Refusal.PROTECTED] == 1  # a picture, not a live view
 
+    def test_a_pin_time_is_the_first_pass_after_the_pin(self) -> None:
+        """A pin reads no clock: the first pass (stats() or an alarm pass)
+        after it stamps it, so an age is a lower bound, never more than the
+        truth; readers pinned between two passes share the later one's
+        stamp, and a pass stamps only readers pinned before it."""
+        clock = FakeClock()
+        buf = Buffer(clock=clock)
+        fill(buf, reasoning("a"))
+        with buf.snapshot() as s1:
+            clock.now += 5.0  # no pass yet: s1's pin time is not known
+            assert reader_of(s1)[2] is None
+            assert [r.age for r in buf.stats().readers] == [0.0]  # stamped now
+            assert reader_of(s1)[2] == clock.now
+            with buf.snapshot() as s2, buf.snapshot() as s3:
+                clock.now += 3.0
+                ages = sorted(r.age for r in buf.stats().readers)
+                assert ages == [0.0, 0.0, 3.0]  # s2 and s3 stamped now
+                stamped = clock.now
+                clock.now += 1.0
+                assert sorted(r.age for r in buf.stats().readers) == [1.0, 1.0, 4.0]
+                assert reader_of(s2)[2] == reader_of(s3)[2] == stamped
+            assert buf.stats().oldest_pin_age == 4.0
+        buf._check(expect_no_pins=True)
+
     def test_readers_are_named_with_age_and_version(self) -> None:
         """Each pinned reader is reported with its task (thread) name, pinned
         version and age on the buffer's clock; the oldest pin is reported."""
@@ -68,9 +93,11 @@ class TestStats:
         buf = Buffer(clock=clock)
         fill(buf, reasoning("a"))
         with buf.snapshot() as s1:
+            buf.stats()  # a pass stamps the pin time (lazily: see quiesce._core.pins)
             clock.now += 5.0
             buf.append(reasoning("b"))
             with buf.snapshot() as s2:
+                buf.stats()
                 clock.now += 2.0
                 st = buf.stats()
                 name = threading.current_thread().name

@@ -219,6 +219,7 @@ def test_pin_age_ratio_readmissions_and_flush_latency(otel: Any, tmp_path: Path)
     buf.append(Entry("c", Kind.REASONING, "the same words"), override=Override("asked", turn=2))
     store = str(tmp_path / "m.db")
     with buf.snapshot():
+        buf.stats()  # a pass stamps the pin time (10.0): see quiesce._core.pins
         now[0] = 12.5
         before_flush = _points(reader)
         buf.flush()

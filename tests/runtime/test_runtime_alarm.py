@@ -94,8 +94,10 @@ def test_a_reader_registered_behind_a_younger_one_is_escalated_later() -> None:
     buf = RuntimeBuffer(clock=lambda: now[0], max_pin_age=2.0)
     buf.append(_entry(0))
     with buf.snapshot() as younger:
+        assert buf.check_reader_ages() == []  # stamps its pin time: 5.0
         now[0] = 1.0
         with buf.snapshot():
+            assert buf.check_reader_ages() == []  # stamps its pin time: 1.0
             now[0] = 3.5  # the second reader is 2.5 s old, the first -1.5 s
             assert buf.check_reader_ages() == []
             now[0] = 8.0  # both old
@@ -117,6 +119,7 @@ def test_readers_of_a_finished_version_are_passed_and_new_ones_still_seen() -> N
             stack.enter_context(buf.snapshot())
             if i % 3 == 2:
                 buf.append(_entry(i + 1))
+        assert buf.check_reader_ages() == []  # stamps their pin time: 0.0
         now[0] = 2.0
         assert len(buf.check_reader_ages()) == 30
         for _ in range(3):
@@ -154,6 +157,7 @@ def test_concurrent_passes_escalate_each_reader_once() -> None:
             stack.enter_context(buf.snapshot())
             if i % 50 == 49:
                 buf.append(_entry(i + 1))
+        assert buf.check_reader_ages() == []  # stamps their pin time: 0.0
         now[0] = 10.0
         threads = [threading.Thread(target=run) for _ in range(4)]
         for t in threads:

@@ -266,6 +266,9 @@ class TestReaderAgeWithFakeClock:
                 tg.start_soon(collect, buf, 1, got)
                 tg.start_soon(verifier, name="verifier")
                 await pinned.wait()
+                # a pass stamps the readers pinned since the last one (here
+                # at 0.0: the alarm task's own passes sleep on real time)
+                assert buf.check_reader_ages() == []
                 buf.prune(["a"], reason="stale")
                 now[0] = 10.0
                 assert buf.check_reader_ages() == []  # at the alarm age, not past it
@@ -308,6 +311,7 @@ class TestReaderAgeWithFakeClock:
                 for _ in range(3):
                     tg.start_soon(reader)
                 await all_pinned.wait()
+                assert buf.check_reader_ages() == []  # stamps their pin time
                 now[0] = 5.0
                 assert len(buf.check_reader_ages()) == 3
                 leave.set()
@@ -324,6 +328,7 @@ class TestReaderAgeWithFakeClock:
         async with open_buffer(max_pin_age=1.0, clock=lambda: now[0]) as buf:
             for i in range(50):
                 with buf.snapshot():
+                    assert buf.check_reader_ages() == []  # stamps its pin time
                     now[0] += 2.0
                     assert len(buf.check_reader_ages()) == 1, f"reader {i} not escalated"
             assert buf.stats().escalations == 50

@@ -274,7 +274,7 @@ class Buffer:
         """A snapshot to use as ``with buf.snapshot() as snap:``; entering pins
         the head version to the calling task. Never awaits, never waits for a
         writer. Pin and unpin are O(1)."""
-        snap: Snapshot = _new_object(Snapshot)
+        snap = Snapshot()  # a C-level call: Snapshot has no __init__
         snap._registry = self._registry
         snap._version = None
         snap._task = _NOT_ENTERED

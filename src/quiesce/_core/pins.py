@@ -6,18 +6,24 @@ the oldest pin this registry reports is never newer than a pinned reader's
 version (the grace scheduler's horizon, :mod:`.grace`, rests on it).
 
 Protocol. A pin is one entry in the set of readers of its version
-(the state's ``pins``: version number -> dict of snapshots) plus, for the first pin of
-a version, its number at the right end of ``pin_order``, a deque whose front
-is the oldest pinned version. Pin and unpin take no lock (they are the
-readers' fast path): under the GIL each step is one atomic C-level operation
-(``dict.setdefault``, a dict store or delete, a deque append), and a pin is
-*validated* like a hazard pointer — register in the head's set, then re-read
-the head; if it moved, withdraw and retry.
+(the state's ``pins``: version number -> dict of snapshots); each set's
+number is in ``pin_order``, a deque whose front is the oldest pinned
+version. Pin and unpin take no lock (they are the readers' fast path):
+under the GIL each step is one atomic C-level operation (``dict.get``, a
+dict store or delete, a deque append), and a pin is *validated* like a
+hazard pointer — register in the head's set, then re-read the head; if it
+moved, withdraw and retry. The first pin of a version
+(:meth:`PinRegistry.pin_slow`) appends its number at the right end of the
+order (unless it is there already) *before* it makes the set; every other
+pin finds the set and only registers and validates.
 
 Correctness. (1) A successful pin was registered while its version was still
 the head: a writer that publishes after it, and later asks for the oldest
 pin, sees it (the writer's new head is stored after the registration it
-must see, and the walk reads the sets after the head). Two rules make the
+must see, and the walk reads the sets after the head); and its number is in
+the order then: the set it found was made after the number was appended,
+and a number leaves the order only once it is not the head (rule 3), which
+the pin's validation would have seen. Two rules make the
 unlocked cleanup safe, both resting on the head number only growing: (2) an
 empty set is deleted only by someone who first saw that its version is no
 longer the head (no pin there can succeed any more) and *then* saw it
@@ -38,6 +44,21 @@ the earliest staged removal is now due (the grace queue's horizon, a hook
 :class:`PinRegistry` is handed) and signals it;
 what a signal does (apply inline, or wake the runtime's scheduler) is
 :mod:`.grace`'s business.
+
+Reader ages. A pin reads no clock (a clock call was ~10% of a pin). It
+copies the registry's open :class:`PinEpoch` (one attribute read); each
+pass over the readers — ``stats()`` (:meth:`PinRegistry.reader_infos`) and
+the reader-age alarm (:meth:`PinRegistry.stuck_readers`) — first closes the
+open epoch under ``pin_lock``: stamps it with the pass's ``now`` and opens a
+new one (:meth:`PinRegistry.close_epoch_locked`, O(1) whatever the number of
+readers). So a reader's pin time is the time of the first pass after it
+pinned: its age is a lower bound, short by at most the time between two
+passes (the runtime's alarm passes every ``max_pin_age / 2``, so a stuck
+reader is escalated at most one such interval later than an exact pin time
+would have it), never longer than the truth (the alarm never fires early). Until the
+first pass its pin time is unknown (``reader_of`` gives ``None``; its age in
+``stats()`` is 0). A snapshot whose reads are guarded by its pin time
+(:class:`~.replication.GuardedSnapshot`) reads the clock itself.
 
 Cancellation. Nothing here awaits. ``Snapshot.__exit__`` unpins with plain
 synchronous code, so a cancelled reader always releases its pin.
@@ -60,17 +81,29 @@ from .records import Mark, ReaderInfo, Tombstone
 from .state import BufferState
 from .version import Version
 
-__all__ = ["PinRegistry", "Snapshot", "reader_of"]
+__all__ = ["PinEpoch", "PinRegistry", "Snapshot", "reader_of"]
 
 
 _NOT_ENTERED: Any = object()
 _new_object = object.__new__
 _get_ident = threading.get_ident
-_thread_loops = _tasks._thread_loops
+_loop_cache = _tasks._loop_cache
 _current_task_of = _tasks.current_task_of
 _active_threads = _tasks._active_threads
 _task_name = _tasks.task_name
 _tuple_new = tuple.__new__
+
+
+class PinEpoch:
+    """The pin time of the readers that pinned between two passes (see
+    "Reader ages" in the module docstring): ``at`` is ``None`` while the
+    epoch is open (the registry's current one, which pins copy), then the
+    clock reading of the pass that closed it, set once."""
+
+    __slots__ = ("at",)
+
+    def __init__(self) -> None:
+        self.at: float | None = None
 
 
 class Snapshot:
@@ -83,19 +116,21 @@ class Snapshot:
     use raises :class:`SnapshotReleased`. A snapshot is pinned at most once.
     """
 
-    __slots__ = ("__weakref__", "_readers", "_registry", "_since", "_task", "_version")
+    __slots__ = ("__weakref__", "_epoch", "_readers", "_registry", "_task", "_version")
 
-    _since: float
+    _epoch: PinEpoch
     _readers: dict[Snapshot, None]
+    _registry: PinRegistry
+    _version: Version | None
+    _task: object
 
-    def __init__(self, registry: PinRegistry) -> None:
-        # Buffer.snapshot() builds snapshots without this frame (the pin fast
-        # path); both set exactly these three slots. ``_task`` is _NOT_ENTERED
-        # until the one pin, then the pinning task; ``_since`` and
-        # ``_readers`` (the set this snapshot is registered in) are set at pin.
-        self._registry = registry
-        self._version: Version | None = None
-        self._task: object = _NOT_ENTERED
+    # No __init__: Buffer.snapshot() builds a snapshot with a C-level type
+    # call (``Snapshot()``, cheaper than ``object.__new__(Snapshot)`` or a
+    # Python __init__ frame) and sets exactly three slots: ``_registry``,
+    # ``_version`` (None) and ``_task`` (_NOT_ENTERED until the one pin, then
+    # the pinning task). ``_epoch`` (the pin time, stamped lazily: see
+    # "Reader ages" in the module docstring) and ``_readers`` (the set this
+    # snapshot is registered in) are set at pin.
 
     # Pin and unpin are the readers' fast path (a goal: <= 0.2x an aiorwlock
     # reader acquire + release), so they are written out here rather than
@@ -111,58 +146,54 @@ class Snapshot:
             raise SnapshotReleased("a snapshot is pinned once; take a new buffer.snapshot()")
         # The task probe (tasks.current_task), its cached asyncio case and
         # its trio case inline.
-        ident = _get_ident()
-        ref = _thread_loops.get(ident)
+        cached = _loop_cache.loop
         task = None
-        if ref is not None:
+        if cached is not None:
+            ref, ident, task_of = cached
             loop = ref()
             if loop is not None and loop._thread_id == ident:
-                task = _tasks._aio_task_of(loop)  # type: ignore[misc]
-        elif (trio_context := _tasks._trio_context) is not None:
-            # No asyncio loop cached for this thread. A trio task step running
-            # here is the answer (no asyncio task can be current in the same
-            # step: trio's guest mode runs its steps in asyncio callbacks);
-            # asked first, it saves asking asyncio for a running loop (a
-            # getpid() system call). Otherwise, if no asyncio loop runs, the
-            # thread (from threading's table; current_task_of otherwise).
-            task = trio_context.__dict__.get("task")
+                task = task_of(loop)
             if task is None:
-                running = _tasks._aio_running_loop
-                if running is not None and running() is None:
-                    task = _active_threads.get(ident)
-        if task is None:
-            task = _current_task_of(ident, ref)
-        self._task = task
+                task = _current_task_of(ident, ref)
+        else:
+            ident = _get_ident()
+            if (trio_context := _tasks._trio_context) is not None:
+                # No asyncio loop cached for this thread. A trio task step
+                # running here is the answer (no asyncio task can be current
+                # in the same step: trio's guest mode runs its steps in
+                # asyncio callbacks); asked first, it saves asking asyncio for
+                # a running loop (a getpid() system call). Otherwise, if no
+                # asyncio loop runs, the thread (from threading's table;
+                # current_task_of otherwise).
+                task = trio_context.__dict__.get("task")
+                if task is None:
+                    running = _tasks._aio_running_loop
+                    if running is not None and running() is None:
+                        task = _active_threads.get(ident)
+            if task is None:
+                task = _current_task_of(ident, None)
         reg = self._registry
+        # The pin time: the open epoch, which the next pass stamps (no clock
+        # read here). Set before the task, which reader_of tests first.
+        self._epoch = reg.epoch
+        self._task = task
         st = reg.st
-        self._since = st.clock()
-        pins = st.pins
-        order = st.pin_order
-        while True:
-            v = st.head
-            n = v.number
-            readers = pins.get(n)
-            if readers is None:
-                readers = pins.setdefault(n, {})
+        v = st.head
+        readers = st.pins.get(v.number)
+        if readers is not None:
+            # The head's set exists, so its number is in the pin order (the
+            # set is made after that, and the number leaves the order only
+            # once it is not the head): register, then re-read the head.
             readers[self] = None
-            # Registered before the order is consulted, and both before the
-            # head is re-read: see "Pins" in the module docstring.
-            try:
-                last = order[-1] if order else None  # (raising costs ~1 µs)
-            except IndexError:  # emptied by a walker in another thread meanwhile
-                last = None
-            if last != n:
-                order.append(n)
-                if last is not None:  # (an empty order has nothing to free)
-                    reg.trim()
             if st.head is v:
-                break
+                self._readers = readers
+                self._version = v
+                return self
             # A write landed meanwhile: withdraw, then pin the new head.
             del readers[self]
             if not readers:
-                reg.last_unpin(n, readers)
-        self._readers = readers
-        self._version = v
+                reg.last_unpin(v.number, readers)
+        reg.pin_slow(self)
         return self
 
     def __exit__(
@@ -288,13 +319,14 @@ def reader_of(snap: Snapshot) -> tuple[object, Version | None, float | None]:
     """What a reader's registry entry holds: its task (``None`` before it
     pinned), its pinned version (``None`` while pinning, unpinning or
     released) and its pin time on the buffer's clock (``None`` before it
-    pinned). Lock-free: each field is one read, atomic under the GIL (a
+    pinned, and until a pass stamped its epoch: see "Reader ages" in the
+    module docstring). Lock-free: each field is one read, atomic under the GIL (a
     reader pinned at the same moment may show its version ``None``: skip
     it, as the reader-age alarm does). O(1)."""
     task = snap._task
     if task is _NOT_ENTERED:
         return None, None, None
-    return task, snap._version, getattr(snap, "_since", None)
+    return task, snap._version, snap._epoch.at
 
 
 def _missing(v: Version, entry_id: str) -> Exception:
@@ -318,10 +350,12 @@ class PinRegistry:
     ``signal_due`` (a staged removal is due). It never calls up into the
     buffer that holds it."""
 
-    __slots__ = ("horizon", "signal_due", "st")
+    __slots__ = ("epoch", "horizon", "signal_due", "st")
 
     def __init__(self, st: BufferState) -> None:
         self.st = st
+        #: the open epoch: what a pin takes as its pin time (see "Reader ages")
+        self.epoch = PinEpoch()
         #: the grace queue's horizon and due signal (installed by the buffer)
         self.horizon: Callable[[], int | None] = self.oldest_pin
         self.signal_due: Callable[[], None] = _no_signal
@@ -332,6 +366,17 @@ class PinRegistry:
         being validated in another thread may be listed with ``_version``
         ``None``; callers skip those."""
         return [s for readers in list(self.st.pins.values()) for s in list(readers)]
+
+    def close_epoch_locked(self, now: float) -> None:
+        """Stamp the readers pinned since the last pass with ``now``: the
+        open epoch gets ``now`` and a new one opens (call under
+        ``pin_lock``, so two passes never close one epoch twice or lose one).
+        O(1), whatever the number of readers: every reader of the epoch
+        shares its one stamp. A pin that copied the old epoch just before
+        the swap is stamped ``now`` too (it pinned while the pass ran)."""
+        epoch = self.epoch
+        self.epoch = PinEpoch()
+        epoch.at = now
 
     def reader_infos(self, now: float) -> tuple[tuple[ReaderInfo, ...], set[int], int | None]:
         """What ``stats()`` reports of the readers: one :class:`ReaderInfo`
@@ -346,19 +391,67 @@ class PinRegistry:
         name = _task_name
         st = self.st
         with st.pin_lock:
+            self.close_epoch_locked(now)
             oldest = self.oldest_locked()
             snaps = [s for readers in list(st.pins.values()) for s in list(readers)]
+        # A reader whose epoch is still open (it copied the new one after the
+        # swap) pinned after ``now``: age 0.
         infos: tuple[ReaderInfo, ...] = tuple(
             [
                 _tuple_new(
                     ReaderInfo,
-                    (name(s._task), v.number, age if (age := now - s._since) > 0.0 else 0.0),
+                    (
+                        name(s._task),
+                        v.number,
+                        age
+                        if (at := s._epoch.at) is not None and (age := now - at) > 0.0
+                        else 0.0,
+                    ),
                 )
                 for s in snaps
                 if (v := s._version) is not None
             ]
         )
         return infos, {r[1] for r in infos}, oldest
+
+    def pin_slow(self, snap: Snapshot) -> None:
+        """Pin ``snap`` (its task already set) to the head, the way that also
+        makes the head's reader set: :meth:`Snapshot.__enter__` found no set
+        for the head, or its validation failed. The number goes to the right
+        end of the order (unless it is there already) *before* the set is
+        made, so a reader that finds the set finds the number in the order;
+        then register, then re-read the head; retry while a write lands in
+        between (each retry sees a newer head). O(1) amortized; never waits
+        (appending behind an older number walks the order if no other walker
+        is at it: :meth:`trim`)."""
+        st = self.st
+        pins = st.pins
+        order = st.pin_order
+        while True:
+            v = st.head
+            n = v.number
+            readers = pins.get(n)
+            if readers is None:
+                try:
+                    last = order[-1] if order else None  # (raising costs ~1 µs)
+                except IndexError:  # emptied by a walker in another thread meanwhile
+                    last = None
+                if last != n:
+                    order.append(n)
+                    if last is not None:  # (an empty order has nothing to free)
+                        self.trim()
+                readers = pins.setdefault(n, {})
+            readers[snap] = None
+            # In the order and registered, both before the head is re-read:
+            # see "Pins" in the module docstring.
+            if st.head is v:
+                snap._readers = readers
+                snap._version = v
+                return
+            # A write landed meanwhile: withdraw, then pin the new head.
+            del readers[snap]
+            if not readers:
+                self.last_unpin(n, readers)
 
     def last_unpin(self, n: int, readers: dict[Snapshot, None]) -> None:
         """The last reader of version ``n`` left (``readers``: the set it
@@ -460,6 +553,7 @@ class PinRegistry:
         found: list[Snapshot] = []
         st = self.st
         with st.pin_lock:
+            self.close_epoch_locked(now)  # stamps the readers pinned since the last pass
             self.oldest_locked()  # pops finished versions off the front
             order = st.pin_order
             pins = st.pins

@@ -157,7 +157,9 @@ class ReaderInfo(NamedTuple):
 
     task: str
     version: int
-    age: float  #: seconds since the pin
+    #: seconds since the pin, as of the first pass (a stats() or alarm pass)
+    #: after it: a lower bound (see "Reader ages" in quiesce._core.pins)
+    age: float
 
 
 @dataclass(frozen=True, slots=True)

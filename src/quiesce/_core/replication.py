@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING
 from .checkpoint import CheckpointSink, recover, replay_log
 from .errors import InvalidArgument, InvalidType
 from .log import LogSink, _build_lock, build_compact
-from .pins import _NOT_ENTERED, Snapshot, _new_object
+from .pins import _NOT_ENTERED, Snapshot
 from .records import LogRecord
 from .replay import replay
 
@@ -78,15 +78,28 @@ class GuardedSnapshot(Snapshot):
     """A snapshot whose every read first asks a guard.
 
     ``guard(pinned_at, version)`` is called on each read with the pin time
-    (the buffer's clock) and the pinned version number; it raises to refuse
-    the read (a shared member whose lease expired raises ``LeaseLost``).
-    Pinning and unpinning are :class:`Snapshot`'s (the lock-free fast path);
-    a read costs one call more. Made by :meth:`Replication.snapshot`.
+    (the buffer's clock, read when the pin starts: never later than the
+    pin, so a guard that voids snapshots pinned up to some moment voids
+    every one pinned before it) and the pinned version number; it raises to
+    refuse the read (a shared member whose lease expired raises
+    ``LeaseLost``). Pinning and unpinning are :class:`Snapshot`'s (the
+    lock-free fast path) plus this one clock read (a plain snapshot's pin
+    time is stamped lazily, too coarse for a guard); a read costs one call
+    more. Made by :meth:`Replication.snapshot`.
     """
 
-    __slots__ = ("_read_guard",)
+    __slots__ = ("_read_guard", "_since")
 
     _read_guard: Callable[[float, int], None]
+    _since: float
+
+    def __enter__(self) -> GuardedSnapshot:
+        """Read the clock (only for a first pin: a refused second one keeps
+        the first pin time), then pin (:meth:`Snapshot.__enter__`)."""
+        if self._task is _NOT_ENTERED:
+            self._since = self._registry.st.clock()
+        Snapshot.__enter__(self)
+        return self
 
     def _v(self) -> Version:
         v = Snapshot._v(self)
@@ -348,7 +361,7 @@ class Replication:
         """A snapshot of this buffer whose reads ask ``guard`` first
         (:class:`GuardedSnapshot`). Pinning is :meth:`Buffer.snapshot`'s
         fast path: O(1), never waits."""
-        snap: GuardedSnapshot = _new_object(GuardedSnapshot)
+        snap = GuardedSnapshot()  # a C-level call: no __init__
         snap._read_guard = guard
         snap._registry = self._buf._registry
         snap._version = None

@@ -8,14 +8,15 @@ so importing the core imports no loop.
 It is on the pin fast path, and on CPython 3.11 the obvious probe,
 ``asyncio.current_task()``, costs ~0.3 µs in a running task: it is a Python
 function, and the C ``_get_running_loop()`` it calls makes a ``getpid()``
-system call every time (to notice a fork). So the probe keeps, per thread, a
-weak reference to the asyncio loop it last found running there; while that
-loop is still running in this thread (``loop._thread_id``, which
-``run_forever`` sets and clears) its current task is one dict lookup in
-``asyncio.tasks._current_tasks``. Otherwise (first call in a thread, another
-loop, a loop class without ``_thread_id``, after a fork, which clears the
-cache) it falls back to ``_get_running_loop()``. Same answers, ~0.1 µs;
-``anyio.get_current_task()`` costs 2.9 µs (``shared/reference/FLOOR.md``).
+system call every time (to notice a fork). So the probe keeps, per thread
+(in a ``threading.local``), a weak reference to the asyncio loop it last
+found running there; while that loop is still running in this thread
+(``loop._thread_id``, which ``run_forever`` sets and clears) its current
+task is one dict lookup in ``asyncio.tasks._current_tasks``. Otherwise
+(first call in a thread, another loop, a loop class without
+``_thread_id``, after a fork, which clears the cache) it falls back to
+``_get_running_loop()``. Same answers, ~0.1 µs; ``anyio.get_current_task()``
+costs 2.9 µs (``shared/reference/FLOOR.md``).
 
 Trio and plain threads: trio keeps its running task in a ``threading.local``
 (``GLOBAL_RUN_CONTEXT.task``, what ``trio.lowlevel.current_task()`` reads);
@@ -46,10 +47,28 @@ _get_ident = threading.get_ident
 #: ``current_thread()`` reads, without its second ``get_ident()`` call)
 _active_threads: dict[int, threading.Thread] = getattr(threading, "_active", {})
 
-#: thread ident → weak reference to the asyncio loop last found running there
-_thread_loops: dict[int, weakref.ref[Any]] = {}
+class _LoopCache(threading.local):
+    """Per thread: the asyncio loop last found running in this thread, as
+    ``(weak reference to it, this thread's ident, the task getter)``, or
+    ``None``. A thread-local (one C-level attribute read, the class default
+    ``None`` for a thread that never cached one) is ~0.1 µs cheaper per pin
+    than ``get_ident()`` plus a dict keyed by ident, and a new thread that
+    reuses a dead thread's ident starts empty."""
+
+    loop: tuple[weakref.ref[Any], int, Callable[[Any], Any]] | None = None
+
+
+_loop_cache = _LoopCache()
+
+
+def _forget_loop_in_child() -> None:
+    """After a fork: the child's only thread forgets its loop (it is not
+    running in the child); the other threads' caches died with them."""
+    _loop_cache.loop = None
+
+
 if hasattr(os, "register_at_fork"):  # a child's loops are not running
-    os.register_at_fork(after_in_child=_thread_loops.clear)
+    os.register_at_fork(after_in_child=_forget_loop_in_child)
 
 # Bound on first sight of asyncio / trio in sys.modules (None: not yet).
 _aio_running_loop: Callable[[], Any] | None = None
@@ -100,13 +119,15 @@ def _bind_trio() -> Callable[[], Any] | None:
 
 def current_task() -> object:
     """The running asyncio task, else the running trio task, else the thread."""
-    ident = _get_ident()
-    return current_task_of(ident, _thread_loops.get(ident))
+    cached = _loop_cache.loop
+    return current_task_of(_get_ident(), None if cached is None else cached[0])
 
 
 def current_task_of(ident: int, ref: weakref.ref[Any] | None) -> object:
     """:func:`current_task` given the thread's ident and its cached loop
-    reference (the pin fast path has read both already)."""
+    reference (``_loop_cache.loop[0]``, which the pin fast path has read
+    already, or ``None``). Refreshes this thread's cache: the loop found
+    running here is cached, a cached loop found stopped is forgotten."""
     if ref is not None:
         loop = ref()
         if loop is not None and loop._thread_id == ident:  # still running here
@@ -119,14 +140,16 @@ def current_task_of(ident: int, ref: weakref.ref[Any] | None) -> object:
         running_loop = _bind_asyncio()
     if running_loop is not None:
         loop = running_loop()
+        task_of = _aio_task_of
+        assert task_of is not None  # bound with running_loop
         if loop is not None:
             if getattr(loop, "_thread_id", None) == ident:
-                _thread_loops[ident] = weakref.ref(loop)
-            task = _aio_task_of(loop)  # type: ignore[misc]
+                _loop_cache.loop = (weakref.ref(loop), ident, task_of)
+            task = task_of(loop)
             if task is not None:
                 return task
         elif ref is not None:
-            _thread_loops.pop(ident, None)  # that loop has stopped: forget it
+            _loop_cache.loop = None  # that loop has stopped: forget it
     return _trio_or_thread(ident)
 
 
