@@ -383,9 +383,7 @@ class RuntimeBuffer(Buffer):
             key = id(snap)
             alarmed[key] = weakref.ref(snap, functools.partial(forget, key))
 
-        found, self._alarm_pos = sched.stuck_readers(
-            now, max_age, self._alarm_pos, escalated, mark
-        )
+        found, self._alarm_pos = sched.stuck_readers(now, max_age, self._alarm_pos, escalated, mark)
         if not found:
             return []
         # removals held back by a pin of version v: those whose grace point

@@ -372,9 +372,7 @@ class TestMarkRunCost:
         try:
             assert not errors, errors[0]
             for snap, upto in pins:
-                assert dict(snap.marks) == {
-                    i: buf._st.head.marks[i] for i in ids[:upto]
-                }
+                assert dict(snap.marks) == {i: buf._st.head.marks[i] for i in ids[:upto]}
         finally:
             for snap, _ in pins:
                 snap.__exit__(None, None, None)

@@ -84,6 +84,7 @@ its own reads; ``_check`` now skips pins in flight and compares the oldest
 pin with the readers only when they did not move around the walk, and the
 ``checked`` scenario runs it between any two steps of the others.
 """
+
 from __future__ import annotations
 import __future__
 
@@ -129,6 +130,7 @@ def lookup(qualname: str) -> Any:
                 obj = vars(obj)[part] if part in vars(obj) else getattr(obj, part)
             return obj
     raise LookupError(qualname)
+
 
 STEP_TIMEOUT = 10.0  # a granted step must reach its next line within this
 GATE_TIMEOUT = 60.0  # a parked actor gives up when nobody grants it for this long
@@ -210,8 +212,10 @@ class SchedLock:
         if self.owner is not me or not self.count:
             if ex.aborting:
                 return
-            raise RuntimeError(f"{self.name} released by {me and me.name}, held by "
-                               f"{self.owner and self.owner.name}")
+            raise RuntimeError(
+                f"{self.name} released by {me and me.name}, held by "
+                f"{self.owner and self.owner.name}"
+            )
         self.count -= 1
         if not self.count:
             self.owner = None
@@ -344,9 +348,15 @@ class Pause(Sleepy):
 
 
 #: the lock-free paths: a reader can be descheduled at any line of these
-LOCK_FREE = ("Snapshot.__enter__", "Snapshot.__exit__", "PinRegistry.pin_slow",
-             "PinRegistry.last_unpin",
-             "PinRegistry.trim", "PinRegistry.oldest_locked", "Grace.horizon")
+LOCK_FREE = (
+    "Snapshot.__enter__",
+    "Snapshot.__exit__",
+    "PinRegistry.pin_slow",
+    "PinRegistry.last_unpin",
+    "PinRegistry.trim",
+    "PinRegistry.oldest_locked",
+    "Grace.horizon",
+)
 
 
 def sweep_points(qualnames: Sequence[str] = LOCK_FREE, *, opcodes: bool = False) -> list[Point]:
@@ -360,8 +370,10 @@ def sweep_points(qualnames: Sequence[str] = LOCK_FREE, *, opcodes: bool = False)
             out.extend(
                 (qualname, ins.positions.lineno, ins.offset)
                 for ins in dis.get_instructions(code)
-                if ins.positions is not None and ins.positions.lineno
-                and ins.positions.lineno > code.co_firstlineno and ins.opname != "CACHE"
+                if ins.positions is not None
+                and ins.positions.lineno
+                and ins.positions.lineno > code.co_firstlineno
+                and ins.opname != "CACHE"
             )
             continue
         lines = sorted({line for _, line in dis.findlinestarts(code) if line is not None})
@@ -449,16 +461,19 @@ class Run:
         head = f"{self.label}: {self.steps} steps"
         what = [f"violation: {self.violation}"] if self.violation else []
         what += [f"problem: {p}" for p in self.problems]
-        return "\n".join([
-            head,
-            *what,
-            f"  schedule: {self.compressed()}",
-            "  replay: the same explore(...) call (runs are deterministic), or "
-            f"explore(..., forced=dict(enumerate({self.schedule!r})))"
-            if self.steps <= 400 else "  replay: the same explore(...) call (deterministic)",
-            "  last steps (actor, where it was parked before the step that followed):",
-            self.tail(),
-        ])
+        return "\n".join(
+            [
+                head,
+                *what,
+                f"  schedule: {self.compressed()}",
+                "  replay: the same explore(...) call (runs are deterministic), or "
+                f"explore(..., forced=dict(enumerate({self.schedule!r})))"
+                if self.steps <= 400
+                else "  replay: the same explore(...) call (deterministic)",
+                "  last steps (actor, where it was parked before the step that followed):",
+                self.tail(),
+            ]
+        )
 
     @property
     def failed(self) -> bool:
@@ -624,10 +639,14 @@ class Explorer:
                 if not live:
                     break
                 runnable = [
-                    a for a in live
+                    a
+                    for a in live
                     if a.status == READY
-                    or (a.status == LOCK and a.waiting_on is not None
-                        and a.waiting_on.available_to(a))
+                    or (
+                        a.status == LOCK
+                        and a.waiting_on is not None
+                        and a.waiting_on.available_to(a)
+                    )
                 ]
                 if not runnable:
                     waits = ", ".join(
@@ -638,8 +657,11 @@ class Explorer:
                     raise ExplorerError(f"{run.label}: no end after {MAX_STEPS} steps")
                 actor = self.strategy.choose(runnable, current, step)
                 run.decisions.append(
-                    ([a.index for a in runnable], None if current is None else current.index,
-                     actor.index)
+                    (
+                        [a.index for a in runnable],
+                        None if current is None else current.index,
+                        actor.index,
+                    )
                 )
                 run.schedule.append(actor.index)
                 current = actor
@@ -1122,15 +1144,37 @@ SCENARIOS: dict[str, Callable[[], Setup]] = {
 #: on writer-private state under the write lock, and the shared stores it
 #: makes (a new head; the heap, through the traced stage / pop_due) are
 #: still separated from the next shared access by a step boundary.
-PROTOCOL = frozenset({
-    "Buffer.snapshot", "Snapshot.__enter__", "Snapshot.__exit__", "Snapshot._v", "Snapshot._v_for",
-    "Snapshot.version", "Snapshot.entries", "Snapshot.is_stale", "Buffer.version",
-    "PinRegistry.pin_slow", "PinRegistry.last_unpin", "PinRegistry.trim",
-    "PinRegistry.oldest_locked", "PinRegistry.oldest_pin",
-    "Grace.has_due", "Publisher.signal_due", "Publisher.drain_due", "Publisher.release",
-    "Buffer.mark_stale", "Buffer.append", "Buffer.prune", "Editor.prune", "Grace.stage",
-    "Publisher.apply_due", "Publisher.apply_due_locked", "Grace.pop_due", "Grace.horizon",
-})
+PROTOCOL = frozenset(
+    {
+        "Buffer.snapshot",
+        "Snapshot.__enter__",
+        "Snapshot.__exit__",
+        "Snapshot._v",
+        "Snapshot._v_for",
+        "Snapshot.version",
+        "Snapshot.entries",
+        "Snapshot.is_stale",
+        "Buffer.version",
+        "PinRegistry.pin_slow",
+        "PinRegistry.last_unpin",
+        "PinRegistry.trim",
+        "PinRegistry.oldest_locked",
+        "PinRegistry.oldest_pin",
+        "Grace.has_due",
+        "Publisher.signal_due",
+        "Publisher.drain_due",
+        "Publisher.release",
+        "Buffer.mark_stale",
+        "Buffer.append",
+        "Buffer.prune",
+        "Editor.prune",
+        "Grace.stage",
+        "Publisher.apply_due",
+        "Publisher.apply_due_locked",
+        "Grace.pop_due",
+        "Grace.horizon",
+    }
+)
 
 #: mode -> (granularity, focus): "protocol" (the default), "full" (every line
 #: of the buffer's files), "opcode" (every bytecode of the protocol functions)
@@ -1149,8 +1193,9 @@ def horizon(scenario: str, mode: str) -> int:
     if key not in _horizons:
         setup = SCENARIOS[scenario]()
         granularity, focus = MODES[mode]
-        ex = Explorer(Uniform(random.Random(0)), granularity=granularity, focus=focus,
-                      label="calibrate")
+        ex = Explorer(
+            Uniform(random.Random(0)), granularity=granularity, focus=focus, label="calibrate"
+        )
         _horizons[key] = ex.run(setup.buf, setup.bodies).steps
     return _horizons[key]
 
@@ -1321,9 +1366,7 @@ class TestRandomSchedules:
         check(explore("withdraw", seed))
 
     @pytest.mark.parametrize("seed", seeds("churn"))
-    def test_readers_churn_at_the_head_while_an_old_reader_holds_a_removal(
-        self, seed: int
-    ) -> None:
+    def test_readers_churn_at_the_head_while_an_old_reader_holds_a_removal(self, seed: int) -> None:
         """(d) Last unpins of the head walk (something is staged) while pins
         and writes go on, and the old reader leaves at a random moment."""
         check(explore("churn", seed))
@@ -1346,7 +1389,9 @@ class TestRandomSchedules:
             check(run)
         withdrew += [run for run in pct if withdrew_in(run.probes)]
         assert {run.label.split()[2] for run in withdrew} == {
-            "strategy=uniform", "strategy=pct", "strategy=sleepy",
+            "strategy=uniform",
+            "strategy=pct",
+            "strategy=sleepy",
         }
 
     def test_the_busy_lock_handoff_is_exercised(self) -> None:
@@ -1371,9 +1416,7 @@ class TestPausePoints:
         check(explore("leave", 0, point=point))
 
     @pytest.mark.parametrize("point", POINTS, ids=[f"{q}:{n}" for q, n, *_ in POINTS])
-    def test_a_monitor_walks_while_a_reader_pins_and_a_writer_prunes(
-        self, point: Point
-    ) -> None:
+    def test_a_monitor_walks_while_a_reader_pins_and_a_writer_prunes(self, point: Point) -> None:
         """(g) ``oldest_pin()`` walks the pin order outside the write lock
         while the head's kept set is pinned again and a prune lands."""
         check(explore("monitor", 0, point=point))
@@ -1396,17 +1439,27 @@ class TestOtherGranularities:
 
     @pytest.mark.parametrize(
         "point",
-        [p for p in sweep_points(["PinRegistry.last_unpin", "PinRegistry.oldest_locked"],
-                                 opcodes=True)
-         if p[1] in (probe_line("PinRegistry.last_unpin", "st.head.number != n")[1],
-                     probe_line("PinRegistry.oldest_locked", "st.head.number == n")[1])],
+        [
+            p
+            for p in sweep_points(
+                ["PinRegistry.last_unpin", "PinRegistry.oldest_locked"], opcodes=True
+            )
+            if p[1]
+            in (
+                probe_line("PinRegistry.last_unpin", "st.head.number != n")[1],
+                probe_line("PinRegistry.oldest_locked", "st.head.number == n")[1],
+            )
+        ],
         ids=lambda p: ":".join(map(str, p)),
     )
     def test_a_pause_inside_the_cleanup_conditions(self, point: Point) -> None:
         """A long preemption between the bytecodes of the two cleanup
         conditions ("not head", then "empty")."""
-        check(explore("leave" if "last" in str(point[0]) else "monitor", 0, mode="opcode",
-                      point=point))
+        check(
+            explore(
+                "leave" if "last" in str(point[0]) else "monitor", 0, mode="opcode", point=point
+            )
+        )
 
 
 class TestExhaustive:
@@ -1546,8 +1599,7 @@ OLDEST_PIN_EMPTY_FIRST = (
 )
 DROPPED_HANDOFF = (
     "Publisher.drain_due",
-    "            if not self._st.write_lock.acquire(blocking=False):\n"
-    "                return\n",
+    "            if not self._st.write_lock.acquire(blocking=False):\n                return\n",
     "            if not self._st.write_lock.acquire(blocking=False):\n"
     "                self._st.due_flag = False  # BROKEN: the writer will not drain\n"
     "                return\n",
@@ -1563,8 +1615,13 @@ class TestBreaksAreCaught:
     def test_the_copy_machinery_is_faithful(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """An unchanged copy of each function passes, and runs at the same
         lines as the original (the pause points and probes still apply)."""
-        for qualname, old, _new in (NO_VALIDATION, NO_VALIDATION_NEW, LAST_UNPIN_EMPTY_FIRST_SPLIT,
-                                    OLDEST_PIN_EMPTY_FIRST, DROPPED_HANDOFF):
+        for qualname, old, _new in (
+            NO_VALIDATION,
+            NO_VALIDATION_NEW,
+            LAST_UNPIN_EMPTY_FIRST_SPLIT,
+            OLDEST_PIN_EMPTY_FIRST,
+            DROPPED_HANDOFF,
+        ):
             install(monkeypatch, qualname, old, old)
         check(explore("churn", 1))
         search = explore_bounded("tiny", 1)
@@ -1611,8 +1668,11 @@ class TestBreaksAreCaught:
         random strategies alone found it in 0 of 600 runs of the leave and
         churn scenarios)."""
         install(monkeypatch, *LAST_UNPIN_EMPTY_FIRST_SPLIT)
-        runs = (explore("leave", seed, point=point)
-                for seed in range(8) for point in sweep_points(["PinRegistry.last_unpin"]))
+        runs = (
+            explore("leave", seed, point=point)
+            for seed in range(8)
+            for point in sweep_points(["PinRegistry.last_unpin"])
+        )
         n, run = first_failure(runs)
         assert run is not None and run.violation is not None, f"not caught in {n} runs"
         assert "O2" in run.violation
@@ -1626,14 +1686,14 @@ class TestBreaksAreCaught:
         bytecodes catches it."""
         install(monkeypatch, *LAST_UNPIN_EMPTY_FIRST_ONE_LINE)
         line = probe_line("PinRegistry.last_unpin", "st.head.number != n")[1]
-        runs = (explore("leave", seed, point=("PinRegistry.last_unpin", line))
-                for seed in range(8))
+        runs = (explore("leave", seed, point=("PinRegistry.last_unpin", line)) for seed in range(8))
         n, run = first_failure(runs)
         assert run is None, run.report() if run else ""
         points = [p for p in sweep_points(["PinRegistry.last_unpin"], opcodes=True) if p[1] == line]
         n, run = first_failure(
             explore("leave", seed, mode="opcode", point=point)
-            for seed in range(8) for point in points
+            for seed in range(8)
+            for point in points
         )
         assert run is not None and run.violation is not None, f"not caught in {n} runs"
         assert "O2" in run.violation
@@ -1648,8 +1708,11 @@ class TestBreaksAreCaught:
         104; the random strategies alone: 0 of 300 runs). Since a pin reads no
         clock (one step fewer) the first 8 seeds miss it: 24 seeds are swept."""
         install(monkeypatch, *OLDEST_PIN_EMPTY_FIRST)
-        runs = (explore("monitor", seed, point=point)
-                for seed in range(24) for point in sweep_points(["PinRegistry.oldest_locked"]))
+        runs = (
+            explore("monitor", seed, point=point)
+            for seed in range(24)
+            for point in sweep_points(["PinRegistry.oldest_locked"])
+        )
         n, run = first_failure(runs)
         assert run is not None and run.violation is not None, f"not caught in {n} runs"
         assert "O2" in run.violation
@@ -1702,6 +1765,6 @@ class TestPinOrderTidiness:
             run = explore("withdraw", 0, point=point)
             check(run)
             head, order, _pins = run.end
-            if head in order and any(n < head for n in order[order.index(head):]):
+            if head in order and any(n < head for n in order[order.index(head) :]):
                 found.append((point, order))
         assert found, "no stale entry behind the head's any more: is the order monotonic now?"

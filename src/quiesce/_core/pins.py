@@ -403,9 +403,7 @@ class PinRegistry:
                     (
                         name(s._task),
                         v.number,
-                        age
-                        if (at := s._epoch.at) is not None and (age := now - at) > 0.0
-                        else 0.0,
+                        age if (at := s._epoch.at) is not None and (age := now - at) > 0.0 else 0.0,
                     ),
                 )
                 for s in snaps

@@ -47,6 +47,7 @@ _get_ident = threading.get_ident
 #: ``current_thread()`` reads, without its second ``get_ident()`` call)
 _active_threads: dict[int, threading.Thread] = getattr(threading, "_active", {})
 
+
 class _LoopCache(threading.local):
     """Per thread: the asyncio loop last found running in this thread, as
     ``(weak reference to it, this thread's ident, the task getter)``, or

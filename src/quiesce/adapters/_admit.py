@@ -61,7 +61,6 @@ __all__ = [
 OSCILLATION_WINDOW = 10_000
 
 
-
 @dataclass(slots=True)
 class Read:
     """One message read: its index, key and entries (maybe none)."""
@@ -185,7 +184,6 @@ async def aread_and_admit(
     head = buf.head()
     reads = read(head=head, keys=Keys(head, sync=sync), calls=())
     return await aadmit(buf, reads, api=api, readmit=readmit, turn=turn, sync=sync, actor=actor)
-
 
 
 def _cycles(head: Version, e: Entry, tomb: Tombstone) -> int:
@@ -468,4 +466,3 @@ def _decide(
         f"content matching the tombstone of {tomb.id!r} again",
         when,
     )
-
