@@ -84,6 +84,26 @@ class TestStats:
                 assert sorted(r.age for r in buf.stats().readers) == [1.0, 1.0, 4.0]
                 assert reader_of(s2)[2] == reader_of(s3)[2] == stamped
             assert buf.stats().oldest_pin_age == 4.0
+
+    def test_a_staged_removal_dates_the_readers_that_hold_it_back(self) -> None:
+        """Staging a removal stamps the readers pinned before it, as a pass
+        does: with no pass between the pin and the prune, the reader's age
+        still counts from the staging, so the alarm sees it stuck (a fake
+        clock that jumps once, as the otel and page tests use, must not
+        hide a stuck reader); a reader pinned after the staging is not
+        dated by it."""
+        clock = FakeClock()
+        buf = Buffer(clock=clock)
+        fill(buf, reasoning("a"), reasoning("b"))
+        with buf.snapshot() as held:
+            assert reader_of(held)[2] is None
+            report = buf.prune(["a"], reason="stale")
+            assert report["a"].status.value == "deferred"
+            assert reader_of(held)[2] == clock.now  # stamped by the staging
+            clock.now += 2.0
+            with buf.snapshot() as later:
+                assert sorted(r.age for r in buf.stats().readers) == [0.0, 2.0]
+                assert reader_of(later)[2] == clock.now  # the pass dated it, not the staging
         buf._check(expect_no_pins=True)
 
     def test_readers_are_named_with_age_and_version(self) -> None:

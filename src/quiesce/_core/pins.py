@@ -49,10 +49,12 @@ Reader ages. A pin reads no clock (a clock call was ~10% of a pin). It
 copies the registry's open :class:`PinEpoch` (one attribute read); each
 pass over the readers — ``stats()`` (:meth:`PinRegistry.reader_infos`) and
 the reader-age alarm (:meth:`PinRegistry.stuck_readers`) — first closes the
-open epoch under ``pin_lock``: stamps it with the pass's ``now`` and opens a
-new one (:meth:`PinRegistry.close_epoch_locked`, O(1) whatever the number of
+open epoch under its own epoch lock: stamps it with the pass's ``now`` and opens a
+new one (:meth:`PinRegistry.close_epoch`, O(1) whatever the number of
 readers). So a reader's pin time is the time of the first pass after it
-pinned: its age is a lower bound, short by at most the time between two
+pinned (or of the first removal staged after it, which stamps the open
+epoch too: a reader holding back a removal is dated no later than the
+removal's staging): its age is a lower bound, short by at most the time between two
 passes (the runtime's alarm passes every ``max_pin_age / 2``, so a stuck
 reader is escalated at most one such interval later than an exact pin time
 would have it), never longer than the truth (the alarm never fires early). Until the
@@ -350,12 +352,15 @@ class PinRegistry:
     ``signal_due`` (a staged removal is due). It never calls up into the
     buffer that holds it."""
 
-    __slots__ = ("epoch", "horizon", "signal_due", "st")
+    __slots__ = ("_epoch_lock", "epoch", "horizon", "signal_due", "st")
 
     def __init__(self, st: BufferState) -> None:
         self.st = st
         #: the open epoch: what a pin takes as its pin time (see "Reader ages")
         self.epoch = PinEpoch()
+        #: serializes epoch swaps only; held for two assignments, never while
+        #: taking another lock (so it nests inside ``pin_lock`` or the write lock)
+        self._epoch_lock = threading.Lock()
         #: the grace queue's horizon and due signal (installed by the buffer)
         self.horizon: Callable[[], int | None] = self.oldest_pin
         self.signal_due: Callable[[], None] = _no_signal
@@ -367,15 +372,18 @@ class PinRegistry:
         ``None``; callers skip those."""
         return [s for readers in list(self.st.pins.values()) for s in list(readers)]
 
-    def close_epoch_locked(self, now: float) -> None:
-        """Stamp the readers pinned since the last pass with ``now``: the
-        open epoch gets ``now`` and a new one opens (call under
-        ``pin_lock``, so two passes never close one epoch twice or lose one).
-        O(1), whatever the number of readers: every reader of the epoch
-        shares its one stamp. A pin that copied the old epoch just before
-        the swap is stamped ``now`` too (it pinned while the pass ran)."""
-        epoch = self.epoch
-        self.epoch = PinEpoch()
+    def close_epoch(self, now: float) -> None:
+        """Stamp the readers pinned since the last close with ``now``: the
+        open epoch gets ``now`` and a new one opens, under the registry's own
+        epoch lock (so two closers never close one epoch twice or lose one;
+        any thread, under any other lock or none). O(1), whatever the number
+        of readers: every reader of the epoch shares its one stamp. A pin
+        that copied the old epoch just before the swap is stamped ``now``
+        too (it pinned while the close ran). Called by each pass over the
+        readers and by the grace queue when it stages a removal."""
+        with self._epoch_lock:
+            epoch = self.epoch
+            self.epoch = PinEpoch()
         epoch.at = now
 
     def reader_infos(self, now: float) -> tuple[tuple[ReaderInfo, ...], set[int], int | None]:
@@ -391,7 +399,7 @@ class PinRegistry:
         name = _task_name
         st = self.st
         with st.pin_lock:
-            self.close_epoch_locked(now)
+            self.close_epoch(now)
             oldest = self.oldest_locked()
             snaps = [s for readers in list(st.pins.values()) for s in list(readers)]
         # A reader whose epoch is still open (it copied the new one after the
@@ -551,7 +559,7 @@ class PinRegistry:
         found: list[Snapshot] = []
         st = self.st
         with st.pin_lock:
-            self.close_epoch_locked(now)  # stamps the readers pinned since the last pass
+            self.close_epoch(now)  # stamps the readers pinned since the last pass
             self.oldest_locked()  # pops finished versions off the front
             order = st.pin_order
             pins = st.pins

@@ -335,6 +335,10 @@ def _readers(ll: LongLifeConfig, res: SectionResult) -> None:
     now[0] = 0.0
     bufs = {n: pinned(n, 10) for n in (big, small)}
     head_only = pinned(big, big + 1)
+    # A pin's time is stamped by the first pass after it (pins read no
+    # clock): one pass at t=0 dates every reader, as the runtime's alarm does.
+    for buf, _st in (*bufs.values(), head_only):
+        buf.check_reader_ages()
     now[0] = 10.0
     for n, (buf, _st) in bufs.items():
         t, escs = _cpu_timed(buf.check_reader_ages)
