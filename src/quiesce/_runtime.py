@@ -44,16 +44,21 @@ that are not yet due *staged* (they are in the log, and recovery brings them
 back staged); afterwards the buffer keeps working in sync mode (a due removal
 is applied when its last blocking pin is released). On an exceptional exit it
 only flushes (shielded, best effort) and re-raises the body's exception as
-itself (not wrapped in an exception group). The final flush is bounded by
-``close_timeout``: a hung sink makes exit raise :class:`LogWriteError` with
-the records still pending, never wait for ever.
+itself (not wrapped in an exception group). The final flush, and the wait
+for removal batches still in their worker threads before it, are bounded
+together by ``close_timeout``: a hung sink makes exit raise
+:class:`LogWriteError` with the records still pending, never wait for ever.
 
 The bridge between the loop and threads (the thread-safe wake, the loop's
 clock, the bounded final flush) is :mod:`._runtime_loop`.
 
 ``quiesce()`` waits for a batch the scheduler is still making durable: its
 groups have left the staged queue but are not published yet, so ``has_due()``
-alone would let ``quiesce()`` return too early.
+alone would let ``quiesce()`` return too early. It waits on the batch's own
+completion event (set from the worker thread through the loop's thread-safe
+call), never on a clock, so it is as fast under a virtual clock as under
+real time; a batch is claimed by its thread or dropped by the loop under one
+lock, so every batch waited for is certain to settle.
 """
 
 from __future__ import annotations
@@ -675,9 +680,13 @@ async def open_buffer(
     that hangs past it leaves the records pending and exit raises
     :class:`LogWriteError` naming them (``exc.pending`` is their count) —
     also when the exit was a cancellation, which that error then replaces.
-    Leaving never waits on a hung sink for anything else either: a flush
-    or a removal batch still in its worker thread is abandoned (it completes
-    or fails whole, later), not awaited.
+    The same bound covers the removal batches still in flight (one whose
+    caller was cancelled mid-write runs on in its worker thread and lands or
+    fails whole): leaving waits for each on its own completion event, then
+    flushes, the whole at most ``close_timeout``; past it the
+    :class:`LogWriteError` names the records pending and the batches not
+    landed. A batch cancelled before a worker thread claimed it is dropped
+    (its groups stay staged and due), never waited for.
 
     An exception raised by the body (or a :class:`LogWriteError` when the
     removals due at exit cannot be made durable) propagates as itself, not
