@@ -242,6 +242,20 @@ class TestDeferredRemoval:
             assert latency >= 0.0
 
 
+def _due_behind_gate() -> tuple[GatedSink, RuntimeBuffer]:
+    """A started runtime buffer (hooks attached, no scheduler task) on a
+    :class:`GatedSink` whose removal of ``a`` is staged and due: the
+    cancellation tests' common start."""
+    sink = GatedSink()
+    buf = RuntimeBuffer(log=sink)
+    buf._start()
+    buf.append(step("a"))
+    buf.flush()
+    with buf.snapshot():
+        buf.prune(["a"], reason="stale")
+    return sink, buf
+
+
 class TestCancellation:
     async def test_a_cancelled_reader_releases_its_pin(self) -> None:
         """Invariant 7: a reader cancelled while blocked inside its snapshot
@@ -380,13 +394,7 @@ class TestCancellation:
         could leave the removal staged behind it). The runtime's hooks are
         attached (``_start``) but no scheduler task runs, so the cancelled
         call certainly owns the batch."""
-        sink = GatedSink()
-        buf = RuntimeBuffer(log=sink)
-        buf._start()
-        buf.append(step("a"))
-        buf.flush()
-        with buf.snapshot():
-            buf.prune(["a"], reason="stale")
+        sink, buf = _due_behind_gate()
         assert buf.has_due()
         sink.gate = threading.Event()
         version = buf.version
@@ -428,13 +436,7 @@ class TestCancellation:
         and due, so the next ``quiesce()`` applies it at once. (The reverted
         fix waited for such a batch to land, which it never does: leaving
         ``open_buffer`` sat out ``close_timeout`` of real time each time.)"""
-        sink = GatedSink()
-        buf = RuntimeBuffer(log=sink)
-        buf._start()
-        buf.append(step("a"))
-        buf.flush()
-        with buf.snapshot():
-            buf.prune(["a"], reason="stale")
+        sink, buf = _due_behind_gate()
         limiter = anyio.to_thread.current_default_thread_limiter()
         tokens = limiter.total_tokens
         hold = threading.Event()

@@ -308,28 +308,21 @@ def _after(
     knows what the admission appended."""
     if state is None:
         state = state_of(buf, framework)
-    _extend_index(buf, framework, version, reads, report, state)
+    _extend_index(buf, version, reads, report, state)
     appended(buf, state, version, reads, report)
     return report
 
 
 def _extend_index(
-    buf: Buffer | AsyncBuffer,
-    framework: str,
-    version: int,
-    reads: list[Read],
-    report: SyncReport,
-    state: SyncState | None = None,
+    buf: Buffer | AsyncBuffer, version: int, reads: list[Read], report: SyncReport, state: SyncState
 ) -> None:
-    """Keep the content-hash index of ``framework``'s sync state current
+    """Keep the content-hash index of the sync state ``state`` current
     after an admission of ``reads`` that began at ``version``: when the
     buffer moved by exactly the one version of this batch (no other writer
     came between) and nothing was re-admitted, the new messages' hashes are
     added (O(new)); else the index is dropped and the next sync by content
     rebuilds it (O(n)). So a context that adds one message at a time pays
     O(1) look-ups per message, not a scan of the buffer."""
-    if state is None:
-        state = state_of(buf, framework)
     index = state.index
     if index is None or index[0] != version:
         return
