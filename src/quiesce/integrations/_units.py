@@ -20,8 +20,10 @@ from collections.abc import Container, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypedDict, Unpack
 
+import anyio
+
 from .._core.buffer import Buffer, Snapshot
-from .._core.entry import Entry, Kind, content_hash
+from .._core.entry import Entry, Kind, check_text, content_hash
 from .._core.errors import InvalidArgument
 from .._core.records import Tombstone
 from .._protocol import AsyncBuffer, local_buffer
@@ -277,10 +279,38 @@ async def async_append_unit(
     if unit.results:
         return unit_id, await async_sync_units(buf, [unit], framework=framework, actor=actor)
     state = state_of(buf, framework)
-    reads = [Read(0, unit_id, _entries(unit, framework, state.calls))]
+    entries = _entries(unit, framework, state.calls)
+    reads = [Read(0, unit_id, entries)]
     admission = _admit_options(framework, "record", None, actor)
-    report = await aadmit(buf, reads, **admission)
+    local = local_buffer_of(buf)
+    if local is None or len(entries) != 1:
+        report = await aadmit(buf, reads, **admission)
+    else:
+        report = await _append_one(local, reads, admission)
     return unit_id, _after(buf, framework, version, reads, report, state)
+
+
+async def _append_one(local: Buffer, reads: list[Read], admission: dict[str, Any]) -> SyncReport:
+    """:func:`~quiesce.adapters._common.aadmit` of one read of one entry on
+    an in-process buffer, the common turn's append: after the same
+    checkpoint, when the head holds neither the entry's id (live or
+    tombstoned) nor a tombstone of its content or key, the entry is
+    appended with ``Buffer.append`` (the very checks and version
+    ``aadmit`` would make, without building its plan and report lists);
+    anything else (a re-admission, an id taken meanwhile) is decided by
+    :func:`~quiesce.adapters._common.admit` itself. The same report either
+    way. Cancelled at the checkpoint, nothing is appended. O(log n)."""
+    await anyio.lowlevel.checkpoint()
+    entry = reads[0].entries[0]
+    head = local.head()
+    if not entry.refs and entry.id not in head.live:
+        gone, tomb = head.tombs.admission(entry.id, entry.content_hash, entry.key)
+        if gone is None and tomb is None:
+            actor = admission["actor"]
+            if actor is not None:
+                check_text(actor, "actor")
+            return SyncReport(appended=(0,), version=local.append(entry))
+    return admit(local, reads, **admission)
 
 
 def _begin(
