@@ -106,7 +106,7 @@ import os
 import sqlite3
 import threading
 import urllib.parse
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 
 from .._core.errors import InvalidArgument, InvalidType, LogFormatError, LogLocked
 from .._core.log import check_read
@@ -193,7 +193,7 @@ _STREAM_CHUNK = 2048
 
 
 def stream_pages(
-    page: Callable[[int, int], Sequence[tuple[object, ...]]], where: str, start: int, size: int
+    page: Callable[[int, int], Iterable[tuple[object, ...]]], where: str, start: int, size: int
 ) -> Iterator[LogRecord]:
     """The records from ``start`` on, read in keyset pages: ``page(first,
     size)`` returns at most ``size`` rows ``(seq, record[, crc])`` with
@@ -203,21 +203,21 @@ def stream_pages(
     missing row is found wherever it falls (the page after it starts one
     seq late), also at a page's end; a page shorter than ``size`` is the
     end of the log. (A range page ``first <= seq < first + size`` could not
-    tell a gap at its end from the end of the log.) Memory: one page of
-    raw rows, each row decoded only when it is due and dropped from the
-    page as it is (issue 21: a page decoded whole held ``size`` decoded
-    records, checkpoints among them, besides the rows, for as long as the
-    consumer took over any of them); a page's records are all yielded
+    tell a gap at its end from the end of the log.) Memory: one raw row
+    (``page`` may step a cursor; a list of rows is read as it is), each
+    row decoded only when it is due and dropped as it is (issue 21: a
+    page decoded whole held ``size`` decoded records, checkpoints among
+    them, besides the rows, for as long as the consumer took over any of
+    them); a page's records are all yielded
     before the next page is asked for. Shared by :func:`stream_sqlite`
     and the PostgreSQL log's ``stream_postgres``."""
     first = start
     while True:
-        rows = list(page(first, size))
-        count = len(rows)
-        for i in range(count):
-            row, rows[i] = rows[i], None  # type: ignore[call-overload]
-            (rec,) = _decode_rows((row,), where, first + i)
+        count = 0
+        for row in page(first, size):  # a cursor: one raw row at a time
+            (rec,) = _decode_rows((row,), where, first + count)
             del row
+            count += 1
             yield rec
         if count < size:
             return
@@ -254,10 +254,18 @@ def stream_sqlite(
 
     query = _SELECT[layout] + " WHERE seq >= ? ORDER BY seq LIMIT ?"
 
-    def page(first: int, size: int) -> list[tuple[object, ...]]:
+    def page(first: int, size: int) -> Iterator[tuple[object, ...]]:
+        # stepped row by row (not fetchall): a page's raw rows are not all
+        # held, only the one being decoded (each checkpoint row carries the
+        # tombstone index, O(tombstones): issue 21)
         with _refused_if_damaged(p):
-            rows: list[tuple[object, ...]] = conn.execute(query, (first, size)).fetchall()
-        return rows
+            cursor = conn.execute(query, (first, size))
+        while True:
+            with _refused_if_damaged(p):
+                row = cursor.fetchone()
+            if row is None:
+                return
+            yield row
 
     def records() -> Generator[LogRecord, None, None]:
         try:
