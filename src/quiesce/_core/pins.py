@@ -149,15 +149,17 @@ class Snapshot:
         # The task probe (tasks.current_task), its cached asyncio case and
         # its trio case inline.
         cached = _loop_cache.loop
-        task = None
         if cached is not None:
-            ref, ident, task_of = cached
-            loop = ref()
-            if loop is not None and loop._thread_id == ident:
+            loop, ident, task_of = cached
+            # still the run it was cached in (by identity: see tasks.py)
+            if loop._thread_id is ident:
                 task = task_of(loop)
-            if task is None:
-                task = _current_task_of(ident, ref)
+                if task is None:  # a loop callback, not a task
+                    task = _current_task_of(ident, loop)
+            else:
+                task = _current_task_of(ident, loop)
         else:
+            task = None
             ident = _get_ident()
             if (trio_context := _tasks._trio_context) is not None:
                 # No asyncio loop cached for this thread. A trio task step
