@@ -129,9 +129,17 @@ def _bind_trio() -> Callable[[], Any] | None:
 
 
 def current_task() -> object:
-    """The running asyncio task, else the running trio task, else the thread."""
+    """The running asyncio task, else the running trio task, else the thread.
+    The pin fast path (``Snapshot.__enter__``) inlines this: keep them alike."""
     cached = _loop_cache.loop
-    return current_task_of(_get_ident(), None if cached is None else cached[0])
+    if cached is None:
+        return current_task_of(_get_ident(), None)
+    loop, ident, task_of = cached
+    if loop._thread_id is ident:  # still the run it was cached in
+        task = task_of(loop)
+        if task is not None:
+            return task
+    return current_task_of(ident, loop)
 
 
 def current_task_of(ident: int, cached: Any) -> object:
