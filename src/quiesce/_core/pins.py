@@ -149,7 +149,7 @@ class Snapshot:
     # "Reader ages" in the module docstring) and ``_readers`` (the set this
     # snapshot is registered in) are set at pin.
 
-    # Pin and unpin are the readers' fast path (a goal: <= 0.2x an aiorwlock
+    # Pin and unpin are the readers' fast path (a goal: <= 0.12x an aiorwlock
     # reader acquire + release), so they are written out here rather than
     # delegated to Buffer methods, inline the task probe's cached case, and
     # take no lock: see "Pins" in the module docstring for the protocol and
