@@ -453,7 +453,9 @@ class PinRegistry:
         end of the order (unless it is there already) *before* the set is
         made, so a reader that finds the set finds the number in the order;
         then register, then re-read the head; retry while a write lands in
-        between (each retry sees a newer head). O(1) amortized; never waits
+        between (each retry sees a newer head). Once validated, stores
+        ``(version, set)`` as the head set, which the head's next pins use
+        (rule (1') in the module docstring). O(1) amortized; never waits
         (appending behind an older number walks the order if no other walker
         is at it: :meth:`trim`)."""
         st = self.st
