@@ -75,7 +75,8 @@ reader is escalated at most one such interval later than an exact pin time
 would have it), never longer than the truth (the alarm never fires early). Until the
 first pass its pin time is unknown (``reader_of`` gives ``None``; its age in
 ``stats()`` is 0). A snapshot whose reads are guarded by its pin time
-(:class:`~.replication.GuardedSnapshot`) reads the clock itself.
+(:class:`~.replication.GuardedSnapshot`) is stamped with a clock
+reading when it is made, by its maker.
 
 Cancellation. Nothing here awaits. ``Snapshot.__exit__`` unpins with plain
 synchronous code, so a cancelled reader always releases its pin.

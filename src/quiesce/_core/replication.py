@@ -78,28 +78,22 @@ class GuardedSnapshot(Snapshot):
     """A snapshot whose every read first asks a guard.
 
     ``guard(pinned_at, version)`` is called on each read with the pin time
-    (the buffer's clock, read when the pin starts: never later than the
-    pin, so a guard that voids snapshots pinned up to some moment voids
-    every one pinned before it) and the pinned version number; it raises to
-    refuse the read (a shared member whose lease expired raises
-    ``LeaseLost``). Pinning and unpinning are :class:`Snapshot`'s (the
-    lock-free fast path) plus this one clock read (a plain snapshot's pin
-    time is stamped lazily, too coarse for a guard); a read costs one call
-    more. Made by :meth:`Replication.snapshot`.
+    and the pinned version number; it raises to refuse the read (a shared
+    member whose lease expired raises ``LeaseLost``). The pin time is the
+    buffer's clock read when the snapshot was made (or the time its maker
+    passed, read on that clock): never later than the pin, so a guard that
+    voids snapshots pinned up to some moment voids every one pinned before
+    it (a snapshot made before that moment and pinned after it is voided
+    too: refused, never wrongly served). Pinning and unpinning are exactly
+    :class:`Snapshot`'s (the lock-free fast path: this class adds no frame
+    to them; a plain snapshot's pin time is stamped lazily, too coarse for
+    a guard); a read costs one call more. Made by :meth:`Replication.snapshot`.
     """
 
     __slots__ = ("_read_guard", "_since")
 
     _read_guard: Callable[[float, int], None]
     _since: float
-
-    def __enter__(self) -> GuardedSnapshot:
-        """Read the clock (only for a first pin: a refused second one keeps
-        the first pin time), then pin (:meth:`Snapshot.__enter__`)."""
-        if self._task is _NOT_ENTERED:
-            self._since = self._registry.st.clock()
-        Snapshot.__enter__(self)
-        return self
 
     def _v(self) -> Version:
         v = Snapshot._v(self)
@@ -122,7 +116,7 @@ class Replication:
     buffer (a second raises :class:`InvalidArgument`).
     """
 
-    __slots__ = ("_buf", "_epoch", "_serving", "_st")
+    __slots__ = ("_buf", "_epoch", "_registry", "_serving", "_st")
 
     def __init__(self, buf: Buffer) -> None:
         from .buffer import Buffer
@@ -135,6 +129,8 @@ class Replication:
         self._buf = buf
         #: the buffer's fields (state.py): what this handle drives
         self._st = st
+        #: the buffer's pin registry (what its snapshots pin through)
+        self._registry = buf._registry
         #: the epoch of the attached sink (None: detached)
         self._epoch: int | None = None
         #: (thread, stamp) while that thread serves a request
@@ -357,13 +353,18 @@ class Replication:
 
     # -- reads -------------------------------------------------------------------
 
-    def snapshot(self, guard: Callable[[float, int], None]) -> GuardedSnapshot:
+    def snapshot(
+        self, guard: Callable[[float, int], None], since: float | None = None
+    ) -> GuardedSnapshot:
         """A snapshot of this buffer whose reads ask ``guard`` first
-        (:class:`GuardedSnapshot`). Pinning is :meth:`Buffer.snapshot`'s
-        fast path: O(1), never waits."""
+        (:class:`GuardedSnapshot`), with pin time ``since`` (default: the
+        buffer's clock, read now; a caller that has just read that clock
+        passes its reading). Pinning is :meth:`Buffer.snapshot`'s fast path:
+        O(1), never waits."""
         snap = GuardedSnapshot()  # a C-level call: no __init__
         snap._read_guard = guard
-        snap._registry = self._buf._registry
+        snap._since = self._st.clock() if since is None else since
+        snap._registry = self._registry
         snap._version = None
         snap._task = _NOT_ENTERED
         return snap

@@ -253,8 +253,9 @@ class SharedBuffer(_Serving):
                     abandon_on_cancel=True,  # a partition must not hold the caller
                 )
                 self.forwarded += 1
+                # the answer comes with a NOTIFY (the sequencer's commit, or
+                # a late result's), else with the pump's poll
                 while request_id not in self._answers:
-                    self._wake_pump.set()
                     await self._answered.wait()
                 text, applied_seq = self._answers.pop(request_id)
                 while len(self.local.log) < applied_seq:
@@ -329,8 +330,8 @@ class SharedBuffer(_Serving):
             nonlocal listening
             while True:
                 listening = True
-                await anyio.to_thread.run_sync(self._listen_once, abandon_on_cancel=True)
-                self._wake_pump.set()
+                if await anyio.to_thread.run_sync(self._listen_once, abandon_on_cancel=True):
+                    self._wake_pump.set()
 
         assert self._tg is not None
         self._tg.start_soon(listen)
@@ -341,10 +342,10 @@ class SharedBuffer(_Serving):
             try:
                 if self._role == _SEQUENCER:
                     await self._serve()
-                else:
-                    await self._catch_up()
-                if self._waiting:
-                    await self._collect_answers()
+                    if self._waiting:  # forwarded before a promotion
+                        await self._collect_answers()
+                else:  # and the answers to its waiting requests, in one call
+                    await self._catch_up(answers=True)
             except LogWriteError:
                 await anyio.sleep(min(self._poll, 0.05))
             except Exception:  # never let one bad row or batch stop the member

@@ -42,6 +42,7 @@ from .sql import _OPEN_REQUESTS, _Control
 from .stream import SharedStreamWriter
 
 _logger = logging.getLogger("quiesce.shared")
+_monotonic = time.monotonic
 
 
 class LeaseLost(QuiesceError):
@@ -142,6 +143,11 @@ class _Member:
         self._ctl = _Control(dsn, self._timeout, self._app_name)
         self._local: RuntimeBuffer | None = None
         self._repl: Replication | None = None  # the local buffer's handle
+        #: makes a guarded snapshot of the local buffer, given the read
+        #: guard and the pin time (``self._repl.snapshot``, bound in
+        #: _host_local with ``_guard``, to spare snapshot() a lookup chain)
+        self._pin: Callable[[Callable[[float, int], None], float], Snapshot] = self._pin_closed
+        self._guard: Callable[[float, int], None] = self._check_read
         self._local_stop: anyio.Event | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._applied = anyio.Event()  # replaced after every local apply
@@ -219,17 +225,31 @@ class _Member:
     def snapshot(self) -> Snapshot:
         """A local snapshot (pinning never touches the network). Raises
         :class:`LeaseLost` while this member's lease is expired: the other
-        members no longer wait for its readers."""
+        members no longer wait for its readers.
+
+        The fast path is one monotonic clock read compared to the lease
+        deadline (a float) and a check that no loss is counted; that reading
+        is the snapshot's pin time for :meth:`_check_read` (never later than
+        the pin). O(1), no lock, any thread."""
+        now = _monotonic()
+        if now > self._member_valid_until or self._lease_lost is not None:
+            raise self._snapshot_refused()
+        return self._pin(self._guard, now)
+
+    def _snapshot_refused(self) -> QuiesceError:
+        """Why :meth:`snapshot` refuses (its slow path): the loss counted,
+        the buffer not open, or the deadline passed (counted now)."""
         lost = self._lease_lost
-        local = self._local
-        if lost is not None or local is None:
-            raise lost or _errors.BufferClosed("the shared buffer is not open")
-        if time.monotonic() > self._member_valid_until:
-            self._note_lease_lost(self._member_valid_until)
-            raise self._lease_lost or LeaseLost("this member's lease expired")
-        repl = self._repl
-        assert repl is not None
-        return repl.snapshot(self._check_read)
+        if lost is not None:
+            return lost
+        if self._local is None:
+            return _errors.BufferClosed("the shared buffer is not open")
+        self._note_lease_lost(self._member_valid_until)
+        return self._lease_lost or LeaseLost("this member's lease expired")
+
+    def _pin_closed(self, guard: Callable[[float, int], None], since: float) -> Snapshot:
+        """:attr:`_pin` until the local buffer is hosted."""
+        raise _errors.BufferClosed("the shared buffer is not open")
 
     def oldest_pin(self) -> int | None:
         return self.local.oldest_pin()
@@ -249,7 +269,7 @@ class _Member:
         for this one (its lease expired on the database clock) is therefore
         published at least a quarter lease after this member's reads
         stopped."""
-        if time.monotonic() > self._member_valid_until:
+        if _monotonic() > self._member_valid_until:
             self._note_lease_lost(self._member_valid_until)
         if self._lease_lost is not None or since <= self._void_before:
             raise LeaseLost(
@@ -342,6 +362,9 @@ class _Member:
         stop = anyio.Event()
         self._local_stop = stop
         self._local, self._repl = await self._tg.start(self._run_local, stop)
+        # snapshot()'s maker and its read guard, bound once
+        self._guard = self._check_read
+        self._pin = self._repl.snapshot
         self._signal_applied()
 
     async def _run_local(

@@ -121,17 +121,28 @@ class _Serving(_Leases):
 
     async def _serve(self) -> None:
         """Apply the open requests in arrival order, then commit their records
-        and results in one transaction (the sink's ``before_commit``)."""
+        and results in one transaction (the sink's ``before_commit``). The
+        requests are read and served in one worker-thread call (one thread
+        round trip per batch, :meth:`_serve_open`)."""
         if time.monotonic() > self._writer_valid_until:
             return  # not sure we still hold the lease: the heartbeat decides
-        rows = await self._ctl_run(_OPEN_REQUESTS, {"b": self._buffer_id})
-        if not rows:
-            return
         try:
-            await anyio.to_thread.run_sync(self._serve_batch, rows)
+            served = await anyio.to_thread.run_sync(self._serve_open)
         except WriterFenced:
             await self._demote("fenced")
-        self._signal_applied()
+            served = True
+        if served:
+            self._signal_applied()
+
+    def _serve_open(self) -> bool:
+        """Read the open requests and serve them (:meth:`_serve_batch`);
+        returns whether there were any (worker thread). A failing read is
+        :class:`LogWriteError`, nothing served."""
+        rows = self._ctl.run(_OPEN_REQUESTS, {"b": self._buffer_id})
+        if not rows:
+            return False
+        self._serve_batch(rows)
+        return True
 
     def _serve_batch(self, rows: list[tuple[Any, ...]]) -> None:
         """Apply each open request exactly once (worker thread). A request
