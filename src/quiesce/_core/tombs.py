@@ -366,17 +366,19 @@ def _probe(
     for index in gens:
         slots = index.slots
         mask = index.mask
-        low = index.limit
         shift = index.shift
         tag = h >> index.tag_shift
         i = h & mask
         v = slots[i]
         while v:
-            p = v & low
-            if p and p <= count and v >> shift == tag and p > best + 1 and value_at(p - 1) == value:
-                best = p - 1
-                if first:
-                    return best
+            # the tag first: it rules out all but about one in 2**tag slots,
+            # so a slot it rules out costs one shift and one compare
+            if v >> shift == tag:
+                p = v & index.limit
+                if p and p <= count and p > best + 1 and value_at(p - 1) == value:
+                    best = p - 1
+                    if first:
+                        return best
             i = (i + 1) & mask
             v = slots[i]
         if best >= 0:
