@@ -583,3 +583,57 @@ def test_an_index_of_old_keys_imports_past_its_position_limit() -> None:
     assert exported is not None
     again = TombStore.imported(exported, 6, object())
     assert again.n == 70_000 and again._by_key[0].limit == store._by_key[0].limit
+
+
+@pytest.mark.parametrize("wide", [False, True])
+@pytest.mark.parametrize("piece", [32, 96, 1 << 16])
+def test_an_index_loads_back_piece_by_piece(
+    wide: bool, piece: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``_Index.load`` decodes the base64 a piece at a time straight into
+    the slots, counting each piece: whatever the piece size (a multiple of
+    32 characters: whole 4- and 8-byte slots), the slots and counts are what
+    :meth:`_Index.dump` wrote, and a piece boundary hides no bad slot count."""
+    import quiesce._core.tombs as tombs_mod
+    from quiesce._core.tombs import _Index
+
+    monkeypatch.setattr(tombs_mod, "_B64_PIECE", piece)
+    index = _Index(256, 32 if wide else 16)
+    for pos in range(150):
+        index.put((pos * 0x9E3779B97F4A7C15) & ((1 << 64) - 1), pos)
+    assert index.kill((7 * 0x9E3779B97F4A7C15) & ((1 << 64) - 1), 7)
+    dumped = index.dump()
+    again = _Index.load(dumped, 150)
+    assert again.slots == index.slots
+    assert (again.used, again.dead, again.mask, again.shift) == (149, 1, 255, index.shift)
+    lying = [*dumped[:2], 150, 0, dumped[4]]  # the dead slot counted as live
+    with pytest.raises(LogFormatError, match="other slot counts"):
+        _Index.load(lying, 150)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(lambda raw: raw[:-4], id="short"),
+        pytest.param(lambda raw: raw + "AAAA", id="long"),
+        pytest.param(lambda raw: "!" + raw[1:], id="not-base64"),
+        pytest.param(lambda raw: raw[:100] + "==" + raw[102:], id="padding-inside"),
+        pytest.param(lambda raw: raw[:100] + "\n" + raw[101:], id="newline"),
+        pytest.param(lambda raw: raw[:100] + "é" + raw[101:], id="not-ascii"),
+        pytest.param(lambda raw: raw[:-2] + "AA", id="no-padding"),
+    ],
+)
+def test_a_damaged_index_text_is_refused(damage: object) -> None:
+    """Base64 that is not exactly what ``dump`` writes (strict: the
+    alphabet only, padding only at the end, the exact length) is a
+    :class:`LogFormatError`, never a partly decoded index."""
+    from quiesce._core.tombs import _Index
+
+    index = _Index(64, 16)
+    for pos in range(20):
+        index.put(pos * 7919 + 3, pos)
+    size, shift, used, dead, raw = index.dump()
+    bad = damage(raw)  # type: ignore[operator]
+    assert bad != raw
+    with pytest.raises(LogFormatError, match="tombstone index"):
+        _Index.load([size, shift, used, dead, bad], 20)

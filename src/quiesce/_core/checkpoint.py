@@ -121,14 +121,76 @@ class CheckpointSink(ReadableSink, Protocol):
     def checkpoints(self) -> tuple[int, Sequence[int]]: ...
 
 
-def _canonical(state: dict[str, Any]) -> bytes:
+def _canonical(value: object) -> bytes:
     return json.dumps(
-        state, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
     ).encode("ascii")
 
 
+#: a string at least this long is hashed in pieces, not encoded whole (a
+#: checkpoint's index slots: base64, O(tombstones))
+_BIG = 4096
+#: characters of a long string hashed at a time
+_PIECE = 1 << 16
+#: containers of at most this many items, this deep, are walked by
+#: :func:`_feed` (the state, its ``tomb_index`` and its generations);
+#: anything else is encoded whole
+_WALK_ITEMS = 64
+_WALK_DEPTH = 4
+#: the bytes canonical JSON writes as they are (``ensure_ascii``): printable
+#: ASCII but ``"`` and ``\\``
+_VERBATIM = bytes(b for b in range(0x20, 0x7F) if b not in b'"\\')
+
+
+def _feed(h: Any, value: object, depth: int = 0) -> None:
+    """Feed ``h`` (a hashlib object) exactly the bytes of
+    ``_canonical(value)``, without building them whole: small dicts (str
+    keys) and lists near the top are walked (``{`` sorted ``"key":value``
+    ``,``-separated ``}``, as ``json.dumps`` writes them with these
+    separators), a long ASCII string is fed a piece at a time (a piece of
+    verbatim characters as it is, any other through ``json.dumps``:
+    escaping is per character), and everything else is encoded whole.
+    Which branch is taken changes the memory, never the bytes: O(state)
+    time, transient memory O(:data:`_PIECE` + the largest value encoded
+    whole) instead of two copies of the whole text (issue 21)."""
+    if depth < _WALK_DEPTH and type(value) is dict and len(value) <= _WALK_ITEMS:
+        if all(type(k) is str for k in value):
+            h.update(b"{")
+            for n, k in enumerate(sorted(value)):
+                if n:
+                    h.update(b",")
+                h.update(_canonical(k))
+                h.update(b":")
+                _feed(h, value[k], depth + 1)
+            h.update(b"}")
+            return
+    elif depth < _WALK_DEPTH and type(value) is list and len(value) <= _WALK_ITEMS:
+        h.update(b"[")
+        for n, item in enumerate(value):
+            if n:
+                h.update(b",")
+            _feed(h, item, depth + 1)
+        h.update(b"]")
+        return
+    elif type(value) is str and len(value) >= _BIG and value.isascii():
+        h.update(b'"')
+        for at in range(0, len(value), _PIECE):
+            piece = value[at : at + _PIECE]
+            raw = piece.encode("ascii")
+            if raw.translate(None, _VERBATIM):  # a character JSON escapes
+                raw = _canonical(piece)[1:-1]
+            h.update(raw)
+        h.update(b'"')
+        return
+    h.update(_canonical(value))
+
+
 def _digest(state: dict[str, Any]) -> str:
-    return hashlib.sha256(_canonical(state)).hexdigest()
+    """The SHA-256 of ``_canonical(state)``, fed in pieces (:func:`_feed`).
+    Raises what ``json.dumps`` raises for a value it cannot encode."""
+    h = hashlib.sha256()
+    _feed(h, state)
+    return h.hexdigest()
 
 
 def checkpoint_state(st: BufferState | HasState, *, listed: bool = False) -> dict[str, Any]:

@@ -42,6 +42,7 @@ one line of history past the head.
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import itertools
 import os
@@ -73,6 +74,9 @@ SPILL_LEAST = 1024
 INDEX_FORMAT = 2
 #: most index generations a checkpoint may hold (the sizes double: 2**40 slots)
 _MAX_GENS = 40
+#: base64 characters of an exported index decoded at a time (a multiple of
+#: 32: 24 bytes, whole 4- and 8-byte slots per piece)
+_B64_PIECE = 1 << 16
 #: most prefetched tombstones a store keeps (see TombStore.prefetch)
 _RESOLVED_MOST = 256
 
@@ -258,17 +262,33 @@ class _Index:
         index = cls(_MIN_SLOTS, shift, first=0)  # its positions may all be spilled
         if n > index.limit:
             raise LogFormatError("a checkpoint's tombstone index is too narrow for its tombstones")
-        try:
-            data = base64.b64decode(raw.encode("ascii"), validate=True)
-        except (ValueError, UnicodeEncodeError) as exc:
-            raise LogFormatError(f"a checkpoint's tombstone index is not base64: {exc}") from exc
-        slots = array(index.slots.typecode)
-        if len(data) != size * slots.itemsize:
+        width = index.slots.itemsize
+        nbytes = size * width
+        # base64 of nbytes bytes: 4 characters per 3 bytes, padded at the end only
+        if len(raw) != 4 * -(-nbytes // 3) or raw.find("=", 0, len(raw) - 2) != -1:
             raise LogFormatError("a checkpoint's tombstone index has the wrong length")
-        slots.frombytes(data)
+        # decoded a piece at a time straight into the slots (no copy of the
+        # whole text or of its bytes), each piece counted as it goes
+        slots = array(index.slots.typecode, [0]) * size
+        view = memoryview(slots).cast("B")
+        nonzero = tombs = 0
+        at = 0
+        try:
+            for start in range(0, len(raw), _B64_PIECE):
+                data = binascii.a2b_base64(raw[start : start + _B64_PIECE], strict_mode=True)
+                view[at : at + len(data)] = data
+                at += len(data)
+                z, t = _lane_counts(data, width, index.tomb)
+                nonzero += z
+                tombs += t
+        except (ValueError, binascii.Error) as exc:
+            raise LogFormatError(f"a checkpoint's tombstone index is not base64: {exc}") from exc
+        finally:
+            view.release()
+        if at != nbytes:
+            raise LogFormatError("a checkpoint's tombstone index has the wrong length")
         if sys.byteorder != "little":  # pragma: no cover - big-endian hosts
             slots.byteswap()
-        nonzero, tombs = _lane_counts(data, slots.itemsize, index.tomb)
         if nonzero != used + dead or tombs != dead:
             raise LogFormatError(
                 "a checkpoint's tombstone index holds other slot counts than it says"
@@ -346,17 +366,19 @@ def _probe(
     for index in gens:
         slots = index.slots
         mask = index.mask
-        low = index.limit
         shift = index.shift
         tag = h >> index.tag_shift
         i = h & mask
         v = slots[i]
         while v:
-            p = v & low
-            if p and p <= count and v >> shift == tag and p > best + 1 and value_at(p - 1) == value:
-                best = p - 1
-                if first:
-                    return best
+            # the tag first: it rules out all but about one in 2**tag slots,
+            # so a slot it rules out costs one shift and one compare
+            if v >> shift == tag:
+                p = v & index.limit
+                if p and p <= count and p > best + 1 and value_at(p - 1) == value:
+                    best = p - 1
+                    if first:
+                        return best
             i = (i + 1) & mask
             v = slots[i]
         if best >= 0:
@@ -367,7 +389,9 @@ def _probe(
 class _Cols:
     """The packed columns of positions ``base`` .. ``base + len - 1``
     (``id_end`` / ``key_end`` are offsets into this object's blobs;
-    ``key_pos`` holds absolute positions)."""
+    ``key_pos`` holds absolute positions; ``reason`` / ``actor`` index
+    ``strs``, this object's own table of interned strings, so a spill
+    drops the strings only spilled tombstones used, issue 21)."""
 
     __slots__ = (
         "actor",
@@ -381,12 +405,16 @@ class _Cols:
         "kind",
         "odd",
         "reason",
+        "str_ix",
+        "strs",
         "turn",
         "version",
     )
 
     def __init__(self, base: int) -> None:
         self.base = base
+        self.strs: list[str | None] = [None]  # interned reasons and actors
+        self.str_ix: dict[str | None, int] = {None: 0}
         self.id_blob = bytearray()
         self.id_end = array("q")
         self.hash8 = bytearray()
@@ -399,6 +427,16 @@ class _Cols:
         self.key_pos = array("q")  # positions holding a key (ascending)
         self.key_end = array("q")
         self.key_blob = bytearray()
+
+    def intern(self, s: str | None) -> int:
+        """The index of ``s`` in :attr:`strs`, added if new (writer only;
+        a reader sees a list that only grows)."""
+        ix = self.str_ix.get(s)
+        if ix is None:
+            ix = len(self.strs)
+            self.strs.append(s)
+            self.str_ix[s] = ix
+        return ix
 
 
 class TombStore:
@@ -430,16 +468,12 @@ class TombStore:
         "_resolved",
         "_seg_seq",
         "_seg_start",
-        "_str_ix",
-        "_strs",
         "n",
     )
 
     def __init__(self, key: bytes | None = None) -> None:
         self.n = 0
         self._cols = _Cols(0)
-        self._strs: list[str | None] = [None]  # interned reasons and actors
-        self._str_ix: dict[str | None, int] = {None: 0}
         #: the hash key: random per store, kept in its checkpoints
         self._key = os.urandom(_KEY_BYTES) if key is None else key
         self._hasher = _hasher(self._key)
@@ -527,7 +561,7 @@ class TombStore:
         turn = c.turn[q]
         version = c.version[q]
         kind = c.kind[q]
-        strs = self._strs
+        strs = c.strs
         return Tombstone(
             self.id_at(p),
             self.hash_at(p),
@@ -603,14 +637,6 @@ class TombStore:
 
     # -- writing (under the owner's write lock) --------------------------------
 
-    def _intern(self, s: str | None) -> int:
-        ix = self._str_ix.get(s)
-        if ix is None:
-            ix = len(self._strs)
-            self._strs.append(s)
-            self._str_ix[s] = ix
-        return ix
-
     def append(self, t: Tombstone) -> None:
         """Write ``t`` at position ``n``. Amortized O(1) (an index that is
         2/3 full doubles: O(held), rarely; never a disk, see :meth:`_grown`).
@@ -646,7 +672,7 @@ class TombStore:
         packed = _packed_hash(t.content_hash)
         h_id, h_hash = self._h(t.id), self._hc(t.content_hash)
         h_key = None if t.key is None else self._h(t.key)
-        reason, actor = self._intern(t.reason), self._intern(t.actor)
+        reason, actor = self._cols.intern(t.reason), self._cols.intern(t.actor)
         # grow first: a new index is built aside and swapped in whole
         if self._by_id[0].full() or p >= self._by_id[0].limit:
             self._by_id = self._grown(self._by_id, "id")
@@ -722,7 +748,7 @@ class TombStore:
                 packed = bytes(8)
             hashes.append(packed)
         c.hash8 = bytearray(b"".join(hashes))
-        intern = self._intern
+        intern = c.intern
         c.reason = array("I", [intern(t.reason) for t in ts])
         c.actor = array("I", [intern(t.actor) for t in ts])
         c.turn = array("q", [_NONE if t.turn is None else t.turn for t in ts])
@@ -860,8 +886,15 @@ class TombStore:
         new.id_end = array("q", (e - lo for e in old.id_end[q:]))
         new.hash8 = old.hash8[8 * q :]
         new.odd = {p: h for p, h in old.odd.items() if p >= cut}
-        new.reason = old.reason[q:]
-        new.actor = old.actor[q:]
+        # the kept tombstones' strings only, renumbered (the table goes with
+        # the columns: a reader holding the old columns reads the old table)
+        reason, actor = old.reason[q:], old.actor[q:]
+        keep = sorted({0, *reason, *actor})
+        renumber = {o: k for k, o in enumerate(keep)}
+        new.strs = [old.strs[o] for o in keep]
+        new.str_ix = {v: k for k, v in enumerate(new.strs)}
+        new.reason = array("I", [renumber[o] for o in reason])
+        new.actor = array("I", [renumber[o] for o in actor])
         new.turn = old.turn[q:]
         new.version = old.version[q:]
         new.kind = old.kind[q:]

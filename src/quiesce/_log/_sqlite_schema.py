@@ -262,10 +262,20 @@ def _check_pages(conn: sqlite3.Connection, path: str) -> None:
         raise LogFormatError(f"{path} is damaged: its schema is not a quiesce log's")
 
 
+#: characters of a long record's text encoded at a time by :func:`record_crc`
+_CRC_PIECE = 1 << 16
+
+
 def record_crc(seq: int, text: str) -> int:
     """The layout-2 checksum of a row: CRC-32 of ``seq``, a newline and the
-    record text (so a row moved to another ``seq`` fails too)."""
-    return zlib.crc32(f"{seq}\n".encode("ascii") + text.encode("utf-8", "surrogatepass"))
+    record text (so a row moved to another ``seq`` fails too). A long text
+    (a checkpoint's) is encoded a piece at a time into the running CRC
+    (UTF-8 is per code point, so the pieces are the whole's bytes): no
+    copy of the whole text (issue 21). O(len(text))."""
+    crc = zlib.crc32(f"{seq}\n".encode("ascii"))
+    for at in range(0, len(text), _CRC_PIECE):
+        crc = zlib.crc32(text[at : at + _CRC_PIECE].encode("utf-8", "surrogatepass"), crc)
+    return crc
 
 
 def _create(path: str) -> None:

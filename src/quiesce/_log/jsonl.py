@@ -382,8 +382,19 @@ def _lines(fd: int, pos: int, end: int) -> Iterator[tuple[int, bytes]]:
             i = 0
             pos += len(chunk)
             continue
-        yield base + i, data[i:nl]
+        line = data[i:nl]
+        at = base + i
         i = nl + 1
+        if 2 * len(line) > len(data):
+            # a long line (a checkpoint's): the buffer holding it is not
+            # kept while the consumer decodes it (issue 21); the rest of
+            # the buffer, shorter than the line, is copied once
+            data = data[i:]
+            base += i
+            i = 0
+        held = [line]
+        del line  # held by the consumer only, not by this suspended frame
+        yield at, held.pop()
 
 
 def _record_lines(fd: int, seq: int, pos: int, end: int) -> Iterator[tuple[int, int, bytes]]:
@@ -392,7 +403,9 @@ def _record_lines(fd: int, seq: int, pos: int, end: int) -> Iterator[tuple[int, 
     lines skipped, undecoded. Streaming, like :func:`_lines`."""
     for offset, line in _lines(fd, pos, end):
         if not line.startswith(COMMIT_PREFIX):
-            yield seq, offset, line
+            held = [line]
+            del line  # not held by this suspended frame (see _lines)
+            yield seq, offset, held.pop()
             seq += 1
 
 
@@ -466,6 +479,7 @@ def stream_jsonl(
             ):
                 if seq >= start:
                     rec = _decode_line(p, seq, offset, line)
+                    del line  # the decoded record only, while the consumer has it
                     if rec.seq != seq:
                         raise LogFormatError(f"{p}: record {seq} (byte {offset}) has seq {rec.seq}")
                     yield rec

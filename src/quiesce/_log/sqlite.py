@@ -257,7 +257,8 @@ def stream_sqlite(
     def page(first: int, size: int) -> Iterator[tuple[object, ...]]:
         # stepped row by row (not fetchall): a page's raw rows are not all
         # held, only the one being decoded (each checkpoint row carries the
-        # tombstone index, O(tombstones): issue 21)
+        # tombstone index, O(tombstones): issue 21), and not by this frame
+        # while it is suspended (the consumer holds it, then drops it)
         with _refused_if_damaged(p):
             cursor = conn.execute(query, (first, size))
         while True:
@@ -265,7 +266,9 @@ def stream_sqlite(
                 row = cursor.fetchone()
             if row is None:
                 return
-            yield row
+            held = [row]
+            del row  # this frame holds no row while the consumer decodes it
+            yield held.pop()
 
     def records() -> Generator[LogRecord, None, None]:
         try:
