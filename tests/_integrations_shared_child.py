@@ -1,7 +1,8 @@
 """A framework agent in its own process, on one conversation of a shared buffer.
 
-Started with the ``spawn`` method (a fresh interpreter, as on another host)
-by ``tests/integrations/test_integrations_shared.py``. It joins the shared buffer
+Started from the forkserver of ``tests/_shared_child.py`` (``context()``: a
+fresh process, as on another host, sharing nothing with the test process) by
+``tests/integrations/test_integrations_shared.py``. It joins the shared buffer
 ``open_shared_buffer(dsn, CONVERSATION)`` and runs one agent on it, on
 asyncio (the frameworks' runners are asyncio-only):
 

@@ -1,15 +1,18 @@
 """A member process for the multi-process tests of ``open_shared_buffer``.
 
-Started with the ``spawn`` method (a fresh interpreter, as on another host);
-runs one ``open_shared_buffer`` on the given anyio backend and obeys commands
-sent over a pipe, one at a time: ``(name, args)`` → ``("ok", value)`` or
+Started from :func:`context` (a forkserver: a fresh process, as on another
+host, that shares nothing with the test process); runs one
+``open_shared_buffer`` on the given anyio backend and obeys commands sent
+over a pipe, one at a time: ``(name, args)`` → ``("ok", value)`` or
 ``("error", type name, message)``. Pins taken by ``pin`` stay held until
-``unpin``. ``writes`` runs a loop of forwarded (or local) appends and marks and
-returns which were acknowledged, which raised, and which timed out.
+``unpin``. ``writes`` runs a loop of forwarded (or local) appends and marks
+and returns which were acknowledged, which raised, and which timed out.
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import multiprocessing.context
 import os
 import time
 from multiprocessing.connection import Connection
@@ -19,6 +22,37 @@ import anyio
 
 from quiesce import EditPlan, Entry, Kind, Prune, QuiesceError, Snapshot
 from quiesce._shared import SharedBuffer, SharedWriteTimeout, open_shared_buffer
+
+#: What the forkserver imports once, before it forks any member: this module
+#: (quiesce, its shared buffer, psycopg, anyio) and both event loops' anyio
+#: backends. A member then starts in a few milliseconds instead of importing
+#: all of it again in a new interpreter (about a second of CPU per member on
+#: a loaded two-core machine, and the multi-process tests start hundreds).
+PRELOAD = [
+    "_shared_child",
+    "_integrations_shared_child",
+    "trio",
+    "anyio._backends._asyncio",
+    "anyio._backends._trio",
+]
+
+
+def context() -> multiprocessing.context.ForkServerContext:
+    """The start method of the member processes (and of the framework agents
+    of ``test_integrations_shared``): ``forkserver``, preloading
+    :data:`PRELOAD`.
+
+    What holds: each child is forked from the server process, which Python
+    starts (fresh, by spawn) the first time a child is started in this test
+    process and which has only imported those modules: no event loop, no
+    thread, no connection, nothing of the test process (its monkeypatches,
+    its fixtures' state) is inherited; the environment is the one of that
+    first start. ``random`` is reseeded in each fork. The server lives until
+    the test process exits; a module that fails to preload is imported by the
+    child instead (as with spawn)."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
+    return ctx
 
 
 def summary(buf: SharedBuffer) -> dict[str, Any]:
