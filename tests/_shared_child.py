@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.context
+import multiprocessing.process
 import os
+import sys
 import time
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -31,6 +34,7 @@ from quiesce._shared import SharedBuffer, SharedWriteTimeout, open_shared_buffer
 PRELOAD = [
     "_shared_child",
     "_integrations_shared_child",
+    "_pg_ckpt_child",
     "trio",
     "anyio._backends._asyncio",
     "anyio._backends._trio",
@@ -53,6 +57,45 @@ def context() -> multiprocessing.context.ForkServerContext:
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)
     return ctx
+
+
+def process(
+    target: Callable[..., object],
+    *args: Any,
+    stdout: int | None = None,
+    stderr: int | None = None,
+) -> multiprocessing.process.BaseProcess:
+    """Start ``target(*args)`` in a child of :func:`context` and return it.
+
+    The child's fd 1 and fd 2 are this process's fd 1 and fd 2 *now* (as a
+    spawned child's would be: under pytest, the running test's capture, so
+    its output and tracebacks show in that test's report), or the given
+    descriptors (duplicated: the caller keeps and closes its own). The
+    forkserver's own stdio, fixed when it started, is not used."""
+    fds = [Connection(os.dup(1 if stdout is None else stdout))]
+    fds.append(Connection(os.dup(2 if stderr is None else stderr)))
+    proc = context().Process(target=_with_stdio, args=(*fds, target, args))
+    try:
+        proc.start()
+    finally:
+        for c in fds:  # the forkserver has its own copies once start() returned
+            c.close()
+    return proc
+
+
+def _with_stdio(
+    out: Connection, err: Connection, target: Callable[..., object], args: tuple[Any, ...]
+) -> None:
+    """The child side of :func:`process`: adopt ``out``/``err`` as fd 1 and
+    fd 2, then run the target."""
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            stream.flush()
+    os.dup2(out.fileno(), 1)
+    os.dup2(err.fileno(), 2)
+    out.close()
+    err.close()
+    target(*args)
 
 
 def summary(buf: SharedBuffer) -> dict[str, Any]:

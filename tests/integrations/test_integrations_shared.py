@@ -8,7 +8,7 @@ tests' private PostgreSQL server (``tests/_integrations_shared_child.py``).
 Each one's model receives the other's messages, and a removal the Agents SDK
 agent's pruner asks for waits for a reader pinned in the LangGraph process
 (grace across processes), then reaches both. The agents are forked from the
-forkserver of ``tests/_shared_child.py`` (``context()``: a fresh process that
+forkserver of ``tests/_shared_child.py`` (``process()``: a fresh process that
 shares nothing with the test process, quiesce already imported; each agent
 imports its framework itself).
 
@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 import pytest
 
 from _integrations_shared_child import child
-from _shared_child import context
+from _shared_child import context, process
 
 _T = TypeVar("_T")
 
@@ -42,10 +42,8 @@ class Agent:
     """An agent process (forked by the forkserver of ``context()``) and its command pipe."""
 
     def __init__(self, dsn: str, framework: str) -> None:
-        ctx = context()
-        self.conn, theirs = ctx.Pipe()
-        self.proc = ctx.Process(target=child, args=(dsn, framework, theirs, OPTIONS))
-        self.proc.start()
+        self.conn, theirs = context().Pipe()
+        self.proc = process(child, dsn, framework, theirs, OPTIONS)
         theirs.close()
         self.role, self.pid = self._reply(120)
 

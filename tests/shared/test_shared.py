@@ -26,7 +26,7 @@ import anyio
 import psycopg
 import pytest
 
-from _shared_child import child, context
+from _shared_child import child, context, process
 from quiesce import (
     Buffer,
     EditPlan,
@@ -58,10 +58,8 @@ class Member:
     """A member process (forked by the forkserver of :func:`context`) and its command pipe."""
 
     def __init__(self, dsn: str, backend: str, **options: Any) -> None:
-        ctx = context()
-        self.conn, theirs = ctx.Pipe()
-        self.proc = ctx.Process(target=child, args=(dsn, backend, theirs, {**FAST, **options}))
-        self.proc.start()
+        self.conn, theirs = context().Pipe()
+        self.proc = process(child, dsn, backend, theirs, {**FAST, **options})
         theirs.close()
         self.role, self.epoch, self.pid = self._reply(60)
 
