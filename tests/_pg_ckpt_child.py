@@ -4,6 +4,7 @@ writes checkpoints to PostgreSQL.
 Usage: ``python _pg_ckpt_child.py DSN BUFFER_ID SEED PREFILL``, or
 :func:`run` in a child process (the test forks it from the forkserver of
 ``tests/_shared_child.py``, which has this module imported already).
+:func:`big_flush` is the writer ``log/test_log_postgres.py`` kills mid-COPY.
 
 Opens (or recovers) ``Buffer(log=PostgresLog(DSN, BUFFER_ID),
 checkpoint_every=7)``; on an empty log it first appends ``PREFILL`` entries
@@ -100,6 +101,18 @@ def run(dsn: str, buffer_id: str, seed: int, prefill: int) -> None:
             out.flush()
         if len(work.snaps) > 3:
             work.release_all()
+
+
+def big_flush(dsn: str, buffer_id: str, n: int) -> None:
+    """For ``test_log_postgres``'s SIGKILL mid-COPY: append ``n`` entries to
+    ``Buffer(log=PostgresLog(dsn, buffer_id))``, print ``flushing``, flush
+    them in one batch (one COPY), print ``flushed``."""
+    buf = Buffer(log=PostgresLog(dsn, buffer_id))
+    for i in range(n):
+        buf.append(Entry(f"e{i}", Kind.REASONING, "x" * 200))
+    print("flushing", flush=True)
+    buf.flush()
+    print("flushed", flush=True)
 
 
 if __name__ == "__main__":
