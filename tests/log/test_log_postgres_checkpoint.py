@@ -435,8 +435,10 @@ def test_sigkill_while_a_checkpoint_is_written_loses_nothing(pg_dsn: str) -> Non
         if reports:
             last = reports[-1]
             assert len(records) >= last["log"], "a flushed change was lost"
-            prefix = Buffer()
-            replay(prefix, records[: last["log"]])
+            prefix = full  # the replay of all of ``records`` (replay is deterministic)
+            if last["log"] < len(records):
+                prefix = Buffer()
+                replay(prefix, records[: last["log"]])
             assert digest(head_state(prefix)) == last["digest"], "recovered state differs"
         buf._check(expect_no_pins=True)
         lengths.append(len(records))
