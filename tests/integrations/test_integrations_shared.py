@@ -116,6 +116,10 @@ def test_agents_sdk_and_langgraph_share_one_conversation(pg_dsn: str, agents: li
     a reader in Bob's process pins a version with the entry unmarked (across
     several lease heartbeats), is applied after that reader leaves, and is
     then gone from what both models receive. (asyncio only: both runners.)"""
+    # Alice joins first (Agent() waits until she has), so she is the
+    # sequencer and Bob forwards to her: step 3 reads Bob's exchange at once.
+    # With Bob the sequencer, Alice's next turn can run before her replica
+    # has caught up (seen once when both joined at the same time).
     alice = Agent(pg_dsn, "agents")
     agents.append(alice)
     bob = Agent(pg_dsn, "langgraph")
