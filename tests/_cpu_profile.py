@@ -7,7 +7,9 @@ teardown together) it records:
 
 - ``cpu``: ``time.process_time()`` of the worker (all its threads);
 - ``children``: the ``resource.getrusage(RUSAGE_CHILDREN)`` user+system delta,
-  i.e. the subprocesses the test started and waited for;
+  i.e. the subprocesses the test started and waited for, plus the CPU of the
+  worker's multiprocessing forkserver and the processes forked from it (the
+  members of the multi-process tests, read from ``/proc``);
 - ``pg``: the CPU of the session's private PostgreSQL server (``pg_ctl``
   daemonises it, so it is nobody's child: read from ``/proc``, postmaster plus
   its live backends plus the backends it has reaped);
@@ -54,8 +56,40 @@ def _worker() -> str:
 
 
 def _children() -> float:
+    """The waited-for subprocesses' CPU, plus the forkserver tree's."""
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
+    return r.ru_utime + r.ru_stime + _forkserver_cpu()
+
+
+def _forkserver_cpu() -> float:
+    """CPU of this worker's multiprocessing forkserver (tests/_shared_child.py
+    starts the multi-process tests' children from it): the server with the
+    children it reaped, plus its live children. They are not this worker's
+    children, so RUSAGE_CHILDREN misses them. O(processes) (a /proc scan)."""
+    me = os.getpid()
+    servers = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            pid = int(name)
+            if _proc_cpu(pid, with_reaped=False)[1] == me and _is_forkserver(pid):
+                servers.append(pid)
+    total = 0.0
+    for server in servers:
+        total += _proc_cpu(server, with_reaped=True)[0]
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                cpu, parent = _proc_cpu(int(name), with_reaped=False)
+                if parent == server:
+                    total += cpu
+    return total
+
+
+def _is_forkserver(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"multiprocessing.forkserver" in f.read()
+    except OSError:
+        return False
 
 
 def _proc_cpu(pid: int, with_reaped: bool) -> tuple[float, int]:

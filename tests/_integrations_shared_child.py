@@ -1,7 +1,8 @@
 """A framework agent in its own process, on one conversation of a shared buffer.
 
-Started with the ``spawn`` method (a fresh interpreter, as on another host)
-by ``tests/integrations/test_integrations_shared.py``. It joins the shared buffer
+Started from the forkserver of ``tests/_shared_child.py`` (``context()``: a
+fresh process, as on another host, sharing nothing with the test process) by
+``tests/integrations/test_integrations_shared.py``. It joins the shared buffer
 ``open_shared_buffer(dsn, CONVERSATION)`` and runs one agent on it, on
 asyncio (the frameworks' runners are asyncio-only):
 
@@ -197,9 +198,31 @@ async def _main(dsn: str, framework: str, conn: Connection, options: dict[str, A
         await _serve(conn, shared, side, pruner)
 
 
+#: What each side imports, done before the event loop starts: imported inside
+#: it (the sides' constructors), the several seconds a loaded machine takes
+#: would block the loop, and the lease heartbeats with it, while the member
+#: holds the lease (a 16 s lease was once seen lost that way: both agents
+#: then reported themselves sequencer).
+FRAMEWORK_MODULES = {
+    "agents": ["agents", "agents.testing", "quiesce.integrations.openai_agents"],
+    "langgraph": [
+        "langchain.agents",
+        "langchain_core.language_models.fake_chat_models",
+        "langchain_core.messages",
+        "langgraph.checkpoint.memory",
+        "quiesce.integrations.langchain",
+    ],
+}
+
+
 def child(dsn: str, framework: str, conn: Connection, options: dict[str, Any]) -> None:
-    """The process target: one agent on the shared conversation, on asyncio."""
+    """The process target: one agent on the shared conversation, on asyncio
+    (its framework imported first, outside the loop)."""
+    import importlib
+
     try:
+        for name in FRAMEWORK_MODULES[framework]:
+            importlib.import_module(name)
         anyio.run(_main, dsn, framework, conn, options, backend="asyncio")
     except BaseException as exc:
         try:

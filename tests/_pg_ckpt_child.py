@@ -1,7 +1,10 @@
 """The process ``log/test_log_postgres_checkpoint.py`` kills with SIGKILL while it
 writes checkpoints to PostgreSQL.
 
-Usage: ``python _pg_ckpt_child.py DSN BUFFER_ID SEED PREFILL``
+Usage: ``python _pg_ckpt_child.py DSN BUFFER_ID SEED PREFILL``, or
+:func:`run` in a child process (the test forks it from the forkserver of
+``tests/_shared_child.py``, which has this module imported already).
+:func:`big_flush` is the writer ``log/test_log_postgres.py`` kills mid-COPY.
 
 Opens (or recovers) ``Buffer(log=PostgresLog(DSN, BUFFER_ID),
 checkpoint_every=7)``; on an empty log it first appends ``PREFILL`` entries
@@ -58,7 +61,14 @@ def head_state(buf: Buffer) -> dict[str, Any]:
 
 
 def main() -> None:
-    dsn, buffer_id, seed, prefill = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    """The command line: ``DSN BUFFER_ID SEED PREFILL``."""
+    run(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+
+
+def run(dsn: str, buffer_id: str, seed: int, prefill: int) -> None:
+    """The child's work (never returns; the parent SIGKILLs it), reporting on
+    ``sys.stdout``: the test starts it with ``_shared_child.process``, its
+    stdout a pipe."""
     buf = Buffer(log=PostgresLog(dsn, buffer_id), checkpoint_every=7)
     if len(buf.log) == 0:
         for i in range(prefill):
@@ -91,6 +101,18 @@ def main() -> None:
             out.flush()
         if len(work.snaps) > 3:
             work.release_all()
+
+
+def big_flush(dsn: str, buffer_id: str, n: int) -> None:
+    """For ``test_log_postgres``'s SIGKILL mid-COPY: append ``n`` entries to
+    ``Buffer(log=PostgresLog(dsn, buffer_id))``, print ``flushing``, flush
+    them in one batch (one COPY), print ``flushed``."""
+    buf = Buffer(log=PostgresLog(dsn, buffer_id))
+    for i in range(n):
+        buf.append(Entry(f"e{i}", Kind.REASONING, "x" * 200))
+    print("flushing", flush=True)
+    buf.flush()
+    print("flushed", flush=True)
 
 
 if __name__ == "__main__":

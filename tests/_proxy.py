@@ -4,7 +4,9 @@ connections stay open, as when the network drops packets), ``heal()``
 resumes. The kernel here has no netem, so this is how a member is cut off
 from PostgreSQL while the server and the other members carry on.
 ``hold(i)`` / ``release(i)`` do the same to the ``i``-th connection
-accepted (0-based) alone, to cut off one of a client's connections."""
+accepted (0-based) alone, to cut off one of a client's connections.
+``close()`` ends every relayed connection at once (both peers see it
+closed) and accepts no more."""
 
 from __future__ import annotations
 
@@ -49,6 +51,13 @@ class Proxy:
             gate.set()
         self._listener.close()
         for s in self._sockets:
+            # shut down first: a plain close() neither wakes the pump blocked
+            # in recv() on it nor tells the peer (a member would wait out its
+            # database timeouts, and its retries, on a dead connection)
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
             try:
                 s.close()
             except OSError:

@@ -1,13 +1,16 @@
 """Two framework agents in two processes on one shared conversation.
 
 An OpenAI Agents SDK agent (the SDK's ``ScriptedModel``, a
-``QuiesceSession``) in one spawned process and a LangChain/LangGraph agent
+``QuiesceSession``) in one process and a LangChain/LangGraph agent
 (LangChain's fake chat model, a ``QuiesceMiddleware``) in another join the
 same conversation through ``open_shared_buffer(dsn, conversation_id)`` on the
 tests' private PostgreSQL server (``tests/_integrations_shared_child.py``).
 Each one's model receives the other's messages, and a removal the Agents SDK
 agent's pruner asks for waits for a reader pinned in the LangGraph process
-(grace across processes), then reaches both.
+(grace across processes), then reaches both. The agents are forked from the
+forkserver of ``tests/_shared_child.py`` (``process()``: a fresh process that
+shares nothing with the test process, quiesce already imported; each agent
+imports its framework itself).
 
 Both frameworks' runners are asyncio-only, so the members run on **asyncio
 only**. Waits are bounded polls of the members' state with generous limits
@@ -16,7 +19,6 @@ only**. Waits are bounded polls of the members' state with generous limits
 
 from __future__ import annotations
 
-import multiprocessing
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -24,6 +26,7 @@ from typing import Any, TypeVar
 import pytest
 
 from _integrations_shared_child import child
+from _shared_child import context, process
 
 _T = TypeVar("_T")
 
@@ -36,13 +39,11 @@ HOLD = 4.5
 
 
 class Agent:
-    """A spawned agent process and its command pipe."""
+    """An agent process (forked by the forkserver of ``context()``) and its command pipe."""
 
     def __init__(self, dsn: str, framework: str) -> None:
-        ctx = multiprocessing.get_context("spawn")
-        self.conn, theirs = ctx.Pipe()
-        self.proc = ctx.Process(target=child, args=(dsn, framework, theirs, OPTIONS))
-        self.proc.start()
+        self.conn, theirs = context().Pipe()
+        self.proc = process(child, dsn, framework, theirs, OPTIONS)
         theirs.close()
         self.role, self.pid = self._reply(120)
 
@@ -58,10 +59,22 @@ class Agent:
         self.conn.send((name, args[0] if len(args) == 1 else args))
         return self._reply(timeout)
 
-    def close(self) -> None:
-        if self.proc.is_alive():
+    def ask_to_exit(self) -> bool:
+        """Send ``exit`` to a live agent without waiting; whether it was sent."""
+        if not self.proc.is_alive():
+            return False
+        try:
+            self.conn.send(("exit", ()))
+        except OSError:
+            return False
+        return True
+
+    def wait_exited(self, asked: bool) -> None:
+        """After :meth:`ask_to_exit`: its answer (up to 30 s), then the
+        process's end (up to 15 s), else SIGKILL."""
+        if asked:
             try:
-                self("exit", timeout=30)
+                self._reply(30)
             except (AssertionError, OSError, EOFError):
                 pass
         self.proc.join(15)
@@ -72,10 +85,13 @@ class Agent:
 
 @pytest.fixture
 def agents(pg_dsn: str) -> Iterator[list[Agent]]:
+    """The agents a test starts; all are asked to exit at once when it ends
+    (their shutdowns overlap), then each is waited for."""
     started: list[Agent] = []
     yield started
-    for a in started:
-        a.close()
+    asked = [a.ask_to_exit() for a in started]
+    for a, sent in zip(started, asked, strict=True):
+        a.wait_exited(sent)
 
 
 def wait_for(check: Callable[[], _T | None], what: str, timeout: float = 60) -> _T:
@@ -93,15 +109,17 @@ def has(seen: list[str], text: str) -> bool:
     return any(text in s for s in seen)
 
 
-def test_agents_sdk_and_langgraph_share_one_conversation(
-    pg_dsn: str, agents: list[Agent]
-) -> None:
+def test_agents_sdk_and_langgraph_share_one_conversation(pg_dsn: str, agents: list[Agent]) -> None:
     """Alice's Agents SDK agent and Bob's LangGraph agent, in two processes,
     on one shared conversation: each model call receives the other agent's
     messages; a prune asked by Alice's pruner is staged, not applied, while
     a reader in Bob's process pins a version with the entry unmarked (across
     several lease heartbeats), is applied after that reader leaves, and is
     then gone from what both models receive. (asyncio only: both runners.)"""
+    # Alice joins first (Agent() waits until she has), so she is the
+    # sequencer and Bob forwards to her: step 3 reads Bob's exchange at once.
+    # With Bob the sequencer, Alice's next turn can run before her replica
+    # has caught up (seen once when both joined at the same time).
     alice = Agent(pg_dsn, "agents")
     agents.append(alice)
     bob = Agent(pg_dsn, "langgraph")

@@ -647,38 +647,34 @@ def test_import_quiesce_does_not_import_psycopg() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-_BIG_FLUSH = """
-import sys
-from quiesce import Buffer, Entry, Kind, PostgresLog
-buf = Buffer(log=PostgresLog(sys.argv[1], "b"))
-for i in range(20000):
-    buf.append(Entry(f"e{i}", Kind.REASONING, "x" * 200))
-print("flushing", flush=True)
-buf.flush()
-print("flushed", flush=True)
-"""
-
-
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_sigkill_mid_copy_leaves_all_or_nothing(pg_dsn: str, seed: int) -> None:
-    """SIGKILL of a writer at a seeded random moment during one large batch
-    (20,000 records in one COPY): the log holds the whole batch or none of
-    it, and a later writer continues it."""
+    """SIGKILL of a writer (``_pg_ckpt_child.big_flush`` in a child process)
+    at a seeded random moment during one large batch (20,000 records in one
+    COPY): the log holds the whole batch or none of it, and a later writer
+    continues it."""
+    import contextlib
     import os
     import signal
-    import subprocess
     import time
 
+    from _pg_ckpt_child import big_flush
+    from _shared_child import process
+
     rng = random.Random(seed)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _BIG_FLUSH, pg_dsn], stdout=subprocess.PIPE, text=True, env=env
-    )
-    assert proc.stdout is not None
-    assert proc.stdout.readline().strip() == "flushing"
-    time.sleep(rng.uniform(0.0, 0.4))
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    r, w = os.pipe()
+    try:
+        proc = process(big_flush, pg_dsn, "b", 20000, stdout=w)
+    finally:
+        os.close(w)
+    with os.fdopen(r) as out:
+        try:
+            assert out.readline().strip() == "flushing"
+            time.sleep(rng.uniform(0.0, 0.4))
+        finally:
+            with contextlib.suppress(ProcessLookupError):  # done (and reaped) already
+                os.kill(proc.pid, signal.SIGKILL)  # type: ignore[arg-type]
+            proc.join(30)
     n = len(_rows(pg_dsn))
     assert n in (0, 20000)
     buf = Buffer(log=PostgresLog(pg_dsn, "b"))

@@ -10,17 +10,16 @@ damage."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import logging
 import os
 import random
 import signal
-import subprocess
-import sys
+import tempfile
 import time
 from contextlib import redirect_stdout
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -34,7 +33,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from _pg_ckpt_child import head_state
+from _pg_ckpt_child import head_state, run
+from _shared_child import process
 from _workload import Workload, digest, random_op, state
 from quiesce import Buffer, Entry, Kind, LogFormatError, PostgresLog
 from quiesce._core.checkpoint import CheckpointSink, _digest
@@ -43,8 +43,6 @@ from quiesce._core.records import FORMAT
 from quiesce._core.replay import replay
 from quiesce._log._format import encode_json
 from quiesce._log.inspect import main as inspect_main
-
-CHILD = Path(__file__).resolve().parents[1].joinpath("_pg_ckpt_child.py")
 
 
 def _raw(dsn: str) -> psycopg.Connection[Any]:
@@ -370,33 +368,39 @@ class TestInspect:
 def _run_and_kill(
     dsn: str, seed: int, rng: random.Random, prefill: int
 ) -> tuple[list[dict[str, Any]], int | None]:
-    """Start the child, wait for its ``n``-th checkpoint announcement, let it
-    run a seeded moment into that flush, SIGKILL it. Returns the complete
-    report lines and, if the kill landed before that flush reported, the
-    seq its checkpoint was to have."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(CHILD.parent), *sys.path]))
-    proc = subprocess.Popen(
-        [sys.executable, str(CHILD), dsn, "b", str(seed), str(prefill)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-    )
-    assert proc.stdout is not None
-    try:
-        first = proc.stdout.readline()
-        assert first.startswith(b'{"ready"'), (first, proc.stderr.read() if proc.stderr else b"")
-        lines = [first]
-        wanted = rng.randint(1, 3)
-        while wanted:
-            line = proc.stdout.readline()
-            assert line, proc.stderr.read() if proc.stderr else b""
-            lines.append(line)
-            wanted -= line.startswith(b'{"ckpt"')
-        time.sleep(rng.uniform(0.0, 0.02 if seed % 2 else 0.15))
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        rest, err = proc.communicate()
-    assert proc.returncode == -signal.SIGKILL, err.decode()
+    """Start the child (``_pg_ckpt_child.run``, forked from the forkserver of
+    ``_shared_child``, its stdout a pipe), wait for its ``n``-th checkpoint
+    announcement, let it run a seeded moment into that flush, SIGKILL it.
+    Returns the complete report lines and, if the kill landed before that
+    flush reported, the seq its checkpoint was to have."""
+    r, w = os.pipe()
+    with tempfile.TemporaryFile() as err, os.fdopen(r, "rb") as out:
+
+        def stderr() -> str:
+            err.seek(0)
+            return err.read().decode(errors="replace")
+
+        try:
+            proc = process(run, dsn, "b", seed, prefill, stdout=w, stderr=err.fileno())
+        finally:
+            os.close(w)  # EOF on ``out`` once the child is gone
+        try:
+            first = out.readline()
+            assert first.startswith(b'{"ready"'), (first, stderr())
+            lines = [first]
+            wanted = rng.randint(1, 3)
+            while wanted:
+                line = out.readline()
+                assert line, stderr()
+                lines.append(line)
+                wanted -= line.startswith(b'{"ckpt"')
+            time.sleep(rng.uniform(0.0, 0.02 if seed % 2 else 0.15))
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGKILL)  # type: ignore[arg-type]
+            rest = out.read()
+            proc.join(30)
+        assert proc.exitcode == -signal.SIGKILL, stderr()
     pieces = b"".join(lines) + rest
     reports = [json.loads(ln) for ln in pieces.split(b"\n")[:-1]]
     assert not [r for r in reports if "error" in r], reports
@@ -431,8 +435,10 @@ def test_sigkill_while_a_checkpoint_is_written_loses_nothing(pg_dsn: str) -> Non
         if reports:
             last = reports[-1]
             assert len(records) >= last["log"], "a flushed change was lost"
-            prefix = Buffer()
-            replay(prefix, records[: last["log"]])
+            prefix = full  # the replay of all of ``records`` (replay is deterministic)
+            if last["log"] < len(records):
+                prefix = Buffer()
+                replay(prefix, records[: last["log"]])
             assert digest(head_state(prefix)) == last["digest"], "recovered state differs"
         buf._check(expect_no_pins=True)
         lengths.append(len(records))

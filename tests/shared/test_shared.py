@@ -1,7 +1,8 @@
 """``open_shared_buffer``: one buffer shared by several processes through a
 real PostgreSQL server (the session's private cluster, a schema per test).
 
-Members are spawned processes (``tests/_shared_child.py``), each running its
+Members are separate processes (``tests/_shared_child.py``, forked from a
+forkserver that shares nothing with the test process), each running its
 own event loop; every scenario runs with the members on asyncio and on trio.
 The test process drives them over pipes and checks, after each scenario and
 each fault: nothing acknowledged is lost, every member's ``_check()`` passes,
@@ -14,7 +15,6 @@ after a newer epoch's first, and replays into a buffer that passes
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import random
 import signal
@@ -26,7 +26,7 @@ import anyio
 import psycopg
 import pytest
 
-from _shared_child import child
+from _shared_child import child, context, process
 from quiesce import (
     Buffer,
     EditPlan,
@@ -55,13 +55,11 @@ KILL_SEEDS = [1, 2, 3, *(pytest.param(s, marks=SLOW) for s in range(4, 22))]
 
 
 class Member:
-    """A spawned member process and its command pipe."""
+    """A member process (forked by the forkserver of :func:`context`) and its command pipe."""
 
     def __init__(self, dsn: str, backend: str, **options: Any) -> None:
-        ctx = multiprocessing.get_context("spawn")
-        self.conn, theirs = ctx.Pipe()
-        self.proc = ctx.Process(target=child, args=(dsn, backend, theirs, {**FAST, **options}))
-        self.proc.start()
+        self.conn, theirs = context().Pipe()
+        self.proc = process(child, dsn, backend, theirs, {**FAST, **options})
         theirs.close()
         self.role, self.epoch, self.pid = self._reply(60)
 
@@ -83,10 +81,22 @@ class Member:
     def kill(self, sig: int = signal.SIGKILL) -> None:
         os.kill(self.proc.pid, sig)  # type: ignore[arg-type]
 
-    def close(self) -> None:
-        if self.proc.is_alive():
+    def ask_to_exit(self) -> bool:
+        """Send ``exit`` to a live member without waiting; whether it was sent."""
+        if not self.proc.is_alive():
+            return False
+        try:
+            self.send("exit")
+        except OSError:
+            return False
+        return True
+
+    def wait_exited(self, asked: bool) -> None:
+        """After :meth:`ask_to_exit`: its answer (up to 20 s), then the
+        process's end (up to 10 s), else SIGKILL."""
+        if asked:
             try:
-                self("exit", timeout=20)
+                self._reply(20)
             except (AssertionError, OSError, EOFError):
                 pass
         self.proc.join(10)
@@ -94,13 +104,24 @@ class Member:
             self.proc.kill()
             self.proc.join(5)
 
+    def close(self) -> None:
+        self.wait_exited(self.ask_to_exit())
+
+
+def close_all(members: list[Member]) -> None:
+    """Close every member: all are asked to exit first, then each is waited
+    for, so their shutdowns (a sequencer's last flush and lease release,
+    each member's leave) overlap instead of adding up."""
+    asked = [m.ask_to_exit() for m in members]
+    for m, a in zip(members, asked, strict=True):
+        m.wait_exited(a)
+
 
 @pytest.fixture
 def members(pg_dsn: str) -> Iterator[list[Member]]:
     started: list[Member] = []
     yield started
-    for m in started:
-        m.close()
+    close_all(started)
 
 
 def start(members: list[Member], dsn: str, backend: str, **options: Any) -> Member:

@@ -27,6 +27,7 @@ from test_shared import (
     BACKENDS,
     Member,
     check_merged,
+    close_all,
     converge,
     db_log,
     merged_anomalies,
@@ -41,8 +42,7 @@ FAST = {"lease": 3.0, "poll": 0.2, "timeout": 5.0}
 def members(pg_dsn: str) -> Iterator[list[Member]]:
     started: list[Member] = []
     yield started
-    for m in started:
-        m.close()
+    close_all(started)
 
 
 async def _raw_request(dsn: str, seq: SharedBuffer, op: str, args_text: str) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from test_shared import (
     SHORT,
     Member,
     check_merged,
+    close_all,
     converge,
     db_log,
     sequencer,
@@ -39,8 +40,7 @@ BACKENDS = ["asyncio", "trio"]
 def members(pg_dsn: str) -> Iterator[list[Member]]:
     started: list[Member] = []
     yield started
-    for m in started:
-        m.close()
+    close_all(started)
 
 
 def _held(path: Path) -> bool:
