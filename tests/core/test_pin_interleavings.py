@@ -67,9 +67,11 @@ Oracles. After EVERY step, while all actors are parked, read-only: O1
 (invariant 5): no removal whose grace is above the version of a reader
 still pinned has been applied (``_max_removed_grace`` <= each live pin's
 version); O2 (visibility): a pin that succeeded stays where the walker looks
--- ``_pins[v]`` is its set, it is in it, and ``v`` is in ``_pin_order``.
-After the run: the reader-side check (ids a reader saw live and unmarked
-have no tombstone at or below the head it read just before unpinning),
+-- ``_pins[v]`` is its set, it is in it, and ``v`` is in ``_pin_order``;
+O3 (the fast path's lookup): while the registry's head set names the head
+version, its set is ``_pins[head]``. After the run: the reader-side check
+(ids a reader saw live and unmarked have no tombstone at or below the head
+it read just before unpinning),
 ``Buffer._check(expect_no_pins=True)``, no due or staged removal left (no
 lost wake-up), no reader set left non-empty, and after one more head and
 one walk, ``_pins`` and ``_pin_order`` are empty.
@@ -716,8 +718,8 @@ def pin_oracle(
     pinned: Callable[[], Iterable[Snapshot]],
     extra: Callable[[], str | None] | None = None,
 ) -> Callable[[], str | None]:
-    """O1 and O2 on every snapshot ``pinned()`` names (read-only; the actors
-    are all parked when it runs)."""
+    """O1 and O2 on every snapshot ``pinned()`` names, and O3 on the
+    registry's head set (read-only; the actors are all parked when it runs)."""
 
     def check() -> str | None:
         for s in pinned():
@@ -739,6 +741,15 @@ def pin_oracle(
                 )
             if n not in buf._st.pin_order:
                 return f"O2: pinned version {n} is missing from pin_order {list(buf._st.pin_order)}"
+        # O3: the registry's head set, while its version is the head, names
+        # the head's set in pins (the fast path registers there unchecked)
+        hv, hs = buf._registry.head_set
+        head = buf._st.head
+        if hv is head and buf._st.pins.get(head.number) is not hs:
+            return (
+                f"O3: the head set of version {head.number} is not buf._st.pins"
+                f"[{head.number}] (a pin through it would be invisible to the walker)"
+            )
         return extra() if extra is not None else None
 
     return check
@@ -1160,6 +1171,7 @@ PROTOCOL = frozenset(
         "PinRegistry.trim",
         "PinRegistry.oldest_locked",
         "PinRegistry.oldest_pin",
+        "PinRegistry.forget_head_set",
         "Grace.has_due",
         "Publisher.signal_due",
         "Publisher.drain_due",

@@ -20,23 +20,59 @@ def e(i: str, *refs: str) -> Entry:
     return Entry(i, Kind.REASONING, f"body of {i}", refs)
 
 
-class RacingPins(dict):  # type: ignore[type-arg]
-    """``buf._st.pins`` that runs ``write`` the first time a pin looks up its set:
-    after the reader read the head, before it registered."""
+class OneWrite:
+    """``write``, run once, by whichever lookup below comes first."""
 
-    def __init__(self, pins: dict[int, Any], write: Callable[[], object]) -> None:
-        super().__init__(pins)
+    def __init__(self, write: Callable[[], object]) -> None:
         self.write: Callable[[], object] | None = write
 
-    def get(self, key: Any, default: Any = None) -> Any:
+    def __call__(self) -> None:
         write, self.write = self.write, None
         if write is not None:
             write()
+
+
+class RacingPins(dict):  # type: ignore[type-arg]
+    """``buf._st.pins`` that runs the write the first time a pin looks up its
+    set there (the slow path): after the reader read the head, before it
+    registered."""
+
+    def __init__(self, pins: dict[int, Any], write: OneWrite) -> None:
+        super().__init__(pins)
+        self.write = write
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        self.write()
         return super().get(key, default)
 
 
+class RacingHeadSet:
+    """The registry's head set (``(version, set)``, unpacked by the fast path)
+    that runs the write when a pin is about to find the head there (its
+    version is the head the reader just read): after the reader read the
+    head, before it registered. A pin that will not find it there goes on
+    to the slow path, whose lookup in :class:`RacingPins` runs the write."""
+
+    def __init__(self, buf: Buffer, write: OneWrite) -> None:
+        self.buf = buf
+        self.pair = buf._registry.head_set
+        self.write = write
+
+    def __iter__(self) -> Iterator[Any]:
+        if self.pair[0] is self.buf._st.head:
+            self.write()
+        return iter(self.pair)
+
+    def __getitem__(self, i: int) -> Any:
+        return self.pair[i]  # forget_head_set's read: no write
+
+
 def racing(buf: Buffer, write: Callable[[], object]) -> None:
-    buf._st.pins = RacingPins(buf._st.pins, write)
+    """Run ``write`` the first time a pin looks up the head's set, on its
+    fast path (the head set) or its slow path (``pins``)."""
+    once = OneWrite(write)
+    buf._st.pins = RacingPins(buf._st.pins, once)
+    buf._registry.head_set = RacingHeadSet(buf, once)  # type: ignore[assignment]
 
 
 class TestValidation:
@@ -91,9 +127,7 @@ class TestValidation:
 
 
 class TestFreeThreading:
-    def test_a_buffer_refuses_to_run_without_the_gil(
-        self, monkeypatch: pytest.MonkeyPatch
-    ) -> None:
+    def test_a_buffer_refuses_to_run_without_the_gil(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """The protocol's steps are atomic only under the GIL: a free-threaded
         interpreter with the GIL off gets a clear error, not silent races."""
         monkeypatch.setattr(sys, "_is_gil_enabled", lambda: False, raising=False)
@@ -130,6 +164,35 @@ class TestCleanup:
         snap.__exit__(None, None, None)
         assert v not in buf._st.pins
         assert buf.oldest_pin() is None
+        buf._check(expect_no_pins=True)
+
+    def test_the_head_set_serves_the_heads_readers_and_forgets_old_versions(self) -> None:
+        """The registry's head set is the head's ``(version, set)`` once a pin
+        of the head was validated, the very set ``pins`` holds; a version
+        that is no longer the head leaves it when its set is freed (by its
+        last reader, or by a walk), so no finished version is kept alive."""
+        buf = Buffer()
+        buf.append(e("a"))
+        assert buf._registry.head_set[0] is None  # no pin yet
+        with buf.snapshot() as first:
+            head = buf._st.head
+            assert buf._registry.head_set == (head, buf._st.pins[first.version])
+            with buf.snapshot() as second:  # the fast path: the same set
+                assert buf._st.pins[second.version] == {first: None, second: None}
+            old = buf.snapshot()
+            old.__enter__()
+        buf.append(e("b"))
+        assert buf._registry.head_set[0] is head  # its reader is still pinned
+        old.__exit__(None, None, None)  # the last reader frees the old set
+        assert buf._registry.head_set[0] is None
+        with buf.snapshot() as snap:
+            assert buf._registry.head_set[0] is buf._st.head
+            pinned = snap.version
+        buf.mark_stale("b", "stale")
+        w = buf.open_stream("s", Kind.REASONING)
+        w.write("x")  # walks the pin order: the head set's version is finished
+        assert buf._registry.head_set[0] is None
+        assert pinned not in buf._st.pins
         buf._check(expect_no_pins=True)
 
     def test_the_pin_order_stays_bounded_under_many_versions(self) -> None:
@@ -203,8 +266,9 @@ class TestThreadsRace:
                     with buf.snapshot() as snap:
                         v = snap.version
                         ids = [x.id for x in snap.entries()]
-                        seen = [i for i in rng.sample(ids, min(5, len(ids)))
-                                if not snap.is_stale(i)]
+                        seen = [
+                            i for i in rng.sample(ids, min(5, len(ids))) if not snap.is_stale(i)
+                        ]
                         end = buf.version
                     pins[k] += 1
                     tombs = buf.tombstones

@@ -82,6 +82,33 @@ class TestAsyncio:
         finally:
             loop.close()
 
+    def test_one_loop_run_again_in_this_thread(self) -> None:
+        """A loop run, stopped and run again here: each run's tasks are found,
+        and the probe's cache follows the new run (it is tested by the
+        identity of the ident object each run stores), so pins in the second
+        run take the cached path again; the same holds for a pin itself."""
+        from quiesce import Buffer
+        from quiesce._core import tasks
+
+        buf = Buffer()
+        loop = asyncio.new_event_loop()
+        try:
+            for _ in range(3):
+
+                async def run() -> list[bool]:
+                    out = await _probe_in_asyncio()
+                    cached = tasks._loop_cache.loop
+                    out.append(cached is not None and cached[0] is asyncio.get_running_loop())
+                    out.append(cached is not None and cached[1] is loop._thread_id)  # type: ignore[attr-defined]
+                    with buf.snapshot():
+                        out.append(buf.stats().readers[0].task == asyncio.current_task().get_name())  # type: ignore[union-attr]
+                    return out
+
+                assert loop.run_until_complete(run()) == [True] * 8
+            assert current_task() is threading.current_thread()  # stopped: the thread
+        finally:
+            loop.close()
+
 
 def test_trio_task() -> None:
     """In trio (with asyncio imported and having run here), the trio task."""

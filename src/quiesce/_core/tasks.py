@@ -9,14 +9,25 @@ It is on the pin fast path, and on CPython 3.11 the obvious probe,
 ``asyncio.current_task()``, costs ~0.3 µs in a running task: it is a Python
 function, and the C ``_get_running_loop()`` it calls makes a ``getpid()``
 system call every time (to notice a fork). So the probe keeps, per thread
-(in a ``threading.local``), a weak reference to the asyncio loop it last
-found running there; while that loop is still running in this thread
-(``loop._thread_id``, which ``run_forever`` sets and clears) its current
-task is one dict lookup in ``asyncio.tasks._current_tasks``. Otherwise
-(first call in a thread, another loop, a loop class without
-``_thread_id``, after a fork, which clears the cache) it falls back to
-``_get_running_loop()``. Same answers, ~0.1 µs; ``anyio.get_current_task()``
-costs 2.9 µs (``shared/reference/FLOOR.md``).
+(in a ``threading.local``), the asyncio loop it last found running there,
+with the very ``int`` object ``run_forever`` stored in ``loop._thread_id``
+when that run started; while that loop is still in that run in this thread
+(``loop._thread_id is`` the cached object: one identity test, where ``==``
+of two thread idents, large ints, is a slower generic compare) its current
+task is one dict lookup in ``asyncio.tasks._current_tasks``. Each run
+stores a new ``int`` (idents are not small ints), so a loop stopped, or
+run again here or in another thread, fails the test. Otherwise (first call
+in a thread, another loop, a loop class without ``_thread_id``, after a
+fork, which clears the cache) it falls back to ``_get_running_loop()``.
+Same answers, ~0.1 µs; ``anyio.get_current_task()`` costs 2.9 µs
+(``shared/reference/FLOOR.md``).
+
+The loop is held by a strong reference, not a weak one: calling a
+``weakref.ref`` was ~25 ns of a ~580 ns pin + unpin (issue 24). The price:
+a stopped loop (``asyncio.run`` has closed it, so its selector and sockets
+are released) stays alive, as a few KB of Python objects, until the next
+probe in the same thread replaces or forgets it, or the thread ends; at
+most one loop per thread.
 
 Trio and plain threads: trio keeps its running task in a ``threading.local``
 (``GLOBAL_RUN_CONTEXT.task``, what ``trio.lowlevel.current_task()`` reads);
@@ -33,7 +44,6 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import weakref
 from collections.abc import Callable
 from types import BuiltinFunctionType, MemberDescriptorType
 from typing import Any
@@ -50,13 +60,13 @@ _active_threads: dict[int, threading.Thread] = getattr(threading, "_active", {})
 
 class _LoopCache(threading.local):
     """Per thread: the asyncio loop last found running in this thread, as
-    ``(weak reference to it, this thread's ident, the task getter)``, or
-    ``None``. A thread-local (one C-level attribute read, the class default
+    ``(the loop, the ident object its current run stored in _thread_id, the
+    task getter)``, or ``None``. A thread-local (one C-level attribute read, the class default
     ``None`` for a thread that never cached one) is ~0.1 µs cheaper per pin
     than ``get_ident()`` plus a dict keyed by ident, and a new thread that
     reuses a dead thread's ident starts empty."""
 
-    loop: tuple[weakref.ref[Any], int, Callable[[Any], Any]] | None = None
+    loop: tuple[Any, int, Callable[[Any], Any]] | None = None
 
 
 _loop_cache = _LoopCache()
@@ -119,20 +129,31 @@ def _bind_trio() -> Callable[[], Any] | None:
 
 
 def current_task() -> object:
-    """The running asyncio task, else the running trio task, else the thread."""
+    """The running asyncio task, else the running trio task, else the thread.
+    The pin fast path (``Snapshot.__enter__``) inlines this: keep them alike."""
     cached = _loop_cache.loop
-    return current_task_of(_get_ident(), None if cached is None else cached[0])
+    if cached is None:
+        return current_task_of(_get_ident(), None)
+    loop, ident, task_of = cached
+    if loop._thread_id is ident:  # still the run it was cached in
+        task = task_of(loop)
+        if task is not None:
+            return task
+    return current_task_of(ident, loop)
 
 
-def current_task_of(ident: int, ref: weakref.ref[Any] | None) -> object:
+def current_task_of(ident: int, cached: Any) -> object:
     """:func:`current_task` given the thread's ident and its cached loop
-    reference (``_loop_cache.loop[0]``, which the pin fast path has read
-    already, or ``None``). Refreshes this thread's cache: the loop found
-    running here is cached, a cached loop found stopped is forgotten."""
-    if ref is not None:
-        loop = ref()
-        if loop is not None and loop._thread_id == ident:  # still running here
-            task = _aio_task_of(loop)  # type: ignore[misc]
+    (``_loop_cache.loop[0]``, which the pin fast path has read already, or
+    ``None``). Refreshes this thread's cache: the loop found running here is
+    cached, a cached loop found stopped is forgotten."""
+    if cached is not None:
+        run_ident = getattr(cached, "_thread_id", None)
+        if run_ident == ident:  # still (or again: a new run) running here
+            task_of = _aio_task_of
+            assert task_of is not None  # bound before anything was cached
+            _loop_cache.loop = (cached, run_ident, task_of)  # this run's ident
+            task = task_of(cached)
             if task is not None:
                 return task
             return _trio_or_thread(ident)
@@ -144,12 +165,15 @@ def current_task_of(ident: int, ref: weakref.ref[Any] | None) -> object:
         task_of = _aio_task_of
         assert task_of is not None  # bound with running_loop
         if loop is not None:
-            if getattr(loop, "_thread_id", None) == ident:
-                _loop_cache.loop = (weakref.ref(loop), ident, task_of)
+            # the ident object of this run, read once: the fast path tests
+            # it by identity (see the module docstring)
+            run_ident = getattr(loop, "_thread_id", None)
+            if run_ident == ident:
+                _loop_cache.loop = (loop, run_ident, task_of)
             task = task_of(loop)
             if task is not None:
                 return task
-        elif ref is not None:
+        elif cached is not None:
             _loop_cache.loop = None  # that loop has stopped: forget it
     return _trio_or_thread(ident)
 
