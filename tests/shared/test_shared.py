@@ -635,6 +635,31 @@ class TestInProcess:
                 a.snapshot()
 
     @pytest.mark.anyio
+    async def test_snapshot_refused_past_the_lease_deadline(
+        self, pg_dsn: str, anyio_backend: str
+    ) -> None:
+        """A pin past the member's own deadline is refused before any read
+        (the installed maker reads the deadline the lease code wrote) and
+        counts the loss; through the class the method refuses the same."""
+        async with open_shared_buffer(pg_dsn, "b", **FAST) as a:
+            await a.append(Entry("x", Kind.REASONING, "x"))
+            with a.snapshot() as snap:
+                assert [e.id for e in snap] == ["x"]
+            a._member_valid_until = 0.0  # as if its renewals had stalled
+            with pytest.raises(LeaseLost, match=r"^member \S+ could not renew its lease"):
+                a.snapshot()
+            assert a._lease_lost is not None  # counted by the pin itself
+            with pytest.raises(LeaseLost, match=r"^member \S+ could not renew its lease"):
+                type(a).snapshot(a)
+            with anyio.fail_after(5):
+                while a._lease_lost is not None:
+                    await anyio.sleep(0.01)
+            with type(a).snapshot(a) as snap:
+                assert snap.version == 1
+            with a.snapshot() as snap:
+                assert [e.id for e in snap] == ["x"]
+
+    @pytest.mark.anyio
     async def test_a_member_joining_below_grace_vetoes_the_removal(
         self, pg_dsn: str, anyio_backend: str
     ) -> None:

@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     from .buffer import Buffer
     from .version import Version
 
-__all__ = ["GuardedSnapshot", "Replication", "Stamp"]
+__all__ = ["GuardedSnapshot", "ReadGate", "Replication", "Stamp"]
 
 #: A record -> the same record with the request's tag. Must be idempotent
 #: (a record may be passed through it twice) and keep ``seq``.
@@ -104,6 +104,30 @@ class GuardedSnapshot(Snapshot):
         v = self._v()  # the guard first, as for every read
         Snapshot._v_for(self, entry_id)  # then the id's check
         return v
+
+
+class ReadGate:
+    """What a snapshot maker of :meth:`Replication.snapshot_maker` checks
+    before each pin: a pin whose clock reading is later than ``deadline``
+    (the buffer's clock), or any pin while ``lost`` is not None, is refused.
+
+    Its owner (a shared member: the lease deadline and the counted loss)
+    writes the two public fields; the maker reads them once per pin, with
+    no lock (a float and a reference: each read is atomic, and the maker
+    acts on one consistent-enough view: a pin that races a write of
+    ``deadline`` or ``lost`` is decided by the values it read, and its
+    snapshot's reads still ask the guard, which decides each read on its
+    own). O(1) memory; made with ``deadline`` -inf (every pin refused)
+    until the owner sets it.
+    """
+
+    __slots__ = ("deadline", "lost")
+
+    def __init__(self) -> None:
+        #: pins read on the buffer's clock later than this are refused
+        self.deadline = float("-inf")
+        #: not None: every pin is refused
+        self.lost: BaseException | None = None
 
 
 class Replication:
@@ -368,3 +392,40 @@ class Replication:
         snap._version = None
         snap._task = _NOT_ENTERED
         return snap
+
+    def snapshot_maker(
+        self,
+        gate: ReadGate,
+        guard: Callable[[float, int], None],
+        refuse: Callable[[], BaseException],
+    ) -> Callable[[], GuardedSnapshot]:
+        """A maker of guarded snapshots that checks ``gate`` first: each call
+        reads the buffer's clock once; if that reading is past
+        ``gate.deadline`` or ``gate.lost`` is set, it raises ``refuse()``
+        (which may count the refusal: it runs in the caller's thread),
+        else it returns what :meth:`snapshot` with ``guard`` and that
+        reading as the pin time would. The check, the clock read and the
+        snapshot's making are one call frame (the maker is meant to be
+        installed as its owner's ``snapshot``: a replica's pin costs one
+        clock read and one frame more than nothing, no more than a local
+        pin's frame). O(1), no lock, never waits, any thread; a snapshot is
+        made only after the check passed, so a refused call changes
+        nothing."""
+        registry = self._registry
+        clock = self._st.clock
+        make = GuardedSnapshot
+        not_entered = _NOT_ENTERED
+
+        def snapshot() -> GuardedSnapshot:
+            now = clock()
+            if now > gate.deadline or gate.lost is not None:
+                raise refuse()
+            snap = make()  # a C-level call: no __init__
+            snap._read_guard = guard
+            snap._since = now
+            snap._registry = registry
+            snap._version = None
+            snap._task = not_entered
+            return snap
+
+        return snapshot

@@ -34,7 +34,7 @@ from .._core.log import EditLog
 from .._core.plan import EditPlan
 from .._core.policy import Policy
 from .._core.records import Escalation, LogRecord, Stats, Tombstone
-from .._core.replication import Replication
+from .._core.replication import ReadGate, Replication
 from .._log.postgres import PostgresLog
 from .._runtime import RuntimeBuffer, check_seconds, open_buffer
 from .codec import _DERIVED_FROM, REQUEST_KEY, _stamped
@@ -143,11 +143,14 @@ class _Member:
         self._ctl = _Control(dsn, self._timeout, self._app_name)
         self._local: RuntimeBuffer | None = None
         self._repl: Replication | None = None  # the local buffer's handle
-        #: makes a guarded snapshot of the local buffer, given the read
-        #: guard and the pin time (``self._repl.snapshot``, bound in
-        #: _host_local with ``_guard``, to spare snapshot() a lookup chain)
-        self._pin: Callable[[Callable[[float, int], None], float], Snapshot] = self._pin_closed
-        self._guard: Callable[[float, int], None] = self._check_read
+        #: the lease state snapshot() checks before each pin (the core's
+        #: snapshot maker reads it): ``_member_valid_until`` and
+        #: ``_lease_lost`` are its two fields
+        self._gate = ReadGate()
+        #: makes a guarded snapshot of the local buffer, the lease checked
+        #: (the core's maker, made in _host_local; also installed as this
+        #: instance's ``snapshot``)
+        self._pin: Callable[[], Snapshot] = self._pin_closed
         self._local_stop: anyio.Event | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._applied = anyio.Event()  # replaced after every local apply
@@ -168,7 +171,7 @@ class _Member:
         self._answered = anyio.Event()
         self._member_valid_until = 0.0
         self._writer_valid_until = 0.0
-        self._lease_lost: LeaseLost | None = None
+        self._lease_lost = None
         #: snapshots pinned (monotonic clock) at or before this are void: a
         #: loss or a re-join happened after them
         self._void_before = float("-inf")
@@ -222,6 +225,29 @@ class _Member:
     def head(self) -> Any:
         return self.local.head()
 
+    @property
+    def _member_valid_until(self) -> float:
+        """This member's lease deadline (monotonic clock): reads and pins
+        after it are refused. Stored in :attr:`_gate` (``deadline``)."""
+        return self._gate.deadline
+
+    @_member_valid_until.setter
+    def _member_valid_until(self, deadline: float) -> None:
+        self._gate.deadline = deadline
+
+    @property
+    def _lease_lost(self) -> LeaseLost | None:
+        """The counted loss of this member's lease (None: not lost), raised
+        by every read and pin until it re-joins. Stored in :attr:`_gate`
+        (``lost``)."""
+        lost = self._gate.lost
+        assert lost is None or isinstance(lost, LeaseLost)
+        return lost
+
+    @_lease_lost.setter
+    def _lease_lost(self, lost: LeaseLost | None) -> None:
+        self._gate.lost = lost
+
     def snapshot(self) -> Snapshot:
         """A local snapshot (pinning never touches the network). Raises
         :class:`LeaseLost` while this member's lease is expired: the other
@@ -230,11 +256,12 @@ class _Member:
         The fast path is one monotonic clock read compared to the lease
         deadline (a float) and a check that no loss is counted; that reading
         is the snapshot's pin time for :meth:`_check_read` (never later than
-        the pin). O(1), no lock, any thread."""
-        now = _monotonic()
-        if now > self._member_valid_until or self._lease_lost is not None:
-            raise self._snapshot_refused()
-        return self._pin(self._guard, now)
+        the pin). O(1), no lock, any thread. Once the local buffer is hosted
+        the core's snapshot maker (``Replication.snapshot_maker``, reading
+        :attr:`_gate`) does all of it in one frame: it is installed as this
+        instance's ``snapshot``, shadowing this method, which then serves
+        only calls through the class."""
+        return self._pin()
 
     def _snapshot_refused(self) -> QuiesceError:
         """Why :meth:`snapshot` refuses (its slow path): the loss counted,
@@ -247,9 +274,9 @@ class _Member:
         self._note_lease_lost(self._member_valid_until)
         return self._lease_lost or LeaseLost("this member's lease expired")
 
-    def _pin_closed(self, guard: Callable[[float, int], None], since: float) -> Snapshot:
+    def _pin_closed(self) -> Snapshot:
         """:attr:`_pin` until the local buffer is hosted."""
-        raise _errors.BufferClosed("the shared buffer is not open")
+        raise self._snapshot_refused()
 
     def oldest_pin(self) -> int | None:
         return self.local.oldest_pin()
@@ -269,9 +296,10 @@ class _Member:
         for this one (its lease expired on the database clock) is therefore
         published at least a quarter lease after this member's reads
         stopped."""
-        if _monotonic() > self._member_valid_until:
-            self._note_lease_lost(self._member_valid_until)
-        if self._lease_lost is not None or since <= self._void_before:
+        gate = self._gate
+        if _monotonic() > gate.deadline:
+            self._note_lease_lost(gate.deadline)
+        if gate.lost is not None or since <= self._void_before:
             raise LeaseLost(
                 f"this snapshot (version {number}) was pinned when its member's lease "
                 f"expired: other processes may have removed what it shows"
@@ -362,9 +390,10 @@ class _Member:
         stop = anyio.Event()
         self._local_stop = stop
         self._local, self._repl = await self._tg.start(self._run_local, stop)
-        # snapshot()'s maker and its read guard, bound once
-        self._guard = self._check_read
-        self._pin = self._repl.snapshot
+        # snapshot()'s maker (the lease checked in the core's frame), bound
+        # once and installed as this instance's snapshot (one call frame)
+        self._pin = self._repl.snapshot_maker(self._gate, self._check_read, self._snapshot_refused)
+        self.__dict__["snapshot"] = self._pin
         self._signal_applied()
 
     async def _run_local(
