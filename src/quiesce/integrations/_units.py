@@ -350,15 +350,29 @@ async def _append_plain(
         {"fw": framework, "unit": unit_id},
         unit.native,
     )
-    reads = [Read(0, unit_id, [entry])]
     _gone, tomb = tombs.admission(unit_id, entry.content_hash, None)
-    if tomb is None:
-        if actor is not None:
-            check_text(actor, "actor")
-        report = SyncReport(appended=(0,), version=local.append(entry))
-    else:
+    if tomb is not None:  # a re-admission: the adapters' admit decides and records it
+        reads = [Read(0, unit_id, [entry])]
         report = admit(local, reads, **_admit_options(framework, "record", None, actor))
-    return unit_id, _after(local, framework, version, reads, report, state)
+        return unit_id, _after(local, framework, version, reads, report, state)
+    if actor is not None:
+        check_text(actor, "actor")
+    report = SyncReport(appended=(0,), version=local.append(entry))
+    # what _after keeps for one entry appended (no await since the
+    # checkpoint), without its batch lists: the index and the tail move on
+    # when the append was the only version published, else they are dropped
+    moved = local.version == version + 1
+    index = state.index
+    if index is not None and index[0] == version:
+        state.index = None
+        if moved and entry.content is not None:
+            index[1].setdefault(entry.content_hash, []).append(unit_id)
+            state.index = (version + 1, index[1], index[2])
+    tail = state.tail
+    state.tail = None
+    if moved and tail is not None and tail[0] == version:
+        state.tail = (version + 1, [*tail[1], unit_id])
+    return unit_id, report
 
 
 def _begin(
