@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 from agents import Agent, ModelResponse, RunConfig, Runner, SQLiteSession, Usage
@@ -39,6 +40,8 @@ from quiesce.integrations.openai_agents import QuiesceSession, quiesce_input_fil
 NEGATIVE = "failed: the disk probe timed out; " + "trace line " * 80
 ORDINARY = "disk usage report: " + "sda1 42% " * 80
 CONSTRAINT = "never delete anything under /data"
+#: the reason of a filter's drop, as the stale note of a deferred removal names it
+DROPPED = "removed from the history given to quiesce.integrations.openai_agents"
 
 
 @pytest.fixture
@@ -182,9 +185,41 @@ class TestDroppingFilter:
             kept = await self._run(buf)
         assert CONSTRAINT in kept
 
-    async def _run(self, buf: Any) -> list[str]:
+    @pytest.mark.anyio
+    async def test_a_drop_deferred_by_a_reader_is_shown_stale_then_removed(self) -> None:
+        """A reader pinning the version before the drop defers its prune (as
+        it defers a pruner's: ``test_session_and_filter_end_to_end``): that
+        turn the ordinary exchange is shown with the stale note naming the
+        drop, and once the reader left and the removal landed, the next turn
+        leaves it out and lists the removal."""
+        async with open_buffer() as buf:
+            model = Recorder()
+            agent = Agent(name="a", model=model)
+            quiesce = quiesce_input_filter(buf, conversation=lambda data: "c")
+            await Runner.run(
+                agent, history(), run_config=RunConfig(call_model_input_filter=quiesce)
+            )
+            config = RunConfig(call_model_input_filter=after(self.newest(3), quiesce))
+            with buf.snapshot():  # a reader in flight
+                await Runner.run(agent, history(), run_config=config)
+                assert buf.staged(), "the drop waits for the reader"
+            deferred = output_of(model.inputs[-1], "c2")
+            assert deferred is not None and deferred.startswith("[quiesce: stale at version")
+            assert DROPPED in deferred and deferred.endswith(ORDINARY)
+            await buf.quiesce()  # the reader left: the removal lands
+            assert not buf.staged()
+            await Runner.run(agent, history(), run_config=config)
+            sent = model.inputs[-1]
+        assert output_of(sent, "c2") is None
+        assert not any(i.get("call_id") == "c2" for i in sent if isinstance(i, dict))
+        assert "[quiesce: removed from this context]" in json.dumps(sent)
+        assert CONSTRAINT in texts(sent) and output_of(sent, "c1") is not None
+
+    async def _run(self, buf: Any, *, deferrable: bool = False) -> list[str]:
         """The filter names the conversation (``conversation=``): without it,
-        an input whose first item was dropped would be another conversation."""
+        an input whose first item was dropped would be another conversation.
+        ``deferrable``: readers this test does not control may hold the
+        buffer (a shared one's grace floor), so the drop may be deferred."""
         model = Recorder()
         agent = Agent(name="a", model=model)
         quiesce = quiesce_input_filter(buf, conversation=lambda data: "c")
@@ -196,19 +231,37 @@ class TestDroppingFilter:
         negative = output_of(sent, "c1")
         assert negative is not None and negative.endswith(NEGATIVE)
         assert any(i.get("call_id") == "c1" and i.get("type") == "function_call" for i in sent)
-        assert output_of(sent, "c2") is None  # the ordinary exchange follows the filter
+        # the ordinary exchange follows the filter: its prune is applied at
+        # once, or deferred while a reader may still hold the version before
+        # it, and that turn the exchange is shown with the stale note naming
+        # the drop. On a shared buffer "a reader" includes every member's
+        # horizon as its last lease heartbeat published it (the grace floor):
+        # a heartbeat late under load defers the removal to the next one.
+        ordinary = output_of(sent, "c2")
+        if ordinary is not None and deferrable:
+            assert ordinary.startswith("[quiesce: stale at version") and DROPPED in ordinary
+            with buf.snapshot() as snap:
+                live = any(e.body == ORDINARY for e in snap)
+            assert not live or buf.staged(), "shown only while its removal is staged"
+        else:
+            assert ordinary is None
         return texts(sent)
 
     @pytest.mark.anyio
     async def test_shared_buffer_diffs_dropped_items_like_the_local_one(self, pg_dsn: str) -> None:
         """On a ``SharedBuffer`` the filter diffs the dropped items too (it
         only appended before): the same window as on the local buffer, the
-        removal escalated."""
+        removal escalated. The grace floor may defer the removal (see
+        ``_run``): it lands once a heartbeat moved the floor past it."""
         from quiesce import open_shared_buffer
 
         async with open_shared_buffer(pg_dsn, "agents-drop", lease=16.0, timeout=30.0) as shared:
-            kept = await self._run(shared)
+            kept = await self._run(shared, deferrable=True)
             assert CONSTRAINT in kept
+            with anyio.fail_after(30):  # bounded: the next heartbeats move the floor
+                while shared.staged():
+                    await shared.quiesce()
+                    await anyio.sleep(0.01)
             assert shared.tombstones  # the dropped answer was pruned
             assert shared.stats().local.escalations >= 1  # the kept ones' refusal
 

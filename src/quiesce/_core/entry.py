@@ -335,20 +335,28 @@ class Entry:
         if not isinstance(self.kind, Kind):
             raise InvalidType(f"kind must be a Kind, not {type(self.kind).__name__}")
         check_body(self.body)
-        refs = check_refs(self.refs, self.id)
+        refs = self.refs
+        if type(refs) is not tuple or refs:  # the empty tuple is valid as it is
+            refs = check_refs(refs, self.id)
         check_turn(self.turn)
         if self.key is not None:
             check_id(self.key, "key")
-        if not isinstance(self.meta, Mapping):
-            raise InvalidType(f"meta must be a mapping, not {type(self.meta).__name__}")
-        meta = self.meta if self.meta is _EMPTY_META else freeze(self.meta, "meta")
-        content = self.content
-        if content is not None:
-            content = freeze(content, "content")
+        meta = self.meta
+        if type(meta) is not dict and not isinstance(meta, Mapping):
+            raise InvalidType(f"meta must be a mapping, not {type(meta).__name__}")
+        if meta is not _EMPTY_META:
+            meta = freeze(meta, "meta")
+        given = self.content
+        content = None
+        if given is not None:
+            content = freeze(given, "content")
             object.__setattr__(self, "content", content)
         object.__setattr__(self, "refs", refs)
         object.__setattr__(self, "meta", meta)
-        object.__setattr__(self, "content_hash", content_hash(self.body, content))
+        # the hash of the value as given: once freeze accepted it (plain
+        # JSON and mappings), its canonical JSON is the frozen copy's, and
+        # the encoder reads a plain dict without copying it
+        object.__setattr__(self, "content_hash", content_hash(self.body, given))
 
     @property
     def streaming(self) -> bool:

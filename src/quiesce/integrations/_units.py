@@ -268,6 +268,9 @@ async def async_append_unit(
     appended and the state is as before (call ids its entries recorded in
     the state's call cache are checked against the buffer on use)."""
     assert unit.id is not None
+    local = local_buffer_of(buf)
+    if local is not None and not (unit.calls or unit.results or unit.bare):
+        return await _append_plain(local, unit, framework, actor)
     version = buf.version
     head = buf.head()
     live, tombs = head.live, head.tombs.by_id
@@ -282,7 +285,6 @@ async def async_append_unit(
     entries = _entries(unit, framework, state.calls)
     reads = [Read(0, unit_id, entries)]
     admission = _admit_options(framework, "record", None, actor)
-    local = local_buffer_of(buf)
     if local is None or len(entries) != 1:
         report = await aadmit(buf, reads, **admission)
     else:
@@ -311,6 +313,66 @@ async def _append_one(local: Buffer, reads: list[Read], admission: dict[str, Any
                 check_text(actor, "actor")
             return SyncReport(appended=(0,), version=local.append(entry))
     return admit(local, reads, **admission)
+
+
+async def _append_plain(
+    local: Buffer, unit: Unit, framework: str, actor: str | None
+) -> tuple[str, SyncReport]:
+    """:func:`async_append_unit` of a unit that is one entry (no calls, no
+    results) on an in-process buffer: the common turn's append, in one
+    step after the checkpoint. Everything after the checkpoint is
+    synchronous, so it sees one head and nothing moves the buffer between
+    the id check, the admission check and the append. When the fresh id's
+    entry matches no tombstone (content or key), it is appended with
+    ``Buffer.append`` (the checks and version ``aadmit`` would make,
+    without its plan and report lists); a re-admission is decided by
+    :func:`~quiesce.adapters._common.admit` itself. The same report and
+    sync state either way. Cancelled at the checkpoint, nothing is
+    appended and nothing is changed. O(size of the message + log n)."""
+    await anyio.lowlevel.checkpoint()
+    version = local.version
+    head = local.head()
+    live, tombs = head.live, head.tombs.by_id
+    unit_id = unit.id
+    assert unit_id is not None
+    while unit_id in live or unit_id in tombs:
+        unit_id += "'"
+    if unit_id != unit.id:
+        unit = replace(unit, id=unit_id)
+    state = state_of(local, framework)
+    entry = Entry(
+        unit_id,
+        Kind.SUMMARY if unit.summary else unit.kind,
+        unit.body,
+        (),
+        None,
+        None,
+        {"fw": framework, "unit": unit_id},
+        unit.native,
+    )
+    _gone, tomb = tombs.admission(unit_id, entry.content_hash, None)
+    if tomb is not None:  # a re-admission: the adapters' admit decides and records it
+        reads = [Read(0, unit_id, [entry])]
+        report = admit(local, reads, **_admit_options(framework, "record", None, actor))
+        return unit_id, _after(local, framework, version, reads, report, state)
+    if actor is not None:
+        check_text(actor, "actor")
+    report = SyncReport(appended=(0,), version=local.append(entry))
+    # what _after keeps for one entry appended (no await since the
+    # checkpoint), without its batch lists: the index and the tail move on
+    # when the append was the only version published, else they are dropped
+    moved = local.version == version + 1
+    index = state.index
+    if index is not None and index[0] == version:
+        state.index = None
+        if moved and entry.content is not None:
+            index[1].setdefault(entry.content_hash, []).append(unit_id)
+            state.index = (version + 1, index[1], index[2])
+    tail = state.tail
+    state.tail = None
+    if moved and tail is not None and tail[0] == version:
+        state.tail = (version + 1, [*tail[1], unit_id])
+    return unit_id, report
 
 
 def _begin(

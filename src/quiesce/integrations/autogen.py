@@ -85,7 +85,6 @@ def _load(native: Any) -> LLMMessage:
 
 def _unit(index: int, m: object, unit_id: str | None = None) -> _store.Unit:
     """``m`` read as a unit (id ``unit_id``; ``None``: matched by content)."""
-    where = f"autogen: message {index}"
     if isinstance(m, SystemMessage):
         return _store.Unit(unit_id, Kind.INSTRUCTION, m.content, _dump(m))
     if isinstance(m, UserMessage):
@@ -102,7 +101,9 @@ def _unit(index: int, m: object, unit_id: str | None = None) -> _store.Unit:
         calls = []
         for j, fc in enumerate(m.content):
             if not fc.id:
-                raise InvalidArgument(f"{where}: AssistantMessage.content[{j}].id is empty")
+                raise InvalidArgument(
+                    f"autogen: message {index}: AssistantMessage.content[{j}].id is empty"
+                )
             calls.append(_store.Call(fc.id, fc.name, fc.arguments))
         return _store.Unit(unit_id, Kind.REASONING, m.thought or "", _dump(m), calls=tuple(calls))
     if isinstance(m, FunctionExecutionResultMessage):
@@ -110,11 +111,14 @@ def _unit(index: int, m: object, unit_id: str | None = None) -> _store.Unit:
         for j, r in enumerate(m.content):
             if not r.call_id:
                 raise InvalidArgument(
-                    f"{where}: FunctionExecutionResultMessage.content[{j}].call_id is empty"
+                    f"autogen: message {index}: "
+                    f"FunctionExecutionResultMessage.content[{j}].call_id is empty"
                 )
             results.append(_store.Result(r.call_id, r.content))
         return _store.Unit(unit_id, Kind.REASONING, "", _dump(m), results=tuple(results))
-    raise InvalidArgument(f"{where}: expected an LLMMessage, not {type(m).__name__}")
+    raise InvalidArgument(
+        f"autogen: message {index}: expected an LLMMessage, not {type(m).__name__}"
+    )
 
 
 def to_units(messages: Sequence[object]) -> list[_store.Unit]:
@@ -272,8 +276,14 @@ class QuiesceChatCompletionContext(ChatCompletionContext):
         self.pruner = pruner
         self._originals: dict[str, LLMMessage] = {}
         self._pending = to_units(initial_messages) if initial_messages else []
+        #: the single buffer, bound to this context's conversation when the
+        #: context was made (a binding never changes: every call resolves to
+        #: it), so a call skips the resolve; ``None`` with a pool
+        self._bound: AsyncBuffer | None = None
         if self._target.single is not None:
-            self._sync_pending(self._target.bind(conversation, None))
+            bound = self._target.bind(conversation, None)
+            self._sync_pending(bound)
+            self._bound = bound
 
     @property
     def buffer(self) -> object:
@@ -305,7 +315,9 @@ class QuiesceChatCompletionContext(ChatCompletionContext):
         cannot represent raises :class:`InvalidArgument`; nothing is appended.
         A checkpoint (the admission's) before the append; O(size of the
         message) besides the buffer's append."""
-        buffer = await self.abuffer()
+        buffer = self._bound
+        if buffer is None:
+            buffer = await self.abuffer()
         unit_id = f"#ag:{buffer.version}.0"
         unit = _unit(0, message, unit_id)
         unit_id, report = await _store.async_append_unit(
@@ -315,9 +327,14 @@ class QuiesceChatCompletionContext(ChatCompletionContext):
             self._originals[unit_id] = message
 
     async def get_messages(self) -> list[LLMMessage]:
-        """One pruning round, then the pinned window (see the module docstring)."""
-        buffer = await self.abuffer()
-        await prune_round(buffer, self.pruner)
+        """One pruning round, then the pinned window (see the module docstring).
+        Always a checkpoint (before the snapshot is taken). O(n) for the list
+        handed out, plus the messages added since the last call rebuilt."""
+        buffer = self._bound
+        if buffer is None:
+            buffer = await self.abuffer()
+        if self.pruner is not None:
+            await prune_round(buffer, self.pruner)
         await anyio.lowlevel.checkpoint()
         with buffer.snapshot() as snap:
             return render_messages(snap, self._originals, buffer=buffer)
