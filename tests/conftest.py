@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import gc
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -68,11 +70,81 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=place)
 
 
+# -- scratch files in memory (QUIESCE_TEST_TMP) --------------------------------
+#
+# The logs' tests commit to SQLite (synchronous=FULL) and JSONL files with an
+# fsync per flush, thousands of times: on this project's 2-core CI disk an
+# fsync costs ~3 ms, and the suite waited on them longer than it computed.
+# On a tmpfs an fsync returns at once and every file operation behaves the
+# same otherwise (what a crash test checks is a SIGKILLed process, whose
+# writes the page cache keeps either way; no test can check a power loss).
+# So the session's scratch files go to /dev/shm when it is a tmpfs with room:
+# pytest's tmp_path tree (PYTEST_DEBUG_TEMPROOT, keeping pytest's own
+# retention of the last three runs) and, for ``tempfile`` users and the
+# subprocesses the tests start, TMPDIR: a directory of this session (mode
+# 1777 like /tmp, so the PostgreSQL server's user can reach its cluster),
+# removed when the session ends. ``QUIESCE_TEST_TMP=DIR`` picks another
+# place, ``QUIESCE_TEST_TMP=system`` keeps the system's; an explicit
+# ``--basetemp``, TMPDIR or PYTEST_DEBUG_TEMPROOT is always kept.
+
+#: the room a tmpfs needs to take the scratch files (a container's default
+#: 64 MB /dev/shm is too small for the PostgreSQL clusters)
+SCRATCH_MIN_FREE = 2 << 30
+
+#: the session's TMPDIR made by the controller (removed at its end), if any
+_scratch_dir: str | None = None
+
+
+def _memory_scratch_root() -> str | None:
+    """``/dev/shm`` when it is a writable tmpfs with :data:`SCRATCH_MIN_FREE`
+    free (O(mounts)), else None."""
+    root = "/dev/shm"
+    try:
+        with open("/proc/self/mounts", encoding="utf-8") as mounts:
+            tmpfs = any(line.split()[1:3] == [root, "tmpfs"] for line in mounts if line.strip())
+        st = os.statvfs(root)
+    except OSError:
+        return None
+    if not tmpfs or not os.access(root, os.W_OK | os.X_OK):
+        return None
+    return root if st.f_bavail * st.f_frsize >= SCRATCH_MIN_FREE else None
+
+
+def _use_scratch(config: pytest.Config) -> None:
+    """In the controller (or a ``-n0`` run): point the scratch files at
+    memory as the block above says. Workers inherit the environment."""
+    global _scratch_dir
+    if os.environ.get("PYTEST_XDIST_WORKER") is not None:
+        return
+    choice = os.environ.get("QUIESCE_TEST_TMP", "")
+    if choice == "system" or config.option.basetemp:
+        return
+    if any(os.environ.get(v) for v in ("TMPDIR", "PYTEST_DEBUG_TEMPROOT")):
+        return
+    root = choice or _memory_scratch_root()
+    if root is None:
+        return
+    _scratch_dir = tempfile.mkdtemp(prefix="quiesce-tests-", dir=root)
+    os.chmod(_scratch_dir, 0o1777)
+    os.environ["PYTEST_DEBUG_TEMPROOT"] = root
+    os.environ["TMPDIR"] = _scratch_dir
+    tempfile.tempdir = _scratch_dir
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove the session's TMPDIR (the controller's; pytest keeps its own
+    tmp_path tree as always)."""
+    if _scratch_dir is not None:
+        shutil.rmtree(_scratch_dir, ignore_errors=True)
+
+
 # -- the opt-in CPU profile (QUIESCE_TEST_CPU=path; tests/_cpu_profile.py) ----
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Start the CPU profile when ``QUIESCE_TEST_CPU`` names an output path."""
+    """Scratch files in memory (see above); start the CPU profile when
+    ``QUIESCE_TEST_CPU`` names an output path."""
+    _use_scratch(config)
     if _cpu_profile.enabled():
         _cpu_profile.configure()
 
