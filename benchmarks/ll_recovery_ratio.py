@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 
 from quiesce import Buffer, SQLiteLog
+from quiesce.bench.long_life_memory import read_newest_checkpoint
 from quiesce.bench.long_life_workload import FULL_LL, churn
 
 
@@ -55,12 +56,7 @@ def main(path: str, rounds: int) -> None:
         buf.sink.close()  # type: ignore[union-attr]
 
     def read() -> None:
-        log = SQLiteLog(path)
-        try:
-            total, checkpoints = log.checkpoints()
-            log.read_range(checkpoints[-1] if checkpoints else 0, total)
-        finally:
-            log.close()
+        read_newest_checkpoint(path)
 
     pairs = [(_timed(recover, close), _timed(read, lambda _: None)) for _ in range(rounds)]
     for k, clock in enumerate(("wall", "cpu")):

@@ -17,7 +17,7 @@ import multiprocessing.process
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -81,6 +81,66 @@ def process(
         for c in fds:  # the forkserver has its own copies once start() returned
             c.close()
     return proc
+
+
+class PipeChild:
+    """The parent's side of a child of :func:`process` that answers commands
+    on a pipe: ``(name, args)`` sent, ``("ok", value)`` or ``("error", kind,
+    text)`` back. A subclass starts the process and sets :attr:`conn` and
+    :attr:`proc`; :attr:`noun` names it in errors, :attr:`exit_wait` bounds
+    :meth:`wait_exited` (its exit answer, then the process's end)."""
+
+    noun = "child"
+    exit_wait = (20.0, 10.0)
+    conn: Connection
+    proc: multiprocessing.process.BaseProcess
+
+    def _reply(self, timeout: float) -> Any:
+        if not self.conn.poll(timeout):
+            raise AssertionError(f"{self.noun} {self.proc.pid} did not answer within {timeout}s")
+        msg = self.conn.recv()
+        if msg[0] == "error":
+            raise AssertionError(f"{self.noun} {self.proc.pid}: {msg[1]}: {msg[2]}")
+        return msg[1]
+
+    def send(self, name: str, args: Any = None) -> None:
+        self.conn.send((name, args))
+
+    def ask_to_exit(self) -> bool:
+        """Send ``exit`` to a live child without waiting; whether it was sent."""
+        if not self.proc.is_alive():
+            return False
+        try:
+            self.send("exit")
+        except OSError:
+            return False
+        return True
+
+    def wait_exited(self, asked: bool) -> None:
+        """After :meth:`ask_to_exit`: its answer, then the process's end
+        (each bounded by :attr:`exit_wait`), else SIGKILL."""
+        answer, join = self.exit_wait
+        if asked:
+            try:
+                self._reply(answer)
+            except (AssertionError, OSError, EOFError):
+                pass
+        self.proc.join(join)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(5)
+
+    def close(self) -> None:
+        self.wait_exited(self.ask_to_exit())
+
+
+def close_all(children: Sequence[PipeChild]) -> None:
+    """Close every child: all are asked to exit first, then each is waited
+    for, so their shutdowns (a sequencer's last flush and lease release,
+    each member's leave) overlap instead of adding up."""
+    asked = [c.ask_to_exit() for c in children]
+    for c, a in zip(children, asked, strict=True):
+        c.wait_exited(a)
 
 
 def _with_stdio(

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 import pytest
 
 from _integrations_shared_child import child
-from _shared_child import context, process
+from _shared_child import PipeChild, close_all, context, process
 
 _T = TypeVar("_T")
 
@@ -38,8 +38,11 @@ OPTIONS = {"lease": 16.0, "poll": 0.2, "timeout": 30.0}
 HOLD = 4.5
 
 
-class Agent:
+class Agent(PipeChild):
     """An agent process (forked by the forkserver of ``context()``) and its command pipe."""
+
+    noun = "agent"
+    exit_wait = (30.0, 15.0)
 
     def __init__(self, dsn: str, framework: str) -> None:
         self.conn, theirs = context().Pipe()
@@ -47,40 +50,9 @@ class Agent:
         theirs.close()
         self.role, self.pid = self._reply(120)
 
-    def _reply(self, timeout: float) -> Any:
-        if not self.conn.poll(timeout):
-            raise AssertionError(f"agent {self.proc.pid} did not answer within {timeout}s")
-        msg = self.conn.recv()
-        if msg[0] == "error":
-            raise AssertionError(f"agent {self.proc.pid}: {msg[1]}: {msg[2]}")
-        return msg[1]
-
     def __call__(self, name: str, *args: Any, timeout: float = 90) -> Any:
         self.conn.send((name, args[0] if len(args) == 1 else args))
         return self._reply(timeout)
-
-    def ask_to_exit(self) -> bool:
-        """Send ``exit`` to a live agent without waiting; whether it was sent."""
-        if not self.proc.is_alive():
-            return False
-        try:
-            self.conn.send(("exit", ()))
-        except OSError:
-            return False
-        return True
-
-    def wait_exited(self, asked: bool) -> None:
-        """After :meth:`ask_to_exit`: its answer (up to 30 s), then the
-        process's end (up to 15 s), else SIGKILL."""
-        if asked:
-            try:
-                self._reply(30)
-            except (AssertionError, OSError, EOFError):
-                pass
-        self.proc.join(15)
-        if self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join(5)
 
 
 @pytest.fixture
@@ -89,9 +61,7 @@ def agents(pg_dsn: str) -> Iterator[list[Agent]]:
     (their shutdowns overlap), then each is waited for."""
     started: list[Agent] = []
     yield started
-    asked = [a.ask_to_exit() for a in started]
-    for a, sent in zip(started, asked, strict=True):
-        a.wait_exited(sent)
+    close_all(started)
 
 
 def wait_for(check: Callable[[], _T | None], what: str, timeout: float = 60) -> _T:

@@ -26,7 +26,7 @@ import anyio
 import psycopg
 import pytest
 
-from _shared_child import child, context, process
+from _shared_child import PipeChild, child, close_all, context, process
 from quiesce import (
     Buffer,
     EditPlan,
@@ -54,8 +54,10 @@ SLOW = pytest.mark.slow
 KILL_SEEDS = [1, 2, 3, *(pytest.param(s, marks=SLOW) for s in range(4, 22))]
 
 
-class Member:
+class Member(PipeChild):
     """A member process (forked by the forkserver of :func:`context`) and its command pipe."""
+
+    noun = "member"
 
     def __init__(self, dsn: str, backend: str, **options: Any) -> None:
         self.conn, theirs = context().Pipe()
@@ -63,58 +65,12 @@ class Member:
         theirs.close()
         self.role, self.epoch, self.pid = self._reply(60)
 
-    def _reply(self, timeout: float) -> Any:
-        if not self.conn.poll(timeout):
-            raise AssertionError(f"member {self.proc.pid} did not answer within {timeout}s")
-        msg = self.conn.recv()
-        if msg[0] == "error":
-            raise AssertionError(f"member {self.proc.pid}: {msg[1]}: {msg[2]}")
-        return msg[1]
-
     def __call__(self, name: str, args: Any = None, timeout: float = 60) -> Any:
         self.conn.send((name, args))
         return self._reply(timeout)
 
-    def send(self, name: str, args: Any = None) -> None:
-        self.conn.send((name, args))
-
     def kill(self, sig: int = signal.SIGKILL) -> None:
         os.kill(self.proc.pid, sig)  # type: ignore[arg-type]
-
-    def ask_to_exit(self) -> bool:
-        """Send ``exit`` to a live member without waiting; whether it was sent."""
-        if not self.proc.is_alive():
-            return False
-        try:
-            self.send("exit")
-        except OSError:
-            return False
-        return True
-
-    def wait_exited(self, asked: bool) -> None:
-        """After :meth:`ask_to_exit`: its answer (up to 20 s), then the
-        process's end (up to 10 s), else SIGKILL."""
-        if asked:
-            try:
-                self._reply(20)
-            except (AssertionError, OSError, EOFError):
-                pass
-        self.proc.join(10)
-        if self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join(5)
-
-    def close(self) -> None:
-        self.wait_exited(self.ask_to_exit())
-
-
-def close_all(members: list[Member]) -> None:
-    """Close every member: all are asked to exit first, then each is waited
-    for, so their shutdowns (a sequencer's last flush and lease release,
-    each member's leave) overlap instead of adding up."""
-    asked = [m.ask_to_exit() for m in members]
-    for m, a in zip(members, asked, strict=True):
-        m.wait_exited(a)
 
 
 @pytest.fixture

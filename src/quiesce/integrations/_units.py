@@ -303,16 +303,26 @@ async def _append_one(local: Buffer, reads: list[Read], admission: dict[str, Any
     :func:`~quiesce.adapters._common.admit` itself. The same report either
     way. Cancelled at the checkpoint, nothing is appended. O(log n)."""
     await anyio.lowlevel.checkpoint()
-    entry = reads[0].entries[0]
+    report = _append_fresh(local, reads[0].entries[0], admission["actor"])
+    return report if report is not None else admit(local, reads, **admission)
+
+
+def _append_fresh(local: Buffer, entry: Entry, actor: str | None) -> SyncReport | None:
+    """``entry`` appended with ``Buffer.append`` and its report, when the
+    head holds neither its id (live or tombstoned) nor a tombstone of its
+    content or key and it cites nothing: the checks and the one version
+    :func:`~quiesce.adapters._common.admit` would make, without its plan
+    and report lists. ``None`` (nothing appended) otherwise: ``admit``
+    decides. Synchronous. O(log n)."""
     head = local.head()
-    if not entry.refs and entry.id not in head.live:
-        gone, tomb = head.tombs.admission(entry.id, entry.content_hash, entry.key)
-        if gone is None and tomb is None:
-            actor = admission["actor"]
-            if actor is not None:
-                check_text(actor, "actor")
-            return SyncReport(appended=(0,), version=local.append(entry))
-    return admit(local, reads, **admission)
+    if entry.refs or entry.id in head.live:
+        return None
+    gone, tomb = head.tombs.admission(entry.id, entry.content_hash, entry.key)
+    if gone is not None or tomb is not None:
+        return None
+    if actor is not None:
+        check_text(actor, "actor")
+    return SyncReport(appended=(0,), version=local.append(entry))
 
 
 async def _append_plain(
@@ -322,12 +332,10 @@ async def _append_plain(
     results) on an in-process buffer: the common turn's append, in one
     step after the checkpoint. Everything after the checkpoint is
     synchronous, so it sees one head and nothing moves the buffer between
-    the id check, the admission check and the append. When the fresh id's
-    entry matches no tombstone (content or key), it is appended with
-    ``Buffer.append`` (the checks and version ``aadmit`` would make,
-    without its plan and report lists); a re-admission is decided by
-    :func:`~quiesce.adapters._common.admit` itself. The same report and
-    sync state either way. Cancelled at the checkpoint, nothing is
+    the id check, the admission check and the append
+    (:func:`_append_fresh`; a re-admission is decided by
+    :func:`~quiesce.adapters._common.admit` itself), and the sync state is
+    kept by :func:`_after`, as for any admission. Cancelled at the checkpoint, nothing is
     appended and nothing is changed. O(size of the message + log n)."""
     await anyio.lowlevel.checkpoint()
     version = local.version
@@ -337,8 +345,6 @@ async def _append_plain(
     assert unit_id is not None
     while unit_id in live or unit_id in tombs:
         unit_id += "'"
-    if unit_id != unit.id:
-        unit = replace(unit, id=unit_id)
     state = state_of(local, framework)
     entry = Entry(
         unit_id,
@@ -350,29 +356,11 @@ async def _append_plain(
         {"fw": framework, "unit": unit_id},
         unit.native,
     )
-    _gone, tomb = tombs.admission(unit_id, entry.content_hash, None)
-    if tomb is not None:  # a re-admission: the adapters' admit decides and records it
-        reads = [Read(0, unit_id, [entry])]
+    reads = [Read(0, unit_id, [entry])]
+    report = _append_fresh(local, entry, actor)
+    if report is None:  # a re-admission: the adapters' admit decides and records it
         report = admit(local, reads, **_admit_options(framework, "record", None, actor))
-        return unit_id, _after(local, framework, version, reads, report, state)
-    if actor is not None:
-        check_text(actor, "actor")
-    report = SyncReport(appended=(0,), version=local.append(entry))
-    # what _after keeps for one entry appended (no await since the
-    # checkpoint), without its batch lists: the index and the tail move on
-    # when the append was the only version published, else they are dropped
-    moved = local.version == version + 1
-    index = state.index
-    if index is not None and index[0] == version:
-        state.index = None
-        if moved and entry.content is not None:
-            index[1].setdefault(entry.content_hash, []).append(unit_id)
-            state.index = (version + 1, index[1], index[2])
-    tail = state.tail
-    state.tail = None
-    if moved and tail is not None and tail[0] == version:
-        state.tail = (version + 1, [*tail[1], unit_id])
-    return unit_id, report
+    return unit_id, _after(local, framework, version, reads, report, state)
 
 
 def _begin(
