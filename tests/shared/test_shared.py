@@ -182,6 +182,19 @@ def wait_for(predicate: Any, timeout: float = 20.0, interval: float = 0.05) -> A
         time.sleep(interval)
 
 
+def _reads_x(buf: Any) -> None:
+    """A fresh snapshot of `buf` reads the one entry "x"."""
+    with buf.snapshot() as snap:
+        assert [e.id for e in snap] == ["x"]
+
+
+async def _rejoined(buf: Any) -> None:
+    """Wait (at most 5 s) until a member that lost its lease holds one again."""
+    with anyio.fail_after(5):
+        while buf._lease_lost is not None:
+            await anyio.sleep(0.01)
+
+
 def sequencer(members: list[Member]) -> Member:
     def find() -> Member | None:
         for m in members:
@@ -573,13 +586,10 @@ class TestInProcess:
                 # the next read notices (no heartbeat needed), then it re-joins
                 with pytest.raises(LeaseLost, match=r"^this snapshot \(version 1\) was pinned"):
                     held.entries()
-                with anyio.fail_after(5):
-                    while a._lease_lost is not None:
-                        await anyio.sleep(0.01)
+                await _rejoined(a)
                 with pytest.raises(LeaseLost):
                     assert held.version  # still void after the member re-joined
-            with a.snapshot() as snap:
-                assert [e.id for e in snap] == ["x"]
+            _reads_x(a)
 
     @pytest.mark.anyio
     async def test_snapshot_refused_while_the_lease_is_lost(
@@ -599,21 +609,17 @@ class TestInProcess:
         counts the loss; through the class the method refuses the same."""
         async with open_shared_buffer(pg_dsn, "b", **FAST) as a:
             await a.append(Entry("x", Kind.REASONING, "x"))
-            with a.snapshot() as snap:
-                assert [e.id for e in snap] == ["x"]
+            _reads_x(a)
             a._member_valid_until = 0.0  # as if its renewals had stalled
             with pytest.raises(LeaseLost, match=r"^member \S+ could not renew its lease"):
                 a.snapshot()
             assert a._lease_lost is not None  # counted by the pin itself
             with pytest.raises(LeaseLost, match=r"^member \S+ could not renew its lease"):
                 type(a).snapshot(a)
-            with anyio.fail_after(5):
-                while a._lease_lost is not None:
-                    await anyio.sleep(0.01)
+            await _rejoined(a)
             with type(a).snapshot(a) as snap:
                 assert snap.version == 1
-            with a.snapshot() as snap:
-                assert [e.id for e in snap] == ["x"]
+            _reads_x(a)
 
     @pytest.mark.anyio
     async def test_a_member_joining_below_grace_vetoes_the_removal(
