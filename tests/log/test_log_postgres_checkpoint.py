@@ -38,6 +38,7 @@ from _shared_child import process
 from _workload import Workload, digest, random_op, state
 from quiesce import Buffer, Entry, Kind, LogFormatError, PostgresLog
 from quiesce._core.checkpoint import CheckpointSink, _digest
+from quiesce._core.claims import _WINDOW
 from quiesce._core.log import ReadableSink
 from quiesce._core.records import FORMAT
 from quiesce._core.replay import replay
@@ -507,6 +508,16 @@ def test_checkpoint_recovery_equals_full_replay(
     assert state(_full_replay(pg_dsn, bid)) == want
 
 
+def _bisection_rows(version: int, before: int) -> int:
+    """The most rows ``record_of_version(read, version, before)`` reads: it
+    bisects ``[version - 1, before)`` (versions grow with seqs), each step
+    reading one window of at most ``_WINDOW`` rows from its midpoint up, so
+    the windows sum to about the range once, plus one row a step."""
+    lo = max(version - 1, 0)
+    steps = (before - lo).bit_length() + 1
+    return min(before - lo + steps, _WINDOW * steps)
+
+
 class PostgresCheckpointMachine(RuleBasedStateMachine):
     """A buffer over a PostgresLog with checkpoints: random operations
     (the seeded workload: appends, marks, prunes, edits, pins, flushes, due
@@ -573,16 +584,19 @@ class PostgresCheckpointMachine(RuleBasedStateMachine):
             # (the ledger reads nearby ones in one range, so at most the span
             # from the first to the last), and the records the claims and the
             # index check read back: the newest tombstone run's (tombs.py:
-            # TombStore.imported) and at most one host record per staged group
-            # (claims.py). Never the rest of the records before the checkpoint.
+            # TombStore.imported) and, per group retracting a protected entry,
+            # the rows its host record's bisection reads (claims.py:
+            # record_of_version). Never the rest of the records before the
+            # checkpoint.
             state = ckpt.detail["state"]
             index = state.get("tomb_index") or {}
             newest_run = 1 if index.get("runs") else 0
             tail = total - good[-1]
             seqs = [seq for _id, seq in state["protected"]]
             span = max(seqs) - min(seqs) + 1 if seqs else 0
+            host = sum(_bisection_rows(group[3], good[-1]) for group in state["groups"] if group[7])
             assert tail + len(seqs) <= read
-            assert read <= tail + span + newest_run + len(state["groups"]) + 1
+            assert read <= tail + span + newest_run + host + 1
             assert buf._st.records.first == good[-1]
         self.buf = buf
         self.work = Workload(buf)
