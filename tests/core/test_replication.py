@@ -14,7 +14,7 @@ from quiesce._core.errors import InvalidArgument, InvalidType, QuiesceError
 from quiesce._core.observe import Observer
 from quiesce._core.pins import reader_of
 from quiesce._core.records import LogRecord
-from quiesce._core.replication import GuardedSnapshot, Replication
+from quiesce._core.replication import GuardedSnapshot, ReadGate, Replication
 
 
 def reasoning(i: str, *refs: str) -> Entry:
@@ -175,6 +175,53 @@ class TestGuardedSnapshot:
                 len(snap)
         assert [v for _t, v in calls] == [1, 1]
         assert buf.oldest_pin() is None  # unpinned on exit
+
+
+class TestSnapshotMaker:
+    def test_the_gate_refuses_past_the_deadline_and_while_lost(self) -> None:
+        """The maker's one comparison with ``gate.limit`` refuses exactly
+        what the two fields say: a reading past ``deadline``, or any pin
+        while ``lost`` is set, whichever field was written last; a refused
+        call pins nothing. The clock reading is the snapshot's pin time."""
+        now = [10.0]
+        buf = Buffer(clock=lambda: now[0])
+        repl = Replication(buf)
+        buf.append(reasoning("a"))
+        gate = ReadGate()
+        refusals: list[str] = []
+
+        def refuse() -> BaseException:
+            refusals.append("refused")
+            return QuiesceError("refused")
+
+        reads: list[tuple[float, int]] = []
+        pin = repl.snapshot_maker(gate, lambda t, v: reads.append((t, v)), refuse)
+
+        def pinned() -> bool:
+            try:
+                with pin() as snap:
+                    assert snap["a"].body == "step a"
+            except QuiesceError:
+                assert buf.oldest_pin() is None  # nothing was pinned
+                return False
+            return True
+
+        assert gate.limit == float("-inf") and not pinned()  # made closed
+        gate.deadline = 10.0
+        assert gate.limit == 10.0 and pinned()  # at the deadline: still served
+        now[0] = 10.5
+        assert not pinned()
+        gate.deadline = 11.0
+        assert pinned()
+        lost = QuiesceError("lost")
+        gate.lost = lost
+        assert gate.lost is lost and gate.limit == float("-inf") and not pinned()
+        gate.deadline = 12.0  # a renewal while lost: still refused
+        assert gate.deadline == 12.0 and gate.limit == float("-inf") and not pinned()
+        gate.lost = None
+        assert gate.limit == 12.0 and pinned()
+        assert refusals == ["refused"] * 4
+        assert reads[-1] == (10.5, 1)  # the guard is given the reading as the pin time
 
 
 class _Recorder(Observer):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from typing import Any
 
 import pytest
 
@@ -216,3 +217,95 @@ def test_task_name_by_type() -> None:
     assert task_name(s).startswith("<")  # an unset slot: the repr
     s.name = "named"
     assert task_name(s) == "named"
+
+
+def _pin_holder(buf: object) -> object:
+    """What a pin of ``buf`` taken here records as its holder (the pin fast
+    path's inlined probe, not :func:`current_task`)."""
+    from quiesce import Buffer
+    from quiesce._core.pins import reader_of
+
+    assert isinstance(buf, Buffer)
+    with buf.snapshot() as snap:
+        return reader_of(snap)[0]
+
+
+def test_pins_on_trio_cache_the_trio_entry() -> None:
+    """On trio (asyncio having run here first, as in a process that uses
+    both), every pin names the trio task holding it, once the thread's trio
+    entry is cached too (the second pin on); two tasks of one nursery across
+    checkpoints each get themselves, a worker thread gets the thread; after
+    the run the entry answers nothing and is forgotten: a pin names the
+    thread, and an asyncio loop run next is found again."""
+    trio = pytest.importorskip("trio")
+    from quiesce import Buffer
+    from quiesce._core import tasks
+
+    buf = Buffer()
+    asyncio.run(_probe_in_asyncio())
+    seen: list[bool] = []
+    cached: list[bool] = []
+
+    async def child() -> None:
+        for _ in range(3):
+            seen.append(_pin_holder(buf) is trio.lowlevel.current_task())
+            entry = tasks._loop_cache.loop
+            cached.append(entry is not None and type(entry[0]) is tasks._TrioRun)
+            await trio.sleep(0)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(child)
+            nursery.start_soon(child)
+        worker = await trio.to_thread.run_sync(lambda: _pin_holder(buf))
+        seen.append(isinstance(worker, threading.Thread))
+        seen.append(worker is not threading.current_thread())
+        seen.append(_pin_holder(buf) is trio.lowlevel.current_task())
+
+    trio.run(main)
+    assert seen == [True] * 9
+    assert cached[1:] == [True] * 5  # the first pin found a stopped loop cached
+    assert _pin_holder(buf) is threading.current_thread()
+    assert tasks._loop_cache.loop is None
+    assert asyncio.run(_probe_in_asyncio()) == [True] * 5
+
+    async def in_asyncio() -> bool:
+        return _pin_holder(buf) is asyncio.current_task()
+
+    assert asyncio.run(in_asyncio())
+
+
+def test_trio_guest_run_inside_asyncio() -> None:
+    """trio in guest mode (its steps run in asyncio callbacks): pins from
+    trio tasks name the trio task and pins from asyncio tasks the asyncio
+    task, interleaved in one thread, whichever entry the cache holds."""
+    trio = pytest.importorskip("trio")
+    from quiesce import Buffer
+
+    buf = Buffer()
+    seen: list[bool] = []
+
+    async def trio_main() -> None:
+        for _ in range(4):
+            seen.append(_pin_holder(buf) is trio.lowlevel.current_task())
+            await trio.sleep(0)
+
+    async def asyncio_main() -> None:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[object] = loop.create_future()
+
+        def run_sync_soon_threadsafe(fn: Any) -> None:
+            loop.call_soon_threadsafe(fn)
+
+        trio.lowlevel.start_guest_run(
+            trio_main,
+            run_sync_soon_threadsafe=run_sync_soon_threadsafe,
+            done_callback=lambda outcome: done.set_result(outcome),
+        )
+        while not done.done():
+            seen.append(_pin_holder(buf) is asyncio.current_task())
+            await asyncio.sleep(0)
+        (await done).unwrap()
+
+    asyncio.run(asyncio_main())
+    assert len(seen) > 4 and all(seen)

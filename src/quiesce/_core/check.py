@@ -4,9 +4,12 @@ What it keeps true: nothing — it only reads. :func:`check_buffer` raises
 ``AssertionError`` naming the first invariant it finds broken; it runs under
 the buffer's write lock (``Buffer._check``), so the head and the removals
 hold still, while readers may pin and unpin beside it: pins in flight are
-skipped, and the oldest pin is compared with the readers only when they did
-not move around the walk. O(n + log + readers). Tests call it after every
-operation of a seeded random run (sortedcontainers' habit).
+skipped, and the oldest pin is compared with the readers only when the same
+readers (by identity) were pinned before and after the walk (see
+:func:`check_buffer` for what a reader that pins and leaves inside the walk
+can do to it). O(n + log + readers) per walk, at most ``_WALKS`` walks.
+Tests call it after every operation of a seeded random run
+(sortedcontainers' habit).
 """
 
 from __future__ import annotations
@@ -28,12 +31,26 @@ if TYPE_CHECKING:
 __all__ = ["check_buffer", "pin_counts"]
 
 
+#: walks of the oldest pin one check may take (see check_buffer)
+_WALKS = 16
+
+
 def pin_counts(st: BufferState) -> tuple[Counter[int], int, list[tuple[int, int]]]:
     """Pinned readers per version, the pins in flight (registered, not or no
     longer holding a version) and each set's size, checking each reader's
     registration. Each copy is one C-level operation, atomic under the GIL."""
+    counts, in_flight, sizes, _held = _pinned(st)
+    return counts, in_flight, sizes
+
+
+def _pinned(
+    st: BufferState,
+) -> tuple[Counter[int], int, list[tuple[int, int]], dict[int, object]]:
+    """:func:`pin_counts`, and the pinned readers themselves (``id`` ->
+    snapshot: held, so no id is reused while the caller keeps the dict)."""
     counts: Counter[int] = Counter()
     in_flight = 0
+    held: dict[int, object] = {}
     sets = list(st.pins.items())
     for n, r in sets:
         for snap in list(r):
@@ -44,7 +61,8 @@ def pin_counts(st: BufferState) -> tuple[Counter[int], int, list[tuple[int, int]
             assert v.number == n, f"a reader of version {v.number} is in the set of {n}"
             assert snap._readers is r, "a reader is registered in a set it does not hold"
             counts[n] += 1
-    return counts, in_flight, [(n, len(r)) for n, r in sets]
+            held[id(snap)] = snap
+    return counts, in_flight, [(n, len(r)) for n, r in sets], held
 
 
 def check_buffer(
@@ -178,12 +196,42 @@ def check_buffer(
     # (the write lock held here keeps only the head and the removals still).
     # A registered snapshot whose ``_version`` is None is a pin being
     # validated or released right now: it is skipped. The oldest-pin walk is
-    # compared with the readers only if they did not change around it.
+    # compared with the readers only if the same readers, by identity, were
+    # pinned (none in flight) before and after it: each of them was then
+    # registered for the whole walk (a snapshot pins once, and a validated
+    # pin leaves its set only by its unpin), so the walk must answer at most
+    # the oldest of them (checked on every walk). Exactly the oldest of them,
+    # unless a reader pinned and left inside the walk, which no count can see
+    # (it leaves the sets as they were: ABA) and which can only make the walk
+    # answer an older version, or one where none is counted (the walk saw it
+    # registered; oldest_locked may answer a pin still being validated). So a
+    # walk answering older than the counted readers is taken again, up to
+    # _WALKS times: an oldest_locked that answers wrongly on readers holding
+    # still answers so on every walk. (Seen: a pin that had read the head
+    # before a write registered its set, was seen by the walk, withdrew and
+    # freed its set before the second count; the interleaving explorer's
+    # sleepy schedules.)
     with st.pin_lock:
-        counts, in_flight, sizes = pin_counts(st)
-        oldest = PinRegistry(st).oldest_locked()
-        order = set(st.pin_order)
-        still = pin_counts(st) == (counts, 0, sizes) and not in_flight
+        registry = PinRegistry(st)
+        for _ in range(_WALKS):
+            counts, in_flight, sizes, readers = _pinned(st)
+            oldest = registry.oldest_locked()
+            order = set(st.pin_order)
+            after, in_flight_after, sizes_after, readers_after = _pinned(st)
+            still = (
+                not in_flight
+                and not in_flight_after
+                and (after, sizes_after) == (counts, sizes)
+                and readers_after.keys() == readers.keys()
+            )
+            if not still:
+                break
+            if counts:
+                assert oldest is not None and oldest <= min(counts), (
+                    f"the oldest pin is {oldest}, a reader holds {min(counts)} throughout"
+                )
+            if oldest == (min(counts) if counts else None):
+                break
         if still:
             assert oldest == (min(counts) if counts else None), (
                 f"the oldest pin is {oldest}, the readers say {min(counts, default=None)}"

@@ -107,6 +107,7 @@ _new_object = object.__new__
 _get_ident = threading.get_ident
 _loop_cache = _tasks._loop_cache
 _current_task_of = _tasks.current_task_of
+_cache_trio = _tasks.cache_trio
 _active_threads = _tasks._active_threads
 _task_name = _tasks.task_name
 _tuple_new = tuple.__new__
@@ -162,15 +163,15 @@ class Snapshot:
         head and registering, and each retry sees a newer head)."""
         if self._task is not _NOT_ENTERED:
             raise SnapshotReleased("a snapshot is pinned once; take a new buffer.snapshot()")
-        # The task probe (tasks.current_task), its cached asyncio case and
-        # its trio case inline.
+        # The task probe (tasks.current_task), its cached cases (an asyncio
+        # loop's run, or this thread's trio entry) and its trio case inline.
         cached = _loop_cache.loop
         if cached is not None:
-            loop, ident, task_of = cached
+            loop, ident, task_of, key = cached
             # still the run it was cached in (by identity: see tasks.py)
             if loop._thread_id is ident:
-                task = task_of(loop)
-                if task is None:  # a loop callback, not a task
+                task = task_of(key)
+                if task is None:  # a loop callback, not a task (or no trio task)
                     task = _current_task_of(ident, loop)
             else:
                 task = _current_task_of(ident, loop)
@@ -182,7 +183,8 @@ class Snapshot:
                 # running here is the answer (no asyncio task can be current
                 # in the same step: trio's guest mode runs its steps in
                 # asyncio callbacks); asked first, it saves asking asyncio for
-                # a running loop (a getpid() system call). Otherwise, if no
+                # a running loop (a getpid() system call), and the thread's
+                # trio entry is cached for the next pins. Otherwise, if no
                 # asyncio loop runs, the thread (from threading's table;
                 # current_task_of otherwise).
                 task = trio_context.__dict__.get("task")
@@ -190,6 +192,8 @@ class Snapshot:
                     running = _tasks._aio_running_loop
                     if running is not None and running() is None:
                         task = _active_threads.get(ident)
+                else:
+                    _cache_trio()
             if task is None:
                 task = _current_task_of(ident, None)
         reg = self._registry

@@ -112,22 +112,50 @@ class ReadGate:
     (the buffer's clock), or any pin while ``lost`` is not None, is refused.
 
     Its owner (a shared member: the lease deadline and the counted loss)
-    writes the two public fields; the maker reads them once per pin, with
-    no lock (a float and a reference: each read is atomic, and the maker
-    acts on one consistent-enough view: a pin that races a write of
-    ``deadline`` or ``lost`` is decided by the values it read, and its
+    writes the two public fields; a pin reads one derived field, ``limit``:
+    ``deadline`` while ``lost`` is None, else -inf, so the pin's check is
+    one comparison (``now > gate.limit``). Each write of ``deadline`` or
+    ``lost`` sets ``limit`` under the gate's lock, from the pair as it is
+    then: writes are serialized, so ``limit`` always agrees with the last
+    write of each field (two racing writers cannot leave a stale ``limit``).
+    Readers take no lock (``limit`` is one float reference: an atomic read):
+    a pin that races a write is decided by the value it read, and its
     snapshot's reads still ask the guard, which decides each read on its
-    own). O(1) memory; made with ``deadline`` -inf (every pin refused)
-    until the owner sets it.
+    own. Nobody but the setters writes ``limit``. O(1) memory; made with
+    ``deadline`` -inf (every pin refused) until the owner sets it.
     """
 
-    __slots__ = ("deadline", "lost")
+    __slots__ = ("_deadline", "_lock", "_lost", "limit")
 
     def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._deadline = float("-inf")
+        self._lost: BaseException | None = None
         #: pins read on the buffer's clock later than this are refused
-        self.deadline = float("-inf")
-        #: not None: every pin is refused
-        self.lost: BaseException | None = None
+        #: (derived: ``deadline``, or -inf while ``lost`` is set)
+        self.limit = float("-inf")
+
+    @property
+    def deadline(self) -> float:
+        """Pins read on the buffer's clock later than this are refused."""
+        return self._deadline
+
+    @deadline.setter
+    def deadline(self, deadline: float) -> None:
+        with self._lock:
+            self._deadline = deadline
+            self.limit = deadline if self._lost is None else float("-inf")
+
+    @property
+    def lost(self) -> BaseException | None:
+        """Not None: every pin is refused."""
+        return self._lost
+
+    @lost.setter
+    def lost(self, lost: BaseException | None) -> None:
+        with self._lock:
+            self._lost = lost
+            self.limit = self._deadline if lost is None else float("-inf")
 
 
 class Replication:
@@ -401,7 +429,8 @@ class Replication:
     ) -> Callable[[], GuardedSnapshot]:
         """A maker of guarded snapshots that checks ``gate`` first: each call
         reads the buffer's clock once; if that reading is past
-        ``gate.deadline`` or ``gate.lost`` is set, it raises ``refuse()``
+        ``gate.deadline`` or ``gate.lost`` is set (one comparison with
+        ``gate.limit``), it raises ``refuse()``
         (which may count the refusal: it runs in the caller's thread),
         else it returns what :meth:`snapshot` with ``guard`` and that
         reading as the pin time would. The check, the clock read and the
@@ -413,19 +442,19 @@ class Replication:
         nothing."""
         registry = self._registry
         clock = self._st.clock
-        make = GuardedSnapshot
-        not_entered = _NOT_ENTERED
 
+        # Five free variables (each call copies them into its frame); the
+        # class and the marker are module globals.
         def snapshot() -> GuardedSnapshot:
             now = clock()
-            if now > gate.deadline or gate.lost is not None:
+            if now > gate.limit:  # past the deadline, or the lease is lost
                 raise refuse()
-            snap = make()  # a C-level call: no __init__
+            snap = GuardedSnapshot()  # a C-level call: no __init__
             snap._read_guard = guard
             snap._since = now
             snap._registry = registry
             snap._version = None
-            snap._task = not_entered
+            snap._task = _NOT_ENTERED
             return snap
 
         return snapshot

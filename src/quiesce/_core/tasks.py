@@ -33,9 +33,12 @@ Trio and plain threads: trio keeps its running task in a ``threading.local``
 (``GLOBAL_RUN_CONTEXT.task``, what ``trio.lowlevel.current_task()`` reads);
 the probe reads that local's per-thread dict directly (one dict lookup; the
 public ``in_trio_task()`` costs ~0.4 µs outside trio, a caught
-AttributeError), and a thread is looked up in ``threading``'s own table. So
-a pin costs about the same on asyncio, on trio and in a worker thread (the
-``ll_pin_trio`` and ``ll_pin_thread`` figures of the ``long_life`` bench).
+AttributeError), and a thread is looked up in ``threading``'s own table.
+Once a trio task pinned in a thread with no loop cached, that dict's
+``get`` is cached in the thread's loop cache too (:class:`_TrioRun`), so a
+pin on trio takes the same steps as one on asyncio. So a pin costs about
+the same on asyncio, on trio and in a worker thread (the ``ll_pin_trio``
+and ``ll_pin_thread`` figures of the ``long_life`` bench).
 If a trio version lacks that local, the public calls are used.
 """
 
@@ -61,12 +64,44 @@ _active_threads: dict[int, threading.Thread] = getattr(threading, "_active", {})
 class _LoopCache(threading.local):
     """Per thread: the asyncio loop last found running in this thread, as
     ``(the loop, the ident object its current run stored in _thread_id, the
-    task getter)``, or ``None``. A thread-local (one C-level attribute read, the class default
-    ``None`` for a thread that never cached one) is ~0.1 µs cheaper per pin
-    than ``get_ident()`` plus a dict keyed by ident, and a new thread that
-    reuses a dead thread's ident starts empty."""
+    task getter, the loop again)``, or this thread's trio entry (see
+    :class:`_TrioRun`), or ``None``. The probe tests ``entry[0]._thread_id
+    is entry[1]`` and asks ``entry[2](entry[3])``. A thread-local (one
+    C-level attribute read, the class default ``None`` for a thread that
+    never cached one) is ~0.1 µs cheaper per pin than ``get_ident()`` plus a
+    dict keyed by ident, and a new thread that reuses a dead thread's ident
+    starts empty."""
 
-    loop: tuple[Any, int, Callable[[Any], Any]] | None = None
+    loop: tuple[Any, int, Callable[[Any], Any], Any] | None = None
+
+
+class _TrioRun:
+    """Stands for trio in a thread's loop cache, where a trio task pinned
+    and no asyncio loop was cached: the entry ``(this, ident, the thread's
+    trio run-context dict's get, "task")`` passes the probe's identity test
+    (``_thread_id`` is the thread's ident object) and its getter reads the
+    running trio task (None between task steps and outside a run, when the
+    probe falls back to :func:`current_task_of`, which forgets the entry).
+    So a pin on trio costs what one on asyncio does: one thread-local read,
+    one identity test, one dict lookup (no ``get_ident()``, no second
+    thread-local read of trio's context). The dict is the one trio's
+    ``threading.local`` keeps for this thread for the thread's life (what
+    ``GLOBAL_RUN_CONTEXT.__dict__`` returns here each time); the entry is
+    this thread's only (the cache is thread-local) and a fork clears it."""
+
+    __slots__ = ("_thread_id",)
+
+    def __init__(self, ident: int) -> None:
+        self._thread_id = ident
+
+
+def cache_trio() -> None:
+    """Cache this thread's trio entry (:class:`_TrioRun`); called by a pin
+    that found a trio task running and no entry cached. O(1)."""
+    ctx = _trio_context
+    if ctx is not None:
+        ident = _get_ident()
+        _loop_cache.loop = (_TrioRun(ident), ident, ctx.__dict__.get, "task")
 
 
 _loop_cache = _LoopCache()
@@ -134,9 +169,9 @@ def current_task() -> object:
     cached = _loop_cache.loop
     if cached is None:
         return current_task_of(_get_ident(), None)
-    loop, ident, task_of = cached
+    loop, ident, task_of, key = cached
     if loop._thread_id is ident:  # still the run it was cached in
-        task = task_of(loop)
+        task = task_of(key)
         if task is not None:
             return task
     return current_task_of(ident, loop)
@@ -146,13 +181,14 @@ def current_task_of(ident: int, cached: Any) -> object:
     """:func:`current_task` given the thread's ident and its cached loop
     (``_loop_cache.loop[0]``, which the pin fast path has read already, or
     ``None``). Refreshes this thread's cache: the loop found running here is
-    cached, a cached loop found stopped is forgotten."""
-    if cached is not None:
+    cached, a cached loop found stopped (or the trio entry, which did not
+    answer) is forgotten."""
+    if cached is not None and type(cached) is not _TrioRun:
         run_ident = getattr(cached, "_thread_id", None)
         if run_ident == ident:  # still (or again: a new run) running here
             task_of = _aio_task_of
             assert task_of is not None  # bound before anything was cached
-            _loop_cache.loop = (cached, run_ident, task_of)  # this run's ident
+            _loop_cache.loop = (cached, run_ident, task_of, cached)  # this run's ident
             task = task_of(cached)
             if task is not None:
                 return task
@@ -169,12 +205,14 @@ def current_task_of(ident: int, cached: Any) -> object:
             # it by identity (see the module docstring)
             run_ident = getattr(loop, "_thread_id", None)
             if run_ident == ident:
-                _loop_cache.loop = (loop, run_ident, task_of)
+                _loop_cache.loop = (loop, run_ident, task_of, loop)
             task = task_of(loop)
             if task is not None:
                 return task
         elif cached is not None:
-            _loop_cache.loop = None  # that loop has stopped: forget it
+            _loop_cache.loop = None  # that loop has stopped (or trio's turn ended): forget it
+    elif cached is not None:
+        _loop_cache.loop = None
     return _trio_or_thread(ident)
 
 

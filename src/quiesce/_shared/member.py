@@ -297,9 +297,15 @@ class _Member:
         published at least a quarter lease after this member's reads
         stopped."""
         gate = self._gate
-        if _monotonic() > gate.deadline:
-            self._note_lease_lost(gate.deadline)
-        if gate.lost is not None or since <= self._void_before:
+        # One comparison on the valid path: ``limit`` is the deadline, or
+        # -inf once the loss is counted (ReadGate).
+        if _monotonic() > gate.limit:
+            if gate.lost is None:  # the deadline passed: count the loss
+                self._note_lease_lost(gate.deadline)
+            lost = gate.lost is not None
+        else:
+            lost = False
+        if lost or since <= self._void_before:
             raise LeaseLost(
                 f"this snapshot (version {number}) was pinned when its member's lease "
                 f"expired: other processes may have removed what it shows"
