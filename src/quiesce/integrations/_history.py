@@ -55,6 +55,7 @@ from ._units import (
     equal,
     fields_of,
     flat_of,
+    local_buffer_of,
     matched,
     state_of,
 )
@@ -547,9 +548,16 @@ def _diff(
             for e in r.entries
             if e.content is not None and e.meta.get("unit") == e.id
         ]
-        count = sum(len(r.entries) for r in reads)
+        if local_buffer_of(buf) is not None:
+            # an in-process admission publishes its whole batch as one
+            # version (``Buffer.append`` / ``Buffer.extend``), none if it
+            # appended nothing
+            count = 1 if report.appended else 0
+        else:
+            count = sum(len(r.entries) for r in reads)
         if buf.version == index[0] + count and not report.readmitted:
-            # Only our appends since the index was read: extend it.
+            # Only our appends since the index was read: extend it (so the
+            # next sync by content reads no O(n) index of the window).
             for e in added:
                 index[1].setdefault(e.content_hash, []).append(e.id)
             state.index = (buf.version, index[1], index[2])
