@@ -211,13 +211,15 @@ def _equal_prefix(
     messages: Sequence[object],
     k: int,
     n: int,
+    take: bool = True,
 ) -> int:
     """``k``, or ``n`` when every message in ``messages[k:n]`` is an equal
     copy (:func:`equal`) of the one synced at its position last time — the
     common turn with a checkpointer, which hands back a new copy of every
-    message. The copies then take the old objects' places
+    message. With ``take`` the copies then take the old objects' places
     (in ``flat`` and in ``flat.seen``, whose objects are also the ones
-    synced under the messages' ids). All or nothing: any difference (a
+    synced under the messages' ids); without it the old objects stay, and
+    the copies are left to the framework (see :func:`_takes`). All or nothing: any difference (a
     changed, moved or dropped message, another class) leaves ``k``, and the
     caller compares message by message. O(n) with no Python frame per
     message: the new objects' types, field dicts and extra values are
@@ -229,16 +231,17 @@ def _equal_prefix(
     got = _equal_copies(flat, news, k, n)
     if got is None:
         return k
-    _took(flat, news, k, n, got)
+    if take:
+        _took(flat, news, k, n, got)
     return n
 
 
 def _equal_prefix_steps(
-    flat: Flat, messages: Sequence[object], k: int, n: int
+    flat: Flat, messages: Sequence[object], k: int, n: int, take: bool = True
 ) -> Generator[None, None, int]:
     """:func:`_equal_prefix` in steps of :data:`SYNC_STEP` messages,
     yielding (a pause) after each. A step whose copies are all equal lets
-    them take the old objects' places at once (an equal copy stands for the
+    them (with ``take``) take the old objects' places at once (an equal copy stands for the
     message as well as the object it replaces, so a step that finds a
     difference later leaves nothing wrong behind)."""
     start = k
@@ -248,10 +251,24 @@ def _equal_prefix_steps(
         got = _equal_copies(flat, news, start, end)
         if got is None:
             return k
-        _took(flat, news, start, end, got)
+        if take:
+            _took(flat, news, start, end, got)
         start = end
         yield None
     return n
+
+
+def _takes(flat: Flat) -> bool:
+    """Whether a sync's equal copies take the old objects' places: the first
+    time a sync finds copies (a history handing its copies back from then
+    on is then one pass of identity checks), not once the copies keep
+    coming (``flat.copies``: a checkpointer hands a new copy of every
+    message every turn). Then the objects first synced stay, and each
+    turn's copies are left to the framework, which frees them with the rest
+    of its turn: quiesce neither rewrites its n records nor frees the last
+    turn's n copies, cold in the cache, every turn. Either way ``flat``
+    holds one object per message. O(1)."""
+    return flat.copies == 0
 
 
 def _took(flat: Flat, news: list[object], k: int, n: int, got: list[Any]) -> None:
@@ -333,13 +350,14 @@ def _sync_once(
     flat = flat_of(state)
     n = min(len(seen), len(messages))
     # the first place whose message is not the object synced there, in C
-    k = next(compress(count(), map(operator.is_not, messages[:n], flat.objs)), n)
+    k = same = next(compress(count(), map(operator.is_not, messages[:n], flat.objs)), n)
+    take = _takes(flat)
     if pause and n - k > SYNC_STEP:
-        k = yield from _equal_prefix_steps(flat, messages, k, n)
+        k = yield from _equal_prefix_steps(flat, messages, k, n, take)
         if state.seen is not seen:  # another sync of this buffer ran meanwhile
             return None
     else:
-        k = _equal_prefix(flat, messages, k, n)
+        k = _equal_prefix(flat, messages, k, n, take)
     state.generation += 1
     state.prefix = k
     head = buf.head()
@@ -358,6 +376,7 @@ def _sync_once(
                 dead = set(tombstoned)
                 held = [i for i in held if i not in dead]
     if k == len(seen) == len(messages):
+        flat.copies = flat.copies + 1 if k > same else 0  # the flat lists stay
         report = SyncReport((), tuple(held), tuple(tombstoned), (), (), head.number)
         return report, Changes()
     pairs: list[tuple[int, object, Unit | None]] = []
@@ -426,7 +445,10 @@ def _sync_once(
         tail = fields_of(messages[k:])
         fields = None if tail is None else _joined(fields, tail, k)
     units = [*flat.units[:k], *map(_UNIT, fresh_seen)]
-    state.flat = Flat(state.seen, list(messages), units, fields)
+    # the first k objects as the prefix checks left them (the copies, or the
+    # objects first synced: see _takes), then the history's own
+    objs = [*flat.objs[:k], *messages[k:]]
+    state.flat = Flat(state.seen, objs, units, fields, flat.copies + 1 if k > same else 0)
     return report, changes
 
 
