@@ -365,7 +365,7 @@ def _sync_once(
     tombstoned: list[int] = []
     taken: set[str] = set()
     if k:
-        units = flat.units[:k]
+        units = flat.units  # read up to k (``compress`` stops there): not copied
         held = list(compress(range(k), map(operator.is_not, units, repeat(None))))
         tombs_by_id = head.tombs.by_id
         if tombs_by_id:  # one C-level look-up per unit, the tombstones only for the rest
@@ -438,16 +438,21 @@ def _sync_once(
         if s.unit is not None and s.unit not in kept and s.unit not in state.refused
     ]
     changes.state = state
-    state.seen = seen[:k] + fresh_seen
-    # every message now stands in ``seen`` as itself, in order
+    # every message now stands in ``seen`` as itself, in order; each new list
+    # is one copy of the kept prefix, extended (no second pass over it)
+    new_seen = seen[:k]
+    new_seen.extend(fresh_seen)
+    state.seen = new_seen
     fields = flat.fields
     if fields is not None:
         tail = fields_of(messages[k:])
         fields = None if tail is None else _joined(fields, tail, k)
-    units = [*flat.units[:k], *map(_UNIT, fresh_seen)]
+    units = flat.units[:k]
+    units.extend(map(_UNIT, fresh_seen))
     # the first k objects as the prefix checks left them (the copies, or the
     # objects first synced: see _takes), then the history's own
-    objs = [*flat.objs[:k], *messages[k:]]
+    objs = flat.objs[:k]
+    objs.extend(messages[k:])
     state.flat = Flat(state.seen, objs, units, fields, flat.copies + 1 if k > same else 0)
     return report, changes
 
@@ -465,7 +470,10 @@ def _joined(
     tail: tuple[list[type], list[Any], list[Any]],
     k: int,
 ) -> tuple[list[type], list[Any], list[Any]]:
-    return fields[0][:k] + tail[0], fields[1][:k] + tail[1], fields[2][:k] + tail[2]
+    joined = fields[0][:k], fields[1][:k], fields[2][:k]
+    for part, more in zip(joined, tail, strict=True):
+        part.extend(more)
+    return joined
 
 
 def _reason(framework: str) -> str:
