@@ -259,16 +259,20 @@ def _equal_prefix_steps(
 
 
 def _takes(flat: Flat) -> bool:
-    """Whether a sync's equal copies take the old objects' places: the first
-    time a sync finds copies (a history handing its copies back from then
-    on is then one pass of identity checks), not once the copies keep
-    coming (``flat.copies``: a checkpointer hands a new copy of every
-    message every turn). Then the objects first synced stay, and each
-    turn's copies are left to the framework, which frees them with the rest
-    of its turn: quiesce neither rewrites its n records nor frees the last
-    turn's n copies, cold in the cache, every turn. Either way ``flat``
-    holds one object per message. O(1)."""
-    return flat.copies == 0
+    """Whether a sync's equal copies take the old objects' places: when the
+    count of syncs in a row that found copies (``flat.copies``) is 0 or a
+    power of two. A history copied once is then the identity pass from the
+    next sync on; a checkpointer, which hands a new copy of every message
+    every turn, has its copies taken O(log turns) times: in between the
+    objects last taken stay, and each turn's copies are left to the
+    framework, which frees them with the rest of its turn (quiesce neither
+    rewrites its n records nor frees the last turn's n copies, cold in the
+    cache, every turn). A history that starts handing back the same objects
+    after a run of copies is the identity pass again after at most as many
+    syncs as that run was long. Either way ``flat`` holds one object per
+    message. O(1)."""
+    copies = flat.copies
+    return copies & (copies - 1) == 0
 
 
 def _took(flat: Flat, news: list[object], k: int, n: int, got: list[Any]) -> None:
