@@ -67,6 +67,7 @@ class StreamOptions(TypedDict, total=False):
     key: str | None
     meta: Mapping[str, Any] | None
 
+
 _T = TypeVar("_T")
 
 
@@ -229,6 +230,8 @@ def async_buffer(buffer: object, owner: str) -> AsyncBuffer:
     """``buffer`` as an :class:`AsyncBuffer`: itself if it implements the
     protocol (a ``RuntimeBuffer``, a ``SharedBuffer``), the async face of a
     plain :class:`Buffer`, else :class:`InvalidType` naming ``owner``. O(1)."""
+    if type(buffer) is _BufferFace:  # already the face: no protocol check (it reads
+        return buffer  # every member of the protocol, on every call)
     if isinstance(buffer, Buffer):
         return buffer if isinstance(buffer, RuntimeBuffer) else _BufferFace(buffer)
     if isinstance(buffer, AsyncBuffer):  # reads its properties (a closed shared

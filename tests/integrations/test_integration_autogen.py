@@ -256,3 +256,35 @@ async def test_add_message_never_takes_a_held_id() -> None:
     assert ids == [f"#ag:{v + 1}.0", f"#ag:{v + 1}.0'", f"#ag:{w + 3}.0'"]
     messages = await ctx.get_messages()
     assert messages[-2] is first and messages[-1] is second
+
+
+def test_each_message_is_held_as_the_union_dump() -> None:
+    """Every kind of message (and a subclass of one) is held as the dump
+    ``ChatCompletionContextState`` gives it: the per-class serializer and the
+    union's agree, image content and ``FunctionCall`` s included."""
+    from pydantic import TypeAdapter
+
+    from quiesce.integrations import autogen as ag
+
+    class Tagged(UserMessage):
+        tag: str = "t"
+
+    union: TypeAdapter[LLMMessage] = TypeAdapter(LLMMessage)
+    image = Image.from_base64(
+        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+    )
+    messages: list[Any] = [
+        SystemMessage(content="be brief"),
+        UserMessage(content=["look", image], source="user"),
+        AssistantMessage(
+            content=[FunctionCall(id="c1", name="f", arguments='{"x": 1}')],
+            thought="thinking",
+            source="assistant",
+        ),
+        FunctionExecutionResultMessage(
+            content=[FunctionExecutionResult(content="2", name="f", call_id="c1", is_error=False)]
+        ),
+        Tagged(content="sub", source="user"),
+    ]
+    for m in messages:
+        assert ag._dump(m) == union.dump_python(m, mode="json")

@@ -112,6 +112,83 @@ class TestLangChainTail:
         assert buf.version == before
         assert state.prefix == 0  # not one flat run of equal copies
 
+    def test_copies_every_turn_are_checked_against_the_objects_kept(self) -> None:
+        """A checkpointer hands a new copy of every message every turn: the
+        copies take the objects' places only on the syncs that are the 1st,
+        2nd, 3rd, 5th, 9th... of the run (O(log turns) times); on the others
+        quiesce keeps the objects it took and holds nothing of the turn's
+        copies. Every sync is still one equal-copies prefix, and an edit deep
+        in the history is still a ``Rewrite``."""
+        buf = Buffer()
+        history: list[BaseMessage] = [AIMessage(f"answer {i}", id=f"a{i}") for i in range(300)]
+        sync_messages(buf, history)
+        state = _store.state_of(buf, "langchain")
+        kept: list[BaseMessage] = history
+        took = []
+        for _ in range(9):
+            copies = _copies(history)
+            report = sync_messages(buf, copies)
+            assert report.appended == () and report.held == tuple(range(300))
+            assert state.prefix == 300
+            flat = state.flat
+            assert flat is not None
+            assert all(s.obj is a for s, a in zip(state.seen, flat.objs, strict=True))
+            if flat.objs[0] is copies[0]:
+                assert all(a is b for a, b in zip(flat.objs, copies, strict=True))
+                kept = copies
+                took.append(True)
+            else:
+                assert all(a is b for a, b in zip(flat.objs, kept, strict=True))
+                assert not any(a is b for a, b in zip(flat.objs, copies, strict=True))
+                took.append(False)
+        assert took == [True, True, True, False, True, False, False, False, True]
+        changed = _copies(history)
+        changed[250] = AIMessage("answer 250, corrected", id="a250")
+        report = sync_messages(buf, changed)
+        assert report.appended == ()
+        with buf.snapshot() as snap:
+            assert snap["a250"].body == "answer 250, corrected"
+            messages, _ = render_messages(snap, buffer=buf)
+        assert _texts(messages)[250] == "answer 250, corrected"
+        assert [r.op for r in buf.log][-1] == "edit"
+
+    def test_copies_then_the_same_objects_is_the_identity_pass_again(self) -> None:
+        """After a run of copies, a history handed back as the same objects
+        is one pass of identity checks again within as many syncs as the
+        run was long (the next sync that takes the copies)."""
+        buf = Buffer()
+        history: list[BaseMessage] = [HumanMessage(f"user {i}", id=f"h{i}") for i in range(40)]
+        sync_messages(buf, history)
+        state = _store.state_of(buf, "langchain")
+        for _ in range(5):
+            history = _copies(history)
+            sync_messages(buf, history)
+        for _ in range(6):
+            sync_messages(buf, history)  # the same objects from now on
+        flat = state.flat
+        assert flat is not None
+        assert flat.copies == 0
+        assert all(a is b for a, b in zip(flat.objs, history, strict=True))
+
+    def test_a_history_copied_once_is_then_the_same_objects(self) -> None:
+        """Copies handed over once and then kept by the framework take the
+        objects' places the first time: the next sync of those very objects
+        is the identity pass again (no copies counted)."""
+        buf = Buffer()
+        history: list[BaseMessage] = [HumanMessage(f"user {i}", id=f"h{i}") for i in range(50)]
+        sync_messages(buf, history)
+        state = _store.state_of(buf, "langchain")
+        copies = _copies(history)
+        sync_messages(buf, copies)
+        sync_messages(buf, [*copies, HumanMessage("more", id="more")])
+        flat = state.flat
+        assert flat is not None
+        assert flat.copies == 0
+        assert all(a is b for a, b in zip(flat.objs, copies, strict=False))
+        with buf.snapshot() as snap:
+            messages, _ = render_messages(snap, buffer=buf)
+        assert _texts(messages) == [*(f"user {i}" for i in range(50)), "more"]
+
 
 class TestAutoGenTail:
     @pytest.mark.anyio

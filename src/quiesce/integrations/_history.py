@@ -55,6 +55,7 @@ from ._units import (
     equal,
     fields_of,
     flat_of,
+    local_buffer_of,
     matched,
     state_of,
 )
@@ -210,13 +211,15 @@ def _equal_prefix(
     messages: Sequence[object],
     k: int,
     n: int,
+    take: bool = True,
 ) -> int:
     """``k``, or ``n`` when every message in ``messages[k:n]`` is an equal
     copy (:func:`equal`) of the one synced at its position last time — the
     common turn with a checkpointer, which hands back a new copy of every
-    message. The copies then take the old objects' places
+    message. With ``take`` the copies then take the old objects' places
     (in ``flat`` and in ``flat.seen``, whose objects are also the ones
-    synced under the messages' ids). All or nothing: any difference (a
+    synced under the messages' ids); without it the old objects stay, and
+    the copies are left to the framework (see :func:`_takes`). All or nothing: any difference (a
     changed, moved or dropped message, another class) leaves ``k``, and the
     caller compares message by message. O(n) with no Python frame per
     message: the new objects' types, field dicts and extra values are
@@ -228,16 +231,17 @@ def _equal_prefix(
     got = _equal_copies(flat, news, k, n)
     if got is None:
         return k
-    _took(flat, news, k, n, got)
+    if take:
+        _took(flat, news, k, n, got)
     return n
 
 
 def _equal_prefix_steps(
-    flat: Flat, messages: Sequence[object], k: int, n: int
+    flat: Flat, messages: Sequence[object], k: int, n: int, take: bool = True
 ) -> Generator[None, None, int]:
     """:func:`_equal_prefix` in steps of :data:`SYNC_STEP` messages,
     yielding (a pause) after each. A step whose copies are all equal lets
-    them take the old objects' places at once (an equal copy stands for the
+    them (with ``take``) take the old objects' places at once (an equal copy stands for the
     message as well as the object it replaces, so a step that finds a
     difference later leaves nothing wrong behind)."""
     start = k
@@ -247,10 +251,28 @@ def _equal_prefix_steps(
         got = _equal_copies(flat, news, start, end)
         if got is None:
             return k
-        _took(flat, news, start, end, got)
+        if take:
+            _took(flat, news, start, end, got)
         start = end
         yield None
     return n
+
+
+def _takes(flat: Flat) -> bool:
+    """Whether a sync's equal copies take the old objects' places: when the
+    count of syncs in a row that found copies (``flat.copies``) is 0 or a
+    power of two. A history copied once is then the identity pass from the
+    next sync on; a checkpointer, which hands a new copy of every message
+    every turn, has its copies taken O(log turns) times: in between the
+    objects last taken stay, and each turn's copies are left to the
+    framework, which frees them with the rest of its turn (quiesce neither
+    rewrites its n records nor frees the last turn's n copies, cold in the
+    cache, every turn). A history that starts handing back the same objects
+    after a run of copies is the identity pass again after at most as many
+    syncs as that run was long. Either way ``flat`` holds one object per
+    message. O(1)."""
+    copies = flat.copies
+    return copies & (copies - 1) == 0
 
 
 def _took(flat: Flat, news: list[object], k: int, n: int, got: list[Any]) -> None:
@@ -332,13 +354,14 @@ def _sync_once(
     flat = flat_of(state)
     n = min(len(seen), len(messages))
     # the first place whose message is not the object synced there, in C
-    k = next(compress(count(), map(operator.is_not, messages[:n], flat.objs)), n)
+    k = same = next(compress(count(), map(operator.is_not, messages[:n], flat.objs)), n)
+    take = _takes(flat)
     if pause and n - k > SYNC_STEP:
-        k = yield from _equal_prefix_steps(flat, messages, k, n)
+        k = yield from _equal_prefix_steps(flat, messages, k, n, take)
         if state.seen is not seen:  # another sync of this buffer ran meanwhile
             return None
     else:
-        k = _equal_prefix(flat, messages, k, n)
+        k = _equal_prefix(flat, messages, k, n, take)
     state.generation += 1
     state.prefix = k
     head = buf.head()
@@ -346,7 +369,7 @@ def _sync_once(
     tombstoned: list[int] = []
     taken: set[str] = set()
     if k:
-        units = flat.units[:k]
+        units = flat.units  # read up to k (``compress`` stops there): not copied
         held = list(compress(range(k), map(operator.is_not, units, repeat(None))))
         tombs_by_id = head.tombs.by_id
         if tombs_by_id:  # one C-level look-up per unit, the tombstones only for the rest
@@ -357,6 +380,7 @@ def _sync_once(
                 dead = set(tombstoned)
                 held = [i for i in held if i not in dead]
     if k == len(seen) == len(messages):
+        flat.copies = flat.copies + 1 if k > same else 0  # the flat lists stay
         report = SyncReport((), tuple(held), tuple(tombstoned), (), (), head.number)
         return report, Changes()
     pairs: list[tuple[int, object, Unit | None]] = []
@@ -418,14 +442,22 @@ def _sync_once(
         if s.unit is not None and s.unit not in kept and s.unit not in state.refused
     ]
     changes.state = state
-    state.seen = seen[:k] + fresh_seen
-    # every message now stands in ``seen`` as itself, in order
+    # every message now stands in ``seen`` as itself, in order; each new list
+    # is one copy of the kept prefix, extended (no second pass over it)
+    new_seen = seen[:k]
+    new_seen.extend(fresh_seen)
+    state.seen = new_seen
     fields = flat.fields
     if fields is not None:
         tail = fields_of(messages[k:])
         fields = None if tail is None else _joined(fields, tail, k)
-    units = [*flat.units[:k], *map(_UNIT, fresh_seen)]
-    state.flat = Flat(state.seen, list(messages), units, fields)
+    units = flat.units[:k]
+    units.extend(map(_UNIT, fresh_seen))
+    # the first k objects as the prefix checks left them (the copies, or the
+    # objects first synced: see _takes), then the history's own
+    objs = flat.objs[:k]
+    objs.extend(messages[k:])
+    state.flat = Flat(state.seen, objs, units, fields, flat.copies + 1 if k > same else 0)
     return report, changes
 
 
@@ -442,7 +474,10 @@ def _joined(
     tail: tuple[list[type], list[Any], list[Any]],
     k: int,
 ) -> tuple[list[type], list[Any], list[Any]]:
-    return fields[0][:k] + tail[0], fields[1][:k] + tail[1], fields[2][:k] + tail[2]
+    joined = fields[0][:k], fields[1][:k], fields[2][:k]
+    for part, more in zip(joined, tail, strict=True):
+        part.extend(more)
+    return joined
 
 
 def _reason(framework: str) -> str:
@@ -547,9 +582,16 @@ def _diff(
             for e in r.entries
             if e.content is not None and e.meta.get("unit") == e.id
         ]
-        count = sum(len(r.entries) for r in reads)
+        if local_buffer_of(buf) is not None:
+            # an in-process admission publishes its whole batch as one
+            # version (``Buffer.append`` / ``Buffer.extend``), none if it
+            # appended nothing
+            count = 1 if report.appended else 0
+        else:
+            count = sum(len(r.entries) for r in reads)
         if buf.version == index[0] + count and not report.readmitted:
-            # Only our appends since the index was read: extend it.
+            # Only our appends since the index was read: extend it (so the
+            # next sync by content reads no O(n) index of the window).
             for e in added:
                 index[1].setdefault(e.content_hash, []).append(e.id)
             state.index = (buf.version, index[1], index[2])

@@ -527,16 +527,20 @@ class Flat:
 
     Invariant: ``seen`` is the very list (``SyncState.seen``) these lists
     were made for, and ``objs[i]`` / ``units[i]`` are ``seen[i].obj`` /
-    ``seen[i].unit`` (``objs`` as the last sync found them: a later copy
-    replaces its object in both). ``fields`` is ``None`` until first needed
+    ``seen[i].unit`` (``objs`` as the last sync left them: a later equal
+    copy replaces its object in both, or leaves the object first synced
+    in both). ``fields`` is ``None`` until first needed
     (or when a message is no plain pydantic model), else the types, field
     dicts and extra values of ``objs``, in order: what an equal copy must
     match (see :func:`equal`). Reading compact lists instead of the
     ``Seen`` records and the old objects keeps a turn's check of a
-    checkpointer's copies to one pass over the new objects. O(history)
-    memory (pointers only)."""
+    checkpointer's copies to one pass over the new objects. ``copies``:
+    how many syncs in a row matched messages as equal copies rather than
+    the same objects (what decides whether copies replace the objects:
+    :func:`~quiesce.integrations._history._takes`). O(history) memory
+    (pointers only)."""
 
-    __slots__ = ("fields", "objs", "seen", "units")
+    __slots__ = ("copies", "fields", "objs", "seen", "units")
 
     def __init__(
         self,
@@ -544,11 +548,13 @@ class Flat:
         objs: list[object],
         units: list[str | None],
         fields: tuple[list[type], list[Any], list[Any]] | None = None,
+        copies: int = 0,
     ) -> None:
         self.seen = seen
         self.objs = objs
         self.units = units
         self.fields = fields
+        self.copies = copies
 
 
 _DICT = operator.attrgetter("__dict__")

@@ -75,7 +75,22 @@ _ASSISTANT_KINDS = frozenset({Kind.REASONING, Kind.RATIONALE, Kind.SUMMARY, Kind
 _MESSAGE: TypeAdapter[LLMMessage] = TypeAdapter(LLMMessage)
 
 
+#: The serializer of each class of the union, for an instance of exactly
+#: that class: the same JSON dump the union's gives it (the union serializes
+#: an instance of one of its own classes with that class's schema), without
+#: the union's dispatch. A subclass goes through the union.
+_SERIALIZERS: dict[type, Any] = {
+    cls: cls.__pydantic_serializer__
+    for cls in (SystemMessage, UserMessage, AssistantMessage, FunctionExecutionResultMessage)
+}
+
+
 def _dump(m: LLMMessage) -> Any:
+    """``m``'s JSON dump, as ``ChatCompletionContextState.messages`` holds
+    it. O(size of the message)."""
+    serializer = _SERIALIZERS.get(type(m))
+    if serializer is not None:
+        return serializer.to_python(m, mode="json")
     return _MESSAGE.dump_python(m, mode="json")
 
 

@@ -45,8 +45,10 @@ sync ``invoke`` runs nodes without an event loop).
 
 from __future__ import annotations
 
+import operator
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
+from itertools import compress, count
 from typing import Any
 
 import anyio
@@ -289,12 +291,15 @@ class _Given:
     """What :func:`_as_given` found last time, per buffer: the rendered
     objects, for each the index of LangChain's message with its id (``-1``:
     none) and whether the two were equal, and the sync generation it was
-    made at (see :class:`~quiesce.integrations._store.SyncState`)."""
+    made at (see :class:`~quiesce.integrations._store.SyncState`).
+    ``aligned``: how many leading rendered objects were found equal to
+    LangChain's message at their own place (``match[i] == i``)."""
 
-    __slots__ = ("equal", "generation", "ids", "match", "rendered")
+    __slots__ = ("aligned", "equal", "generation", "ids", "match", "rendered")
 
     def __init__(self) -> None:
         self.generation = -1
+        self.aligned = 0
         self.rendered: list[BaseMessage] = []
         self.ids: list[str | None] = []
         self.match: list[int] = []
@@ -317,7 +322,10 @@ def _as_given(
     the first ``state.prefix`` messages (the ones the sync found to be the
     same objects or equal copies, at the same places), keeps its verdict —
     equal to last time's message, so equal to the copy — and takes the copy
-    from its place. Only the rest (a turn's new messages) is compared. O(n)
+    from its place. When every kept verdict found LangChain's message at its
+    own place (the idle turn: ``aligned``), they are the first messages of
+    ``given`` as they are, taken as one slice with no Python step per
+    message. Only the rest (a turn's new messages) is compared. O(n)
     list operations, O(new) comparisons (each rendered message is looked for
     at its own place in ``given`` first, by id in all of it only if it is
     not there); without a valid memo O(n) comparisons."""
@@ -326,20 +334,36 @@ def _as_given(
     match: list[int] = []
     equal: list[bool] = []
     q = 0
+    aligned = 0  # the leading run of verdicts "equal to LangChain's message at its place"
     if memo is not None and state is not None and memo.generation == state.generation - 1:
         last = memo.rendered
-        limit = min(len(last), len(rendered))
-        while q < limit and rendered[q] is last[q]:
-            q += 1
+        # the first place whose object is not last time's, in C (``map``
+        # stops at the shorter list)
+        q = next(
+            compress(count(), map(operator.is_not, rendered, last)), min(len(last), len(rendered))
+        )
         p = state.prefix
-        tail = {getattr(g, "id", None) for g in given[p:]}
-        while q and (max(memo.match[:q]) >= p or not tail.isdisjoint(memo.ids[:q])):
-            q //= 2  # the part whose matches all stand in the unchanged prefix
-        ids, match, equal = memo.ids[:q], memo.match[:q], memo.equal[:q]
-        out = [
-            given[j] if e else r  # type: ignore[misc]
-            for r, j, e in zip(rendered[:q], match, equal, strict=True)
-        ]
+        if memo.aligned >= min(q, p):
+            # The idle turn: each kept verdict found LangChain's message at
+            # its own place, inside the unchanged prefix, so it holds for the
+            # copy there (by place: no id elsewhere in ``given`` can move it).
+            q = min(q, p)
+            if q == len(memo.ids):  # the memo's own lists: replaced below
+                ids, match, equal = memo.ids, memo.match, memo.equal
+            else:
+                ids, match, equal = memo.ids[:q], memo.match[:q], memo.equal[:q]
+            out = list(given[:q])  # type: ignore[arg-type]
+            aligned = q
+        else:
+            tail = {getattr(g, "id", None) for g in given[p:]}
+            while q and (max(memo.match[:q]) >= p or not tail.isdisjoint(memo.ids[:q])):
+                q //= 2  # the part whose matches all stand in the unchanged prefix
+            ids, match, equal = memo.ids[:q], memo.match[:q], memo.equal[:q]
+            out = [
+                given[j] if e else r  # type: ignore[misc]
+                for r, j, e in zip(rendered[:q], match, equal, strict=True)
+            ]
+            aligned = min(memo.aligned, q)
     by_id: dict[str, int] | None = None
     for pos in range(q, len(rendered)):
         m = rendered[pos]
@@ -361,8 +385,11 @@ def _as_given(
         match.append(j)
         equal.append(same)
         out.append(given[j] if same else m)  # type: ignore[arg-type]
+        if same and j == pos == aligned:
+            aligned += 1
     if memo is not None and state is not None:
         memo.generation = state.generation
+        memo.aligned = aligned
         memo.rendered, memo.ids, memo.match, memo.equal = rendered, ids, match, equal
     return out
 

@@ -50,6 +50,7 @@ here).
 
 from __future__ import annotations
 
+import operator
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -165,10 +166,26 @@ class QuiesceHistoryProcessor:
         self._idle: weakref.WeakKeyDictionary[_store.SyncState, tuple[int, int]] = (
             weakref.WeakKeyDictionary()
         )
+        #: the last run's first two messages and the key they gave (see _first)
+        self._first_of: tuple[list[ModelMessage], str | None] | None = None
         #: entry id -> (its dump, the message built from it), per buffer
         self._loaded: weakref.WeakKeyDictionary[object, dict[str, tuple[Any, ModelMessage]]] = (
             weakref.WeakKeyDictionary()
         )
+
+    def _first(self, messages: list[ModelMessage]) -> str | None:
+        """The key naming the run's conversation (its first message without
+        quiesce's parts), kept for the very objects it was read from: a run
+        whose first two messages are the last run's objects (the same
+        history, continued) reads nothing again. The sync holds the same
+        objects for unchanged. O(1) then, else O(size of the message)."""
+        head = messages[:2]
+        memo = self._first_of
+        if memo is not None and len(head) == len(memo[0]) and all(map(operator.is_, head, memo[0])):
+            return memo[1]
+        key = first_key(unnoted(head)[:1])
+        self._first_of = (head, key)
+        return key
 
     def _known(self, m: object) -> str | None:
         """The entry id of a message object this processor built, or ``None``."""
@@ -287,7 +304,7 @@ class QuiesceHistoryProcessor:
         self, ctx: RunContext[Any], messages: list[ModelMessage]
     ) -> list[ModelMessage]:
         conversation = conversation_of(ctx)
-        first = first_key(unnoted(messages[:2])[:1])
+        first = self._first(messages)
         buffer = await self._target.buffer(conversation, first)
         face = async_buffer(buffer, "QuiesceHistoryProcessor")
         state = _store.state_of(face, FRAMEWORK)
