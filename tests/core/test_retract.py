@@ -20,6 +20,7 @@ import anyio
 import pytest
 
 import quiesce._core.edit as edit_mod
+from _settle import all_blocked
 from quiesce import (
     Buffer,
     EditPlan,
@@ -226,7 +227,7 @@ async def test_under_the_runtime(anyio_backend: str) -> None:
             await pinned.wait()
             report = await buf.aedit(retract("u2"))
             assert report.deferred == ("u2",)
-            await anyio.wait_all_tasks_blocked()
+            await all_blocked()
             assert "u2" in buf.head().live
             leave.set()
         while "u2" not in buf.tombstones:

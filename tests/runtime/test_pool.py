@@ -11,6 +11,7 @@ import anyio
 import anyio.to_thread
 import pytest
 
+from _settle import all_blocked
 from quiesce import (
     Buffer,
     BufferClosed,
@@ -85,7 +86,7 @@ class TestOneBufferPerConversation:
         async with BufferPool(factory) as pool, anyio.create_task_group() as tg:
             for _ in range(10):
                 tg.start_soon(lambda: _append(got, pool.get("alice")))
-            await anyio.wait_all_tasks_blocked()
+            await all_blocked()
             assert pool.statistics() == PoolStats(open=0, opening=1, closed=False)
             factory.gate.set()
         assert factory.opened == ["alice"]
@@ -147,7 +148,7 @@ class TestClosing:
                 pool_ref = pool
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(pool.get, "alice")
-                    await anyio.wait_all_tasks_blocked()
+                    await all_blocked()
                     scope.cancel()
         assert factory.opened == ["alice"] and factory.closed == []
         assert len(pool_ref) == 0

@@ -1,9 +1,10 @@
 """The async runtime: ``open_buffer``'s barrier scheduler, ``quiesce()``,
 cancellation and exit, on asyncio and on trio.
 
-Every test orders its tasks with events and ``anyio.wait_all_tasks_blocked()``
-(never with sleeps): "the scheduler applied it" means "once every task is
-blocked, it is applied", without anyone calling ``quiesce()``.
+Every test orders its tasks with events and ``all_blocked()`` (never with
+sleeps; tests/_settle.py: ``anyio.wait_all_tasks_blocked()``'s guarantee
+without its 0.1 s sleeps on asyncio): "the scheduler applied it" means
+"once every task is blocked, it is applied", without anyone calling ``quiesce()``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 import anyio
 import pytest
 
+from _settle import all_blocked
 from quiesce import (
     Entry,
     EntryPruned,
@@ -38,7 +40,7 @@ def step(entry_id: str, *refs: str) -> Entry:
 
 async def cancel_when_blocked(scope: anyio.CancelScope) -> None:
     """Cancel ``scope`` once every task is blocked."""
-    await anyio.wait_all_tasks_blocked()
+    await all_blocked()
     scope.cancel()
 
 
@@ -94,12 +96,12 @@ class TestDeferredRemoval:
                 await pinned.wait()
                 report = buf.prune(["a"], reason="stale")
                 assert report["a"] == Outcome(Status.DEFERRED)
-                await anyio.wait_all_tasks_blocked()
+                await all_blocked()
                 assert "a" in buf.head().live, "removed while its reader was in flight"
                 assert buf.staged() == {"a": buf.head().marks["a"].version}
                 assert buf.stats().deferred == 1
                 leave.set()
-                await anyio.wait_all_tasks_blocked()
+                await all_blocked()
                 # applied by the scheduler, before the task group even exits
                 assert "a" in buf.tombstones
                 assert "a" not in buf.head().live
@@ -131,7 +133,7 @@ class TestDeferredRemoval:
                 with buf.snapshot() as snap:
                     pinned.set()
                     await marked.wait()
-                    await anyio.wait_all_tasks_blocked()
+                    await all_blocked()
                     observed.append((snap.is_stale("a"), snap.mark("a"), len(snap)))
 
             async with anyio.create_task_group() as tg:
@@ -141,7 +143,7 @@ class TestDeferredRemoval:
                 buf.prune(["a"], reason="superseded")
                 marked.set()
             assert observed == [(False, None, 1)]
-            await anyio.wait_all_tasks_blocked()
+            await all_blocked()
             with buf.snapshot() as snap:
                 assert snap.mark("a") is None  # removed: no live mark
                 assert "a" in snap.tombstones
@@ -172,7 +174,7 @@ class TestDeferredRemoval:
                     tg.start_soon(reader, i)
                     await pinned[i].wait()  # reader i pins before reader i-1 leaves
                     leave[i - 1].set()
-                    await anyio.wait_all_tasks_blocked()
+                    await all_blocked()
                     assert buf.stats().pinned == 1
                     # reader 0 was the only one to pin "a" unmarked
                     assert "a" in buf.tombstones, f"removal starved after {i} readers"
@@ -205,11 +207,11 @@ class TestDeferredRemoval:
                 await pinned[2].wait()
                 for i in (1, 2):
                     leave[i].set()
-                    await anyio.wait_all_tasks_blocked()
+                    await all_blocked()
                     assert "a" in buf.head().live
                     buf._check()
                 leave[0].set()
-                await anyio.wait_all_tasks_blocked()
+                await all_blocked()
                 assert "a" in buf.tombstones
             buf._check(expect_no_pins=True)
 
@@ -225,7 +227,7 @@ class TestDeferredRemoval:
                 now[0] = 105.0
             # unpinned at t=105; the scheduler has not run yet (no checkpoint)
             now[0] = 107.5
-            await anyio.wait_all_tasks_blocked()
+            await all_blocked()
             assert "a" in buf.tombstones
             stats = buf.stats()
             assert stats.reclamation_latency_last == 2.5
@@ -236,7 +238,7 @@ class TestDeferredRemoval:
             buf.append(step("a"))
             with buf.snapshot():
                 buf.prune(["a"], reason="stale")
-            await anyio.wait_all_tasks_blocked()
+            await all_blocked()
             latency = buf.stats().reclamation_latency_last
             assert latency is not None
             assert latency >= 0.0
@@ -277,11 +279,11 @@ class TestCancellation:
                 tg.start_soon(reader, scope)
                 await pinned.wait()
                 buf.prune(["a"], reason="stale")
-                await anyio.wait_all_tasks_blocked()
+                await all_blocked()
                 assert buf.stats().pinned == 1
                 assert "a" in buf.head().live
                 scope.cancel()
-                await anyio.wait_all_tasks_blocked()
+                await all_blocked()
                 assert buf.stats().pinned == 0
                 assert "a" in buf.tombstones
             assert scope.cancelled_caught
@@ -311,7 +313,7 @@ class TestCancellation:
                 report = buf.prune([f"e{i}" for i in range(5)], reason="stale")
                 assert set(report.ids(Status.DEFERRED)) == {f"e{i}" for i in range(5)}
                 tg.cancel_scope.cancel()
-            await anyio.wait_all_tasks_blocked()
+            await all_blocked()
             assert len(buf.tombstones) == 5
             buf._check(expect_no_pins=True)
 
@@ -420,7 +422,7 @@ class TestCancellation:
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(second)
-            await anyio.wait_all_tasks_blocked()
+            await all_blocked()
             assert not second_done.is_set(), "quiesce() returned before the batch landed"
             sink.gate.set()
         assert buf.version == version + 1
@@ -446,7 +448,7 @@ class TestCancellation:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(anyio.to_thread.run_sync, hold.wait)
                 try:
-                    await anyio.wait_all_tasks_blocked()  # (it holds the one token)
+                    await all_blocked()  # (it holds the one token)
                     with anyio.CancelScope() as scope:
                         tg.start_soon(cancel_when_blocked, scope)
                         await buf.quiesce()  # waits for the limiter, then is cancelled
@@ -700,7 +702,7 @@ class TestQuiesce:
             try:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(quiescer)
-                    await anyio.wait_all_tasks_blocked()
+                    await all_blocked()
                     assert not returned.is_set(), "quiesce() returned mid-batch"
                     sink.gate.set()
             finally:
@@ -759,16 +761,16 @@ class TestLifecycle:
         unpin (the stage wake-up may be pending when the unpin comes)."""
         async with open_buffer() as buf:
             buf.append(step("a"))
-            await anyio.wait_all_tasks_blocked()
+            await all_blocked()
             idle = buf.wakeups
             for _ in range(3):
-                await anyio.wait_all_tasks_blocked()
+                await all_blocked()
             assert buf.wakeups == idle
             with buf.snapshot():
                 buf.prune(["a"], reason="stale")
-                await anyio.wait_all_tasks_blocked()
+                await all_blocked()
                 before = buf.wakeups
-            await anyio.wait_all_tasks_blocked()
+            await all_blocked()
             assert "a" in buf.tombstones
             assert buf.wakeups - before <= 2
 

@@ -18,6 +18,7 @@ import pytest
 import trio
 import trio.testing
 
+from _settle import all_blocked
 from quiesce import (
     BufferClosed,
     EditPlan,
@@ -96,7 +97,7 @@ class TestRefusedEdit:
             got: list[Escalation] = []
             async with anyio.create_task_group() as tg:
                 tg.start_soon(collect, buf, 1, got)
-                await anyio.wait_all_tasks_blocked()
+                await all_blocked()
                 plan = refused_plan("c1")
                 report = buf.edit(plan)
                 assert not report.applied
@@ -119,7 +120,7 @@ class TestRefusedEdit:
             got: list[Escalation] = []
             async with anyio.create_task_group() as tg:
                 tg.start_soon(collect, buf, 3, got)
-                await anyio.wait_all_tasks_blocked()
+                await all_blocked()
                 for _ in range(3):
                     await anyio.to_thread.run_sync(buf.edit, refused_plan("c1"))
             assert [e.kind for e in got] == [EscalationKind.REFUSED_EDIT] * 3
@@ -162,7 +163,7 @@ class TestUndeliverable:
             buf.append(constraint("c1"))
             for _ in range(3):
                 await anyio.to_thread.run_sync(buf.edit, refused_plan("c1"))
-            await anyio.wait_all_tasks_blocked()
+            await all_blocked()
             assert buf.stats().escalations == 3
             assert buf.stats().escalations_dropped == 2
             assert escalation_records(buf) == ["refused_edit"] * 3
@@ -190,9 +191,9 @@ class TestStream:
             async with open_buffer() as buf:
                 buf.append(constraint("c1"))
                 tg.start_soon(consumer, buf)
-                await anyio.wait_all_tasks_blocked()
+                await all_blocked()
                 buf.edit(refused_plan("c1"))
-                await anyio.wait_all_tasks_blocked()
+                await all_blocked()
                 assert len(got) == 1
                 assert not ended.is_set()
             await ended.wait()
@@ -229,11 +230,11 @@ class TestBacklog:
                 await pinned.wait()
                 for i in range(3):
                     assert buf.prune([f"e{i}"], reason="stale")[f"e{i}"].status is Status.DEFERRED
-                await anyio.wait_all_tasks_blocked()
+                await all_blocked()
                 assert got == []  # at the bound, not over it
                 buf.prune(["e3"], reason="stale")
                 buf.prune(["e4"], reason="stale")  # still over: no second alarm
-                await anyio.wait_all_tasks_blocked()
+                await all_blocked()
                 assert len(got) == 1
                 leave.set()
             esc = got[0]
@@ -242,7 +243,7 @@ class TestBacklog:
             assert esc.data["bound"] == 3
             assert escalation_records(buf) == ["backlog"]
             # the reader left: the scheduler drains the backlog
-            await anyio.wait_all_tasks_blocked()
+            await all_blocked()
             assert len(buf.tombstones) == 5
             assert buf.stats().deferred == 0
             buf._check(expect_no_pins=True)
@@ -277,7 +278,7 @@ class TestReaderAgeWithFakeClock:
                 (esc,) = buf.check_reader_ages()
                 now[0] = 60.0
                 assert buf.check_reader_ages() == []  # once per reader
-                await anyio.wait_all_tasks_blocked()
+                await all_blocked()
                 assert got == [esc]
                 leave.set()
             assert esc.kind is EscalationKind.READER_PINNED
@@ -289,7 +290,7 @@ class TestReaderAgeWithFakeClock:
                 "holding back 1 removal(s)"
             )
             assert escalation_records(buf) == ["reader_pinned"]
-            await anyio.wait_all_tasks_blocked()
+            await all_blocked()
             assert "a" in buf.tombstones
             buf._check(expect_no_pins=True)
 

@@ -32,6 +32,7 @@ from typing import Any
 import anyio
 import pytest
 
+from _settle import all_blocked
 from quiesce import (
     DanglingReference,
     EditPlan,
@@ -249,7 +250,7 @@ async def run_schedule(seed: int) -> None:
                     tg.start_soon(writer, w)
                 tg.start_soon(marker)
                 tg.start_soon(pruner)
-            await anyio.wait_all_tasks_blocked()
+            await all_blocked()
             # every reader is gone: the scheduler applied every removal
             assert buf.staged() == {}, f"removals left staged: {sorted(buf.staged())}"
             assert not buf.has_due()

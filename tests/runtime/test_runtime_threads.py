@@ -4,7 +4,8 @@ wakes the barrier scheduler (through the backend's thread-safe call) so the
 removal is applied without anyone calling ``quiesce()``.
 
 Threads are ordered with ``threading.Event``s; the loop side with anyio events
-and ``anyio.wait_all_tasks_blocked()``. A thread-safe wake is queued before the
+and ``all_blocked()`` (tests/_settle.py, ``anyio.wait_all_tasks_blocked()``'s
+guarantee). A thread-safe wake is queued before the
 worker thread's own completion is reported to the loop, so once the
 ``to_thread`` call has returned and every task is blocked, the scheduler has
 seen the wake.
@@ -17,6 +18,7 @@ import threading
 import anyio
 import pytest
 
+from _settle import all_blocked
 from quiesce import Entry, Kind, Status, open_buffer
 
 pytestmark = pytest.mark.anyio
@@ -67,11 +69,11 @@ class TestWorkerThreads:
                 marked = {f"t{t}-{i}" for t in range(THREADS) for i in range(0, per_thread, 3)}
                 assert set(outcomes) == pruned
                 assert set(outcomes.values()) == {Status.DEFERRED}
-                await anyio.wait_all_tasks_blocked()
+                await all_blocked()
                 assert set(buf.staged()) == pruned  # the reader holds them back
                 buf._check()
                 leave.set()
-            await anyio.wait_all_tasks_blocked()
+            await all_blocked()
             head = buf.head()
             assert set(buf.tombstones) == pruned
             assert buf.staged() == {}
@@ -98,11 +100,11 @@ class TestWorkerThreads:
                 tg.start_soon(anyio.to_thread.run_sync, thread_reader)
                 await anyio.to_thread.run_sync(pinned.wait)
                 assert buf.prune(["a"], reason="stale")["a"].status is Status.DEFERRED
-                await anyio.wait_all_tasks_blocked()
+                await all_blocked()
                 assert "a" in buf.head().live
                 wakeups = buf.wakeups
                 leave.set()
-            await anyio.wait_all_tasks_blocked()
+            await all_blocked()
             assert "a" in buf.tombstones
             assert buf.wakeups > wakeups
             buf._check(expect_no_pins=True)
@@ -126,7 +128,7 @@ class TestWorkerThreads:
             async with anyio.create_task_group() as tg:
                 for t in range(THREADS):
                     tg.start_soon(run, t)
-            await anyio.wait_all_tasks_blocked()
+            await all_blocked()
             # each prune was deferred by the thread's own pin (or, when another
             # thread's older pin was still there, by that one)
             assert statuses == [Status.DEFERRED] * THREADS
@@ -173,7 +175,7 @@ class TestWorkerThreads:
                     done.set()
 
                 tg.start_soon(workers)
-            await anyio.wait_all_tasks_blocked()
+            await all_blocked()
             pruned = {f"t{t}-{i}" for t in range(THREADS) for i in range(1, n, 2)}
             marked = {f"t{t}-{i}" for t in range(THREADS) for i in range(0, n, 2)}
             assert set(buf.tombstones) == pruned
@@ -207,6 +209,6 @@ class TestWorkerThreads:
                 buf.prune([f"e{i}" for i in range(1, 20, 2)], reason="stale")
                 leave.set()
             assert seen[0][0] == seen[0][1] == tuple(f"e{i}" for i in range(20))
-            await anyio.wait_all_tasks_blocked()
+            await all_blocked()
             assert len(buf.tombstones) == 10
             buf._check(expect_no_pins=True)

@@ -43,6 +43,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
+from _settle import all_blocked
 from quiesce import (
     Buffer,
     DanglingReference,
@@ -707,7 +708,7 @@ async def _workload(
     # scheduler (woken by the unpins, never polling) must have
     # applied every staged removal by the time all tasks block.
     if sink is None:
-        await anyio.wait_all_tasks_blocked()
+        await all_blocked()
         if buf.has_due():
             out.errors.append(f"lost wake-up: {len(buf.staged())} removal(s) due, not applied")
 
