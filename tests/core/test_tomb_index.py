@@ -702,3 +702,40 @@ def test_a_damaged_index_text_is_refused(damage: object) -> None:
     assert bad != raw
     with pytest.raises(LogFormatError, match="tombstone index"):
         _Index.load([size, shift, used, dead, bad], 20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    width=st.sampled_from([4, 8]),
+    slots=st.lists(st.sampled_from(["zero", "tomb", "tomb-shifted", "other"]), max_size=64),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_lane_counts_are_the_exact_slot_counts(width: int, slots: list[str], seed: int) -> None:
+    """``_lane_counts`` (the load's slot counts) is what counting the
+    slots one by one gives: dead slots are counted, the tomb's bytes
+    across two slots (no slot equals the tomb) are not, whatever else the
+    slots hold."""
+    import random
+    from array import array
+
+    from quiesce._core.tombs import _Index, _lane_counts
+
+    rng = random.Random(seed)
+    shift = 32 if width == 8 else rng.randint(16, 24)
+    tomb = _Index(16, shift).tomb
+    tomb_bytes = tomb.to_bytes(width, "little")
+    out = bytearray()
+    for kind in slots:
+        if kind == "zero":
+            out += bytes(width)
+        elif kind == "tomb":
+            out += tomb_bytes
+        elif kind == "tomb-shifted":  # the tomb's bytes straddling two slots
+            half = width // 2
+            out += bytes(half) + tomb_bytes[:half]
+            out += tomb_bytes[half:] + bytes(width - half)
+        else:
+            out += rng.randbytes(width)
+    values = array("Q" if width == 8 else "I", bytes(out))
+    want = (sum(1 for v in values if v), sum(1 for v in values if v == tomb))
+    assert _lane_counts(bytes(out), width, tomb) == want
