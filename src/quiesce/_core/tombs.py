@@ -112,7 +112,9 @@ def _unpack_runs(runs: object) -> tuple[array[int], array[int]]:
     """The starts and seqs :func:`_pack_runs` wrote, or
     :class:`LogFormatError` if ``runs`` is not base64 of a whole, non-empty
     number of int64 pairs (their order is checked by the caller). O(runs)."""
-    if type(runs) is not str or not runs:
+    if type(runs) is not str:
+        raise LogFormatError("a checkpoint's tombstone runs are malformed")
+    if not runs:
         raise LogFormatError("a checkpoint's tombstone store has no tombstones or runs")
     try:
         raw = binascii.a2b_base64(runs, strict_mode=True)
