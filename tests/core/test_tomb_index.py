@@ -512,13 +512,78 @@ def test_an_index_written_by_another_process_finds_every_tombstone(
     again.sink.close()  # type: ignore[union-attr]
 
 
+def _reverse_runs(ix: dict[str, object]) -> None:
+    """The index's runs (packed, format 3) in reverse order."""
+    from quiesce._core.tombs import _pack_runs, _unpack_runs
+
+    starts, seqs = _unpack_runs(ix["runs"])
+    assert len(starts) > 1
+    starts.reverse()
+    seqs.reverse()
+    ix["runs"] = _pack_runs(starts, seqs)
+
+
+def _as_format_2(ix: dict[str, object]) -> None:
+    """The index as format 2 wrote it: its runs a JSON list of pairs."""
+    from quiesce._core.tombs import _unpack_runs
+
+    starts, seqs = _unpack_runs(ix["runs"])
+    ix["v"] = 2
+    ix["runs"] = [[a, b] for a, b in zip(starts, seqs, strict=True)]
+
+
+def test_a_format_2_index_is_still_read(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A checkpoint written before the runs were packed (format 2: a list
+    of ``[start, seq]`` pairs) is used as it is: recovery starts from it
+    (no warning, none of the records before it replayed) and gives the
+    same tombstones; its runs reversed, it is refused like a format 3
+    one."""
+    from quiesce._core.checkpoint import checkpoint_digest, checkpoint_records
+    from quiesce._core.tombs import INDEX_FORMAT
+
+    src = tmp_path / "src.sqlite"
+    buf = Buffer(log=SQLiteLog(src), checkpoint_every=0)
+    _fill(buf, 12)
+    buf.flush(checkpoint=True)
+    want = dict(buf.tombstones.items())
+    records = list(buf.log)
+    buf.sink.close()  # type: ignore[union-attr]
+    assert records[-1].detail["state"]["tomb_index"]["v"] == INDEX_FORMAT == 3
+    for reverse in (False, True):
+        state = copy.deepcopy(records[-1].detail["state"])
+        _as_format_2(state["tomb_index"])
+        if reverse:
+            state["tomb_index"]["runs"].reverse()
+        dst = tmp_path / f"dst-{reverse}.sqlite"
+        out = SQLiteLog(dst)
+        # its anchor written again too (as the writer of format 2 did)
+        at = records[-1].time
+        out.write([*records[:-2], *checkpoint_records(state, checkpoint_digest(state), at)])
+        out.close()
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="quiesce.checkpoint"):
+            again = Buffer(log=SQLiteLog(dst), checkpoint_every=0)
+        assert ("skipping checkpoint" in caplog.text) is reverse
+        if not reverse:  # recovered from it: the log held from the checkpoint on
+            assert again._st.records.first == len(records) - 1
+        assert dict(again.tombstones.items()) == want
+        _guard_sees(again, 120)
+        again._check(expect_no_pins=True)
+        again.sink.close()  # type: ignore[union-attr]
+
+
 @pytest.mark.parametrize(
     "damage",
     [
         pytest.param(lambda ix: ix["by_id"][0].__setitem__(4, ix["by_id"][0][4][:-8]), id="short"),
         pytest.param(lambda ix: ix["by_hash"][0].__setitem__(2, ix["by_hash"][0][0]), id="count"),
         pytest.param(lambda ix: ix.__setitem__("n", ix["n"] + 1), id="n"),
-        pytest.param(lambda ix: ix["runs"].reverse(), id="runs"),
+        pytest.param(_reverse_runs, id="runs"),
+        pytest.param(lambda ix: ix.__setitem__("runs", "!!!!"), id="runs-not-base64"),
+        pytest.param(lambda ix: ix.__setitem__("runs", "AAAAAAAAAAA="), id="runs-half-a-pair"),
+        pytest.param(lambda ix: ix.__setitem__("runs", ""), id="runs-empty"),
+        pytest.param(lambda ix: ix.__setitem__("runs", [[0, 1]]), id="runs-a-list-in-format-3"),
+        pytest.param(lambda ix: ix.__setitem__("v", 2), id="packed-runs-said-format-2"),
         pytest.param(lambda ix: ix["by_key"][0].__setitem__(1, 40), id="shift"),
         pytest.param(lambda ix: ix["by_id"][0].__setitem__(4, "!!!!"), id="base64"),
     ],
@@ -637,3 +702,40 @@ def test_a_damaged_index_text_is_refused(damage: object) -> None:
     assert bad != raw
     with pytest.raises(LogFormatError, match="tombstone index"):
         _Index.load([size, shift, used, dead, bad], 20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    width=st.sampled_from([4, 8]),
+    slots=st.lists(st.sampled_from(["zero", "tomb", "tomb-shifted", "other"]), max_size=64),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_lane_counts_are_the_exact_slot_counts(width: int, slots: list[str], seed: int) -> None:
+    """``_lane_counts`` (the load's slot counts) is what counting the
+    slots one by one gives: dead slots are counted, the tomb's bytes
+    across two slots (no slot equals the tomb) are not, whatever else the
+    slots hold."""
+    import random
+    from array import array
+
+    from quiesce._core.tombs import _Index, _lane_counts
+
+    rng = random.Random(seed)
+    shift = 32 if width == 8 else rng.randint(16, 24)
+    tomb = _Index(16, shift).tomb
+    tomb_bytes = tomb.to_bytes(width, "little")
+    out = bytearray()
+    for kind in slots:
+        if kind == "zero":
+            out += bytes(width)
+        elif kind == "tomb":
+            out += tomb_bytes
+        elif kind == "tomb-shifted":  # the tomb's bytes straddling two slots
+            half = width // 2
+            out += bytes(half) + tomb_bytes[:half]
+            out += tomb_bytes[half:] + bytes(width - half)
+        else:
+            out += rng.randbytes(width)
+    values = array("Q" if width == 8 else "I", bytes(out))
+    want = (sum(1 for v in values if v), sum(1 for v in values if v == tomb))
+    assert _lane_counts(bytes(out), width, tomb) == want

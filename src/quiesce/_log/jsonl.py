@@ -234,7 +234,9 @@ class JsonlLog(SinkBase):
             lines = _record_lines(self._fd, self._starts[slot], self._offsets[slot], self._size)
             for seq, offset, line in lines:
                 if seq >= start:
-                    out.append(_decode_line(self._path, seq, offset, line))
+                    held = [line]
+                    del line  # only ``held`` has it: dropped once decoded to text
+                    out.append(_decode_line(self._path, seq, offset, held))
                     if len(out) == stop - start:
                         break
         return check_read(out, start, stop)
@@ -409,13 +411,19 @@ def _record_lines(fd: int, seq: int, pos: int, end: int) -> Iterator[tuple[int, 
             seq += 1
 
 
-def _decode_line(path: str, seq: int, offset: int, line: bytes) -> LogRecord:
-    """The record on ``line`` (record ``seq``, at byte ``offset``), decoded
-    and checked field by field; :class:`LogFormatError` naming it if it is
-    not valid JSON or not a valid record. O(line)."""
+def _decode_line(path: str, seq: int, offset: int, held: list[bytes]) -> LogRecord:
+    """The record on the line ``held`` holds (its one item: record ``seq``,
+    at byte ``offset``), decoded and checked field by field;
+    :class:`LogFormatError` naming it if it is not valid JSON (or not UTF-8)
+    or not a valid record. The line is taken out of ``held`` and dropped
+    once it is text, before the text is parsed: a caller that holds it
+    only through ``held`` keeps the line's bytes, its text and the parsed
+    record at once never, only two of them (a checkpoint's line is
+    O(tombstones): issue 21). O(line)."""
     where = f"{path}: record {seq} (byte {offset})"
     try:
-        obj = decode_json(line)
+        text = held.pop().decode("utf-8")
+        obj = decode_json(text)
     except ValueError:
         raise LogFormatError(f"{where} is not valid JSON") from None
     return decode_record(obj, where)
@@ -478,8 +486,9 @@ def stream_jsonl(
                 fd, first, opened.offsets[slot], opened.committed_size
             ):
                 if seq >= start:
-                    rec = _decode_line(p, seq, offset, line)
-                    del line  # the decoded record only, while the consumer has it
+                    held = [line]
+                    del line  # only ``held`` has it: dropped once decoded to text
+                    rec = _decode_line(p, seq, offset, held)
                     if rec.seq != seq:
                         raise LogFormatError(f"{p}: record {seq} (byte {offset}) has seq {rec.seq}")
                     yield rec
