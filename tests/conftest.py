@@ -31,7 +31,7 @@ settings.load_profile("quiesce")
 #: The longest test files (most CPU time first: ``QUIESCE_TEST_CPU=path``
 #: measures it, see tests/_cpu_profile.py), run first: ``--dist loadfile``
 #: gives a worker one file at a time, so a long file started last would leave
-#: the other worker idle while it runs (longest first keeps the two workers'
+#: the other workers idle while it runs (longest first keeps the workers'
 #: ends within the length of the shortest files). Every other file keeps its
 #: place and each file its order.
 LONGEST_FIRST = (

@@ -596,7 +596,8 @@ def _plot_ops_vs_n(plt: Any, results: dict[str, Any], out: Path, stamp: str) -> 
             ax.set_xlabel("entries n")
             ax.set_ylabel("ns per operation (median; band: min..max)")
             ax.grid(True, which="both", alpha=0.3)
-            ax.legend(fontsize=8)
+            if ax.get_legend_handles_labels()[1]:  # a tiny run may plot no labelled line
+                ax.legend(fontsize=8)
         for ax in list(axes.flat)[len(sized) :]:
             ax.set_visible(False)
         fig.suptitle(f"quiesce core operations vs n — {stamp}", fontsize=10)
