@@ -49,6 +49,7 @@ from .checkpoint import (
     CheckpointSink,
     append_checkpoint,
     check_checkpoint_every,
+    gc_paused,
     recover,
     replay_log,
 )
@@ -205,14 +206,19 @@ class Buffer:
             # the in-memory tail of the log (log.py): a readable sink holds the rest
             st.records.reader = log.read_range
         if log is not None:
-            if not (st.checkpoints_ok and recover(st, log)):  # type: ignore[arg-type]
-                records = log.load()
-                if records:
-                    replay_log(st, records)
-                del records
-            st.synced = len(st.records)
-            pub.trim_log()
-            st.head.tombs.spill(st.synced)  # durable tombstones leave memory
+            # one collector pause over recovery and the trim after it: the
+            # recovered records the trim drops (all but the durable tail) are
+            # freed before the collector is back, so its first collection
+            # walks only what stays (checkpoint.gc_paused)
+            with gc_paused():
+                if not (st.checkpoints_ok and recover(st, log)):  # type: ignore[arg-type]
+                    records = log.load()
+                    if records:
+                        replay_log(st, records)
+                    del records
+                st.synced = len(st.records)
+                pub.trim_log()
+                st.head.tombs.spill(st.synced)  # durable tombstones leave memory
             if st.streams:  # the log ends mid-stream: finish them as aborted
                 streams.abort_recovered()
         #: seq the next automatic checkpoint is due at (flush() writes it)

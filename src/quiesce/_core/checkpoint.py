@@ -84,6 +84,7 @@ __all__ = [
     "checkpoint_state",
     "compacted_records",
     "describe_checkpoint",
+    "gc_paused",
     "recover",
     "replay_log",
     "verify_checkpoint",
@@ -456,12 +457,16 @@ def _try(st: BufferState, sink: ReadableSink, seq: int, total: int) -> None:
 
 
 @contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     """The cyclic garbage collector off for a bulk build (restoring a
     checkpoint allocates O(live + tombstones) tracked objects at once, and
     the collections they trigger walk the whole heap: measured 2-4x the
     build itself). Reference counting still frees everything; the collector
-    is turned back on only if it was on, on any exit."""
+    is turned back on only if it was on, on any exit (so pauses nest: an
+    inner one leaves it off, the outermost turns it back on). The first
+    allocation after that runs a young collection over every object
+    allocated meanwhile that is still alive: a caller that frees a bulk of
+    them (``Buffer`` trimming the recovered tail) does so inside the pause."""
     was = gc.isenabled()
     gc.disable()
     try:
@@ -476,9 +481,9 @@ def recover(st: BufferState | HasState, sink: CheckpointSink) -> bool:
     and the records after it. Returns False (``st`` left fresh) when there
     is none: the caller replays the whole log. Each rejected checkpoint is
     logged (warning) and the one before it tried. Runs with the cyclic
-    collector paused (:func:`_gc_paused`)."""
+    collector paused (:func:`gc_paused`)."""
     st, _owner = state_of(st), st  # the owner held: its parts reach it weakly
-    with _gc_paused():
+    with gc_paused():
         return _recover(st, sink)
 
 
@@ -515,9 +520,9 @@ def replay_log(st: BufferState | HasState, records: Sequence[LogRecord]) -> None
     compacted log (its record 0 is the checkpoint ``quiesce compact``
     wrote) starts from that checkpoint's state. Raises
     :class:`LogFormatError` for a damaged one. Runs with the cyclic
-    collector paused (:func:`_gc_paused`)."""
+    collector paused (:func:`gc_paused`)."""
     st, _owner = state_of(st), st  # the owner held: its parts reach it weakly
-    with _gc_paused():
+    with gc_paused():
         _replay_log(st, records)
 
 
