@@ -12,6 +12,7 @@ import os
 import sqlite3
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -25,6 +26,7 @@ from quiesce import (
     JsonlLog,
     Kind,
     LogFormatError,
+    LogRecord,
     ReadmissionRefused,
     SQLiteLog,
     Status,
@@ -532,6 +534,18 @@ def _as_format_2(ix: dict[str, object]) -> None:
     ix["runs"] = [[a, b] for a, b in zip(starts, seqs, strict=True)]
 
 
+def _checkpointed(tmp_path: Path) -> tuple[dict[str, Any], list[LogRecord]]:
+    """A SQLite log of 12 filled rounds ending in a checkpoint: the buffer's
+    tombstones and the log's records (the buffer closed)."""
+    buf = Buffer(log=SQLiteLog(tmp_path / "src.sqlite"), checkpoint_every=0)
+    _fill(buf, 12)
+    buf.flush(checkpoint=True)
+    want = dict(buf.tombstones.items())
+    records = list(buf.log)
+    buf.sink.close()  # type: ignore[union-attr]
+    return want, records
+
+
 def test_a_format_2_index_is_still_read(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """A checkpoint written before the runs were packed (format 2: a list
     of ``[start, seq]`` pairs) is used as it is: recovery starts from it
@@ -541,13 +555,7 @@ def test_a_format_2_index_is_still_read(tmp_path: Path, caplog: pytest.LogCaptur
     from quiesce._core.checkpoint import checkpoint_digest, checkpoint_records
     from quiesce._core.tombs import INDEX_FORMAT
 
-    src = tmp_path / "src.sqlite"
-    buf = Buffer(log=SQLiteLog(src), checkpoint_every=0)
-    _fill(buf, 12)
-    buf.flush(checkpoint=True)
-    want = dict(buf.tombstones.items())
-    records = list(buf.log)
-    buf.sink.close()  # type: ignore[union-attr]
+    want, records = _checkpointed(tmp_path)
     assert records[-1].detail["state"]["tomb_index"]["v"] == INDEX_FORMAT == 3
     for reverse in (False, True):
         state = copy.deepcopy(records[-1].detail["state"])
@@ -596,13 +604,7 @@ def test_a_malformed_index_with_a_good_checksum_falls_back(
     state."""
     from quiesce._core.checkpoint import _record
 
-    src = tmp_path / "src.sqlite"
-    buf = Buffer(log=SQLiteLog(src), checkpoint_every=0)
-    _fill(buf, 12)
-    buf.flush(checkpoint=True)
-    want = dict(buf.tombstones.items())
-    records = list(buf.log)
-    buf.sink.close()  # type: ignore[union-attr]
+    want, records = _checkpointed(tmp_path)
     state = copy.deepcopy(records[-1].detail["state"])
     assert "tomb_index" in state
     damage(state["tomb_index"])  # type: ignore[operator]

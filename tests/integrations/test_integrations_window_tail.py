@@ -49,6 +49,21 @@ def _texts(messages: list[BaseMessage]) -> list[str]:
     return [str(m.text) for m in messages]
 
 
+def _corrected_is_an_edit(buf: Buffer, history: list[BaseMessage], i: int) -> None:
+    """A copy of ``history`` whose message ``i`` (``AIMessage("answer i",
+    id="ai")``) says "answer i, corrected": synced, it is a ``Rewrite`` of
+    that entry (an ``edit`` record, nothing appended) and renders so."""
+    changed = _copies(history)
+    changed[i] = AIMessage(f"answer {i}, corrected", id=f"a{i}")
+    report = sync_messages(buf, changed)
+    assert report.appended == ()
+    with buf.snapshot() as snap:
+        assert snap[f"a{i}"].body == f"answer {i}, corrected"
+        messages, _ = render_messages(snap, buffer=buf)
+    assert _texts(messages)[i] == f"answer {i}, corrected"
+    assert [r.op for r in buf.log][-1] == "edit"
+
+
 class TestLangChainTail:
     @pytest.mark.parametrize("seed", range(6))
     def test_cached_render_is_the_whole_render(self, seed: int) -> None:
@@ -85,15 +100,7 @@ class TestLangChainTail:
         history: list[BaseMessage] = [AIMessage(f"answer {i}", id=f"a{i}") for i in range(300)]
         sync_messages(buf, history)
         sync_messages(buf, _copies(history))  # the flat lists are made once
-        changed = _copies(history)
-        changed[200] = AIMessage("answer 200, corrected", id="a200")
-        report = sync_messages(buf, changed)
-        assert report.appended == ()
-        with buf.snapshot() as snap:
-            assert snap["a200"].body == "answer 200, corrected"
-            messages, _ = render_messages(snap, buffer=buf)
-        assert _texts(messages)[200] == "answer 200, corrected"
-        assert [r.op for r in buf.log][-1] == "edit"
+        _corrected_is_an_edit(buf, history, 200)
 
     def test_a_copy_with_another_extra_field_is_read_again(self) -> None:
         """An extra field (``__pydantic_extra__``) is part of ``==``: a copy
@@ -142,15 +149,7 @@ class TestLangChainTail:
                 assert not any(a is b for a, b in zip(flat.objs, copies, strict=True))
                 took.append(False)
         assert took == [True, True, True, False, True, False, False, False, True]
-        changed = _copies(history)
-        changed[250] = AIMessage("answer 250, corrected", id="a250")
-        report = sync_messages(buf, changed)
-        assert report.appended == ()
-        with buf.snapshot() as snap:
-            assert snap["a250"].body == "answer 250, corrected"
-            messages, _ = render_messages(snap, buffer=buf)
-        assert _texts(messages)[250] == "answer 250, corrected"
-        assert [r.op for r in buf.log][-1] == "edit"
+        _corrected_is_an_edit(buf, history, 250)
 
     def test_copies_then_the_same_objects_is_the_identity_pass_again(self) -> None:
         """After a run of copies, a history handed back as the same objects
