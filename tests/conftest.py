@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -133,9 +134,18 @@ def _use_scratch(config: pytest.Config) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Remove the session's TMPDIR (the controller's; pytest keeps its own
-    tmp_path tree as always)."""
-    if _scratch_dir is not None:
+    tmp_path tree as always). When this process used multiprocessing (a
+    ``-n0`` run's forkserver), its exit finalizer removes its own ``pymp-*``
+    folder in TMPDIR, so the removal is queued after that one (the lower
+    exit priority runs later) instead of pulling the folder from under it."""
+    if _scratch_dir is None:
+        return
+    mp_util = sys.modules.get("multiprocessing.util")
+    if mp_util is None:
         shutil.rmtree(_scratch_dir, ignore_errors=True)
+    else:
+        kwargs = {"ignore_errors": True}
+        mp_util.Finalize(None, shutil.rmtree, (_scratch_dir,), kwargs, exitpriority=-101)
 
 
 # -- the opt-in CPU profile (QUIESCE_TEST_CPU=path; tests/_cpu_profile.py) ----
