@@ -26,6 +26,7 @@ from .._core.buffer import Buffer, Snapshot
 from .._core.entry import Entry, Kind, check_text, content_hash
 from .._core.errors import InvalidArgument
 from .._core.records import Tombstone
+from .._core.version import Version
 from .._protocol import AsyncBuffer, local_buffer
 from ..adapters._common import (
     Read,
@@ -264,47 +265,61 @@ async def async_append_unit(
     is fresh, so the message is appended, never mistaken for a held one. A
     unit with results (they cite their calls' entries, looked up in a
     snapshot) goes through :func:`async_sync_units` under that fresh id.
-    Always a checkpoint (the admission's); cancelled at it, nothing is
-    appended and the state is as before (call ids its entries recorded in
-    the state's call cache are checked against the buffer on use)."""
+    On an in-process buffer everything after the one checkpoint is one
+    synchronous step (:func:`_append_local`). Always a checkpoint;
+    cancelled at it, nothing is appended and the state is as before (call
+    ids its entries recorded in the state's call cache are checked against
+    the buffer on use)."""
     assert unit.id is not None
     local = local_buffer_of(buf)
-    if local is not None and not (unit.calls or unit.results or unit.bare):
-        return await _append_plain(local, unit, framework, actor)
+    if local is not None and not unit.results:
+        await anyio.lowlevel.checkpoint()
+        return _append_local(local, unit, framework, actor)
     version = buf.version
-    head = buf.head()
-    live, tombs = head.live, head.tombs.by_id
-    unit_id = unit.id
-    while unit_id in live or unit_id in tombs:
-        unit_id += "'"
-    if unit_id != unit.id:
-        unit = replace(unit, id=unit_id)
+    unit_id, unit = _fresh(buf.head(), unit)
     if unit.results:
         return unit_id, await async_sync_units(buf, [unit], framework=framework, actor=actor)
     state = state_of(buf, framework)
-    entries = _entries(unit, framework, state.calls)
-    reads = [Read(0, unit_id, entries)]
-    admission = _admit_options(framework, "record", None, actor)
-    if local is None or len(entries) != 1:
-        report = await aadmit(buf, reads, **admission)
-    else:
-        report = await _append_one(local, reads, admission)
+    reads = [Read(0, unit_id, _entries(unit, framework, state.calls))]
+    report = await aadmit(buf, reads, **_admit_options(framework, "record", None, actor))
     return unit_id, _after(buf, framework, version, reads, report, state)
 
 
-async def _append_one(local: Buffer, reads: list[Read], admission: dict[str, Any]) -> SyncReport:
-    """:func:`~quiesce.adapters._common.aadmit` of one read of one entry on
-    an in-process buffer, the common turn's append: after the same
-    checkpoint, when the head holds neither the entry's id (live or
-    tombstoned) nor a tombstone of its content or key, the entry is
-    appended with ``Buffer.append`` (the very checks and version
-    ``aadmit`` would make, without building its plan and report lists);
-    anything else (a re-admission, an id taken meanwhile) is decided by
-    :func:`~quiesce.adapters._common.admit` itself. The same report either
-    way. Cancelled at the checkpoint, nothing is appended. O(log n)."""
-    await anyio.lowlevel.checkpoint()
-    report = _append_fresh(local, reads[0].entries[0], admission["actor"])
-    return report if report is not None else admit(local, reads, **admission)
+def _fresh(head: Version, unit: Unit) -> tuple[str, Unit]:
+    """``unit``'s id, or that id with ``'`` appended until neither a live
+    entry nor a tombstone of ``head`` holds it, and the unit under it (a
+    copy if the id changed). O(log n) per try."""
+    live, tombs = head.live, head.tombs.by_id
+    unit_id = unit.id
+    assert unit_id is not None
+    while unit_id in live or unit_id in tombs:
+        unit_id += "'"
+    return unit_id, unit if unit_id == unit.id else replace(unit, id=unit_id)
+
+
+def _append_local(
+    local: Buffer, unit: Unit, framework: str, actor: str | None
+) -> tuple[str, SyncReport]:
+    """:func:`async_append_unit` on an in-process buffer, after its
+    checkpoint: one synchronous step, so it sees one head and nothing moves
+    the buffer between the fresh-id check, the admission check and the
+    append (an id taken during the checkpoint gives a fresh id, never a
+    dropped message). A unit that is one entry, whose id, content and key
+    no tombstone holds, is appended with ``Buffer.append`` (the checks and
+    the one version :func:`~quiesce.adapters._common.admit` would make,
+    without its plan and report lists); anything else (calls, a
+    re-admission) is decided by ``admit`` itself (no rewrite: nothing is
+    ``rewritable``, so nothing here touches a disk). The sync state is kept
+    by :func:`_after`, as for any admission. O(size of the message + log n)."""
+    version = local.version
+    unit_id, unit = _fresh(local.head(), unit)
+    state = state_of(local, framework)
+    entries = _entries(unit, framework, state.calls)
+    reads = [Read(0, unit_id, entries)]
+    report = _append_fresh(local, entries[0], actor) if len(entries) == 1 else None
+    if report is None:
+        report = admit(local, reads, **_admit_options(framework, "record", None, actor))
+    return unit_id, _after(local, framework, version, reads, report, state)
 
 
 def _append_fresh(local: Buffer, entry: Entry, actor: str | None) -> SyncReport | None:
@@ -323,44 +338,6 @@ def _append_fresh(local: Buffer, entry: Entry, actor: str | None) -> SyncReport 
     if actor is not None:
         check_text(actor, "actor")
     return SyncReport(appended=(0,), version=local.append(entry))
-
-
-async def _append_plain(
-    local: Buffer, unit: Unit, framework: str, actor: str | None
-) -> tuple[str, SyncReport]:
-    """:func:`async_append_unit` of a unit that is one entry (no calls, no
-    results) on an in-process buffer: the common turn's append, in one
-    step after the checkpoint. Everything after the checkpoint is
-    synchronous, so it sees one head and nothing moves the buffer between
-    the id check, the admission check and the append
-    (:func:`_append_fresh`; a re-admission is decided by
-    :func:`~quiesce.adapters._common.admit` itself), and the sync state is
-    kept by :func:`_after`, as for any admission. Cancelled at the checkpoint, nothing is
-    appended and nothing is changed. O(size of the message + log n)."""
-    await anyio.lowlevel.checkpoint()
-    version = local.version
-    head = local.head()
-    live, tombs = head.live, head.tombs.by_id
-    unit_id = unit.id
-    assert unit_id is not None
-    while unit_id in live or unit_id in tombs:
-        unit_id += "'"
-    state = state_of(local, framework)
-    entry = Entry(
-        unit_id,
-        Kind.SUMMARY if unit.summary else unit.kind,
-        unit.body,
-        (),
-        None,
-        None,
-        {"fw": framework, "unit": unit_id},
-        unit.native,
-    )
-    reads = [Read(0, unit_id, [entry])]
-    report = _append_fresh(local, entry, actor)
-    if report is None:  # a re-admission: the adapters' admit decides and records it
-        report = admit(local, reads, **_admit_options(framework, "record", None, actor))
-    return unit_id, _after(local, framework, version, reads, report, state)
 
 
 def _begin(
